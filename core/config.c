@@ -1,0 +1,362 @@
+/* INI -> typed configuration.  Every key is checked against an option table;
+ * every error says where (file:line), what, and what to do. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "data.h"
+#include "options.h"
+
+const ph_option ph_run_options[] = {
+	PH_OPT_INT_(ph_run_cfg, seed, "seed", "1", 0, PH_NO_MAX, "seed of every random draw (init, dropout, data order)"),
+	PH_OPT_INT_(ph_run_cfg, stages, "stages", "1", 1, 64, "pipeline ranks p"),
+	PH_OPT_INT_(ph_run_cfg, chunks, "chunks", "1", 1, 16, "virtual chunks per rank v (interleaved schedules)"),
+	PH_OPT_INT_(ph_run_cfg, micro_batches, "micro_batches", "4", 1, 4096, "micro-batches m per step"),
+	PH_OPT_INT_(ph_run_cfg, batch, "batch", "64", 1, 1 << 24, "samples per step, split evenly into micro-batches"),
+	PH_OPT_INT_(ph_run_cfg, epochs, "epochs", "1", 1, 100000, "passes over the training set (when steps = 0)"),
+	PH_OPT_INT_(ph_run_cfg, steps, "steps", "0", 0, PH_NO_MAX, "optimizer steps to run; 0 = epochs * steps per epoch"),
+	PH_OPT_STRING_(ph_run_cfg, devices, "devices", "cpu", "device of each rank: cpu (this build runs ranks on the CPU)"),
+	PH_OPT_INT_(ph_run_cfg, threads, "threads", "1", 0, 256, "BLAS threads per rank (0 = cores / ranks); bitwise reproducibility holds for equal values"),
+	PH_OPT_INT_(ph_run_cfg, log_every, "log_every", "100", 1, PH_NO_MAX, "steps between progress lines when not on a terminal"),
+	PH_OPT_STRING_(ph_run_cfg, metrics, "metrics", "", "write one JSON object per logged step and evaluation to this file"),
+	PH_OPT_BOOL_(ph_run_cfg, eval, "eval", "yes", "evaluate on the test split after each epoch"),
+	PH_OPT_STRING_(ph_run_cfg, plugin_path, "plugin_path", "", "extra plugin directories, colon-separated, searched first"),
+	PH_OPT_STRING_(ph_run_cfg, save_weights, "save_weights", "", "write the trained weights (safetensors) to this file"),
+	PH_OPT_END
+};
+
+const ph_option ph_data_options[] = {
+	PH_OPT_CHOICE_(ph_data_cfg, source, "source", "fashion-mnist", "fashion-mnist|synthetic", "where samples come from"),
+	PH_OPT_STRING_(ph_data_cfg, path, "path", PH_FASHION_MNIST_DIR, "directory of the IDX .gz files"),
+	PH_OPT_BOOL_(ph_data_cfg, shuffle, "shuffle", "yes", "seeded reshuffle of the training set every epoch"),
+	PH_OPT_INT_(ph_data_cfg, limit, "limit", "0", 0, PH_NO_MAX, "train on the first N samples only; 0 = all"),
+	PH_OPT_INT_(ph_data_cfg, test_limit, "test_limit", "0", 0, PH_NO_MAX, "evaluate on the first N test samples; 0 = all"),
+	PH_OPT_INT_(ph_data_cfg, samples, "samples", "4096", 1, 1 << 26, "synthetic: training samples"),
+	PH_OPT_INT_(ph_data_cfg, test_samples, "test_samples", "1024", 1, 1 << 26, "synthetic: test samples"),
+	PH_OPT_INT_(ph_data_cfg, classes, "classes", "10", 2, 1 << 20, "synthetic: classes"),
+	PH_OPT_INTLIST_(ph_data_cfg, shape, "shape", "1,28,28", 1, 1 << 20, "synthetic: per-sample shape"),
+	PH_OPT_END
+};
+
+const ph_option ph_optimizer_options[] = {
+	PH_OPT_CHOICE_(ph_optim_config, type, "type", "adamw", "sgd|adamw", "update rule"),
+	PH_OPT_FLOAT_(ph_optim_config, lr, "lr", "0.001", 0, 10, "peak learning rate"),
+	PH_OPT_FLOAT_(ph_optim_config, momentum, "momentum", "0.9", 0, 1, "SGD momentum"),
+	PH_OPT_BOOL_(ph_optim_config, nesterov, "nesterov", "no", "SGD: Nesterov momentum"),
+	PH_OPT_FLOAT_(ph_optim_config, beta1, "beta1", "0.9", 0, 1, "AdamW first-moment decay"),
+	PH_OPT_FLOAT_(ph_optim_config, beta2, "beta2", "0.999", 0, 1, "AdamW second-moment decay"),
+	PH_OPT_FLOAT_(ph_optim_config, eps, "eps", "1e-8", 0, 1, "AdamW denominator epsilon"),
+	PH_OPT_FLOAT_(ph_optim_config, weight_decay, "weight_decay", "0", 0, 10, "weight decay (biases exempt)"),
+	PH_OPT_INT_(ph_optim_config, warmup, "warmup", "0", 0, PH_NO_MAX, "steps of linear learning-rate warm-up"),
+	PH_OPT_CHOICE_(ph_optim_config, lr_schedule, "lr_schedule", "cosine", "constant|cosine", "learning rate after warm-up"),
+	PH_OPT_FLOAT_(ph_optim_config, min_lr, "min_lr", "0", 0, 10, "cosine floor"),
+	PH_OPT_FLOAT_(ph_optim_config, clip, "clip", "0", 0, PH_NO_MAX, "clip the global gradient norm to this; 0 = off"),
+	PH_OPT_END
+};
+
+typedef struct {
+	char type[PH_STR_MAX];
+	int64_t repeat;
+	int cut;
+} layer_common;
+
+const ph_option ph_layer_common_options[] = {
+	PH_OPT_STRING_(layer_common, type, "type", NULL, "layer plugin name (pipehost --list-plugins)"),
+	PH_OPT_INT_(layer_common, repeat, "repeat", "1", 1, 4096, "expand into N layers NAME0..NAME(N-1)"),
+	PH_OPT_BOOL_(layer_common, cut, "cut", "yes", "allow a stage boundary after this layer"),
+	PH_OPT_END
+};
+
+typedef struct {
+	char type[PH_STR_MAX];
+} typed_section;
+
+static const ph_option partition_head[] = {
+	PH_OPT_STRING_(typed_section, type, "type", "uniform", "partitioner plugin name"),
+	PH_OPT_END
+};
+static const ph_option schedule_head[] = {
+	PH_OPT_STRING_(typed_section, type, "type", "1f1b", "schedule plugin name"),
+	PH_OPT_END
+};
+
+static const char *const core_sections[] = { "run", "data", "optimizer", "partition", "schedule", NULL };
+
+int ph_config_read(ph_config *c, const char *path, const char *const *overrides, int noverrides,
+		   ph_err *err)
+{
+	memset(c, 0, sizeof *c);
+	int rc = ph_ini_load(path, &c->ini, err);
+	for (int i = 0; !rc && i < noverrides; i++)
+		rc = ph_ini_override(&c->ini, overrides[i], err);
+	return rc;
+}
+
+const char *ph_config_plugin_path(ph_config *c)
+{
+	ph_ini_entry *e = ph_ini_find(&c->ini, "run", "plugin_path");
+	return e ? e->value : "";
+}
+
+static int where_fail(ph_config *c, int line, int code, ph_err *err, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static int where_fail(ph_config *c, int line, int code, ph_err *err, const char *fmt, ...)
+{
+	char where[PH_STR_MAX + 16], msg[PH_ERR_MAX];
+	ph_ini_where(&c->ini, line, where, sizeof where);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return ph_fail(err, code, "%s: %s", where, msg);
+}
+
+/* Apply every entry of `section` to the tables (first match wins). */
+static int apply_section(ph_config *c, const char *section, const ph_option *const *tables,
+			 void *const *cfgs, ph_err *err)
+{
+	for (int i = 0; i < c->ini.nentries; i++) {
+		ph_ini_entry *e = &c->ini.entries[i];
+		if (strcmp(e->section, section) != 0)
+			continue;
+		e->used = 1;
+		int t;
+		for (t = 0; tables[t]; t++)
+			if (ph_options_find(tables[t], e->key))
+				break;
+		if (!tables[t]) {
+			const char *s = ph_options_suggest(tables, e->key);
+			if (s)
+				return where_fail(c, e->line, PH_EINVAL, err, "unknown key '%s' in [%s]; did you mean '%s'?",
+						  e->key, section, s);
+			return where_fail(c, e->line, PH_EINVAL, err,
+					  "unknown key '%s' in [%s]; pipehost --list-plugins shows the keys", e->key, section);
+		}
+		ph_err e2;
+		if (ph_options_set(tables[t], cfgs[t], e->key, e->value, &e2))
+			return where_fail(c, e->line, PH_EINVAL, err, "[%s] %s", section, e2.msg);
+	}
+	/* required keys */
+	for (int t = 0; tables[t]; t++)
+		for (const ph_option *o = tables[t]; o->name; o++)
+			if (!o->def && !ph_ini_find(&c->ini, section, o->name)) {
+				int line = 0;
+				for (int s = 0; s < c->ini.nsections; s++)
+					if (strcmp(c->ini.sections[s].name, section) == 0)
+						line = c->ini.sections[s].line;
+				char r[96];
+				ph_option_range_text(o, r, sizeof r);
+				return where_fail(c, line, PH_EINVAL, err, "[%s] needs %s (%s%s%s): add %s = ...", section,
+						  o->name, ph_opt_type_name(o->type), r[0] ? " " : "", r, o->name);
+			}
+	return PH_OK;
+}
+
+static int defaults(const ph_option *t, void *cfg, ph_err *err)
+{
+	return ph_options_defaults(t, cfg, err);
+}
+
+/* [partition] or [schedule]: `type` picks the plugin, the rest are its keys. */
+static int resolve_typed(ph_config *c, const ph_registry *reg, const char *section, const ph_option *head,
+			 ph_plugin_kind kind, const void **ops_out, void **cfg_out, ph_err *err)
+{
+	typed_section ts;
+	memset(&ts, 0, sizeof ts);
+	int rc = defaults(head, &ts, err);
+	if (rc)
+		return rc;
+	ph_ini_entry *te = ph_ini_find(&c->ini, section, "type");
+	int line = 0;
+	if (te) {
+		snprintf(ts.type, sizeof ts.type, "%s", te->value);
+		line = te->line;
+	}
+	const void *ops = ph_registry_find(reg, kind, ts.type);
+	if (!ops) {
+		const char *s = ph_registry_suggest(reg, kind, ts.type);
+		char names[512];
+		ph_registry_names(reg, kind, names, sizeof names);
+		if (s)
+			return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; did you mean '%s'? (found: %s)",
+					  ph_kind_name(kind), ts.type, s, names);
+		return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; found: %s", ph_kind_name(kind), ts.type,
+				  names);
+	}
+	const ph_ops_head *h = ops;
+	void *cfg = calloc(1, h->config_size ? h->config_size : 1);
+	if (!cfg)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	*cfg_out = cfg;
+	*ops_out = ops;
+	if (h->options && (rc = defaults(h->options, cfg, err)))
+		return rc;
+	const ph_option *tables[3] = { head, h->options, NULL };
+	void *cfgs[2] = { &ts, cfg };
+	return apply_section(c, section, tables, cfgs, err);
+}
+
+static int add_layer(ph_config *c, const char *name, const ph_ini_section *s, const ph_layer_ops *ops,
+		     const void *proto, int cut, ph_err *err)
+{
+	ph_layer_cfg *nl = realloc(c->layers, (size_t)(c->nlayers + 1) * sizeof *nl);
+	if (!nl)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	c->layers = nl;
+	ph_layer_cfg *l = &c->layers[c->nlayers];
+	memset(l, 0, sizeof *l);
+	snprintf(l->name, sizeof l->name, "%s", name);
+	snprintf(l->section, sizeof l->section, "%s", s->name);
+	l->line = s->line;
+	l->ops = ops;
+	l->cut = cut;
+	size_t size = ops->head.config_size ? ops->head.config_size : 1;
+	if (!(l->config = malloc(size)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	memcpy(l->config, proto, size);
+	c->nlayers++;
+	return PH_OK;
+}
+
+static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_section *s, ph_err *err)
+{
+	const char *name = s->name + 6; /* after "layer " */
+	while (*name == ' ')
+		name++;
+	if (!*name)
+		return where_fail(c, s->line, PH_EINVAL, err, "[layer] needs a name: [layer NAME]");
+	if (strlen(name) > 48)
+		return where_fail(c, s->line, PH_EINVAL, err, "layer name '%s' is longer than 48 characters", name);
+	layer_common lc;
+	memset(&lc, 0, sizeof lc);
+	int rc = defaults(ph_layer_common_options, &lc, err);
+	if (rc)
+		return rc;
+	ph_ini_entry *te = ph_ini_find(&c->ini, s->name, "type");
+	if (!te) {
+		char names[512];
+		ph_registry_names(reg, PH_KIND_LAYER, names, sizeof names);
+		return where_fail(c, s->line, PH_EINVAL, err, "[%s] has no type; add type = one of: %s", s->name, names);
+	}
+	const ph_layer_ops *ops = ph_registry_find(reg, PH_KIND_LAYER, te->value);
+	if (!ops) {
+		const char *sug = ph_registry_suggest(reg, PH_KIND_LAYER, te->value);
+		char names[512];
+		ph_registry_names(reg, PH_KIND_LAYER, names, sizeof names);
+		if (sug)
+			return where_fail(c, te->line, PH_EINVAL, err,
+					  "unknown layer plugin '%s' in [%s]; did you mean '%s'? (found: %s)", te->value,
+					  s->name, sug, names);
+		return where_fail(c, te->line, PH_EINVAL, err, "unknown layer plugin '%s' in [%s]; found: %s", te->value,
+				  s->name, names);
+	}
+	void *cfg = calloc(1, ops->head.config_size ? ops->head.config_size : 1);
+	if (!cfg)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	if (ops->head.options && (rc = defaults(ops->head.options, cfg, err))) {
+		free(cfg);
+		return rc;
+	}
+	const ph_option *tables[3] = { ph_layer_common_options, ops->head.options, NULL };
+	void *cfgs[2] = { &lc, cfg };
+	rc = apply_section(c, s->name, tables, cfgs, err);
+	for (int i = 0; !rc && i < c->nlayers; i++)
+		if (strcmp(c->layers[i].name, name) == 0 ||
+		    (lc.repeat > 1 && strncmp(c->layers[i].name, name, strlen(name)) == 0))
+			rc = where_fail(c, s->line, PH_EINVAL, err, "layer name '%s' clashes with layer '%s' (line %d); rename one",
+					name, c->layers[i].name, c->layers[i].line);
+	for (int64_t r = 0; !rc && r < lc.repeat; r++) {
+		char full[64];
+		if (lc.repeat == 1)
+			snprintf(full, sizeof full, "%s", name);
+		else
+			snprintf(full, sizeof full, "%s%lld", name, (long long)r);
+		rc = add_layer(c, full, s, ops, cfg, lc.cut, err);
+	}
+	free(cfg);
+	return rc;
+}
+
+int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
+{
+	int rc;
+	if ((rc = defaults(ph_run_options, &c->run, err)) || (rc = defaults(ph_data_options, &c->data, err)) ||
+	    (rc = defaults(ph_optimizer_options, &c->optim, err)))
+		return rc;
+	/* Sections must be known before any key is read, so that a misspelt
+	 * section is reported as such rather than as missing keys. */
+	for (int i = 0; i < c->ini.nsections; i++) {
+		const ph_ini_section *s = &c->ini.sections[i];
+		int known = strncmp(s->name, "layer ", 6) == 0 || strcmp(s->name, "layer") == 0;
+		for (int k = 0; !known && core_sections[k]; k++)
+			known = strcmp(s->name, core_sections[k]) == 0;
+		if (!known) {
+			const char *best = NULL;
+			int bd = 1 << 30;
+			for (int k = 0; core_sections[k]; k++) {
+				int d = ph_edit_distance(s->name, core_sections[k]);
+				if (d < bd)
+					bd = d, best = core_sections[k];
+			}
+			if (bd <= 3)
+				return where_fail(c, s->line, PH_EINVAL, err, "unknown section [%s]; did you mean [%s]?", s->name,
+						  best);
+			return where_fail(c, s->line, PH_EINVAL, err,
+					  "unknown section [%s]; sections are [run], [data], [optimizer], [partition], "
+					  "[schedule] and [layer NAME]",
+					  s->name);
+		}
+	}
+	{
+		const ph_option *t[2] = { ph_run_options, NULL };
+		void *p[1] = { &c->run };
+		if ((rc = apply_section(c, "run", t, p, err)))
+			return rc;
+	}
+	{
+		const ph_option *t[2] = { ph_data_options, NULL };
+		void *p[1] = { &c->data };
+		if ((rc = apply_section(c, "data", t, p, err)))
+			return rc;
+	}
+	{
+		const ph_option *t[2] = { ph_optimizer_options, NULL };
+		void *p[1] = { &c->optim };
+		if ((rc = apply_section(c, "optimizer", t, p, err)))
+			return rc;
+	}
+	if ((rc = resolve_typed(c, reg, "partition", partition_head, PH_KIND_PARTITIONER,
+				(const void **)&c->partitioner, &c->partitioner_config, err)))
+		return rc;
+	if ((rc = resolve_typed(c, reg, "schedule", schedule_head, PH_KIND_SCHEDULE, (const void **)&c->schedule,
+				&c->schedule_config, err)))
+		return rc;
+	for (int i = 0; i < c->ini.nsections; i++)
+		if (strncmp(c->ini.sections[i].name, "layer", 5) == 0 &&
+		    (rc = resolve_layer(c, reg, &c->ini.sections[i], err)))
+			return rc;
+	if (c->nlayers == 0)
+		return ph_fail(err, PH_EINVAL, "%s: the model has no layers; add [layer NAME] sections with type = ...",
+			       c->ini.path);
+	if (c->run.batch % c->run.micro_batches) {
+		int64_t m = c->run.micro_batches, b = c->run.batch;
+		int64_t lo = b / m * m, hi = lo + m;
+		ph_ini_entry *e = ph_ini_find(&c->ini, "run", "batch");
+		return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
+				  "[run] batch = %lld does not split into %lld equal micro-batches; use batch = %lld or %lld",
+				  (long long)b, (long long)m, (long long)(lo ? lo : hi), (long long)hi);
+	}
+	return PH_OK;
+}
+
+void ph_config_free(ph_config *c)
+{
+	for (int i = 0; i < c->nlayers; i++)
+		free(c->layers[i].config);
+	free(c->layers);
+	free(c->partitioner_config);
+	free(c->schedule_config);
+	ph_ini_free(&c->ini);
+	memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,85 @@
+/* The typed, validated configuration of a run: INI -> structs.
+ * Core sections have option tables here; plugin sections use the plugin's. */
+#ifndef PH_CORE_CONFIG_H
+#define PH_CORE_CONFIG_H
+
+#include <pipehost/plugin.h>
+
+#include "inifile.h"
+#include "loader.h"
+#include "optim.h"
+
+typedef struct {
+	int64_t seed;
+	int64_t stages;          /* pipeline ranks p */
+	int64_t chunks;          /* virtual chunks per rank v */
+	int64_t micro_batches;   /* m */
+	int64_t batch;           /* samples per step, split into m micro-batches */
+	int64_t epochs;
+	int64_t steps;           /* 0: run `epochs` epochs */
+	char devices[PH_STR_MAX];
+	int64_t threads;         /* BLAS threads per rank; 0 = cores / ranks.  OpenBLAS
+				  * results depend on its thread count, so the default
+				  * (1) keeps runs bitwise comparable across stage counts */
+	int64_t log_every;
+	char metrics[PH_STR_MAX];
+	int eval;                /* evaluate on the test split after each epoch and at the end */
+	char plugin_path[PH_STR_MAX];
+	char save_weights[PH_STR_MAX];
+} ph_run_cfg;
+
+enum { PH_DATA_FASHION_MNIST = 0, PH_DATA_SYNTHETIC = 1 };
+
+typedef struct {
+	int source;              /* PH_DATA_* */
+	char path[PH_STR_MAX];
+	int shuffle;
+	int64_t limit;           /* use only the first N training samples; 0 = all */
+	int64_t test_limit;      /* evaluate on the first N test samples; 0 = all */
+	int64_t samples;         /* synthetic: training samples */
+	int64_t test_samples;    /* synthetic: test samples */
+	int64_t classes;         /* synthetic */
+	ph_intlist shape;        /* synthetic: per-sample shape */
+} ph_data_cfg;
+
+typedef struct {
+	char name[64];           /* expanded name (NAME or NAMEi for repeat) */
+	char section[128];       /* the INI section it came from */
+	int line;                /* its header line */
+	const ph_layer_ops *ops;
+	void *config;            /* the plugin's config struct */
+	int cut;                 /* 1: a stage may end after this layer */
+} ph_layer_cfg;
+
+typedef struct {
+	ph_ini ini;
+	ph_run_cfg run;
+	ph_data_cfg data;
+	ph_optim_config optim;
+	const ph_partitioner_ops *partitioner;
+	void *partitioner_config;
+	const ph_schedule_ops *schedule;
+	void *schedule_config;
+	ph_layer_cfg *layers;
+	int nlayers;
+} ph_config;
+
+/* Read the INI file, apply overrides, and return the raw plugin path the
+ * registry must load before ph_config_resolve (it may come from [run]). */
+int ph_config_read(ph_config *c, const char *path, const char *const *overrides, int noverrides,
+		   ph_err *err);
+const char *ph_config_plugin_path(ph_config *c);
+
+/* Check every section and key against the option tables and fill the
+ * structs.  Errors say file:line, the section and what to do. */
+int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err);
+
+void ph_config_free(ph_config *c);
+
+/* Core option tables, for --list-plugins and the README's INI reference. */
+extern const ph_option ph_run_options[];
+extern const ph_option ph_data_options[];
+extern const ph_option ph_optimizer_options[];
+extern const ph_option ph_layer_common_options[];
+
+#endif

@@ -1,0 +1,384 @@
+/* Data sets: Fashion-MNIST from gzip IDX files, synthetic classes, epoch order. */
+#include "data.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+/* Refuse anything bigger before allocating: a corrupt header must not make
+ * us try to allocate terabytes.  Fashion-MNIST train is 47 M pixels. */
+#define PH_DATA_MAX_ELEMS 100000000LL
+
+#define IDX_MAGIC_LABELS 0x00000801u
+#define IDX_MAGIC_IMAGES 0x00000803u
+
+#define INSTALL_HINT \
+	"install Debian's dataset-fashion-mnist package " \
+	"(apt-get install dataset-fashion-mnist) or set [data] path"
+
+/* Read exactly len bytes; say what is wrong with the file otherwise. */
+static int gz_read_all(gzFile f, const char *path, void *buf, size_t len,
+		       const char *what, ph_err *err)
+{
+	unsigned char *p = buf;
+	size_t got = 0;
+	while (got < len) {
+		/* gzread takes an unsigned int; keep each call well inside it. */
+		size_t want = len - got;
+		if (want > (1u << 30))
+			want = 1u << 30;
+		int r = gzread(f, p + got, (unsigned)want);
+		if (r < 0) {
+			int zerr;
+			const char *msg = gzerror(f, &zerr);
+			return ph_fail(err, PH_EIO, "fashion-mnist: %s: reading %s: %s; "
+				       "the file is damaged, reinstall it", path, what,
+				       zerr == Z_ERRNO ? strerror(errno) : msg);
+		}
+		if (r == 0)
+			return ph_fail(err, PH_EIO, "fashion-mnist: %s: truncated: "
+				       "expected %zu bytes of %s, got %zu; reinstall "
+				       "the file", path, len, what, got);
+		got += (size_t)r;
+	}
+	return PH_OK;
+}
+
+static uint32_t be32(const unsigned char *b)
+{
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+}
+
+static int open_idx(const char *path, gzFile *out, ph_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) != 0) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return ph_fail(err, PH_EIO, "fashion-mnist: %s not found; %s",
+				       path, INSTALL_HINT);
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s: %s; check its permissions",
+			       path, strerror(errno));
+	}
+	if (!S_ISREG(st.st_mode))
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s is not a regular file; "
+			       "point [data] path at the directory holding the .gz files",
+			       path);
+	gzFile f = gzopen(path, "rb");
+	if (!f)
+		return ph_fail(err, PH_EIO, "fashion-mnist: cannot open %s: %s",
+			       path, errno ? strerror(errno) : "out of memory");
+	/* The default 8 KiB buffer makes a 26 MB file take many small reads. */
+	gzbuffer(f, 1u << 17);
+	*out = f;
+	return PH_OK;
+}
+
+/* Nothing may follow the last record: extra bytes mean the header lied. */
+static int expect_eof(gzFile f, const char *path, ph_err *err)
+{
+	unsigned char extra;
+	int r = gzread(f, &extra, 1);
+	if (r < 0) {
+		int zerr;
+		const char *msg = gzerror(f, &zerr);
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s: %s; the file is damaged, "
+			       "reinstall it", path, zerr == Z_ERRNO ? strerror(errno) : msg);
+	}
+	if (r > 0)
+		return ph_fail(err, PH_EINVAL, "fashion-mnist: %s has bytes after the "
+			       "count its header gives: not an IDX file", path);
+	return PH_OK;
+}
+
+static int read_images(const char *path, int64_t *n, int64_t *rows, int64_t *cols,
+		       float **x, ph_err *err)
+{
+	gzFile f;
+	int rc = open_idx(path, &f, err);
+	if (rc)
+		return rc;
+	unsigned char h[16];
+	unsigned char *raw = NULL;
+	float *out = NULL;
+	rc = gz_read_all(f, path, h, sizeof h, "IDX header", err);
+	if (rc)
+		goto done;
+	uint32_t magic = be32(h);
+	if (magic != IDX_MAGIC_IMAGES) {
+		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: magic 0x%08x, expected "
+			     "0x%08x (IDX unsigned-byte images): not an image file",
+			     path, magic, IDX_MAGIC_IMAGES);
+		goto done;
+	}
+	int64_t cnt = be32(h + 4), r = be32(h + 8), c = be32(h + 12);
+	/* Each factor bounded first, so no product below can overflow. */
+	if (cnt == 0 || r == 0 || c == 0 || cnt > PH_DATA_MAX_ELEMS ||
+	    r > PH_DATA_MAX_ELEMS || c > PH_DATA_MAX_ELEMS ||
+	    r * c > PH_DATA_MAX_ELEMS || cnt * (r * c) > PH_DATA_MAX_ELEMS) {
+		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: header says %lld images "
+			     "of %lldx%lld, outside 1..%lld pixels in all: corrupt file",
+			     path, (long long)cnt, (long long)r, (long long)c,
+			     PH_DATA_MAX_ELEMS);
+		goto done;
+	}
+	size_t total = (size_t)(cnt * r * c);
+	raw = malloc(total);
+	out = malloc(total * sizeof *out);
+	if (!raw || !out) {
+		rc = ph_fail(err, PH_ENOMEM, "fashion-mnist: %s: no memory for %zu pixels",
+			     path, total);
+		goto done;
+	}
+	rc = gz_read_all(f, path, raw, total, "pixels", err);
+	if (!rc)
+		rc = expect_eof(f, path, err);
+	if (rc)
+		goto done;
+	for (size_t i = 0; i < total; i++)
+		out[i] = (float)raw[i] / 255.f;
+	*n = cnt;
+	*rows = r;
+	*cols = c;
+	*x = out;
+	out = NULL;
+done:
+	free(raw);
+	free(out);
+	gzclose(f);
+	return rc;
+}
+
+static int read_labels(const char *path, int64_t *n, int nclasses, int32_t **y,
+		       ph_err *err)
+{
+	gzFile f;
+	int rc = open_idx(path, &f, err);
+	if (rc)
+		return rc;
+	unsigned char h[8];
+	unsigned char *raw = NULL;
+	int32_t *out = NULL;
+	rc = gz_read_all(f, path, h, sizeof h, "IDX header", err);
+	if (rc)
+		goto done;
+	uint32_t magic = be32(h);
+	if (magic != IDX_MAGIC_LABELS) {
+		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: magic 0x%08x, expected "
+			     "0x%08x (IDX unsigned-byte labels): not a label file",
+			     path, magic, IDX_MAGIC_LABELS);
+		goto done;
+	}
+	int64_t cnt = be32(h + 4);
+	if (cnt == 0 || cnt > PH_DATA_MAX_ELEMS) {
+		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: header says %lld labels, "
+			     "outside 1..%lld: corrupt file", path, (long long)cnt,
+			     PH_DATA_MAX_ELEMS);
+		goto done;
+	}
+	raw = malloc((size_t)cnt);
+	out = malloc((size_t)cnt * sizeof *out);
+	if (!raw || !out) {
+		rc = ph_fail(err, PH_ENOMEM, "fashion-mnist: %s: no memory for %lld labels",
+			     path, (long long)cnt);
+		goto done;
+	}
+	rc = gz_read_all(f, path, raw, (size_t)cnt, "labels", err);
+	if (!rc)
+		rc = expect_eof(f, path, err);
+	if (rc)
+		goto done;
+	for (int64_t i = 0; i < cnt; i++) {
+		if (raw[i] >= nclasses) {
+			rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: label %d at index "
+				     "%lld is outside 0..%d: corrupt file", path, raw[i],
+				     (long long)i, nclasses - 1);
+			goto done;
+		}
+		out[i] = raw[i];
+	}
+	*n = cnt;
+	*y = out;
+	out = NULL;
+done:
+	free(raw);
+	free(out);
+	gzclose(f);
+	return rc;
+}
+
+int ph_data_load_fashion_mnist(const char *dir, int train, ph_dataset *ds, ph_err *err)
+{
+	memset(ds, 0, sizeof *ds);
+	if (!dir || !*dir)
+		dir = PH_FASHION_MNIST_DIR;
+	const char *pre = train ? "train" : "t10k";
+
+	char ipath[4096], lpath[4096];
+	if ((size_t)snprintf(ipath, sizeof ipath, "%s/%s-images-idx3-ubyte.gz", dir, pre)
+		    >= sizeof ipath ||
+	    (size_t)snprintf(lpath, sizeof lpath, "%s/%s-labels-idx1-ubyte.gz", dir, pre)
+		    >= sizeof lpath)
+		return ph_fail(err, PH_EINVAL, "fashion-mnist: path %s is too long", dir);
+
+	/* Check both files exist before spending half a second on the images;
+	 * a missing directory shows up here as a missing file, named in full. */
+	struct stat st;
+	if (stat(ipath, &st) != 0)
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s not found; %s", ipath,
+			       INSTALL_HINT);
+	if (stat(lpath, &st) != 0)
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s not found; %s", lpath,
+			       INSTALL_HINT);
+
+	int64_t ni = 0, nl = 0, rows = 0, cols = 0;
+	float *x = NULL;
+	int32_t *y = NULL;
+	int rc = read_labels(lpath, &nl, 10, &y, err);
+	if (!rc)
+		rc = read_images(ipath, &ni, &rows, &cols, &x, err);
+	if (!rc && ni != nl)
+		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s has %lld images but %s has "
+			     "%lld labels; the two files come from different sets",
+			     ipath, (long long)ni, lpath, (long long)nl);
+	if (rc) {
+		free(x);
+		free(y);
+		return rc;
+	}
+	ds->n = ni;
+	ds->shape.ndim = 3;
+	ds->shape.d[0] = 1;
+	ds->shape.d[1] = rows;
+	ds->shape.d[2] = cols;
+	ds->targets_per_sample = 1;
+	ds->nclasses = 10;
+	ds->x = x;
+	ds->y = y;
+	return PH_OK;
+}
+
+/* Stream tags, so the prototypes, the noise and the label order never share
+ * random numbers with each other or with the epoch permutations (0xDA7A). */
+#define SYN_PROTO 0x5950524FULL /* "PROT" */
+#define SYN_NOISE 0x4E4F4953ULL /* "NOIS" */
+#define SYN_ORDER 0x4F524452ULL /* "ORDR" */
+
+int ph_data_synthetic(int64_t n, const ph_shape *shape, int nclasses, uint64_t seed,
+		      ph_dataset *ds, ph_err *err)
+{
+	memset(ds, 0, sizeof *ds);
+	if (n <= 0 || n > PH_DATA_MAX_ELEMS)
+		return ph_fail(err, PH_EINVAL, "synthetic data: %lld samples; use 1..%lld",
+			       (long long)n, PH_DATA_MAX_ELEMS);
+	if (nclasses < 1 || nclasses > 1000000)
+		return ph_fail(err, PH_EINVAL, "synthetic data: %d classes; use 1..1000000",
+			       nclasses);
+	if (!shape || shape->ndim < 1 || shape->ndim > PH_MAX_DIMS)
+		return ph_fail(err, PH_EINVAL, "synthetic data: a sample needs 1..%d "
+			       "dimensions", PH_MAX_DIMS);
+	int64_t numel = 1;
+	for (int i = 0; i < shape->ndim; i++) {
+		if (shape->d[i] < 1 || shape->d[i] > PH_DATA_MAX_ELEMS)
+			return ph_fail(err, PH_EINVAL, "synthetic data: dimension %d is "
+				       "%lld; use 1..%lld", i, (long long)shape->d[i],
+				       PH_DATA_MAX_ELEMS);
+		numel *= shape->d[i];
+		if (numel > PH_DATA_MAX_ELEMS)
+			break;
+	}
+	/* Division, not multiplication, so the check itself cannot overflow. */
+	if (numel > PH_DATA_MAX_ELEMS || n > PH_DATA_MAX_ELEMS / numel ||
+	    (int64_t)nclasses > PH_DATA_MAX_ELEMS / numel)
+		return ph_fail(err, PH_EINVAL, "synthetic data: %lld samples (or %d "
+			       "classes) of %lld values exceed %lld values in all; make "
+			       "it smaller", (long long)n, nclasses, (long long)numel,
+			       PH_DATA_MAX_ELEMS);
+
+	float *x = malloc((size_t)(n * numel) * sizeof *x);
+	int32_t *y = malloc((size_t)n * sizeof *y);
+	float *proto = malloc((size_t)(nclasses * numel) * sizeof *proto);
+	int64_t *perm = malloc((size_t)n * sizeof *perm);
+	if (!x || !y || !proto || !perm) {
+		free(x);
+		free(y);
+		free(proto);
+		free(perm);
+		return ph_fail(err, PH_ENOMEM, "synthetic data: no memory for %lld samples "
+			       "of %lld values", (long long)n, (long long)numel);
+	}
+
+	/* Prototypes uniform in [-1,1); noise uniform in [-0.5,0.5).  Per value
+	 * the prototypes differ by ~0.8 on average while noise is 0.29 rms, so a
+	 * linear model separates the classes once a sample has a few values. */
+	for (int c = 0; c < nclasses; c++) {
+		uint64_t key = ph_rng_key(seed, SYN_PROTO, (uint64_t)c, 0);
+		for (int64_t j = 0; j < numel; j++)
+			proto[c * numel + j] = 2.f * ph_rng_uniform(key, (uint64_t)j) - 1.f;
+	}
+	/* Labels i mod nclasses (balanced), in an order fixed by the seed. */
+	ph_data_permutation(ph_mix64(seed ^ SYN_ORDER), 0, n, perm);
+	for (int64_t i = 0; i < n; i++) {
+		int32_t c = (int32_t)(perm[i] % nclasses);
+		uint64_t key = ph_rng_key(seed, SYN_NOISE, (uint64_t)i, 0);
+		const float *p = proto + c * numel;
+		float *xi = x + i * numel;
+		for (int64_t j = 0; j < numel; j++)
+			xi[j] = p[j] + 0.5f * (2.f * ph_rng_uniform(key, (uint64_t)j) - 1.f);
+		y[i] = c;
+	}
+	free(proto);
+	free(perm);
+
+	ds->n = n;
+	ds->shape = *shape;
+	ds->targets_per_sample = 1;
+	ds->nclasses = nclasses;
+	ds->x = x;
+	ds->y = y;
+	return PH_OK;
+}
+
+void ph_data_free(ph_dataset *ds)
+{
+	if (!ds)
+		return;
+	free(ds->x);
+	free(ds->y);
+	memset(ds, 0, sizeof *ds);
+}
+
+void ph_data_permutation(uint64_t seed, uint64_t epoch, int64_t n, int64_t *perm)
+{
+	if (n <= 0)
+		return;
+	for (int64_t i = 0; i < n; i++)
+		perm[i] = i;
+	/* Fisher-Yates from the top.  Step i draws 64 bits at counter i, so the
+	 * whole order is a pure function of (seed, epoch, n).  j = floor(r*(i+1)
+	 * / 2^64) is Lemire's multiply-shift; its bias is below (i+1)/2^64. */
+	uint64_t key = ph_rng_key(seed, epoch, 0xDA7A, 0);
+	for (int64_t i = n - 1; i > 0; i--) {
+		ph_philox4 r = ph_philox4x32(key, 0, (uint64_t)i);
+		uint64_t bits = (uint64_t)r.v[0] << 32 | r.v[1];
+		int64_t j = (int64_t)(((unsigned __int128)bits * (uint64_t)(i + 1)) >> 64);
+		int64_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+}
+
+void ph_data_gather(const ph_dataset *ds, const int64_t *idx, int count, float *x, int32_t *y)
+{
+	int64_t numel = ph_shape_numel(&ds->shape);
+	int tps = ds->targets_per_sample;
+	for (int k = 0; k < count; k++) {
+		int64_t i = idx[k];
+		if (x)
+			memcpy(x + (int64_t)k * numel, ds->x + i * numel,
+			       (size_t)numel * sizeof *x);
+		if (y)
+			memcpy(y + (int64_t)k * tps, ds->y + i * tps, (size_t)tps * sizeof *y);
+	}
+}

@@ -1,0 +1,38 @@
+/* Data sets: Fashion-MNIST from Debian's IDX files, and a synthetic source for tests. */
+#ifndef PH_CORE_DATA_H
+#define PH_CORE_DATA_H
+
+#include <pipehost/plugin.h>
+
+#define PH_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+typedef struct {
+	int64_t n;                 /* samples */
+	ph_shape shape;            /* per-sample input shape, e.g. [1,28,28] */
+	int targets_per_sample;    /* int32 targets per sample (1 for classes) */
+	int nclasses;
+	float *x;                  /* n * numel(shape) */
+	int32_t *y;                /* n * targets_per_sample */
+} ph_dataset;
+
+/* Load the train (train=1) or test split from dir's gzip IDX files
+ * (train-images-idx3-ubyte.gz, ...).  Pixels scaled to [0,1].  A missing
+ * directory or file says to install Debian's dataset-fashion-mnist package;
+ * a file of the wrong format names the file and what is wrong. */
+int ph_data_load_fashion_mnist(const char *dir, int train, ph_dataset *ds, ph_err *err);
+
+/* Learnable synthetic classification data: class c has a fixed random
+ * prototype; a sample is its prototype plus noise.  Same seed, same data. */
+int ph_data_synthetic(int64_t n, const ph_shape *shape, int nclasses, uint64_t seed,
+		      ph_dataset *ds, ph_err *err);
+
+void ph_data_free(ph_dataset *ds);
+
+/* A seeded permutation of 0..n-1 for the given epoch (Fisher-Yates driven
+ * by the counter-based generator: no hidden state). */
+void ph_data_permutation(uint64_t seed, uint64_t epoch, int64_t n, int64_t *perm);
+
+/* Copy samples idx[0..count) into x [count, numel] and y [count, tps]. */
+void ph_data_gather(const ph_dataset *ds, const int64_t *idx, int count, float *x, int32_t *y);
+
+#endif

@@ -1,0 +1,723 @@
+/* CPU engine.  Memory layout (all owned here):
+ *   per layer:  parameters, gradients, optimizer state (one arena each)
+ *   per chunk:  `slots` activation slots (the plan's peak in-flight count);
+ *               a slot holds every layer's output and saved bytes for one
+ *               micro-batch, plus the gradient of the chunk's output;
+ *               one scratch buffer and two ping-pong gradient buffers.
+ * A link between chunk c and c+1 carries pointers, not data: the receiver
+ * reads the sender's output in place and writes its input gradient straight
+ * into the sender's slot.  Both stay valid until the sender's backward of
+ * that micro-batch, which the schedule orders after the receiver's. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "engine.h"
+#include "optim.h"
+
+typedef struct {
+	int mb;              /* micro-batch held, -1 when free */
+	float **y;           /* [layers in chunk] outputs */
+	void **saved;        /* [layers in chunk] */
+	float *dy_out;       /* gradient of the chunk's output (not the last chunk) */
+} slot_t;
+
+typedef struct {
+	int a, b;            /* layers a..b-1 */
+	int rank;
+	int nslots;
+	slot_t *slots;
+	void *scratch;
+	float *gbuf[2];
+	int *mb_slot;        /* [m] */
+	const float **mb_x;  /* [m] input of the chunk for each micro-batch */
+	float **mb_dx;       /* [m] where the chunk's input gradient goes */
+} chunk_t;
+
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	const float **y;     /* [m] sender output */
+	float **dy;          /* [m] sender's slot for the gradient */
+	uint8_t *act, *grad; /* [m] posted flags */
+} link_t;
+
+typedef struct {
+	float *w, *g, *s;
+	float *pw[PH_MAX_PARAMS], *pg[PH_MAX_PARAMS];
+	double sumsq;
+} lparams_t;
+
+enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
+
+typedef struct worker worker_t;
+
+struct ph_engine {
+	ph_model *model;
+	ph_plan *plan;
+	const ph_config *cfg;
+	int mbsize, m, in_numel, tps;
+	chunk_t *chunks;
+	link_t *links;       /* [nchunks - 1] */
+	lparams_t *params;   /* [layers] */
+	float *data_x;       /* [batch, in] */
+	int32_t *data_y;
+	double *loss_mb, *correct_mb;
+	/* eval lists: F only, R micro-batches per round */
+	ph_op **eval_ops;
+	int *eval_nops;
+	int eval_R;
+	/* current job */
+	pthread_mutex_t mu;
+	pthread_cond_t cv_job, cv_done;
+	int job, generation, pending;
+	int active_mbs;      /* micro-batches in this job */
+	int last_batch;      /* samples in the last active micro-batch */
+	int training;
+	int64_t step, t;
+	double lr, clip_scale;
+	int abort;
+	ph_err err;
+	int err_set;
+	pthread_t *threads;
+	worker_t *workers;
+	int nthreads_started;
+};
+
+struct worker {
+	ph_engine *e;
+	int rank;
+};
+
+static void set_error(ph_engine *e, int rank, const ph_err *err)
+{
+	pthread_mutex_lock(&e->mu);
+	if (!e->err_set) {
+		e->err = *err;
+		e->err_set = 1;
+	}
+	__atomic_store_n(&e->abort, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&e->mu);
+	/* wake anyone waiting on a link so they see the abort */
+	for (int c = 0; c + 1 < e->plan->nchunks; c++) {
+		pthread_mutex_lock(&e->links[c].mu);
+		pthread_cond_broadcast(&e->links[c].cv);
+		pthread_mutex_unlock(&e->links[c].mu);
+	}
+	(void)rank;
+}
+
+static int batch_of(const ph_engine *e, int mb)
+{
+	return mb == e->active_mbs - 1 ? e->last_batch : e->mbsize;
+}
+
+static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const chunk_t *ch, void *saved)
+{
+	memset(ctx, 0, sizeof *ctx);
+	ctx->batch = batch_of(e, mb);
+	ctx->training = e->training;
+	ctx->seed = (uint64_t)e->cfg->run.seed;
+	ctx->step = (uint64_t)e->step;
+	ctx->microbatch = (uint64_t)mb;
+	ctx->layer = (uint64_t)layer;
+	ctx->scratch = ch->scratch;
+	ctx->saved = saved;
+	ctx->device = PH_DEV_CPU;
+	if (layer == e->model->n - 1) {
+		ctx->targets = e->data_y + (size_t)mb * e->mbsize * e->tps;
+		ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->tps));
+	}
+}
+
+static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	int s;
+	for (s = 0; s < ch->nslots && ch->slots[s].mb >= 0; s++)
+		;
+	if (s == ch->nslots)
+		return ph_fail(err, PH_EINTERNAL, "chunk %d has no free activation slot for micro-batch %d", c, mb);
+	slot_t *sl = &ch->slots[s];
+	sl->mb = mb;
+	ch->mb_slot[mb] = s;
+	const float *x = c == 0 ? e->data_x + (size_t)mb * e->mbsize * e->in_numel : ch->mb_x[mb];
+	if (c == 0)
+		ch->mb_x[mb] = x;
+	for (int l = ch->a; l < ch->b; l++) {
+		ph_layer *L = &e->model->layers[l];
+		ph_ctx ctx;
+		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
+		ph_err e2 = { { 0 } };
+		int rc = L->ops->forward(L->state, &ctx, e->params[l].pw, x, sl->y[l - ch->a], &e2);
+		if (rc)
+			return ph_fail(err, rc, "layer %s (%s) forward, micro-batch %d: %s", L->cfg->name, L->ops->head.name, mb,
+				       e2.msg);
+		x = sl->y[l - ch->a];
+	}
+	if (ch->b == e->model->n) {
+		/* the loss layer's [loss, correct] per sample, summed in sample order */
+		double loss = 0, correct = 0;
+		int n = batch_of(e, mb);
+		for (int i = 0; i < n; i++) {
+			loss += x[2 * i];
+			correct += x[2 * i + 1];
+		}
+		e->loss_mb[mb] = loss;
+		e->correct_mb[mb] = correct;
+		if (!e->training) {
+			sl->mb = -1; /* nothing downstream reads the last chunk in evaluation */
+			ch->mb_slot[mb] = -1;
+		}
+	}
+	return PH_OK;
+}
+
+static int run_backward(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	int s = ch->mb_slot[mb];
+	if (s < 0)
+		return ph_fail(err, PH_EINTERNAL, "chunk %d backward of micro-batch %d without its forward", c, mb);
+	slot_t *sl = &ch->slots[s];
+	const float *dy = c == e->plan->nchunks - 1 ? NULL : sl->dy_out;
+	int t = 0;
+	for (int l = ch->b - 1; l >= ch->a; l--) {
+		ph_layer *L = &e->model->layers[l];
+		const float *x = l == ch->a ? ch->mb_x[mb] : sl->y[l - 1 - ch->a];
+		float *dx = l == ch->a ? ch->mb_dx[mb] : ch->gbuf[t];
+		ph_ctx ctx;
+		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
+		ph_err e2 = { { 0 } };
+		int rc = L->ops->backward(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy, dx, &e2);
+		if (rc)
+			return ph_fail(err, rc, "layer %s (%s) backward, micro-batch %d: %s", L->cfg->name, L->ops->head.name,
+				       mb, e2.msg);
+		dy = dx;
+		t ^= 1;
+	}
+	sl->mb = -1;
+	ch->mb_slot[mb] = -1;
+	return PH_OK;
+}
+
+static int link_wait(ph_engine *e, link_t *lk, uint8_t *flags, int mb)
+{
+	pthread_mutex_lock(&lk->mu);
+	while (!flags[mb] && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE))
+		pthread_cond_wait(&lk->cv, &lk->mu);
+	int ok = flags[mb];
+	pthread_mutex_unlock(&lk->mu);
+	return ok ? PH_OK : PH_EINTERNAL;
+}
+
+static void link_post(link_t *lk, uint8_t *flags, int mb)
+{
+	pthread_mutex_lock(&lk->mu);
+	flags[mb] = 1;
+	pthread_cond_broadcast(&lk->cv);
+	pthread_mutex_unlock(&lk->mu);
+}
+
+static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
+{
+	int c = o->chunk, mb = o->mb;
+	if (mb >= e->active_mbs)
+		return PH_OK; /* a short final evaluation round */
+	chunk_t *ch = &e->chunks[c];
+	switch (o->kind) {
+	case PH_OP_F:
+		return run_forward(e, c, mb, err);
+	case PH_OP_B:
+	case PH_OP_I:
+		/* No layer splits its backward in this ABI version: I runs the
+		 * full backward, W has nothing left to do. */
+		return run_backward(e, c, mb, err);
+	case PH_OP_W:
+		return PH_OK;
+	case PH_OP_SEND_ACT: {
+		link_t *lk = &e->links[c];
+		slot_t *sl = &ch->slots[ch->mb_slot[mb]];
+		lk->y[mb] = sl->y[ch->b - 1 - ch->a];
+		lk->dy[mb] = sl->dy_out;
+		link_post(lk, lk->act, mb);
+		return PH_OK;
+	}
+	case PH_OP_RECV_ACT: {
+		link_t *lk = &e->links[c - 1];
+		if (link_wait(e, lk, lk->act, mb))
+			return PH_EINTERNAL;
+		ch->mb_x[mb] = lk->y[mb];
+		ch->mb_dx[mb] = lk->dy[mb];
+		return PH_OK;
+	}
+	case PH_OP_SEND_GRAD:
+		link_post(&e->links[c - 1], e->links[c - 1].grad, mb);
+		return PH_OK;
+	case PH_OP_RECV_GRAD:
+		return link_wait(e, &e->links[c], e->links[c].grad, mb) ? PH_EINTERNAL : PH_OK;
+	}
+	return ph_fail(err, PH_EINTERNAL, "unknown op %d", o->kind);
+}
+
+static int do_update(ph_engine *e, int rank)
+{
+	const ph_optim_config *oc = &e->cfg->optim;
+	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks) {
+		chunk_t *ch = &e->chunks[c];
+		for (int l = ch->a; l < ch->b; l++) {
+			ph_layer *L = &e->model->layers[l];
+			lparams_t *P = &e->params[l];
+			int spp = ph_optim_state_per_param(oc);
+			int64_t off = 0;
+			for (int p = 0; p < L->meta.nparams; p++) {
+				int64_t n = ph_shape_numel(&L->meta.params[p].shape);
+				float *g = P->pg[p];
+				if (e->clip_scale != 1.0)
+					for (int64_t i = 0; i < n; i++)
+						g[i] = (float)(g[i] * e->clip_scale);
+				ph_optim_update(oc, e->t, e->lr, P->pw[p], g, P->s + off * spp, n,
+						!L->meta.params[p].no_decay);
+				off += n;
+			}
+			if (L->param_numel)
+				memset(P->g, 0, (size_t)L->param_numel * sizeof(float));
+		}
+	}
+	return PH_OK;
+}
+
+static void sumsq_rank(ph_engine *e, int rank)
+{
+	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
+		for (int l = e->chunks[c].a; l < e->chunks[c].b; l++)
+			e->params[l].sumsq = ph_sumsq(e->params[l].g, e->model->layers[l].param_numel);
+}
+
+static void *worker_main(void *arg)
+{
+	worker_t *w = arg;
+	ph_engine *e = w->e;
+	int seen = 0;
+	for (;;) {
+		pthread_mutex_lock(&e->mu);
+		while (e->generation == seen)
+			pthread_cond_wait(&e->cv_job, &e->mu);
+		seen = e->generation;
+		int job = e->job;
+		pthread_mutex_unlock(&e->mu);
+		if (job == JOB_EXIT)
+			break;
+		ph_err err = { { 0 } };
+		int rc = PH_OK;
+		if (job == JOB_TRAIN || job == JOB_EVAL) {
+			const ph_op *ops = job == JOB_TRAIN ? e->plan->ops[w->rank] : e->eval_ops[w->rank];
+			int n = job == JOB_TRAIN ? e->plan->nops[w->rank] : e->eval_nops[w->rank];
+			for (int k = 0; k < n && !rc && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE); k++)
+				rc = run_op(e, &ops[k], &err);
+			if (!rc && job == JOB_TRAIN && e->cfg->optim.clip > 0)
+				sumsq_rank(e, w->rank);
+		} else if (job == JOB_UPDATE) {
+			rc = do_update(e, w->rank);
+		}
+		if (rc && err.msg[0])
+			set_error(e, w->rank, &err);
+		else if (rc)
+			__atomic_store_n(&e->abort, 1, __ATOMIC_RELEASE);
+		pthread_mutex_lock(&e->mu);
+		if (--e->pending == 0)
+			pthread_cond_signal(&e->cv_done);
+		pthread_mutex_unlock(&e->mu);
+	}
+	return NULL;
+}
+
+static int dispatch(ph_engine *e, int job, ph_err *err)
+{
+	int P = e->plan->ranks;
+	for (int c = 0; c + 1 < e->plan->nchunks; c++) {
+		memset(e->links[c].act, 0, (size_t)e->m);
+		memset(e->links[c].grad, 0, (size_t)e->m);
+	}
+	pthread_mutex_lock(&e->mu);
+	e->job = job;
+	e->pending = P;
+	e->abort = 0;
+	e->err_set = 0;
+	e->generation++;
+	pthread_cond_broadcast(&e->cv_job);
+	while (e->pending > 0)
+		pthread_cond_wait(&e->cv_done, &e->mu);
+	pthread_mutex_unlock(&e->mu);
+	if (e->abort) {
+		if (e->err_set)
+			*err = e->err;
+		else
+			ph_fail(err, PH_EINTERNAL, "a pipeline rank stopped without saying why");
+		return PH_EINTERNAL;
+	}
+	return PH_OK;
+}
+
+static void init_tensor(float *w, int64_t n, const ph_param_desc *d, uint64_t seed, int layer, int p)
+{
+	uint64_t key = ph_rng_key(seed, 0x494E4954 /* "INIT" */, (uint64_t)layer, (uint64_t)p);
+	for (int64_t i = 0; i < n; i++) {
+		switch (d->init) {
+		case PH_INIT_ZEROS: w[i] = 0; break;
+		case PH_INIT_ONES: w[i] = 1; break;
+		case PH_INIT_UNIFORM: w[i] = (2.0f * ph_rng_uniform(key, (uint64_t)i) - 1.0f) * d->init_arg; break;
+		case PH_INIT_NORMAL: {
+			double u1 = ph_rng_uniform(key, 2 * (uint64_t)i), u2 = ph_rng_uniform(key, 2 * (uint64_t)i + 1);
+			w[i] = (float)(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2) * d->init_arg);
+			break;
+		}
+		}
+	}
+}
+
+static void *zalloc(size_t bytes)
+{
+	return calloc(1, bytes ? bytes : 1);
+}
+
+/* Evaluation runs forward only, R micro-batches a round, chunks in order
+ * on each rank; R is bounded by the slots training already sized. */
+static int make_eval_lists(ph_engine *e, ph_err *err)
+{
+	ph_plan *p = e->plan;
+	int R = e->m;
+	for (int c = 0; c + 1 < p->nchunks; c++)
+		if (p->slots[c] < R)
+			R = p->slots[c];
+	e->eval_R = R;
+	e->eval_ops = calloc((size_t)p->ranks, sizeof *e->eval_ops);
+	e->eval_nops = calloc((size_t)p->ranks, sizeof *e->eval_nops);
+	if (!e->eval_ops || !e->eval_nops)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int r = 0; r < p->ranks; r++) {
+		e->eval_ops[r] = calloc((size_t)p->v * R * 3, sizeof(ph_op));
+		if (!e->eval_ops[r])
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		int n = 0;
+		for (int c = r; c < p->nchunks; c += p->ranks)
+			for (int mb = 0; mb < R; mb++) {
+				if (c > 0)
+					e->eval_ops[r][n++] = (ph_op){ PH_OP_RECV_ACT, c, mb };
+				e->eval_ops[r][n++] = (ph_op){ PH_OP_F, c, mb };
+				if (c + 1 < p->nchunks)
+					e->eval_ops[r][n++] = (ph_op){ PH_OP_SEND_ACT, c, mb };
+			}
+		e->eval_nops[r] = n;
+	}
+	return PH_OK;
+}
+
+static int alloc_chunks(ph_engine *e, ph_err *err)
+{
+	ph_plan *p = e->plan;
+	ph_model *m = e->model;
+	e->chunks = calloc((size_t)p->nchunks, sizeof *e->chunks);
+	if (!e->chunks)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int c = 0; c < p->nchunks; c++) {
+		chunk_t *ch = &e->chunks[c];
+		ch->a = p->first[c];
+		ch->b = p->first[c + 1];
+		ch->rank = c % p->ranks;
+		ch->nslots = p->slots[c] > 0 ? p->slots[c] : 1;
+		int nl = ch->b - ch->a;
+		size_t scratch = 0, gmax = 0;
+		for (int l = ch->a; l < ch->b; l++) {
+			ph_layer *L = &m->layers[l];
+			if (L->meta.scratch_bytes > scratch)
+				scratch = L->meta.scratch_bytes;
+			size_t in = (size_t)ph_shape_numel(&L->in);
+			if (in > gmax)
+				gmax = in;
+		}
+		ch->scratch = zalloc(scratch);
+		ch->gbuf[0] = zalloc(gmax * e->mbsize * sizeof(float));
+		ch->gbuf[1] = zalloc(gmax * e->mbsize * sizeof(float));
+		ch->mb_slot = malloc((size_t)e->m * sizeof *ch->mb_slot);
+		ch->mb_x = calloc((size_t)e->m, sizeof *ch->mb_x);
+		ch->mb_dx = calloc((size_t)e->m, sizeof *ch->mb_dx);
+		ch->slots = calloc((size_t)ch->nslots, sizeof *ch->slots);
+		if (!ch->scratch || !ch->gbuf[0] || !ch->gbuf[1] || !ch->mb_slot || !ch->mb_x || !ch->mb_dx || !ch->slots)
+			return ph_fail(err, PH_ENOMEM, "out of memory for chunk %d", c);
+		for (int mb = 0; mb < e->m; mb++)
+			ch->mb_slot[mb] = -1;
+		for (int s = 0; s < ch->nslots; s++) {
+			slot_t *sl = &ch->slots[s];
+			sl->mb = -1;
+			sl->y = calloc((size_t)nl, sizeof *sl->y);
+			sl->saved = calloc((size_t)nl, sizeof *sl->saved);
+			if (!sl->y || !sl->saved)
+				return ph_fail(err, PH_ENOMEM, "out of memory");
+			for (int l = ch->a; l < ch->b; l++) {
+				ph_layer *L = &m->layers[l];
+				sl->y[l - ch->a] = zalloc((size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float));
+				sl->saved[l - ch->a] = zalloc(L->meta.saved_bytes * e->mbsize);
+				if (!sl->y[l - ch->a] || !sl->saved[l - ch->a])
+					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
+						       L->cfg->name);
+			}
+			if (c + 1 < p->nchunks) {
+				size_t out = (size_t)ph_shape_numel(&m->layers[ch->b - 1].meta.out) * e->mbsize;
+				if (!(sl->dy_out = zalloc(out * sizeof(float))))
+					return ph_fail(err, PH_ENOMEM, "out of memory");
+			}
+		}
+	}
+	return PH_OK;
+}
+
+int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, ph_err *err)
+{
+	ph_engine *e = calloc(1, sizeof *e);
+	if (!e)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	*out = e;
+	e->model = m;
+	e->plan = p;
+	e->cfg = c;
+	e->m = p->m;
+	e->mbsize = m->max_batch;
+	e->in_numel = (int)ph_shape_numel(&m->input);
+	e->tps = m->targets_per_sample;
+	e->clip_scale = 1.0;
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_cond_init(&e->cv_job, NULL);
+	pthread_cond_init(&e->cv_done, NULL);
+
+	/* BLAS threads: share the cores among the ranks. */
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int threads = (int)c->run.threads;
+	if (threads <= 0)
+		threads = (int)(cores / p->ranks) > 0 ? (int)(cores / p->ranks) : 1;
+	openblas_set_num_threads(threads);
+
+	int spp = ph_optim_state_per_param(&c->optim);
+	e->params = calloc((size_t)m->n, sizeof *e->params);
+	if (!e->params)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int l = 0; l < m->n; l++) {
+		ph_layer *L = &m->layers[l];
+		lparams_t *P = &e->params[l];
+		size_t n = (size_t)L->param_numel;
+		P->w = zalloc(n * sizeof(float));
+		P->g = zalloc(n * sizeof(float));
+		P->s = zalloc(n * spp * sizeof(float));
+		if (!P->w || !P->g || !P->s)
+			return ph_fail(err, PH_ENOMEM, "out of memory for the parameters of layer %s", L->cfg->name);
+		int64_t off = 0;
+		for (int q = 0; q < L->meta.nparams; q++) {
+			int64_t k = ph_shape_numel(&L->meta.params[q].shape);
+			P->pw[q] = P->w + off;
+			P->pg[q] = P->g + off;
+			init_tensor(P->pw[q], k, &L->meta.params[q], (uint64_t)c->run.seed, l, q);
+			off += k;
+		}
+	}
+	int rc = alloc_chunks(e, err);
+	if (rc)
+		return rc;
+	e->links = calloc((size_t)(p->nchunks > 1 ? p->nchunks - 1 : 1), sizeof *e->links);
+	if (!e->links)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int k = 0; k + 1 < p->nchunks; k++) {
+		link_t *lk = &e->links[k];
+		pthread_mutex_init(&lk->mu, NULL);
+		pthread_cond_init(&lk->cv, NULL);
+		lk->y = calloc((size_t)e->m, sizeof *lk->y);
+		lk->dy = calloc((size_t)e->m, sizeof *lk->dy);
+		lk->act = calloc((size_t)e->m, 1);
+		lk->grad = calloc((size_t)e->m, 1);
+		if (!lk->y || !lk->dy || !lk->act || !lk->grad)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+	}
+	size_t B = (size_t)e->mbsize * e->m;
+	e->data_x = zalloc(B * e->in_numel * sizeof(float));
+	e->data_y = zalloc(B * e->tps * sizeof(int32_t));
+	e->loss_mb = calloc((size_t)e->m, sizeof(double));
+	e->correct_mb = calloc((size_t)e->m, sizeof(double));
+	if (!e->data_x || !e->data_y || !e->loss_mb || !e->correct_mb)
+		return ph_fail(err, PH_ENOMEM, "out of memory for the input batch");
+	if ((rc = make_eval_lists(e, err)))
+		return rc;
+	e->threads = calloc((size_t)p->ranks, sizeof *e->threads);
+	e->workers = calloc((size_t)p->ranks, sizeof *e->workers);
+	if (!e->threads || !e->workers)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int r = 0; r < p->ranks; r++) {
+		e->workers[r] = (worker_t){ e, r };
+		if (pthread_create(&e->threads[r], NULL, worker_main, &e->workers[r]))
+			return ph_fail(err, PH_ENOMEM, "cannot start the worker thread of rank %d", r);
+		e->nthreads_started++;
+	}
+	return PH_OK;
+}
+
+static void collect(ph_engine *e, int nmb, ph_stats *st)
+{
+	/* micro-batch order, so the sum is the same for every schedule */
+	for (int mb = 0; mb < nmb; mb++) {
+		st->loss_sum += e->loss_mb[mb];
+		st->correct += e->correct_mb[mb];
+		st->targets += (int64_t)batch_of(e, mb) * e->tps;
+	}
+}
+
+int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr, ph_stats *st,
+			 ph_err *err)
+{
+	size_t B = (size_t)e->mbsize * e->m;
+	memcpy(e->data_x, x, B * e->in_numel * sizeof(float));
+	memcpy(e->data_y, y, B * e->tps * sizeof(int32_t));
+	e->training = 1;
+	e->step = step;
+	e->active_mbs = e->m;
+	e->last_batch = e->mbsize;
+	int rc = dispatch(e, JOB_TRAIN, err);
+	if (rc)
+		return rc;
+	memset(st, 0, sizeof *st);
+	collect(e, e->m, st);
+	e->clip_scale = 1.0;
+	if (e->cfg->optim.clip > 0) {
+		double total = 0; /* layer order: the same sum for every partition */
+		for (int l = 0; l < e->model->n; l++)
+			total += e->params[l].sumsq;
+		double norm = sqrt(total);
+		if (norm > e->cfg->optim.clip)
+			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
+	}
+	e->lr = lr;
+	e->t = step + 1;
+	return dispatch(e, JOB_UPDATE, err);
+}
+
+int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *st, ph_err *err)
+{
+	memset(st, 0, sizeof *st);
+	if (count > ds->n)
+		count = ds->n;
+	int64_t round = (int64_t)e->eval_R * e->mbsize;
+	e->training = 0;
+	e->step = 0;
+	int64_t *idx = malloc((size_t)round * sizeof *idx);
+	if (!idx)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int rc = PH_OK;
+	for (int64_t start = 0; start < count && !rc; start += round) {
+		int64_t n = count - start < round ? count - start : round;
+		for (int64_t i = 0; i < n; i++)
+			idx[i] = start + i;
+		ph_data_gather(ds, idx, (int)n, e->data_x, e->data_y);
+		e->active_mbs = (int)((n + e->mbsize - 1) / e->mbsize);
+		e->last_batch = (int)(n - (int64_t)(e->active_mbs - 1) * e->mbsize);
+		rc = dispatch(e, JOB_EVAL, err);
+		for (int c = 0; c < e->plan->nchunks; c++) {
+			chunk_t *ch = &e->chunks[c];
+			for (int s = 0; s < ch->nslots; s++)
+				ch->slots[s].mb = -1;
+			for (int mb = 0; mb < e->m; mb++)
+				ch->mb_slot[mb] = -1;
+		}
+		if (!rc)
+			collect(e, e->active_mbs, st);
+	}
+	free(idx);
+	return rc;
+}
+
+int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
+{
+	int total = 0;
+	for (int l = 0; l < e->model->n; l++)
+		total += e->model->layers[l].meta.nparams;
+	ph_tensor_ref *t = calloc((size_t)(total ? total : 1), sizeof *t);
+	if (!t)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int k = 0;
+	for (int l = 0; l < e->model->n; l++) {
+		ph_layer *L = &e->model->layers[l];
+		for (int q = 0; q < L->meta.nparams; q++, k++) {
+			snprintf(t[k].name, sizeof t[k].name, "%s.%s", L->cfg->name, L->meta.params[q].name);
+			t[k].shape = L->meta.params[q].shape;
+			t[k].data = e->params[l].pw[q];
+		}
+	}
+	*refs = t;
+	*n = total;
+	return PH_OK;
+}
+
+void ph_engine_destroy(ph_engine *e)
+{
+	if (!e)
+		return;
+	if (e->nthreads_started) {
+		pthread_mutex_lock(&e->mu);
+		e->job = JOB_EXIT;
+		e->generation++;
+		pthread_cond_broadcast(&e->cv_job);
+		pthread_mutex_unlock(&e->mu);
+		for (int r = 0; r < e->nthreads_started; r++)
+			pthread_join(e->threads[r], NULL);
+	}
+	if (e->chunks)
+		for (int c = 0; c < e->plan->nchunks; c++) {
+			chunk_t *ch = &e->chunks[c];
+			for (int s = 0; ch->slots && s < ch->nslots; s++) {
+				for (int l = 0; l < ch->b - ch->a; l++) {
+					if (ch->slots[s].y)
+						free(ch->slots[s].y[l]);
+					if (ch->slots[s].saved)
+						free(ch->slots[s].saved[l]);
+				}
+				free(ch->slots[s].y);
+				free(ch->slots[s].saved);
+				free(ch->slots[s].dy_out);
+			}
+			free(ch->slots);
+			free(ch->scratch);
+			free(ch->gbuf[0]);
+			free(ch->gbuf[1]);
+			free(ch->mb_slot);
+			free(ch->mb_x);
+			free(ch->mb_dx);
+		}
+	free(e->chunks);
+	if (e->links)
+		for (int k = 0; k + 1 < e->plan->nchunks; k++) {
+			free(e->links[k].y);
+			free(e->links[k].dy);
+			free(e->links[k].act);
+			free(e->links[k].grad);
+		}
+	free(e->links);
+	if (e->params)
+		for (int l = 0; l < e->model->n; l++) {
+			free(e->params[l].w);
+			free(e->params[l].g);
+			free(e->params[l].s);
+		}
+	free(e->params);
+	if (e->eval_ops)
+		for (int r = 0; r < e->plan->ranks; r++)
+			free(e->eval_ops[r]);
+	free(e->eval_ops);
+	free(e->eval_nops);
+	free(e->data_x);
+	free(e->data_y);
+	free(e->loss_mb);
+	free(e->correct_mb);
+	free(e->threads);
+	free(e->workers);
+	free(e);
+}

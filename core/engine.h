@@ -1,0 +1,38 @@
+/* The engine: one worker thread per pipeline rank runs its lowered action
+ * list; in-process links hand activations and gradients between chunks
+ * without copies; the host owns every buffer. */
+#ifndef PH_CORE_ENGINE_H
+#define PH_CORE_ENGINE_H
+
+#include "data.h"
+#include "plan.h"
+#include "weights.h"
+
+typedef struct ph_engine ph_engine;
+
+typedef struct {
+	double loss_sum;    /* summed over targets */
+	double correct;     /* correct predictions */
+	int64_t targets;    /* targets counted */
+} ph_stats;
+
+/* Allocate every arena from the layers' meta and the plan's in-flight
+ * counts, initialise parameters (counter-based, so the same for every
+ * partition) and start the workers. */
+int ph_engine_create(ph_engine **e, ph_model *m, ph_plan *p, const ph_config *c, ph_err *err);
+
+/* One optimizer step on batch x [B, in] / y [B, targets_per_sample].
+ * step is 0-based; lr from the schedule. */
+int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr,
+			 ph_stats *st, ph_err *err);
+
+/* Forward-only pass over the first `count` samples of ds, through the
+ * same pipeline. */
+int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *st, ph_err *err);
+
+/* The parameters as named tensors LAYER.PARAM, in layer order. */
+int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
+
+void ph_engine_destroy(ph_engine *e);
+
+#endif

@@ -1,0 +1,231 @@
+/* INI loading on top of the system inih, with line numbers. */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inifile.h"
+
+typedef struct {
+	FILE *f;
+	ph_ini *ini;
+	int line;           /* line most recently handed to inih */
+	int too_long;       /* line number of an over-long line, or 0 */
+	int fail_line;      /* first handler failure */
+	ph_err *err;
+} reader_state;
+
+static int grow(void **p, int n, int *cap, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	int nc = *cap ? *cap * 2 : 32;
+	void *q = realloc(*p, (size_t)nc * size);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = nc;
+	return 0;
+}
+
+static int add_section(reader_state *st, const char *name)
+{
+	ph_ini *ini = st->ini;
+	for (int i = 0; i < ini->nsections; i++)
+		if (strcmp(ini->sections[i].name, name) == 0) {
+			st->fail_line = st->line;
+			return ph_fail(st->err, PH_EINVAL,
+				       "%s:%d: section [%s] appears twice (first at line %d); "
+				       "give every section a unique name",
+				       ini->path, st->line, name, ini->sections[i].line);
+		}
+	if (grow((void **)&ini->sections, ini->nsections, &ini->sections_cap, sizeof *ini->sections))
+		return ph_fail(st->err, PH_ENOMEM, "out of memory reading %s", ini->path);
+	ph_ini_section *s = &ini->sections[ini->nsections++];
+	snprintf(s->name, sizeof s->name, "%s", name);
+	s->line = st->line;
+	return PH_OK;
+}
+
+/* fgets with line counting; notices section headers and over-long lines. */
+static char *reader(char *str, int num, void *stream)
+{
+	reader_state *st = stream;
+	if (st->too_long || st->fail_line)
+		return NULL;
+	char *r = fgets(str, num, st->f);
+	if (!r)
+		return NULL;
+	st->line++;
+	size_t len = strlen(r);
+	if (len == (size_t)num - 1 && r[len - 1] != '\n' && !feof(st->f)) {
+		st->too_long = st->line;
+		return NULL;
+	}
+	const char *p = r;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '[') {
+		const char *end = strchr(p, ']');
+		if (end) {
+			char name[128];
+			size_t n = (size_t)(end - p - 1);
+			if (n >= sizeof name)
+				n = sizeof name - 1;
+			memcpy(name, p + 1, n);
+			name[n] = 0;
+			/* trim and collapse the name the way inih does (it strips) */
+			char *a = name;
+			while (isspace((unsigned char)*a))
+				a++;
+			char *z = a + strlen(a);
+			while (z > a && isspace((unsigned char)z[-1]))
+				*--z = 0;
+			if (add_section(st, a))
+				return NULL;
+		}
+	}
+	return r;
+}
+
+static int handler(void *user, const char *section, const char *name, const char *value)
+{
+	reader_state *st = user;
+	ph_ini *ini = st->ini;
+	if (st->fail_line)
+		return 0;
+	for (int i = 0; i < ini->nentries; i++) {
+		ph_ini_entry *e = &ini->entries[i];
+		if (strcmp(e->section, section) == 0 && strcmp(e->key, name) == 0) {
+			st->fail_line = st->line;
+			ph_fail(st->err, PH_EINVAL, "%s:%d: %s is set twice in [%s] (first at line %d); keep one",
+				ini->path, st->line, name, section, e->line);
+			return 0;
+		}
+	}
+	if (!section[0]) {
+		st->fail_line = st->line;
+		ph_fail(st->err, PH_EINVAL, "%s:%d: %s = ... comes before any [section]; put it under [run] or the section it belongs to",
+			ini->path, st->line, name);
+		return 0;
+	}
+	if (strlen(section) >= sizeof ini->entries->section || strlen(name) >= sizeof ini->entries->key ||
+	    strlen(value) >= sizeof ini->entries->value) {
+		st->fail_line = st->line;
+		ph_fail(st->err, PH_EINVAL, "%s:%d: name or value too long", ini->path, st->line);
+		return 0;
+	}
+	if (grow((void **)&ini->entries, ini->nentries, &ini->entries_cap, sizeof *ini->entries)) {
+		st->fail_line = st->line;
+		ph_fail(st->err, PH_ENOMEM, "out of memory reading %s", ini->path);
+		return 0;
+	}
+	ph_ini_entry *e = &ini->entries[ini->nentries++];
+	memset(e, 0, sizeof *e);
+	strcpy(e->section, section);
+	strcpy(e->key, name);
+	strcpy(e->value, value);
+	e->line = st->line;
+	return 1;
+}
+
+int ph_ini_load(const char *path, ph_ini *ini, ph_err *err)
+{
+	memset(ini, 0, sizeof *ini);
+	if (strlen(path) >= sizeof ini->path)
+		return ph_fail(err, PH_EINVAL, "config path too long: %s", path);
+	strcpy(ini->path, path);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return ph_fail(err, PH_EIO, "cannot open config %s: %s; pass an existing file with -c",
+			       path, strerror(errno));
+	/* Our format: one value per line, no continuations; stop at the first error. */
+	ini_allow_multiline = false;
+	ini_stop_on_first_error = true;
+	reader_state st = { .f = f, .ini = ini, .err = err };
+	int rc = ini_parse_stream(reader, &st, handler, &st);
+	fclose(f);
+	if (st.too_long)
+		return ph_fail(err, PH_EINVAL, "%s:%d: line longer than %d characters (the system inih's limit); shorten it",
+			       path, st.too_long, ini_max_line - 3);
+	if (st.fail_line)
+		return PH_EINVAL; /* err already says what */
+	if (rc > 0)
+		return ph_fail(err, PH_EINVAL, "%s:%d: cannot parse this line; expected [section] or key = value",
+			       path, rc);
+	if (rc < 0)
+		return ph_fail(err, PH_EIO, "cannot read config %s", path);
+	return PH_OK;
+}
+
+ph_ini_entry *ph_ini_find(ph_ini *ini, const char *section, const char *key)
+{
+	for (int i = ini->nentries - 1; i >= 0; i--)
+		if (strcmp(ini->entries[i].section, section) == 0 && strcmp(ini->entries[i].key, key) == 0)
+			return &ini->entries[i];
+	return NULL;
+}
+
+int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
+{
+	const char *eq = strchr(a, '=');
+	if (!eq)
+		return ph_fail(err, PH_EINVAL, "--set %s: expected section.key=value", a);
+	char lhs[128];
+	size_t n = (size_t)(eq - a);
+	if (n >= sizeof lhs)
+		return ph_fail(err, PH_EINVAL, "--set %s: name too long", a);
+	memcpy(lhs, a, n);
+	lhs[n] = 0;
+	char *dot = strrchr(lhs, '.');
+	if (!dot || dot == lhs || !dot[1])
+		return ph_fail(err, PH_EINVAL, "--set %s: expected section.key=value, e.g. run.steps=100", a);
+	*dot = 0;
+	char section[128];
+	if (strncmp(lhs, "layer.", 6) == 0)
+		snprintf(section, sizeof section, "layer %s", lhs + 6);
+	else
+		snprintf(section, sizeof section, "%s", lhs);
+	const char *key = dot + 1, *value = eq + 1;
+	if (strlen(key) >= sizeof ini->entries->key || strlen(value) >= sizeof ini->entries->value)
+		return ph_fail(err, PH_EINVAL, "--set %s: name or value too long", a);
+	int known = 0;
+	for (int i = 0; i < ini->nsections; i++)
+		known |= strcmp(ini->sections[i].name, section) == 0;
+	if (!known) {
+		if (grow((void **)&ini->sections, ini->nsections, &ini->sections_cap, sizeof *ini->sections))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		ph_ini_section *s = &ini->sections[ini->nsections++];
+		snprintf(s->name, sizeof s->name, "%s", section);
+		s->line = 0;
+	}
+	ph_ini_entry *e = ph_ini_find(ini, section, key);
+	if (!e) {
+		if (grow((void **)&ini->entries, ini->nentries, &ini->entries_cap, sizeof *ini->entries))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		e = &ini->entries[ini->nentries++];
+		memset(e, 0, sizeof *e);
+		snprintf(e->section, sizeof e->section, "%s", section);
+		snprintf(e->key, sizeof e->key, "%s", key);
+	}
+	snprintf(e->value, sizeof e->value, "%s", value);
+	e->line = 0;
+	return PH_OK;
+}
+
+void ph_ini_where(const ph_ini *ini, int line, char *buf, size_t len)
+{
+	if (line > 0)
+		snprintf(buf, len, "%s:%d", ini->path, line);
+	else
+		snprintf(buf, len, "--set");
+}
+
+void ph_ini_free(ph_ini *ini)
+{
+	free(ini->sections);
+	free(ini->entries);
+	memset(ini, 0, sizeof *ini);
+}

@@ -1,0 +1,46 @@
+/* Reading an INI file into entries that remember their line numbers.
+ * The system inih (Debian: 200-character lines, no new-section callback)
+ * does the parsing; our reader counts lines and sees section headers, so
+ * every later error can say file:line. */
+#ifndef PH_CORE_INI_H
+#define PH_CORE_INI_H
+
+#include <pipehost/plugin.h>
+
+typedef struct {
+	char section[128];
+	char key[64];
+	char value[PH_STR_MAX];
+	int line;        /* 0: came from --set */
+	int used;        /* consumed by the config resolver */
+} ph_ini_entry;
+
+typedef struct {
+	char name[128];
+	int line;
+} ph_ini_section;
+
+typedef struct {
+	char path[PH_STR_MAX];
+	ph_ini_section *sections;   /* in file order */
+	int nsections;
+	ph_ini_entry *entries;      /* in file order, then --set additions */
+	int nentries;
+	int sections_cap, entries_cap;
+} ph_ini;
+
+int ph_ini_load(const char *path, ph_ini *ini, ph_err *err);
+
+/* Apply "section.key=value" (a layer section as "layer NAME.key=value" or
+ * "layer.NAME.key=value").  Replaces an existing entry or appends one. */
+int ph_ini_override(ph_ini *ini, const char *assignment, ph_err *err);
+
+/* The last entry for (section, key), or NULL. */
+ph_ini_entry *ph_ini_find(ph_ini *ini, const char *section, const char *key);
+
+/* "file:line" or "--set" for messages. */
+void ph_ini_where(const ph_ini *ini, int line, char *buf, size_t len);
+
+void ph_ini_free(ph_ini *ini);
+
+#endif

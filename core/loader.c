@@ -1,0 +1,307 @@
+/* Plugin loader: dlopen(RTLD_NOW|RTLD_LOCAL), one descriptor symbol, ABI and
+ * hook checks, duplicate names refused. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loader.h"
+#include "options.h"
+
+const char *ph_kind_name(ph_plugin_kind k)
+{
+	static const char *n[] = { "layer", "partitioner", "schedule" };
+	return k < PH_KIND_COUNT ? n[k] : "?";
+}
+
+static int grow(void **p, int n, int *cap, size_t size)
+{
+	if (n < *cap)
+		return 0;
+	int nc = *cap ? *cap * 2 : 16;
+	void *q = realloc(*p, (size_t)nc * size);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = nc;
+	return 0;
+}
+
+/* Smallest ops struct a plugin may have: everything this ABI major requires. */
+static uint32_t min_size(ph_plugin_kind k)
+{
+	switch (k) {
+	case PH_KIND_LAYER: return (uint32_t)(offsetof(ph_layer_ops, backward) + sizeof(void *));
+	case PH_KIND_PARTITIONER: return (uint32_t)sizeof(ph_partitioner_ops);
+	case PH_KIND_SCHEDULE: return (uint32_t)sizeof(ph_schedule_ops);
+	default: return 0;
+	}
+}
+
+static int check_version(const char *file, const char *what, unsigned major, unsigned minor, ph_err *err)
+{
+	if (major != PH_ABI_MAJOR)
+		return ph_fail(err, PH_EINVAL,
+			       "plugin %s: %s built for plugin ABI %u.%u, this pipehost speaks %d.%d; "
+			       "rebuild it against this pipehost's headers (pkg-config --cflags pipehost)",
+			       file, what, major, minor, PH_ABI_MAJOR, PH_ABI_MINOR);
+	if (minor > PH_ABI_MINOR)
+		return ph_fail(err, PH_EINVAL,
+			       "plugin %s: %s built for plugin ABI %u.%u, newer than this pipehost's %d.%d; "
+			       "upgrade pipehost or rebuild the plugin against its headers",
+			       file, what, major, minor, PH_ABI_MAJOR, PH_ABI_MINOR);
+	return PH_OK;
+}
+
+static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_err *err)
+{
+	const ph_ops_head *h = ops;
+	if (!h->name || !h->name[0])
+		return ph_fail(err, PH_EINVAL, "plugin %s: a %s without a name; set head.name", file,
+			       ph_kind_name(kind));
+	char what[128];
+	snprintf(what, sizeof what, "%s '%s'", ph_kind_name(kind), h->name);
+	int rc = check_version(file, what, h->abi_major, h->abi_minor, err);
+	if (rc)
+		return rc;
+	if (h->struct_size < min_size(kind))
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s has a %u-byte ops struct, ABI %d needs %u; rebuild it",
+			       file, what, h->struct_size, PH_ABI_MAJOR, min_size(kind));
+	const char *missing = NULL;
+	if (kind == PH_KIND_LAYER) {
+		const ph_layer_ops *l = ops;
+		if (!l->create) missing = "create";
+		else if (!l->destroy) missing = "destroy";
+		else if (!l->meta) missing = "meta";
+		else if (!l->forward) missing = "forward";
+		else if (!l->backward) missing = "backward";
+		else if (!l->devices) missing = "devices";
+	} else if (kind == PH_KIND_PARTITIONER) {
+		if (!((const ph_partitioner_ops *)ops)->partition) missing = "partition";
+	} else {
+		if (!((const ph_schedule_ops *)ops)->generate) missing = "generate";
+	}
+	if (missing)
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s lacks the required %s hook; implement it and rebuild",
+			       file, what, missing);
+	/* The defaults must parse: run the table once on a scratch config. */
+	if (h->options) {
+		if (h->config_size == 0 || h->config_size > (1u << 20))
+			return ph_fail(err, PH_EINVAL, "plugin %s: %s has options but config_size %zu", file, what,
+				       h->config_size);
+		void *cfg = calloc(1, h->config_size);
+		if (!cfg)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		for (const ph_option *o = h->options; o->name; o++) {
+			size_t need = o->type == PH_OPT_INT ? sizeof(int64_t) : o->type == PH_OPT_FLOAT ? sizeof(double)
+				    : o->type == PH_OPT_STRING ? PH_STR_MAX : o->type == PH_OPT_INTLIST ? sizeof(ph_intlist)
+				    : sizeof(int);
+			if (o->offset + need > h->config_size) {
+				free(cfg);
+				return ph_fail(err, PH_EINVAL, "plugin %s: %s option %s lies outside its config struct",
+					       file, what, o->name);
+			}
+		}
+		ph_err e2;
+		rc = ph_options_defaults(h->options, cfg, &e2);
+		free(cfg);
+		if (rc)
+			return ph_fail(err, PH_EINVAL, "plugin %s: %s: %s", file, what, e2.msg);
+	}
+	return PH_OK;
+}
+
+static int add_ops(ph_registry *r, ph_plugin_kind kind, const void *ops, int file, ph_err *err)
+{
+	const ph_ops_head *h = ops;
+	int rc = check_ops(r->files[file], kind, ops, err);
+	if (rc)
+		return rc;
+	for (int i = 0; i < r->nentries; i++)
+		if (r->entries[i].kind == kind && strcmp(r->entries[i].head->name, h->name) == 0)
+			return ph_fail(err, PH_EINVAL, "%s '%s' is provided by both %s and %s; remove one from the plugin path",
+				       ph_kind_name(kind), h->name, r->files[r->entries[i].file], r->files[file]);
+	if (grow((void **)&r->entries, r->nentries, &r->entries_cap, sizeof *r->entries))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	r->entries[r->nentries++] = (ph_registry_entry){ kind, h, ops, file };
+	return PH_OK;
+}
+
+int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
+{
+	for (int i = 0; i < r->nfiles; i++)
+		if (strcmp(r->files[i], file) == 0)
+			return PH_OK;
+	if (strlen(file) >= sizeof r->files[0])
+		return ph_fail(err, PH_EINVAL, "plugin path too long: %s", file);
+	void *dl = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+	if (!dl)
+		return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; check `ldd %s` for missing libraries",
+			       file, dlerror(), file);
+	ph_plugin_fn fn;
+	*(void **)&fn = dlsym(dl, PH_PLUGIN_SYMBOL);
+	if (!fn) {
+		dlclose(dl);
+		return ph_fail(err, PH_EINVAL,
+			       "%s is not a pipehost plugin (it exports no %s symbol); remove it from the plugin path",
+			       file, PH_PLUGIN_SYMBOL);
+	}
+	const ph_plugin *d = fn();
+	int rc;
+	if (!d) {
+		dlclose(dl);
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s() returned NULL", file, PH_PLUGIN_SYMBOL);
+	}
+	if ((rc = check_version(file, "descriptor", d->abi_major, d->abi_minor, err))) {
+		dlclose(dl);
+		return rc;
+	}
+	if (grow((void **)&r->files, r->nfiles, &r->files_cap, sizeof *r->files) ||
+	    !(r->handles = realloc(r->handles, (size_t)r->files_cap * sizeof *r->handles))) {
+		dlclose(dl);
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	}
+	int idx = r->nfiles++;
+	strcpy(r->files[idx], file);
+	r->handles[idx] = dl;
+	int first = r->nentries;
+	rc = PH_OK;
+	for (int i = 0; !rc && d->layers && d->layers[i]; i++)
+		rc = add_ops(r, PH_KIND_LAYER, d->layers[i], idx, err);
+	for (int i = 0; !rc && d->partitioners && d->partitioners[i]; i++)
+		rc = add_ops(r, PH_KIND_PARTITIONER, d->partitioners[i], idx, err);
+	for (int i = 0; !rc && d->schedules && d->schedules[i]; i++)
+		rc = add_ops(r, PH_KIND_SCHEDULE, d->schedules[i], idx, err);
+	if (rc) {
+		r->nentries = first; /* nothing half-loaded stays registered */
+		return rc;
+	}
+	return PH_OK;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int load_dir(ph_registry *r, const char *dir, ph_err *err)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return PH_OK; /* a path entry that does not exist is not an error */
+	char **names = NULL;
+	int n = 0, cap = 0, rc = PH_OK;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		if (len < 4 || strcmp(de->d_name + len - 3, ".so") != 0)
+			continue;
+		if (grow((void **)&names, n, &cap, sizeof *names) || !(names[n] = strdup(de->d_name))) {
+			rc = ph_fail(err, PH_ENOMEM, "out of memory");
+			break;
+		}
+		n++;
+	}
+	closedir(d);
+	if (!rc)
+		qsort(names, (size_t)n, sizeof *names, cmp_str);
+	for (int i = 0; i < n; i++) {
+		if (!rc) {
+			char file[1024];
+			snprintf(file, sizeof file, "%s/%s", dir, names[i]);
+			rc = ph_registry_load_file(r, file, err);
+		}
+		free(names[i]);
+	}
+	free(names);
+	return rc;
+}
+
+int ph_registry_load_path(ph_registry *r, const char *list, ph_err *err)
+{
+	char buf[4096];
+	snprintf(buf, sizeof buf, "%s", list ? list : "");
+	char *save = NULL;
+	for (char *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		int rc = load_dir(r, dir, err);
+		if (rc)
+			return rc;
+	}
+	return PH_OK;
+}
+
+const void *ph_registry_find(const ph_registry *r, ph_plugin_kind kind, const char *name)
+{
+	for (int i = 0; i < r->nentries; i++)
+		if (r->entries[i].kind == kind && strcmp(r->entries[i].head->name, name) == 0)
+			return r->entries[i].ops;
+	return NULL;
+}
+
+const char *ph_registry_file_of(const ph_registry *r, const void *ops)
+{
+	for (int i = 0; i < r->nentries; i++)
+		if (r->entries[i].ops == ops)
+			return r->files[r->entries[i].file];
+	return "?";
+}
+
+const char *ph_registry_suggest(const ph_registry *r, ph_plugin_kind kind, const char *name)
+{
+	const char *best = NULL;
+	int bd = 1 << 30;
+	for (int i = 0; i < r->nentries; i++) {
+		if (r->entries[i].kind != kind)
+			continue;
+		int d = ph_edit_distance(name, r->entries[i].head->name);
+		if (d < bd) {
+			bd = d;
+			best = r->entries[i].head->name;
+		}
+	}
+	size_t len = strlen(name);
+	return bd <= (len < 3 ? 1 : (int)(len / 3 + 1)) ? best : NULL;
+}
+
+void ph_registry_names(const ph_registry *r, ph_plugin_kind kind, char *buf, size_t len)
+{
+	size_t used = 0;
+	buf[0] = 0;
+	for (int i = 0; i < r->nentries && used + 1 < len; i++) {
+		if (r->entries[i].kind != kind)
+			continue;
+		int w = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", r->entries[i].head->name);
+		if (w < 0)
+			break;
+		used += (size_t)w;
+	}
+	if (!buf[0])
+		snprintf(buf, len, "(none found: check the plugin path)");
+}
+
+void ph_registry_print(FILE *f, const ph_registry *r)
+{
+	for (int k = 0; k < PH_KIND_COUNT; k++) {
+		fprintf(f, "%ss:\n", ph_kind_name((ph_plugin_kind)k));
+		for (int i = 0; i < r->nentries; i++) {
+			const ph_registry_entry *e = &r->entries[i];
+			if ((int)e->kind != k)
+				continue;
+			fprintf(f, "  %-14s %s\n", e->head->name, e->head->help ? e->head->help : "");
+			fprintf(f, "  %-14s from %s\n", "", r->files[e->file]);
+			if (e->head->options)
+				ph_options_print(f, e->head->options, "      ");
+		}
+	}
+}
+
+void ph_registry_free(ph_registry *r)
+{
+	for (int i = 0; i < r->nfiles; i++)
+		if (r->handles[i])
+			dlclose(r->handles[i]);
+	free(r->files);
+	free(r->handles);
+	free(r->entries);
+	memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,260 @@
+/* pipehost: train a model through a pipeline of stages.
+ *
+ *   pipehost -c run.ini [--set section.key=value ...] [--plan] [--save-weights FILE]
+ *   pipehost --list-plugins | --list-options
+ *
+ * Only this file exits: everything below returns status codes, and every
+ * failure reaches the user as one line on stderr and exit status 1. */
+#include "build-config.h"
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "engine.h"
+#include "options.h"
+#include "train.h"
+
+#ifndef PH_PLUGIN_DIR
+#define PH_PLUGIN_DIR "/usr/local/lib/pipehost"
+#endif
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: pipehost -c FILE [options]      train the model FILE describes\n"
+		"       pipehost --list-plugins         every plugin found, with its options\n"
+		"       pipehost --list-options         the keys of [run], [data], [optimizer], [layer]\n"
+		"options:\n"
+		"  -c, --config FILE        the run's INI file\n"
+		"  -s, --set SEC.KEY=VALUE  override one INI key (repeatable), e.g. --set run.steps=20\n"
+		"      --plan               print the partition and schedule and exit\n"
+		"      --save-weights FILE  write the trained weights (safetensors)\n"
+		"      --plugin-dir DIR     search DIR for plugins first (repeatable)\n"
+		"  -V, --version            print the version\n"
+		"plugins are searched in --plugin-dir, [run] plugin_path, $PIPEHOST_PLUGIN_PATH and %s\n",
+		PH_PLUGIN_DIR);
+}
+
+typedef struct {
+	const char *config;
+	const char *overrides[256];
+	int noverrides;
+	char plugin_dirs[4096];
+	int plan_only, list_plugins, list_options;
+	const char *save_weights;
+} cli_t;
+
+static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
+{
+	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR };
+	static const struct option longopts[] = {
+		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
+		{ "plan", no_argument, NULL, OPT_PLAN },       { "list-plugins", no_argument, NULL, OPT_LIST },
+		{ "list-options", no_argument, NULL, OPT_LISTOPT }, { "save-weights", required_argument, NULL, OPT_SAVE },
+		{ "plugin-dir", required_argument, NULL, OPT_PDIR }, { "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
+	};
+	int ch;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, ":c:s:hV", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 'c': cli->config = optarg; break;
+		case 's':
+			if (cli->noverrides == 256)
+				return ph_fail(err, PH_EINVAL, "too many --set options (256 at most)");
+			cli->overrides[cli->noverrides++] = optarg;
+			break;
+		case OPT_PLAN: cli->plan_only = 1; break;
+		case OPT_LIST: cli->list_plugins = 1; break;
+		case OPT_LISTOPT: cli->list_options = 1; break;
+		case OPT_SAVE: cli->save_weights = optarg; break;
+		case OPT_PDIR: {
+			size_t used = strlen(cli->plugin_dirs);
+			snprintf(cli->plugin_dirs + used, sizeof cli->plugin_dirs - used, "%s%s", used ? ":" : "", optarg);
+			break;
+		}
+		case 'h': usage(stdout); exit(0);
+		case 'V': printf("pipehost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, PH_ABI_MAJOR, PH_ABI_MINOR); exit(0);
+		case ':': return ph_fail(err, PH_EINVAL, "%s needs a value; see pipehost --help", argv[optind - 1]);
+		default: return ph_fail(err, PH_EINVAL, "unknown option %s; see pipehost --help", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return ph_fail(err, PH_EINVAL, "unexpected argument %s; the config goes after -c", argv[optind]);
+	if (!cli->config && !cli->list_plugins && !cli->list_options)
+		return ph_fail(err, PH_EINVAL, "no config given; run pipehost -c FILE (see pipehost --help)");
+	return PH_OK;
+}
+
+static void plugin_path(const cli_t *cli, const char *from_ini, char *buf, size_t len)
+{
+	const char *env = getenv("PIPEHOST_PLUGIN_PATH");
+	snprintf(buf, len, "%s:%s:%s:%s", cli->plugin_dirs, from_ini ? from_ini : "", env ? env : "", PH_PLUGIN_DIR);
+}
+
+static void list_options(void)
+{
+	printf("[run]\n");
+	ph_options_print(stdout, ph_run_options, "  ");
+	printf("[data]\n");
+	ph_options_print(stdout, ph_data_options, "  ");
+	printf("[optimizer]\n");
+	ph_options_print(stdout, ph_optimizer_options, "  ");
+	printf("[partition]\n  type             string   default uniform    partitioner plugin; its keys follow\n");
+	printf("[schedule]\n  type             string   default 1f1b       schedule plugin; its keys follow\n");
+	printf("[layer NAME]\n");
+	ph_options_print(stdout, ph_layer_common_options, "  ");
+}
+
+/* The per-sample input shape a data source gives, known without loading it. */
+static int data_shape(const ph_config *c, ph_shape *s, ph_err *err)
+{
+	memset(s, 0, sizeof *s);
+	if (c->data.source == PH_DATA_FASHION_MNIST) {
+		*s = (ph_shape){ 3, { 1, 28, 28 } };
+		return PH_OK;
+	}
+	if (c->data.shape.n < 1 || c->data.shape.n > PH_MAX_DIMS)
+		return ph_fail(err, PH_EINVAL, "[data] shape needs 1 to %d dimensions", PH_MAX_DIMS);
+	s->ndim = c->data.shape.n;
+	for (int i = 0; i < s->ndim; i++)
+		s->d[i] = c->data.shape.v[i];
+	return PH_OK;
+}
+
+static int load_data(const ph_config *c, const ph_shape *shape, ph_dataset *train, ph_dataset *test, ph_err *err)
+{
+	if (c->data.source == PH_DATA_FASHION_MNIST) {
+		int rc = ph_data_load_fashion_mnist(c->data.path, 1, train, err);
+		return rc ? rc : ph_data_load_fashion_mnist(c->data.path, 0, test, err);
+	}
+	uint64_t seed = (uint64_t)c->run.seed;
+	int rc = ph_data_synthetic(c->data.samples, shape, (int)c->data.classes, seed, train, err);
+	/* the test split shares the class prototypes (same seed) but not the samples */
+	if (!rc) {
+		ph_dataset all;
+		rc = ph_data_synthetic(c->data.samples + c->data.test_samples, shape, (int)c->data.classes, seed, &all, err);
+		if (!rc) {
+			int64_t numel = ph_shape_numel(shape);
+			memset(test, 0, sizeof *test);
+			*test = all;
+			test->n = c->data.test_samples;
+			test->x = malloc((size_t)(test->n * numel) * sizeof(float));
+			test->y = malloc((size_t)test->n * all.targets_per_sample * sizeof(int32_t));
+			if (!test->x || !test->y) {
+				ph_data_free(&all);
+				return ph_fail(err, PH_ENOMEM, "out of memory");
+			}
+			memcpy(test->x, all.x + c->data.samples * numel, (size_t)(test->n * numel) * sizeof(float));
+			memcpy(test->y, all.y + c->data.samples * all.targets_per_sample,
+			       (size_t)test->n * all.targets_per_sample * sizeof(int32_t));
+			ph_data_free(&all);
+		}
+	}
+	return rc;
+}
+
+static int save_weights(ph_engine *e, const char *path, ph_err *err)
+{
+	ph_tensor_ref *t;
+	int n;
+	int rc = ph_engine_tensors(e, &t, &n, err);
+	if (rc)
+		return rc;
+	static const char *const meta[] = { "format", "pt", "producer", "pipehost " PACKAGE_VERSION, NULL };
+	rc = ph_safetensors_write(path, t, n, meta, err);
+	free(t);
+	if (!rc)
+		printf("weights written to %s (%d tensors)\n", path, n);
+	return rc;
+}
+
+static int run(const cli_t *cli, ph_err *err)
+{
+	ph_registry reg;
+	memset(&reg, 0, sizeof reg);
+	char path[8192];
+	int rc;
+	if (!cli->config) {
+		plugin_path(cli, NULL, path, sizeof path);
+		if (cli->list_options)
+			list_options();
+		if (cli->list_plugins) {
+			if ((rc = ph_registry_load_path(&reg, path, err)))
+				return rc;
+			ph_registry_print(stdout, &reg);
+			ph_registry_free(&reg);
+		}
+		return PH_OK;
+	}
+	ph_config cfg;
+	ph_model model;
+	ph_plan plan;
+	ph_engine *engine = NULL;
+	ph_dataset train, test;
+	memset(&model, 0, sizeof model);
+	memset(&plan, 0, sizeof plan);
+	memset(&train, 0, sizeof train);
+	memset(&test, 0, sizeof test);
+	if ((rc = ph_config_read(&cfg, cli->config, cli->overrides, cli->noverrides, err)))
+		goto out;
+	plugin_path(cli, ph_config_plugin_path(&cfg), path, sizeof path);
+	if ((rc = ph_registry_load_path(&reg, path, err)))
+		goto out;
+	if (cli->list_plugins)
+		ph_registry_print(stdout, &reg);
+	if ((rc = ph_config_resolve(&cfg, &reg, err)))
+		goto out;
+	ph_shape in;
+	if ((rc = data_shape(&cfg, &in, err)))
+		goto out;
+	int mbsize = (int)(cfg.run.batch / cfg.run.micro_batches);
+	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)))
+		goto out;
+	if ((rc = ph_plan_build(&plan, &model, &cfg, &reg, err)))
+		goto out;
+	ph_plan_print(stdout, &plan, &model, &cfg);
+	fflush(stdout);
+	if (cli->plan_only)
+		goto out;
+	if ((rc = load_data(&cfg, &in, &train, &test, err)))
+		goto out;
+	if ((rc = ph_engine_create(&engine, &model, &plan, &cfg, err)))
+		goto out;
+	ph_train_result res;
+	if ((rc = ph_train(&cfg, engine, &train, &test, &res, err)))
+		goto out;
+	printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
+	if (res.test_loss >= 0)
+		printf("; test accuracy %.2f%% on %lld samples", 100.0 * res.test_accuracy, (long long)res.test_samples);
+	printf("\n");
+	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
+	if (wpath[0])
+		rc = save_weights(engine, wpath, err);
+out:
+	ph_engine_destroy(engine);
+	ph_data_free(&train);
+	ph_data_free(&test);
+	ph_plan_free(&plan);
+	ph_model_free(&model);
+	ph_config_free(&cfg);
+	ph_registry_free(&reg);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	cli_t cli;
+	memset(&cli, 0, sizeof cli);
+	ph_err err = { { 0 } };
+	int rc = parse_cli(argc, argv, &cli, &err);
+	if (!rc)
+		rc = run(&cli, &err);
+	if (rc) {
+		fflush(stdout);
+		fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "failed");
+		return 1;
+	}
+	return 0;
+}

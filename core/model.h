@@ -1,0 +1,33 @@
+/* The model: layer instances built from the config, shapes inferred forward,
+ * each layer's meta (Lingvo's FPropMeta) gathered once. */
+#ifndef PH_CORE_MODEL_H
+#define PH_CORE_MODEL_H
+
+#include "config.h"
+
+typedef struct {
+	const ph_layer_cfg *cfg;
+	const ph_layer_ops *ops;
+	void *state;
+	ph_shape in;
+	ph_layer_meta meta;
+	int64_t param_numel;       /* all its parameter tensors together */
+} ph_layer;
+
+typedef struct {
+	ph_layer *layers;
+	int n;
+	ph_shape input;
+	int max_batch;             /* micro-batch size */
+	int targets_per_sample;    /* from the loss layer */
+} ph_model;
+
+/* Create every layer in order, feeding each the previous one's output shape.
+ * A layer that refuses its input names both layers and the shape. */
+int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int max_batch, ph_err *err);
+void ph_model_free(ph_model *m);
+
+/* "[1,28,28]" */
+void ph_shape_str(const ph_shape *s, char *buf, size_t len);
+
+#endif

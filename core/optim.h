@@ -1,0 +1,40 @@
+/* Optimizers (SGD with momentum, AdamW) and the learning-rate schedule. */
+#ifndef PH_CORE_OPTIM_H
+#define PH_CORE_OPTIM_H
+
+#include <stdint.h>
+
+enum { PH_OPTIM_SGD = 0, PH_OPTIM_ADAMW = 1 };
+enum { PH_LR_CONSTANT = 0, PH_LR_COSINE = 1 };
+
+typedef struct {
+	int type;               /* PH_OPTIM_* */
+	double lr;              /* peak learning rate */
+	double momentum;        /* SGD */
+	int nesterov;           /* SGD */
+	double beta1, beta2, eps; /* AdamW */
+	double weight_decay;    /* SGD: L2 added to the gradient; AdamW: decoupled */
+	int64_t warmup;         /* steps of linear warm-up from lr/warmup to lr */
+	int lr_schedule;        /* PH_LR_* after warm-up */
+	double min_lr;          /* cosine floor */
+	int64_t total_steps;    /* for the cosine */
+	double clip;            /* global gradient-norm clip; 0 = off */
+} ph_optim_config;
+
+/* Learning rate for step t = 0, 1, ... */
+double ph_lr_at(const ph_optim_config *c, int64_t t);
+
+/* Optimizer state floats per parameter: 1 for SGD (momentum), 2 for AdamW. */
+int ph_optim_state_per_param(const ph_optim_config *c);
+
+/* Update n weights in place.  t is the 1-based step count (Adam's bias
+ * correction); lr from ph_lr_at; g already scaled (clipping); s holds
+ * state_per_param * n floats, zero at the start; decay = 0 exempts the tensor
+ * from weight decay.  Deterministic: a plain loop, same order every time. */
+void ph_optim_update(const ph_optim_config *c, int64_t t, double lr, float *w,
+		     const float *g, float *s, int64_t n, int decay);
+
+/* Sum of squares of g in double, in index order. */
+double ph_sumsq(const float *g, int64_t n);
+
+#endif

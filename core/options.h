@@ -1,0 +1,33 @@
+/* Option tables -> config structs: parsing, defaults, ranges, suggestions. */
+#ifndef PH_CORE_OPTIONS_H
+#define PH_CORE_OPTIONS_H
+
+#include <pipehost/plugin.h>
+
+/* Fill every option of `table` in `cfg` from its default text.  A required
+ * option (def == NULL) is left zeroed; ph_options_check_required reports it. */
+int ph_options_defaults(const ph_option *table, void *cfg, ph_err *err);
+
+/* Parse `value` for `key`.  Unknown key: PH_EUNSUPPORTED (err says so).
+ * Bad value: PH_EINVAL with the key, the value and what is accepted. */
+int ph_options_set(const ph_option *table, void *cfg, const char *key,
+		   const char *value, ph_err *err);
+
+/* The option named `key`, or NULL. */
+const ph_option *ph_options_find(const ph_option *table, const char *key);
+
+/* The closest name among the tables (NULL-terminated array of tables) to
+ * `key`, or NULL when nothing is close. */
+const char *ph_options_suggest(const ph_option *const *tables, const char *key);
+
+/* Levenshtein distance, for "did you mean". */
+int ph_edit_distance(const char *a, const char *b);
+
+/* Print the table (name, type, default, range or choices, help), indented. */
+void ph_options_print(FILE *f, const ph_option *table, const char *indent);
+
+/* "int", "float", ... and the range or choices as text, for docs. */
+const char *ph_opt_type_name(ph_opt_type t);
+void ph_option_range_text(const ph_option *o, char *buf, size_t len);
+
+#endif

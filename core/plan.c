@@ -1,0 +1,378 @@
+/* Planning: schedule -> compute lists -> checks -> lowered lists with
+ * communication -> deadlock simulation; partitioner -> chunk boundaries. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+static const char kind_char[] = { 'F', 'B', 'I', 'W' };
+
+void ph_action_str(const ph_action *a, int v, char *buf, size_t len)
+{
+	char k = a->kind < 4 ? kind_char[a->kind] : '?';
+	if (v > 1)
+		snprintf(buf, len, "%d%c%d", a->chunk, k, a->mb);
+	else
+		snprintf(buf, len, "%c%d", k, a->mb);
+}
+
+static void op_str(const ph_op *o, char *buf, size_t len)
+{
+	static const char *names[] = { "F", "B", "I", "W", "recv-activation", "send-activation",
+				       "recv-gradient", "send-gradient" };
+	snprintf(buf, len, "%s of chunk %d, micro-batch %d", names[o->kind], o->chunk, o->mb);
+}
+
+/* Per (chunk, mb) positions of each compute kind in its rank's list. */
+typedef struct {
+	int f, b, i, w; /* position + 1; 0 = absent */
+} seen_t;
+
+static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err *err)
+{
+	int P = p->ranks, C = p->nchunks, M = p->m;
+	seen_t *seen = calloc((size_t)C * M, sizeof *seen);
+	if (!seen)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int rc = PH_OK;
+	char s[32];
+	for (int r = 0; r < P && !rc; r++)
+		for (int k = 0; k < counts[r] && !rc; k++) {
+			const ph_action *a = &lists[r][k];
+			ph_action_str(a, p->v, s, sizeof s);
+			if (a->kind > PH_ACT_W || a->chunk >= C || a->mb < 0 || a->mb >= M) {
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: action %s is out of range "
+					     "(chunks 0..%d, micro-batches 0..%d)", r, k, s, C - 1, M - 1);
+				break;
+			}
+			if (a->chunk % P != r) {
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s runs chunk %d, which rank %d holds",
+					     r, k, s, a->chunk, a->chunk % P);
+				break;
+			}
+			seen_t *e = &seen[a->chunk * M + a->mb];
+			int *slot = a->kind == PH_ACT_F ? &e->f : a->kind == PH_ACT_B ? &e->b : a->kind == PH_ACT_I ? &e->i : &e->w;
+			if (*slot) {
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s runs twice (first at position %d); "
+					     "rule: every action exactly once", r, k, s, *slot - 1);
+				break;
+			}
+			*slot = k + 1;
+			if (a->kind != PH_ACT_F && !e->f)
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s comes before its forward; "
+					     "rule: each backward after its forward", r, k, s);
+			else if (a->kind == PH_ACT_W && !e->i)
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s comes before its I; "
+					     "rule: each W after its I", r, k, s);
+		}
+	for (int c = 0; c < C && !rc; c++)
+		for (int mb = 0; mb < M && !rc; mb++) {
+			seen_t *e = &seen[c * M + mb];
+			ph_action a = { PH_ACT_F, 0, (uint16_t)c, mb };
+			ph_action_str(&a, p->v, s, sizeof s);
+			if (!e->f)
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d never runs %s; rule: every forward exactly once",
+					     c % P, s);
+			else if (!e->b && !e->i)
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d never runs the backward of chunk %d micro-batch %d; "
+					     "rule: every backward exactly once", c % P, c, mb);
+			else if (e->b && (e->i || e->w))
+				rc = ph_fail(err, PH_EINVAL, "schedule: chunk %d micro-batch %d has both B and I/W; use one", c, mb);
+			else if (e->i && !e->w)
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d never runs W of chunk %d micro-batch %d; "
+					     "rule: every I has its W", c % P, c, mb);
+		}
+	free(seen);
+	return rc;
+}
+
+static int push(ph_plan *p, int r, int *cap, uint8_t kind, int chunk, int mb, ph_err *err)
+{
+	if (p->nops[r] == *cap) {
+		*cap = *cap ? *cap * 2 : 64;
+		ph_op *n = realloc(p->ops[r], (size_t)*cap * sizeof *n);
+		if (!n)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		p->ops[r] = n;
+	}
+	p->ops[r][p->nops[r]++] = (ph_op){ kind, chunk, mb };
+	return PH_OK;
+}
+
+static int lower(ph_plan *p, ph_action **lists, const int *counts, ph_err *err)
+{
+	int last = p->nchunks - 1, rc = PH_OK;
+	for (int r = 0; r < p->ranks && !rc; r++) {
+		int cap = 0;
+		for (int k = 0; k < counts[r] && !rc; k++) {
+			const ph_action *a = &lists[r][k];
+			int c = a->chunk, mb = a->mb;
+			switch (a->kind) {
+			case PH_ACT_F:
+				if (c > 0 && (rc = push(p, r, &cap, PH_OP_RECV_ACT, c, mb, err)))
+					break;
+				if ((rc = push(p, r, &cap, PH_OP_F, c, mb, err)))
+					break;
+				if (c < last)
+					rc = push(p, r, &cap, PH_OP_SEND_ACT, c, mb, err);
+				break;
+			case PH_ACT_B:
+			case PH_ACT_I:
+				if (c < last && (rc = push(p, r, &cap, PH_OP_RECV_GRAD, c, mb, err)))
+					break;
+				if ((rc = push(p, r, &cap, a->kind, c, mb, err)))
+					break;
+				if (c > 0)
+					rc = push(p, r, &cap, PH_OP_SEND_GRAD, c, mb, err);
+				break;
+			case PH_ACT_W:
+				rc = push(p, r, &cap, PH_OP_W, c, mb, err);
+				break;
+			}
+		}
+	}
+	return rc;
+}
+
+/* Run the lowered lists with unbounded mailboxes: sends never block, a
+ * receive waits for its send.  If every unfinished rank waits, the plan
+ * would deadlock.  Also measures each chunk's peak in-flight micro-batches. */
+static int simulate(ph_plan *p, ph_err *err)
+{
+	int C = p->nchunks, M = p->m, P = p->ranks;
+	uint8_t *act = calloc((size_t)C * M, 1), *grad = calloc((size_t)C * M, 1);
+	int *pos = calloc((size_t)P, sizeof *pos), *live = calloc((size_t)C, sizeof *live);
+	int rc = PH_OK;
+	if (!act || !grad || !pos || !live) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int c = 0; c < C; c++)
+		p->slots[c] = 0;
+	for (;;) {
+		int progress = 0, done = 1;
+		for (int r = 0; r < P; r++) {
+			while (pos[r] < p->nops[r]) {
+				const ph_op *o = &p->ops[r][pos[r]];
+				if (o->kind == PH_OP_RECV_ACT && !act[(o->chunk - 1) * M + o->mb])
+					break;
+				if (o->kind == PH_OP_RECV_GRAD && !grad[(o->chunk + 1) * M + o->mb])
+					break;
+				if (o->kind == PH_OP_SEND_ACT)
+					act[o->chunk * M + o->mb] = 1;
+				if (o->kind == PH_OP_SEND_GRAD)
+					grad[o->chunk * M + o->mb] = 1;
+				if (o->kind == PH_OP_F && ++live[o->chunk] > p->slots[o->chunk])
+					p->slots[o->chunk] = live[o->chunk];
+				if (o->kind == PH_OP_B || o->kind == PH_OP_W)
+					live[o->chunk]--;
+				pos[r]++;
+				progress = 1;
+			}
+			if (pos[r] < p->nops[r])
+				done = 0;
+		}
+		if (done)
+			break;
+		if (!progress) {
+			char what[96];
+			int r = 0;
+			while (pos[r] >= p->nops[r])
+				r++;
+			op_str(&p->ops[r][pos[r]], what, sizeof what);
+			rc = ph_fail(err, PH_EINVAL, "schedule deadlocks: rank %d waits forever at step %d (%s) and no rank can "
+				     "move; rule: the lowered plan must not deadlock", r, pos[r], what);
+			break;
+		}
+	}
+out:
+	free(act);
+	free(grad);
+	free(pos);
+	free(live);
+	return rc;
+}
+
+int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err *err)
+{
+	int rc = check_lists(p, lists, counts, err);
+	if (rc)
+		return rc;
+	if (!p->ops) {
+		p->ops = calloc((size_t)p->ranks, sizeof *p->ops);
+		p->nops = calloc((size_t)p->ranks, sizeof *p->nops);
+		p->slots = calloc((size_t)p->nchunks, sizeof *p->slots);
+		if (!p->ops || !p->nops || !p->slots)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+	}
+	if ((rc = lower(p, lists, counts, err)))
+		return rc;
+	return simulate(p, err);
+}
+
+static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
+{
+	const ph_schedule_ops *s = c->schedule;
+	ph_schedule_shape shape = { p->ranks, p->v, p->m };
+	int rc;
+	if (p->v > s->max_chunks_per_rank)
+		return ph_fail(err, PH_EINVAL, "schedule %s runs at most %d chunk(s) per rank; [run] chunks = %d: lower it or "
+			       "use schedule = interleaved", s->head.name, s->max_chunks_per_rank, p->v);
+	if (s->check && (rc = s->check(c->schedule_config, &shape, err)))
+		return rc;
+	p->actions = calloc((size_t)p->ranks, sizeof *p->actions);
+	p->nactions = calloc((size_t)p->ranks, sizeof *p->nactions);
+	if (!p->actions || !p->nactions)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int cap = 4 * p->v * p->m;
+	for (int r = 0; r < p->ranks; r++) {
+		if (!(p->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		ph_err e2 = { { 0 } };
+		if ((rc = s->generate(c->schedule_config, &shape, r, p->actions[r], cap, &p->nactions[r], &e2)))
+			return ph_fail(err, rc, "schedule %s: %s", s->head.name, e2.msg);
+		if (p->nactions[r] < 0 || p->nactions[r] > cap)
+			return ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d returned %d actions (room for %d)", s->head.name,
+				       r, p->nactions[r], cap);
+	}
+	return ph_plan_set_actions(p, p->actions, p->nactions, err);
+}
+
+static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err)
+{
+	int n = m->n, K = p->nchunks, rc = PH_OK;
+	int cuts = 0;
+	for (int i = 0; i + 1 < n; i++)
+		cuts += m->layers[i].cfg->cut;
+	if (K > n)
+		return ph_fail(err, PH_EINVAL, "[run] stages = %d x chunks = %d needs at least %d layers, one per stage; "
+			       "the model has %d: lower stages", p->ranks, p->v, K, n);
+	if (K > cuts + 1)
+		return ph_fail(err, PH_EINVAL, "%d stages need %d boundaries but the layers allow only %d (cut = no "
+			       "elsewhere): lower stages or allow more cuts", K, K - 1, cuts);
+	double *buf = calloc((size_t)n * 6 + (size_t)K, sizeof(double));
+	const char **names = calloc((size_t)n, sizeof *names), **types = calloc((size_t)n, sizeof *types);
+	uint8_t *cut = calloc((size_t)n, 1);
+	int *inflight = calloc((size_t)K, sizeof *inflight);
+	p->first = calloc((size_t)K + 1, sizeof *p->first);
+	if (!buf || !names || !types || !cut || !inflight || !p->first) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	double *fwd = buf, *bwd = buf + n, *pb = buf + 2 * n, *ab = buf + 3 * n, *kb = buf + 4 * n, *lim = buf + 6 * n;
+	for (int i = 0; i < n; i++) {
+		const ph_layer *l = &m->layers[i];
+		double out_bytes = 4.0 * (double)ph_shape_numel(&l->meta.out) * m->max_batch;
+		fwd[i] = l->meta.fwd_flops;
+		bwd[i] = l->meta.bwd_flops;
+		pb[i] = 4.0 * (double)l->param_numel;
+		ab[i] = out_bytes;
+		kb[i] = out_bytes + (double)l->meta.saved_bytes * m->max_batch;
+		names[i] = l->cfg->name;
+		types[i] = l->ops->head.name;
+		cut[i] = i + 1 < n ? (uint8_t)l->cfg->cut : 0;
+	}
+	for (int k = 0; k < K; k++)
+		inflight[k] = p->slots[k];
+	ph_partition_problem pbm = {
+		.n = n, .stages = K, .fwd_cost = fwd, .bwd_cost = bwd, .param_bytes = pb, .act_bytes = ab,
+		.keep_bytes = kb, .names = names, .types = types, .cut_after = cut, .mem_limit = lim,
+		.in_flight = inflight, .state_factor = 2.0 + ph_optim_state_per_param(&c->optim), .link_bytes_per_s = 0,
+	};
+	ph_err warn = { { 0 } }, e2 = { { 0 } };
+	rc = c->partitioner->partition(c->partitioner_config, &pbm, p->first, &warn, &e2);
+	if (rc) {
+		rc = ph_fail(err, rc, "partitioner %s: %s", c->partitioner->head.name, e2.msg);
+		goto out;
+	}
+	if (warn.msg[0])
+		fprintf(stderr, "pipehost: partitioner %s: %s\n", c->partitioner->head.name, warn.msg);
+	/* A third-party partitioner's answer is checked like any input. */
+	if (p->first[0] != 0 || p->first[K] != n) {
+		rc = ph_fail(err, PH_EINTERNAL, "partitioner %s returned bounds starting at %d and ending at %d; they must "
+			     "cover layers 0..%d", c->partitioner->head.name, p->first[0], p->first[K], n - 1);
+		goto out;
+	}
+	for (int k = 0; k < K; k++) {
+		if (p->first[k + 1] <= p->first[k]) {
+			rc = ph_fail(err, PH_EINTERNAL, "partitioner %s left stage %d empty", c->partitioner->head.name, k);
+			goto out;
+		}
+		if (k > 0 && !cut[p->first[k] - 1]) {
+			rc = ph_fail(err, PH_EINVAL, "partitioner %s cut after layer %s, which has cut = no",
+				     c->partitioner->head.name, names[p->first[k] - 1]);
+			goto out;
+		}
+	}
+out:
+	free(buf);
+	free(names);
+	free(types);
+	free(cut);
+	free(inflight);
+	return rc;
+}
+
+int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const ph_registry *reg, ph_err *err)
+{
+	(void)reg;
+	memset(p, 0, sizeof *p);
+	p->ranks = (int)c->run.stages;
+	p->v = (int)c->run.chunks;
+	p->nchunks = p->ranks * p->v;
+	p->m = (int)c->run.micro_batches;
+	int rc = make_actions(p, c, err);
+	if (rc)
+		return rc;
+	return make_partition(p, m, c, err);
+}
+
+void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c)
+{
+	double total = 0;
+	for (int i = 0; i < m->n; i++)
+		total += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;
+	int spp = ph_optim_state_per_param(&c->optim);
+	fprintf(f, "plan: %d layers, %d rank(s) x %d chunk(s), %d micro-batches of %d, schedule %s, partitioner %s\n",
+		m->n, p->ranks, p->v, p->m, m->max_batch, c->schedule->head.name, c->partitioner->head.name);
+	fprintf(f, "  %-5s %-4s %-6s %-34s %10s %6s %9s %10s\n", "chunk", "rank", "device", "layers", "params", "cost",
+		"in-flight", "est. MiB");
+	for (int k = 0; k < p->nchunks; k++) {
+		int a = p->first[k], b = p->first[k + 1] - 1;
+		int64_t params = 0;
+		double cost = 0, keep = 0, scratch = 0;
+		for (int i = a; i <= b; i++) {
+			const ph_layer *l = &m->layers[i];
+			params += l->param_numel;
+			cost += l->meta.fwd_flops + l->meta.bwd_flops;
+			keep += (4.0 * (double)ph_shape_numel(&l->meta.out) + (double)l->meta.saved_bytes) * m->max_batch;
+			if (l->meta.scratch_bytes > scratch)
+				scratch = (double)l->meta.scratch_bytes;
+		}
+		char range[160];
+		if (a == b)
+			snprintf(range, sizeof range, "%s (%d)", m->layers[a].cfg->name, a);
+		else
+			snprintf(range, sizeof range, "%s..%s (%d-%d)", m->layers[a].cfg->name, m->layers[b].cfg->name, a, b);
+		double mem = 4.0 * (double)params * (2 + spp) + keep * p->slots[k] + scratch;
+		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10.1f\n", k, k % p->ranks, "cpu", range,
+			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], mem / (1024.0 * 1024.0));
+	}
+}
+
+void ph_plan_free(ph_plan *p)
+{
+	for (int r = 0; r < p->ranks; r++) {
+		if (p->actions)
+			free(p->actions[r]);
+		if (p->ops)
+			free(p->ops[r]);
+	}
+	free(p->actions);
+	free(p->nactions);
+	free(p->ops);
+	free(p->nops);
+	free(p->slots);
+	free(p->first);
+	memset(p, 0, sizeof *p);
+}

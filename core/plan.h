@@ -1,0 +1,51 @@
+/* The plan: stage boundaries from the partitioner, per-rank action lists from
+ * the schedule, lowered with sends and receives and proven deadlock-free. */
+#ifndef PH_CORE_PLAN_H
+#define PH_CORE_PLAN_H
+
+#include <stdio.h>
+
+#include "model.h"
+
+typedef enum {
+	PH_OP_F = PH_ACT_F,
+	PH_OP_B = PH_ACT_B,
+	PH_OP_I = PH_ACT_I,
+	PH_OP_W = PH_ACT_W,
+	PH_OP_RECV_ACT,   /* before F of chunk c > 0: activation from chunk c-1 */
+	PH_OP_SEND_ACT,   /* after F of chunk c < last */
+	PH_OP_RECV_GRAD,  /* before B/I of chunk c < last: gradient from chunk c+1 */
+	PH_OP_SEND_GRAD   /* after B/I of chunk c > 0 */
+} ph_op_kind;
+
+typedef struct {
+	uint8_t kind;
+	int chunk;
+	int mb;
+} ph_op;
+
+typedef struct {
+	int ranks, v, nchunks, m;
+	int *first;              /* [nchunks + 1]: first layer of each chunk */
+	ph_action **actions;     /* [ranks]: the schedule's compute actions */
+	int *nactions;
+	ph_op **ops;             /* [ranks]: lowered lists */
+	int *nops;
+	int *slots;              /* [nchunks]: peak micro-batches in flight */
+} ph_plan;
+
+/* Generate, partition, lower, validate.  Errors name the rule, the rank and
+ * the position. */
+int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const ph_registry *reg, ph_err *err);
+
+/* Check compute lists and lower them (exposed for tests and for schedules
+ * read from files). */
+int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err *err);
+
+void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c);
+void ph_plan_free(ph_plan *p);
+
+/* "F3", "1B0" (chunk prefix when v > 1) */
+void ph_action_str(const ph_action *a, int v, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,282 @@
+/*
+ * pipehost plugin ABI.
+ *
+ * This is the only header a plugin includes (with its companions rng.h and
+ * option.h, which it pulls in).  A plugin is a shared object that exports one
+ * symbol, pipehost_plugin(), returning a descriptor that lists the layer,
+ * partitioner and schedule ops it provides.  Build one out of tree with
+ *
+ *     cc -shared -fPIC $(pkg-config --cflags pipehost) -o mylayer.so mylayer.c
+ *
+ * Contracts (see DESIGN.md):
+ *  - The host owns all memory.  Plugins get pointers to parameters, gradients,
+ *    activations, saved state and scratch sized from their meta.
+ *  - Plugins never print and never exit: they return PH_OK or an error code and
+ *    write one line into the ph_err they are given (ph_fail() does both).
+ *  - Plugins never parse strings: the host parses INI values against the
+ *    plugin's option table into the plugin's config struct.
+ *  - Parameter gradients accumulate (+=); input gradients are overwritten (=).
+ *
+ * Versioning: a plugin built for another ABI major, or for a newer minor than
+ * the host speaks, is refused at load time.  Fields are only ever appended to
+ * the ops structs; head.struct_size tells the host which ones a plugin has.
+ */
+#ifndef PIPEHOST_PLUGIN_H
+#define PIPEHOST_PLUGIN_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <pipehost/option.h>
+#include <pipehost/rng.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PH_ABI_MAJOR 1
+#define PH_ABI_MINOR 0
+
+#define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
+#define PH_MAX_PARAMS 8 /* parameter tensors per layer */
+#define PH_ERR_MAX 256
+
+/* Status codes.  Every hook returns one; PH_OK is zero. */
+enum {
+	PH_OK = 0,
+	PH_EINVAL = 1,      /* bad configuration or input */
+	PH_ENOMEM = 2,      /* out of memory */
+	PH_EIO = 3,         /* file or device I/O */
+	PH_EUNSUPPORTED = 4,/* valid request this plugin cannot serve */
+	PH_EINTERNAL = 5    /* a bug: a broken invariant */
+};
+
+/* One line of error text, written by whoever fails first. */
+typedef struct {
+	char msg[PH_ERR_MAX];
+} ph_err;
+
+/* Record an error and return its code: `return ph_fail(err, PH_EINVAL, "...")`. */
+static inline int ph_fail(ph_err *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static inline int ph_fail(ph_err *err, int code, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* ------------------------------------------------------------------ */
+/* Common head of every ops table.                                     */
+
+typedef struct {
+	uint16_t abi_major;        /* PH_ABI_MAJOR the plugin was built with */
+	uint16_t abi_minor;        /* PH_ABI_MINOR the plugin was built with */
+	uint32_t struct_size;      /* sizeof the whole ops struct, as built */
+	const char *name;          /* what the INI names it by: `type = NAME` */
+	const char *help;          /* one line for --list-plugins */
+	const ph_option *options;  /* terminated by PH_OPT_END; NULL = none */
+	size_t config_size;        /* bytes of the config struct the options fill */
+} ph_ops_head;
+
+#define PH_HEAD(ops_type, name_, help_, options_, config_type) \
+	{ PH_ABI_MAJOR, PH_ABI_MINOR, (uint32_t)sizeof(ops_type), (name_), (help_), \
+	  (options_), sizeof(config_type) }
+/* For a plugin without options. */
+#define PH_HEAD_NOOPT(ops_type, name_, help_) \
+	{ PH_ABI_MAJOR, PH_ABI_MINOR, (uint32_t)sizeof(ops_type), (name_), (help_), NULL, 0 }
+
+/* ------------------------------------------------------------------ */
+/* Layers.                                                             */
+
+/* Per-sample shape: the batch dimension is never part of it. */
+typedef struct {
+	int ndim;
+	int64_t d[PH_MAX_DIMS];
+} ph_shape;
+
+static inline int64_t ph_shape_numel(const ph_shape *s)
+{
+	int64_t n = 1;
+	for (int i = 0; i < s->ndim; i++)
+		n *= s->d[i];
+	return n;
+}
+
+/* Devices a layer implements (ph_layer_ops.devices) or runs on (ph_ctx.device). */
+enum { PH_DEV_CPU = 1u << 0, PH_DEV_CUDA = 1u << 1 };
+
+/* How the host initialises a parameter tensor. */
+typedef enum {
+	PH_INIT_ZEROS = 0,
+	PH_INIT_ONES = 1,
+	PH_INIT_UNIFORM = 2, /* U(-init_arg, +init_arg) */
+	PH_INIT_NORMAL = 3   /* N(0, init_arg^2) */
+} ph_init_rule;
+
+typedef struct {
+	char name[32];        /* "weight", "bias": the tensor is LAYER.NAME */
+	ph_shape shape;
+	ph_init_rule init;
+	float init_arg;
+	int no_decay;         /* 1: weight decay never applies (biases, norm gains) */
+} ph_param_desc;
+
+/* What a layer tells the host about itself (Lingvo's FPropMeta). */
+typedef struct {
+	ph_shape out;              /* per-sample output shape */
+	double fwd_flops;          /* per sample */
+	double bwd_flops;          /* per sample, input and weight gradients together */
+	int nparams;
+	ph_param_desc params[PH_MAX_PARAMS];
+	size_t saved_bytes;        /* per sample, kept from forward to backward besides x, y */
+	size_t scratch_bytes;      /* for max_batch samples; shared, valid during one call */
+	int targets_per_sample;    /* loss layers: int32 targets per sample */
+} ph_layer_meta;
+
+/* Flags in ph_layer_ops.flags. */
+enum {
+	/* The model's last layer.  Output is 2 floats per sample: the loss summed
+	 * over the sample's targets, and the number of correct predictions. */
+	PH_LAYER_LOSS = 1u << 0
+};
+
+/* Everything a forward or backward call needs besides tensors. */
+typedef struct {
+	int batch;              /* samples in this micro-batch, <= max_batch */
+	int training;           /* 0 in evaluation (dropout is off) */
+	/* Randomness is keyed by (seed, step, micro-batch, layer) so that any
+	 * schedule, placement or recomputation draws the same numbers. */
+	uint64_t seed, step, microbatch, layer;
+	void *scratch;          /* meta.scratch_bytes */
+	void *saved;            /* meta.saved_bytes * batch, this micro-batch's own */
+	int device;             /* PH_DEV_CPU or PH_DEV_CUDA */
+	void *stream;           /* cudaStream_t on CUDA; NULL on CPU */
+	void *blas;             /* cublasHandle_t on CUDA; NULL on CPU */
+	/* Loss layers only. */
+	const int32_t *targets; /* batch * targets_per_sample */
+	float loss_scale;       /* backward: d(objective)/d(per-target loss) */
+} ph_ctx;
+
+typedef struct {
+	ph_ops_head head;
+	uint32_t devices;       /* PH_DEV_* this layer implements */
+	uint32_t flags;         /* PH_LAYER_* */
+
+	/* Check the config against the input shape and build the state.
+	 * max_batch bounds ctx->batch in every later call. */
+	int (*create)(const void *config, const ph_shape *in, int max_batch,
+		      void **state, ph_err *err);
+	void (*destroy)(void *state);
+	int (*meta)(const void *state, ph_layer_meta *meta, ph_err *err);
+
+	/* x: [batch, in]  ->  y: [batch, out].  params as meta listed them. */
+	int (*forward)(void *state, const ph_ctx *ctx, float *const *params,
+		       const float *x, float *y, ph_err *err);
+
+	/* dy: [batch, out] (NULL for a loss layer, which reads ctx->targets).
+	 * grads[i] += d/d params[i];  dx = d/dx, or skipped when dx is NULL. */
+	int (*backward)(void *state, const ph_ctx *ctx, float *const *params,
+			float *const *grads, const float *x, const float *y,
+			const float *dy, float *dx, ph_err *err);
+} ph_layer_ops;
+
+/* ------------------------------------------------------------------ */
+/* Partitioners: cut n layers into `stages` contiguous, non-empty runs. */
+
+typedef struct {
+	int n;                         /* layers */
+	int stages;                    /* ranks * virtual chunks per rank */
+	const double *fwd_cost;        /* per layer, >= 0, in the cost source's unit */
+	const double *bwd_cost;        /* per layer */
+	const double *param_bytes;     /* per layer */
+	const double *act_bytes;       /* per layer: its output for one micro-batch */
+	const double *keep_bytes;      /* per layer: bytes held per in-flight micro-batch */
+	const char *const *names;      /* per layer */
+	const char *const *types;      /* per layer */
+	const uint8_t *cut_after;      /* per layer: 1 if a stage may end after it */
+	const double *mem_limit;       /* per stage, bytes; 0 = unlimited */
+	const int *in_flight;          /* per stage: micro-batches the schedule keeps in flight */
+	double state_factor;           /* bytes of params+grads+optimizer state per param byte */
+	double link_bytes_per_s;       /* boundary bandwidth; 0 = free */
+} ph_partition_problem;
+
+typedef struct {
+	ph_ops_head head;
+	/* first[s] = index of stage s's first layer, s = 0..stages-1, and
+	 * first[stages] = n.  A note for the user (e.g. why a heuristic fell
+	 * back) goes into warn->msg; leave it empty otherwise. */
+	int (*partition)(const void *config, const ph_partition_problem *pb,
+			 int *first, ph_err *warn, ph_err *err);
+} ph_partitioner_ops;
+
+/* ------------------------------------------------------------------ */
+/* Schedules: per-rank orders of compute actions, no communication.    */
+
+typedef enum {
+	PH_ACT_F = 0, /* forward */
+	PH_ACT_B = 1, /* full backward */
+	PH_ACT_I = 2, /* backward, input-gradient half */
+	PH_ACT_W = 3  /* backward, weight-gradient half */
+} ph_action_kind;
+
+typedef struct {
+	uint8_t kind;    /* ph_action_kind */
+	uint8_t reserved;
+	uint16_t chunk;  /* global chunk index: rank r holds chunks r, r+p, r+2p, ... */
+	int32_t mb;      /* micro-batch */
+} ph_action;
+
+typedef struct {
+	int ranks;            /* p */
+	int chunks_per_rank;  /* v */
+	int microbatches;     /* m */
+} ph_schedule_shape;
+
+typedef struct {
+	ph_ops_head head;
+	int max_chunks_per_rank;   /* 1 for non-interleaved schedules */
+	/* Optional: refuse a shape this schedule cannot order (say why, and
+	 * what would work).  NULL = every shape is fine. */
+	int (*check)(const void *config, const ph_schedule_shape *shape, ph_err *err);
+	/* Write rank's actions into out[0..cap) and their number into *n. */
+	int (*generate)(const void *config, const ph_schedule_shape *shape, int rank,
+			ph_action *out, int cap, int *n, ph_err *err);
+} ph_schedule_ops;
+
+/* ------------------------------------------------------------------ */
+/* The descriptor: the one symbol a plugin exports.                     */
+
+typedef struct {
+	uint16_t abi_major;
+	uint16_t abi_minor;
+	const ph_layer_ops *const *layers;             /* NULL-terminated, or NULL */
+	const ph_partitioner_ops *const *partitioners; /* NULL-terminated, or NULL */
+	const ph_schedule_ops *const *schedules;       /* NULL-terminated, or NULL */
+} ph_plugin;
+
+#define PH_PLUGIN_SYMBOL "pipehost_plugin"
+
+typedef const ph_plugin *(*ph_plugin_fn)(void);
+
+/* Define the exported descriptor.  Pass NULL-terminated arrays or NULL. */
+#define PH_PLUGIN(layers_, partitioners_, schedules_)                         \
+	__attribute__((visibility("default"))) const ph_plugin *pipehost_plugin(void); \
+	const ph_plugin *pipehost_plugin(void)                                \
+	{                                                                     \
+		static const ph_plugin d = { PH_ABI_MAJOR, PH_ABI_MINOR,      \
+					     (layers_), (partitioners_),      \
+					     (schedules_) };                  \
+		return &d;                                                    \
+	}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPEHOST_PLUGIN_H */

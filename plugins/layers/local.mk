@@ -1,0 +1,35 @@
+# CPU layer plugins: one libtool module per layer, named after it (type = NAME).
+# Included from the top Makefile.am; paths are relative to the top directory.
+
+pkglib_LTLIBRARIES += plugins/layers/linear.la
+plugins_layers_linear_la_SOURCES = plugins/layers/linear.c
+plugins_layers_linear_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_linear_la_LIBADD = $(BLAS_LIBS) -lm
+plugins_layers_linear_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
+
+pkglib_LTLIBRARIES += plugins/layers/relu.la
+plugins_layers_relu_la_SOURCES = plugins/layers/relu.c
+plugins_layers_relu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+
+pkglib_LTLIBRARIES += plugins/layers/conv2d.la
+plugins_layers_conv2d_la_SOURCES = plugins/layers/conv2d.c
+plugins_layers_conv2d_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_conv2d_la_LIBADD = $(BLAS_LIBS) -lm
+plugins_layers_conv2d_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
+
+pkglib_LTLIBRARIES += plugins/layers/maxpool2d.la
+plugins_layers_maxpool2d_la_SOURCES = plugins/layers/maxpool2d.c
+plugins_layers_maxpool2d_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+
+pkglib_LTLIBRARIES += plugins/layers/flatten.la
+plugins_layers_flatten_la_SOURCES = plugins/layers/flatten.c
+plugins_layers_flatten_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+
+pkglib_LTLIBRARIES += plugins/layers/dropout.la
+plugins_layers_dropout_la_SOURCES = plugins/layers/dropout.c
+plugins_layers_dropout_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+
+pkglib_LTLIBRARIES += plugins/layers/softmax_xent.la
+plugins_layers_softmax_xent_la_SOURCES = plugins/layers/softmax_xent.c
+plugins_layers_softmax_xent_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_softmax_xent_la_LIBADD = -lm

@@ -1,0 +1,16 @@
+# Test plugins: each one broken in one way the loader must refuse.
+check_LTLIBRARIES += tests/plugins/bad_abi.la tests/plugins/missing_hook.la tests/plugins/not_a_plugin.la
+TEST_PLUGIN_LDFLAGS = -module -avoid-version -shared -rpath /nowhere $(SAN_CFLAGS)
+tests_plugins_bad_abi_la_SOURCES = tests/plugins/bad_abi.c
+tests_plugins_bad_abi_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_missing_hook_la_SOURCES = tests/plugins/missing_hook.c
+tests_plugins_missing_hook_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_not_a_plugin_la_SOURCES = tests/plugins/not_a_plugin.c
+tests_plugins_not_a_plugin_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+
+# Shell tests of the command line: errors, reproducibility, out-of-tree plugins.
+TEST_EXTENSIONS = .sh
+SH_LOG_COMPILER = $(SHELL)
+TESTS += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh
+EXTRA_DIST += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh \
+	tests/lib.sh tests/fixtures tests/example-plugin

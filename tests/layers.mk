@@ -1,0 +1,11 @@
+# tests/test-layers: finite-difference gradient checks of the CPU layer plugins.
+# It dlopen()s the plugins from $PH_LAYER_DIR; the -D below is the fallback
+# when the variable is unset (running the binary by hand from the build tree).
+if HAVE_CHECK
+check_PROGRAMS += tests/test-layers
+TESTS += tests/test-layers
+tests_test_layers_SOURCES = tests/test-layers.c core/options.c
+tests_test_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
+	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
+tests_test_layers_LDADD = $(CHECK_LIBS) -ldl -lm
+endif

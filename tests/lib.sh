@@ -1,0 +1,32 @@
+# Shared helpers for the shell tests (TAP-like lines, a plain summary).
+set -u
+: "${PIPEHOST:?run through make check, which sets PIPEHOST}"
+: "${top_srcdir:?}"
+fixtures="$top_srcdir/tests/fixtures"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+failed=0
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; }
+
+# expect_error DESC REGEX ARGS...: pipehost ARGS must exit non-zero and print
+# exactly one line on stderr, matching REGEX (extended).
+expect_error() {
+	desc=$1 re=$2
+	shift 2
+	"$PIPEHOST" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	lines=$(wc -l <"$tmp/err")
+	if [ "$rc" -ne 0 ] && [ "$lines" -eq 1 ] && grep -Eq -- "$re" "$tmp/err"; then
+		ok "$desc: $(cat "$tmp/err")"
+	else
+		not_ok "$desc: exit $rc, $lines stderr line(s): $(head -c 600 "$tmp/err")"
+	fi
+}
+
+finish() {
+	echo "$((n - failed)) passed, $failed failed"
+	[ "$failed" -eq 0 ]
+}

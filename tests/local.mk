@@ -1,0 +1,15 @@
+# Tests: Check suites (one binary per area) and shell tests of the CLI.
+TESTS_ENVIRONMENT_DIRS = \
+	PH_LAYER_DIR=$(abs_top_builddir)/plugins/layers/.libs \
+	PH_SCHEDULE_DIR=$(abs_top_builddir)/plugins/schedules/.libs \
+	PH_PARTITIONER_DIR=$(abs_top_builddir)/plugins/partitioners/.libs \
+	PIPEHOST_PLUGIN_PATH=$(abs_top_builddir)/plugins/layers/.libs:$(abs_top_builddir)/plugins/schedules/.libs:$(abs_top_builddir)/plugins/partitioners/.libs \
+	PIPEHOST=$(abs_top_builddir)/core/pipehost \
+	TEST_PLUGIN_DIR=$(abs_top_builddir)/tests/plugins/.libs \
+	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir)
+AM_TESTS_ENVIRONMENT = export $(TESTS_ENVIRONMENT_DIRS);
+
+include $(srcdir)/tests/layers.mk
+include $(srcdir)/tests/sched.mk
+include $(srcdir)/tests/core-units.mk
+include $(srcdir)/tests/core.mk

@@ -1,0 +1,71 @@
+#!/bin/sh
+# Every bad input ends with one clear line (what, where, what to do) and a
+# non-zero exit; nothing else is printed on stderr.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+
+expect_error "missing config file" "cannot open config $tmp/nope.ini: No such file" -c "$tmp/nope.ini"
+
+printf '[run]\nstages = 1\n[trainer]\nepochs = 1\n' >"$tmp/sec.ini"
+expect_error "unknown section" "$tmp/sec.ini:3: unknown section \[trainer\]" -c "$tmp/sec.ini"
+
+sed 's/^units = 16$/unit = 16/' "$tiny" >"$tmp/key.ini"
+line=$(grep -n '^unit = 16' "$tmp/key.ini" | cut -d: -f1)
+expect_error "unknown key with suggestion" "$tmp/key.ini:$line: unknown key 'unit' in \[layer fc1\]; did you mean 'units'\?" -c "$tmp/key.ini"
+
+sed 's/^micro_batches = 4$/micro_batches = 0/' "$tiny" >"$tmp/range.ini"
+line=$(grep -n '^micro_batches = 0' "$tmp/range.ini" | cut -d: -f1)
+expect_error "value out of range" "$tmp/range.ini:$line: \[run\] micro_batches = 0 is out of range; allowed: 1..4096" -c "$tmp/range.ini"
+
+expect_error "value out of range via --set" "--set: \[layer drop\] rate = 1.5 is out of range" -c "$tiny" --set "layer drop.rate=1.5"
+
+sed 's/^type = relu$/type = rleu/' "$tiny" >"$tmp/plug.ini"
+line=$(grep -n '^type = rleu' "$tmp/plug.ini" | head -1 | cut -d: -f1)
+expect_error "unknown plugin" "$tmp/plug.ini:$line: unknown layer plugin 'rleu' in \[layer relu1\]; did you mean 'relu'\?" -c "$tmp/plug.ini"
+
+expect_error "unknown schedule plugin" "unknown schedule plugin 'zigzag'" -c "$tiny" --set schedule.type=zigzag
+
+for p in bad_abi missing_hook not_a_plugin; do
+	mkdir -p "$tmp/$p" && cp "$TEST_PLUGIN_DIR/$p.so" "$tmp/$p/"
+done
+expect_error "plugin with the wrong ABI major" "plugin $tmp/bad_abi/bad_abi.so: descriptor built for plugin ABI 2\.0, this pipehost speaks 1\.[0-9]+; rebuild it" \
+	-c "$tiny" --plugin-dir "$tmp/bad_abi"
+expect_error "plugin missing a required hook" "plugin $tmp/missing_hook/missing_hook.so: layer 'halfway' lacks the required backward hook" \
+	-c "$tiny" --plugin-dir "$tmp/missing_hook"
+expect_error "a .so that is not a plugin" "$tmp/not_a_plugin/not_a_plugin.so is not a pipehost plugin" \
+	-c "$tiny" --plugin-dir "$tmp/not_a_plugin"
+
+# flatten before the convolution: conv2d gets a vector
+awk '/^\[layer conv1\]/{print "[layer flat0]\ntype = flatten"} {print}' "$tiny" >"$tmp/shape.ini"
+expect_error "shape mismatch" "shape mismatch: layer conv1 \(conv2d\) cannot take layer flat0's \(flatten\) output \[64\]" -c "$tmp/shape.ini"
+
+expect_error "more stages than layers" "stages = 12 x chunks = 1 needs at least 12 layers, one per stage; the model has 9" \
+	-c "$tiny" --set run.stages=12
+
+sed 's/^source = synthetic$/source = fashion-mnist/' "$tiny" | sed 's/^shape = 1,8,8$//' >"$tmp/data.ini"
+printf '[data]\n' >/dev/null
+expect_error "missing data set" "$tmp/no-such-dir/train-images-idx3-ubyte.gz not found; install Debian's dataset-fashion-mnist package" \
+	-c "$tmp/data.ini" --set "data.path=$tmp/no-such-dir"
+
+printf '[run]\nbatch = 30\nmicro_batches = 4\n[layer l]\ntype = softmax_xent\n' >"$tmp/batch.ini"
+expect_error "batch not divisible by micro-batches" "batch = 30 does not split into 4 equal micro-batches; use batch = 28 or 32" -c "$tmp/batch.ini"
+
+printf '[run]\nstages = 1\n[layer fc]\ntype = linear\n[layer loss]\ntype = softmax_xent\n' >"$tmp/req.ini"
+expect_error "required key missing" "$tmp/req.ini:3: \[layer fc\] needs units \(int 1\.\.[0-9]+\): add units = \.\.\." -c "$tmp/req.ini"
+
+printf '[run]\nstages = 1\nstages = 2\n' >"$tmp/dup.ini"
+expect_error "key set twice" "$tmp/dup.ini:3: stages is set twice in \[run\]" -c "$tmp/dup.ini"
+
+{ printf '[run]\nseed = 1 ; '; head -c 300 /dev/zero | tr '\0' x; printf '\n'; } >"$tmp/long.ini"
+expect_error "line over the inih limit" "$tmp/long.ini:2: line longer than" -c "$tmp/long.ini"
+
+printf '[run]\nthis line has no equals sign\n' >"$tmp/syntax.ini"
+expect_error "malformed line" "$tmp/syntax.ini:2: cannot parse this line" -c "$tmp/syntax.ini"
+
+expect_error "loss not last" "layer loss \(softmax_xent\) is a loss and must be the last layer" \
+	-c "$tiny" --set "layer zz.type=relu" --set "layer zz.cut=yes"
+
+expect_error "unknown command-line option" "unknown option --bogus" --bogus
+expect_error "--set without a section" "--set steps=3: expected section.key=value" -c "$tiny" --set steps=3
+
+finish

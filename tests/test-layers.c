@@ -1,0 +1,938 @@
+/*
+ * CPU layer plugins: finite-difference gradient checks and behaviour tests.
+ *
+ * Each plugin is dlopen()ed from $PH_LAYER_DIR (or the compile-time
+ * PH_LAYER_DIR), configured through the same option parser the host uses
+ * (core/options.c), and driven through its ph_layer_ops exactly as the
+ * engine would: create, meta, forward, backward.
+ *
+ * The gradient check: L = sum(y .* r) for a random r (for the loss layer,
+ * L = the summed loss with loss_scale 1).  backward(dy = r) must give dL/dx
+ * and dL/dparams; they are compared with central differences
+ * (L(v + eps) - L(v - eps)) / (2 eps), error measured as
+ * |a - n| / max(|a|, |n|, 1e-3).  Gradients start at a nonzero value to
+ * catch "=" where "+=" is due, and dx starts as NaN to catch "+=" where
+ * "=" is due.  Inputs keep clear of kinks (relu at 0, maxpool ties).
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pipehost/plugin.h>
+#include "options.h"
+
+#ifndef PH_LAYER_DIR
+#define PH_LAYER_DIR "plugins/layers/.libs"
+#endif
+
+#define GRAD_INIT 0.375f /* starting value of every parameter gradient */
+
+/* ------------------------------------------------------------------ */
+/* Test randomness: splitmix64, fixed seed per test.                   */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s)
+{
+	rng_state = s;
+}
+
+static uint64_t rng_next(void)
+{
+	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi). */
+static float urand(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+static void fill_uniform(float *p, int64_t n, float lo, float hi)
+{
+	for (int64_t i = 0; i < n; i++)
+		p[i] = urand(lo, hi);
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading and configuring plugins.                                    */
+
+static const ph_layer_ops *load_layer(const char *name)
+{
+	const char *dir = getenv("PH_LAYER_DIR");
+	if (!dir || !*dir)
+		dir = PH_LAYER_DIR;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s.so", dir, name);
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(h, "dlopen %s: %s (set PH_LAYER_DIR to the built plugins)", path, dlerror());
+	ph_plugin_fn fn = (ph_plugin_fn)dlsym(h, PH_PLUGIN_SYMBOL);
+	ck_assert_msg(fn, "%s: no %s symbol", path, PH_PLUGIN_SYMBOL);
+	const ph_plugin *pl = fn();
+	ck_assert_int_eq(pl->abi_major, PH_ABI_MAJOR);
+	ck_assert_int_le(pl->abi_minor, PH_ABI_MINOR);
+	ck_assert_ptr_nonnull(pl->layers);
+	for (const ph_layer_ops *const *l = pl->layers; *l; l++)
+		if (strcmp((*l)->head.name, name) == 0)
+			return *l; /* the handle stays open for the test's life */
+	ck_abort_msg("%s provides no layer named %s", path, name);
+	return NULL;
+}
+
+/* Defaults, then key/value pairs (NULL-terminated list), as the host does. */
+static void *make_config(const ph_layer_ops *ops, const char *const *kv)
+{
+	void *cfg = calloc(1, ops->head.config_size + 1);
+	ph_err e = { { 0 } };
+	int rc = ph_options_defaults(ops->head.options, cfg, &e);
+	ck_assert_msg(rc == PH_OK, "%s defaults: %s", ops->head.name, e.msg);
+	for (; kv && kv[0]; kv += 2) {
+		rc = ph_options_set(ops->head.options, cfg, kv[0], kv[1], &e);
+		ck_assert_msg(rc == PH_OK, "%s %s = %s: %s", ops->head.name, kv[0], kv[1], e.msg);
+	}
+	return cfg;
+}
+
+#define KV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define SHAPE(...) ((ph_shape){ sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t), \
+				{ __VA_ARGS__ } })
+
+/* Create with max_batch 4; returns the status, the message in *e. */
+static int try_create(const char *type, const char *const *kv, ph_shape in, ph_err *e)
+{
+	const ph_layer_ops *ops = load_layer(type);
+	void *cfg = make_config(ops, kv);
+	void *state = NULL;
+	memset(e, 0, sizeof *e);
+	int rc = ops->create(cfg, &in, 4, &state, e);
+	if (rc == PH_OK)
+		ops->destroy(state);
+	free(cfg);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* A layer instance with every buffer the host would hand it.          */
+
+typedef struct {
+	const ph_layer_ops *ops;
+	void *cfg, *state;
+	ph_layer_meta meta;
+	ph_shape in;
+	int batch;
+	int loss;
+	int64_t nx, ny;                 /* whole micro-batch */
+	float *x, *y, *r, *dx;          /* r: dL/dy for the objective */
+	int64_t pn[PH_MAX_PARAMS];
+	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
+	int32_t *targets;
+	ph_ctx ctx;
+} inst;
+
+static void inst_open(inst *L, const char *type, const char *const *kv, ph_shape in, int batch)
+{
+	memset(L, 0, sizeof *L);
+	L->ops = load_layer(type);
+	ck_assert_int_eq(L->ops->head.struct_size, sizeof(ph_layer_ops));
+	ck_assert(L->ops->devices & PH_DEV_CPU);
+	L->cfg = make_config(L->ops, kv);
+	L->in = in;
+	L->batch = batch;
+	L->loss = (L->ops->flags & PH_LAYER_LOSS) != 0;
+	ph_err e = { { 0 } };
+	int rc = L->ops->create(L->cfg, &in, batch, &L->state, &e);
+	ck_assert_msg(rc == PH_OK, "%s create: %s", type, e.msg);
+	rc = L->ops->meta(L->state, &L->meta, &e);
+	ck_assert_msg(rc == PH_OK, "%s meta: %s", type, e.msg);
+
+	L->nx = batch * ph_shape_numel(&in);
+	L->ny = batch * ph_shape_numel(&L->meta.out);
+	L->x = calloc(L->nx, sizeof(float));
+	L->dx = calloc(L->nx, sizeof(float));
+	L->y = calloc(L->ny, sizeof(float));
+	L->r = calloc(L->ny, sizeof(float));
+	fill_uniform(L->x, L->nx, -1, 1);
+	fill_uniform(L->r, L->ny, -1, 1);
+	for (int i = 0; i < L->meta.nparams; i++) {
+		L->pn[i] = ph_shape_numel(&L->meta.params[i].shape);
+		L->params[i] = calloc(L->pn[i], sizeof(float));
+		L->grads[i] = calloc(L->pn[i], sizeof(float));
+		fill_uniform(L->params[i], L->pn[i], -1, 1);
+	}
+	L->ctx = (ph_ctx){ .batch = batch, .training = 1, .seed = 1234, .step = 7,
+			   .microbatch = 3, .layer = 2, .device = PH_DEV_CPU, .loss_scale = 1.0f };
+	if (L->meta.scratch_bytes)
+		L->ctx.scratch = malloc(L->meta.scratch_bytes);
+	if (L->meta.saved_bytes)
+		L->ctx.saved = malloc(L->meta.saved_bytes * batch);
+	if (L->meta.targets_per_sample) {
+		int64_t nt = (int64_t)batch * L->meta.targets_per_sample;
+		L->targets = calloc(nt, sizeof(int32_t));
+		int64_t K = ph_shape_numel(&in);
+		for (int64_t i = 0; i < nt; i++)
+			L->targets[i] = (int32_t)(rng_next() % (uint64_t)K);
+		L->ctx.targets = L->targets;
+	}
+}
+
+static void inst_close(inst *L)
+{
+	L->ops->destroy(L->state);
+	for (int i = 0; i < L->meta.nparams; i++) {
+		free(L->params[i]);
+		free(L->grads[i]);
+	}
+	free(L->x), free(L->y), free(L->r), free(L->dx), free(L->targets), free(L->cfg);
+	free(L->ctx.scratch), free(L->ctx.saved);
+}
+
+static void fwd(inst *L)
+{
+	ph_err e = { { 0 } };
+	int rc = L->ops->forward(L->state, &L->ctx, L->params, L->x, L->y, &e);
+	ck_assert_msg(rc == PH_OK, "%s forward: %s", L->ops->head.name, e.msg);
+}
+
+static void bwd(inst *L, float *dx)
+{
+	ph_err e = { { 0 } };
+	int rc = L->ops->backward(L->state, &L->ctx, L->params, L->grads, L->x, L->y,
+				  L->loss ? NULL : L->r, dx, &e);
+	ck_assert_msg(rc == PH_OK, "%s backward: %s", L->ops->head.name, e.msg);
+}
+
+/* The objective, summed in double. */
+static double objective(inst *L)
+{
+	fwd(L);
+	double s = 0;
+	if (L->loss)
+		for (int b = 0; b < L->batch; b++)
+			s += L->y[2 * b];
+	else
+		for (int64_t i = 0; i < L->ny; i++)
+			s += (double)L->y[i] * L->r[i];
+	return s;
+}
+
+/* Central difference of the objective in v[i]; the step actually taken in
+ * float is used, not the nominal eps. */
+static double numeric(inst *L, float *v, int64_t i, float eps)
+{
+	float v0 = v[i];
+	float vp = v0 + eps, vm = v0 - eps;
+	v[i] = vp;
+	double lp = objective(L);
+	v[i] = vm;
+	double lm = objective(L);
+	v[i] = v0;
+	return (lp - lm) / ((double)vp - (double)vm);
+}
+
+static double rel_err(double a, double n)
+{
+	double d = fmax(fmax(fabs(a), fabs(n)), 1e-3);
+	return fabs(a - n) / d;
+}
+
+static double worst_seen; /* largest error of the last gradcheck, for tuning */
+
+static void check_tensor(inst *L, const char *what, float *v, int64_t n, const float *analytic,
+			 float eps, double tol)
+{
+	for (int64_t i = 0; i < n; i++) {
+		double a = analytic[i], num = numeric(L, v, i, eps);
+		double err = rel_err(a, num);
+		if (!(err <= tol))
+			ck_abort_msg("%s: d%s[%lld] analytic %.7g, numeric %.7g (error %.3g > %.3g)",
+				     L->ops->head.name, what, (long long)i, a, num, err, tol);
+		if (err > worst_seen)
+			worst_seen = err;
+	}
+}
+
+/*
+ * Full gradient check of one instance, plus the contract:
+ *  - forward and backward are bitwise deterministic;
+ *  - parameter gradients accumulate, dx is overwritten;
+ *  - dx = NULL is accepted and gives the same parameter gradients.
+ */
+static void gradcheck(inst *L, float eps, double tol)
+{
+	worst_seen = 0;
+	float *y1 = malloc(L->ny * sizeof(float));
+	fwd(L);
+	memcpy(y1, L->y, L->ny * sizeof(float));
+	fwd(L);
+	ck_assert_msg(memcmp(y1, L->y, L->ny * sizeof(float)) == 0,
+		      "%s: two forwards differ", L->ops->head.name);
+
+	/* Analytic: grads start at GRAD_INIT, dx at NaN. */
+	for (int p = 0; p < L->meta.nparams; p++)
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			L->grads[p][i] = GRAD_INIT;
+	for (int64_t i = 0; i < L->nx; i++)
+		L->dx[i] = NAN;
+	bwd(L, L->dx);
+	float *dx_a = malloc(L->nx * sizeof(float));
+	memcpy(dx_a, L->dx, L->nx * sizeof(float));
+	float *g_a[PH_MAX_PARAMS], *g_raw[PH_MAX_PARAMS];
+	for (int p = 0; p < L->meta.nparams; p++) {
+		g_a[p] = malloc(L->pn[p] * sizeof(float));
+		g_raw[p] = malloc(L->pn[p] * sizeof(float));
+		memcpy(g_raw[p], L->grads[p], L->pn[p] * sizeof(float));
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			g_a[p][i] = L->grads[p][i] - GRAD_INIT;
+	}
+
+	/* Again, bitwise; then with dx = NULL: same parameter gradients. */
+	for (int p = 0; p < L->meta.nparams; p++)
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			L->grads[p][i] = GRAD_INIT;
+	for (int64_t i = 0; i < L->nx; i++)
+		L->dx[i] = 12345.0f;
+	bwd(L, L->dx);
+	ck_assert_msg(memcmp(dx_a, L->dx, L->nx * sizeof(float)) == 0,
+		      "%s: two backwards give different dx", L->ops->head.name);
+	for (int p = 0; p < L->meta.nparams; p++) {
+		ck_assert_msg(memcmp(g_raw[p], L->grads[p], L->pn[p] * sizeof(float)) == 0,
+			      "%s: two backwards give different d%s", L->ops->head.name,
+			      L->meta.params[p].name);
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			L->grads[p][i] = GRAD_INIT;
+	}
+	bwd(L, NULL);
+	for (int p = 0; p < L->meta.nparams; p++)
+		ck_assert_msg(memcmp(g_raw[p], L->grads[p], L->pn[p] * sizeof(float)) == 0,
+			      "%s: backward with dx = NULL gives different d%s", L->ops->head.name,
+			      L->meta.params[p].name);
+
+	/* Numeric. */
+	check_tensor(L, "x", L->x, L->nx, dx_a, eps, tol);
+	for (int p = 0; p < L->meta.nparams; p++)
+		check_tensor(L, L->meta.params[p].name, L->params[p], L->pn[p], g_a[p], eps, tol);
+	if (getenv("PH_TEST_VERBOSE"))
+		fprintf(stderr, "%s: worst gradient error %.3g\n", L->ops->head.name, worst_seen);
+
+	for (int p = 0; p < L->meta.nparams; p++)
+		free(g_a[p]), free(g_raw[p]);
+	free(dx_a);
+	free(y1);
+}
+
+static void run_gradcheck(const char *type, const char *const *kv, ph_shape in, int batch,
+			  uint64_t seed)
+{
+	rng_seed(seed);
+	inst L;
+	inst_open(&L, type, kv, in, batch);
+	gradcheck(&L, 1e-2f, 1e-2);
+	inst_close(&L);
+}
+
+/* ------------------------------------------------------------------ */
+/* Every plugin: a well-formed head.                                   */
+
+static const char *const all_layers[] = { "linear", "relu", "conv2d", "maxpool2d",
+					  "flatten", "dropout", "softmax_xent" };
+
+START_TEST(test_heads)
+{
+	const char *name = all_layers[_i];
+	const ph_layer_ops *ops = load_layer(name);
+	ck_assert_int_eq(ops->head.abi_major, PH_ABI_MAJOR);
+	ck_assert_int_eq(ops->head.abi_minor, PH_ABI_MINOR);
+	ck_assert_int_eq(ops->head.struct_size, sizeof(ph_layer_ops));
+	ck_assert_str_eq(ops->head.name, name);
+	ck_assert(ops->head.help && *ops->head.help);
+	ck_assert_int_eq(ops->devices, PH_DEV_CPU);
+	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
+	ck_assert_int_eq(ops->flags, strcmp(name, "softmax_xent") == 0 ? PH_LAYER_LOSS : 0);
+	if (!ops->head.options)
+		ck_assert_int_eq(ops->head.config_size, 0);
+	for (const ph_option *o = ops->head.options; o && o->name; o++)
+		ck_assert(o->help && *o->help && o->offset < ops->head.config_size);
+	free(make_config(ops, NULL)); /* every default parses */
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* linear                                                              */
+
+START_TEST(test_linear_grad_vector)
+{
+	run_gradcheck("linear", KV("units", "4"), SHAPE(6), 3, 11);
+}
+END_TEST
+
+START_TEST(test_linear_grad_sequence)
+{
+	/* [T, C] input: the layer maps the last dimension only. */
+	run_gradcheck("linear", KV("units", "5", "bias", "no"), SHAPE(3, 4), 2, 12);
+}
+END_TEST
+
+START_TEST(test_linear_forward_meta)
+{
+	rng_seed(13);
+	inst L;
+	inst_open(&L, "linear", KV("units", "3"), SHAPE(2, 5), 2);
+	ck_assert_int_eq(L.meta.out.ndim, 2);
+	ck_assert_int_eq(L.meta.out.d[0], 2);
+	ck_assert_int_eq(L.meta.out.d[1], 3);
+	ck_assert_int_eq(L.meta.nparams, 2);
+	ck_assert_str_eq(L.meta.params[0].name, "weight");
+	ck_assert_int_eq(L.meta.params[0].shape.ndim, 2);
+	ck_assert_int_eq(L.meta.params[0].shape.d[0], 3);
+	ck_assert_int_eq(L.meta.params[0].shape.d[1], 5);
+	ck_assert_int_eq(L.meta.params[0].init, PH_INIT_UNIFORM);
+	ck_assert_float_eq_tol(L.meta.params[0].init_arg, 1 / sqrt(5.0), 1e-6);
+	ck_assert_int_eq(L.meta.params[0].no_decay, 0);
+	ck_assert_str_eq(L.meta.params[1].name, "bias");
+	ck_assert_int_eq(L.meta.params[1].shape.d[0], 3);
+	ck_assert_int_eq(L.meta.params[1].no_decay, 1);
+	ck_assert_double_ge(L.meta.fwd_flops, 2.0 * 2 * 5 * 3);
+	ck_assert_double_ge(L.meta.bwd_flops, 2 * 2.0 * 2 * 5 * 3);
+
+	/* y = x W^T + b, against a plain triple loop. */
+	fwd(&L);
+	const float *W = L.params[0], *b = L.params[1];
+	for (int r = 0; r < 4; r++)
+		for (int u = 0; u < 3; u++) {
+			double s = b[u];
+			for (int i = 0; i < 5; i++)
+				s += (double)L.x[r * 5 + i] * W[u * 5 + i];
+			ck_assert_double_eq_tol(L.y[r * 3 + u], s, 1e-5);
+		}
+	inst_close(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* relu                                                                */
+
+START_TEST(test_relu_grad)
+{
+	rng_seed(21);
+	inst L;
+	inst_open(&L, "relu", NULL, SHAPE(2, 3, 4), 2);
+	/* Stay at least 0.1 from the kink at 0 (eps is 0.01). */
+	for (int64_t i = 0; i < L.nx; i++)
+		L.x[i] = (rng_next() & 1 ? 1.0f : -1.0f) * urand(0.1f, 1.0f);
+	gradcheck(&L, 1e-2f, 1e-2);
+	/* Forward values. */
+	fwd(&L);
+	for (int64_t i = 0; i < L.nx; i++)
+		ck_assert_float_eq(L.y[i], L.x[i] > 0 ? L.x[i] : 0.0f);
+	ck_assert_int_eq(L.meta.out.ndim, 3);
+	inst_close(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* conv2d                                                              */
+
+/* Direct convolution, the definition, in double. */
+static void conv_ref(const float *x, const float *w, const float *bias, float *y, int B, int C,
+		     int H, int W, int F, int k, int s, int p)
+{
+	int OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+	for (int b = 0; b < B; b++)
+		for (int f = 0; f < F; f++)
+			for (int oh = 0; oh < OH; oh++)
+				for (int ow = 0; ow < OW; ow++) {
+					double acc = bias ? bias[f] : 0.0;
+					for (int c = 0; c < C; c++)
+						for (int i = 0; i < k; i++)
+							for (int j = 0; j < k; j++) {
+								int h = oh * s - p + i, ww = ow * s - p + j;
+								if (h < 0 || h >= H || ww < 0 || ww >= W)
+									continue;
+								acc += (double)x[((b * C + c) * H + h) * W + ww] *
+								       w[((f * C + c) * k + i) * k + j];
+							}
+					y[((b * F + f) * OH + oh) * OW + ow] = (float)acc;
+				}
+}
+
+static void conv_forward_case(int C, int H, int W, int F, int k, int s, int p, int bias,
+			      int B, uint64_t seed)
+{
+	char f_[16], k_[16], s_[16], p_[16];
+	snprintf(f_, sizeof f_, "%d", F), snprintf(k_, sizeof k_, "%d", k);
+	snprintf(s_, sizeof s_, "%d", s), snprintf(p_, sizeof p_, "%d", p);
+	rng_seed(seed);
+	inst L;
+	inst_open(&L, "conv2d",
+		  KV("filters", f_, "kernel", k_, "stride", s_, "padding", p_, "bias",
+		     bias ? "yes" : "no"),
+		  SHAPE(C, H, W), B);
+	int OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+	ck_assert_int_eq(L.meta.out.ndim, 3);
+	ck_assert_int_eq(L.meta.out.d[0], F);
+	ck_assert_int_eq(L.meta.out.d[1], OH);
+	ck_assert_int_eq(L.meta.out.d[2], OW);
+	ck_assert_int_eq(L.meta.nparams, bias ? 2 : 1);
+	ck_assert_int_eq(L.meta.params[0].shape.ndim, 4);
+	ck_assert_int_eq(L.meta.params[0].shape.d[1], C);
+	ck_assert_float_eq_tol(L.meta.params[0].init_arg, 1 / sqrt((double)C * k * k), 1e-6);
+	ck_assert_uint_eq(L.meta.scratch_bytes, (size_t)C * k * k * OH * OW * sizeof(float));
+	ck_assert_double_ge(L.meta.fwd_flops, 2.0 * F * C * k * k * OH * OW);
+
+	fwd(&L);
+	float *ref = malloc(L.ny * sizeof(float));
+	conv_ref(L.x, L.params[0], bias ? L.params[1] : NULL, ref, B, C, H, W, F, k, s, p);
+	for (int64_t i = 0; i < L.ny; i++)
+		ck_assert_msg(fabs(L.y[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
+			      "conv2d y[%lld] = %.7g, direct convolution %.7g", (long long)i,
+			      L.y[i], ref[i]);
+	free(ref);
+	inst_close(&L);
+}
+
+START_TEST(test_conv2d_forward_reference)
+{
+	conv_forward_case(3, 9, 8, 4, 3, 2, 1, 1, 2, 31); /* stride and padding */
+	conv_forward_case(2, 6, 7, 3, 5, 1, 2, 0, 3, 32); /* "same" padding, no bias */
+	conv_forward_case(4, 5, 5, 2, 1, 1, 0, 1, 2, 33); /* 1x1 */
+	conv_forward_case(1, 8, 8, 2, 4, 4, 0, 1, 1, 34); /* non-overlapping windows */
+	conv_forward_case(2, 3, 3, 2, 3, 1, 3, 1, 1, 35); /* padding wider than the image */
+}
+END_TEST
+
+START_TEST(test_conv2d_grad_plain)
+{
+	run_gradcheck("conv2d", KV("filters", "3", "kernel", "3"), SHAPE(2, 5, 6), 2, 36);
+}
+END_TEST
+
+START_TEST(test_conv2d_grad_stride_padding)
+{
+	run_gradcheck("conv2d", KV("filters", "2", "kernel", "3", "stride", "2", "padding", "1"),
+		      SHAPE(2, 7, 5), 2, 37);
+}
+END_TEST
+
+START_TEST(test_conv2d_grad_1x1_nobias)
+{
+	run_gradcheck("conv2d", KV("filters", "3", "kernel", "1", "bias", "no"), SHAPE(4, 3, 3), 2,
+		      38);
+}
+END_TEST
+
+START_TEST(test_conv2d_grad_large_stride)
+{
+	/* stride > kernel: some input pixels feed nothing, their dx must be 0. */
+	run_gradcheck("conv2d", KV("filters", "2", "kernel", "2", "stride", "3", "padding", "1"),
+		      SHAPE(1, 7, 7), 2, 39);
+}
+END_TEST
+
+START_TEST(test_conv2d_bad_config)
+{
+	ph_err e;
+	ck_assert_int_eq(try_create("conv2d", KV("filters", "2", "kernel", "7"), SHAPE(3, 4, 4), &e),
+			 PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "kernel 7") && strstr(e.msg, "4x4"), "message: %s", e.msg);
+	/* Padding makes the same kernel fit. */
+	ck_assert_int_eq(try_create("conv2d", KV("filters", "2", "kernel", "7", "padding", "2"),
+				    SHAPE(3, 4, 4), &e),
+			 PH_OK);
+	/* Wrong rank: names what it got. */
+	ck_assert_int_eq(try_create("conv2d", KV("filters", "2", "kernel", "3"), SHAPE(16), &e),
+			 PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "1 dimension") && strstr(e.msg, "need 3"), "message: %s", e.msg);
+	ck_assert_int_eq(try_create("conv2d", KV("filters", "2", "kernel", "3"), SHAPE(1, 3, 8, 8),
+				    &e),
+			 PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "4 dimensions"), "message: %s", e.msg);
+	/* The option table refuses a zero kernel before create sees it. */
+	const ph_layer_ops *ops = load_layer("conv2d");
+	void *cfg = make_config(ops, NULL);
+	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "kernel", "0", &e), PH_EINVAL);
+	free(cfg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* maxpool2d                                                           */
+
+/* Distinct values 0.05 apart in random order: no ties, and eps = 0.01
+ * cannot change which element is the max. */
+static void fill_distinct(float *x, int64_t n)
+{
+	int64_t *perm = malloc(n * sizeof *perm);
+	for (int64_t i = 0; i < n; i++)
+		perm[i] = i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		int64_t j = (int64_t)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
+		perm[i] = perm[j], perm[j] = t;
+	}
+	for (int64_t i = 0; i < n; i++)
+		x[i] = (float)(perm[i] - n / 2) * 0.05f;
+	free(perm);
+}
+
+/* Max over each window, straight from the definition. */
+static void maxpool_ref(const float *x, float *y, int B, int C, int H, int W, int size,
+			int stride)
+{
+	int OH = (H - size) / stride + 1, OW = (W - size) / stride + 1;
+	for (int bc = 0; bc < B * C; bc++)
+		for (int oh = 0; oh < OH; oh++)
+			for (int ow = 0; ow < OW; ow++) {
+				float m = -INFINITY;
+				for (int i = 0; i < size; i++)
+					for (int j = 0; j < size; j++)
+						m = fmaxf(m, x[(bc * H + oh * stride + i) * W +
+							       ow * stride + j]);
+				y[(bc * OH + oh) * OW + ow] = m;
+			}
+}
+
+/* stride 0 = the default (= size) */
+static void maxpool_grad_case(int size, int stride, ph_shape in, int B, uint64_t seed)
+{
+	char size_[16], stride_[16];
+	snprintf(size_, sizeof size_, "%d", size), snprintf(stride_, sizeof stride_, "%d", stride);
+	rng_seed(seed);
+	inst L;
+	inst_open(&L, "maxpool2d", KV("size", size_, "stride", stride_), in, B);
+	int C = (int)in.d[0], H = (int)in.d[1], W = (int)in.d[2], st = stride ? stride : size;
+	ck_assert_int_eq(L.meta.out.d[0], C);
+	ck_assert_int_eq(L.meta.out.d[1], (H - size) / st + 1);
+	ck_assert_int_eq(L.meta.out.d[2], (W - size) / st + 1);
+	ck_assert_uint_eq(L.meta.saved_bytes, ph_shape_numel(&L.meta.out) * sizeof(int32_t));
+	fill_distinct(L.x, L.nx);
+	gradcheck(&L, 1e-2f, 1e-2);
+
+	/* Forward against the definition: the gradient check alone would pass a
+	 * layer that picks the wrong element consistently in both directions. */
+	fwd(&L);
+	float *ref = malloc(L.ny * sizeof(float));
+	maxpool_ref(L.x, ref, B, C, H, W, size, st);
+	ck_assert(memcmp(ref, L.y, L.ny * sizeof(float)) == 0);
+	free(ref);
+	inst_close(&L);
+}
+
+START_TEST(test_maxpool2d_grad_default)
+{
+	maxpool_grad_case(2, 0, SHAPE(2, 6, 7), 2, 41);
+}
+END_TEST
+
+START_TEST(test_maxpool2d_grad_overlap)
+{
+	/* size 3, stride 2: windows share pixels, dx accumulates. */
+	maxpool_grad_case(3, 2, SHAPE(2, 7, 8), 2, 42);
+}
+END_TEST
+
+START_TEST(test_maxpool2d_forward_ties)
+{
+	rng_seed(43);
+	inst L;
+	inst_open(&L, "maxpool2d", NULL, SHAPE(1, 4, 5), 1); /* size 2, stride 2 */
+	ck_assert_int_eq(L.meta.out.d[0], 1);
+	ck_assert_int_eq(L.meta.out.d[1], 2);
+	ck_assert_int_eq(L.meta.out.d[2], 2); /* the fifth column is dropped */
+	ck_assert_uint_eq(L.meta.saved_bytes, 4 * sizeof(int32_t));
+	ck_assert_int_eq(L.meta.nparams, 0);
+	/* All equal: every window's max is its first (top-left) element. */
+	for (int64_t i = 0; i < L.nx; i++)
+		L.x[i] = 0.5f;
+	fwd(&L);
+	for (int i = 0; i < 4; i++)
+		ck_assert_float_eq(L.y[i], 0.5f);
+	for (int i = 0; i < 4; i++)
+		L.r[i] = (float)(i + 1);
+	bwd(&L, L.dx);
+	const float want[20] = { 1, 0, 2, 0, 0, /**/ 0, 0, 0, 0, 0,
+				 3, 0, 4, 0, 0, /**/ 0, 0, 0, 0, 0 };
+	for (int i = 0; i < 20; i++)
+		ck_assert_msg(L.dx[i] == want[i], "dx[%d] = %g, want %g", i, L.dx[i], want[i]);
+	/* A plain max. */
+	for (int64_t i = 0; i < L.nx; i++)
+		L.x[i] = (float)((i * 7) % 20);
+	fwd(&L);
+	for (int oh = 0; oh < 2; oh++)
+		for (int ow = 0; ow < 2; ow++) {
+			float m = -1;
+			for (int i = 0; i < 2; i++)
+				for (int j = 0; j < 2; j++)
+					m = fmaxf(m, L.x[(oh * 2 + i) * 5 + ow * 2 + j]);
+			ck_assert_float_eq(L.y[oh * 2 + ow], m);
+		}
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_maxpool2d_bad_config)
+{
+	ph_err e;
+	ck_assert_int_eq(try_create("maxpool2d", KV("size", "5"), SHAPE(2, 4, 4), &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "5x5") && strstr(e.msg, "4x4"), "message: %s", e.msg);
+	ck_assert_int_eq(try_create("maxpool2d", NULL, SHAPE(8, 8), &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "2 dimensions"), "message: %s", e.msg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* flatten                                                             */
+
+START_TEST(test_flatten)
+{
+	rng_seed(51);
+	inst L;
+	inst_open(&L, "flatten", NULL, SHAPE(2, 3, 4), 3);
+	ck_assert_int_eq(L.meta.out.ndim, 1);
+	ck_assert_int_eq(L.meta.out.d[0], 24);
+	ck_assert_int_eq(L.meta.nparams, 0);
+	fwd(&L);
+	ck_assert(memcmp(L.x, L.y, L.nx * sizeof(float)) == 0);
+	gradcheck(&L, 1e-2f, 1e-2);
+	inst_close(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* dropout                                                             */
+
+START_TEST(test_dropout_grad)
+{
+	/* With the key fixed the mask is fixed: y is linear in x. */
+	run_gradcheck("dropout", KV("rate", "0.3"), SHAPE(5, 4), 3, 61);
+}
+END_TEST
+
+START_TEST(test_dropout_mask)
+{
+	rng_seed(62);
+	inst L;
+	inst_open(&L, "dropout", KV("rate", "0.25"), SHAPE(1000), 4);
+	for (int64_t i = 0; i < L.nx; i++)
+		L.x[i] = urand(0.5f, 1.5f); /* never 0: a zero in y means dropped */
+	const float scale = (float)(1.0 / (1.0 - 0.25));
+	fwd(&L);
+
+	/* Exactly the documented mask: keep iff ph_rng_uniform(key, i) >= rate. */
+	uint64_t key = ph_rng_key(L.ctx.seed, L.ctx.step, L.ctx.microbatch, L.ctx.layer);
+	int64_t kept = 0;
+	for (int64_t i = 0; i < L.nx; i++) {
+		int keep = ph_rng_uniform(key, (uint64_t)i) >= 0.25f;
+		ck_assert_msg(L.y[i] == (keep ? L.x[i] * scale : 0.0f), "y[%lld] = %g, x = %g, keep %d",
+			      (long long)i, L.y[i], L.x[i], keep);
+		kept += keep;
+	}
+	/* 4000 draws: the kept fraction is 0.75 within ~6 standard deviations. */
+	double frac = (double)kept / L.nx;
+	ck_assert_msg(fabs(frac - 0.75) < 0.04, "kept fraction %.4f, want ~0.75", frac);
+
+	/* Same key: the same mask (recomputation). */
+	float *y1 = malloc(L.ny * sizeof(float));
+	memcpy(y1, L.y, L.ny * sizeof(float));
+	fwd(&L);
+	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) == 0);
+
+	/* Backward draws the mask again: dx = dy * scale where kept, 0 elsewhere. */
+	bwd(&L, L.dx);
+	for (int64_t i = 0; i < L.nx; i++)
+		ck_assert(L.dx[i] == (y1[i] != 0.0f ? L.r[i] * scale : 0.0f));
+
+	/* Another micro-batch, step or layer: another mask. */
+	uint64_t *fields[] = { &L.ctx.microbatch, &L.ctx.step, &L.ctx.layer, &L.ctx.seed };
+	for (int f = 0; f < 4; f++) {
+		uint64_t old = *fields[f];
+		*fields[f] = old + 1;
+		fwd(&L);
+		int64_t differ = 0;
+		for (int64_t i = 0; i < L.ny; i++)
+			differ += (L.y[i] == 0.0f) != (y1[i] == 0.0f);
+		ck_assert_msg(differ > L.ny / 10, "changing ctx field %d changed only %lld of the mask",
+			      f, (long long)differ);
+		*fields[f] = old;
+	}
+
+	/* Evaluation: identity, forward and backward. */
+	L.ctx.training = 0;
+	fwd(&L);
+	ck_assert(memcmp(L.x, L.y, L.nx * sizeof(float)) == 0);
+	bwd(&L, L.dx);
+	ck_assert(memcmp(L.r, L.dx, L.nx * sizeof(float)) == 0);
+	free(y1);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_dropout_rate_zero_and_range)
+{
+	rng_seed(63);
+	inst L;
+	inst_open(&L, "dropout", KV("rate", "0"), SHAPE(3, 7), 2);
+	fwd(&L);
+	ck_assert(memcmp(L.x, L.y, L.nx * sizeof(float)) == 0);
+	ck_assert_int_eq(L.meta.saved_bytes, 0); /* the mask is recomputed, never stored */
+	inst_close(&L);
+
+	/* The option table bounds the rate. */
+	const ph_layer_ops *ops = load_layer("dropout");
+	void *cfg = make_config(ops, NULL);
+	ph_err e;
+	const ph_option *rate = ph_options_find(ops->head.options, "rate");
+	ck_assert_ptr_nonnull(rate);
+	ck_assert_int_eq(rate->type, PH_OPT_FLOAT);
+	ck_assert_double_eq(*(double *)((char *)cfg + rate->offset), 0.5); /* the default */
+	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "rate", "1", &e), PH_EINVAL);
+	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "rate", "-0.1", &e), PH_EINVAL);
+	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "rate", "0.99", &e), PH_OK);
+	free(cfg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* softmax_xent                                                        */
+
+START_TEST(test_softmax_xent_grad)
+{
+	run_gradcheck("softmax_xent", NULL, SHAPE(5), 4, 71);
+}
+END_TEST
+
+START_TEST(test_softmax_xent_values)
+{
+	rng_seed(72);
+	inst L;
+	inst_open(&L, "softmax_xent", NULL, SHAPE(3), 4);
+	ck_assert_int_eq(L.meta.out.ndim, 1);
+	ck_assert_int_eq(L.meta.out.d[0], 2);
+	ck_assert_int_eq(L.meta.targets_per_sample, 1);
+	ck_assert_int_eq(L.meta.nparams, 0);
+	const float x[12] = { 1, 2, 3,     /* target 2: the max, correct */
+			      1, 2, 3,     /* target 0: wrong */
+			      2, 2, 1,     /* tie: argmax is the first, 0; target 1 is wrong */
+			      1000, 0, -1000 }; /* huge logits must not overflow */
+	const int32_t t[4] = { 2, 0, 1, 1 };
+	memcpy(L.x, x, sizeof x);
+	memcpy(L.targets, t, sizeof t);
+	fwd(&L);
+	double lse = log(exp(1.0) + exp(2.0) + exp(3.0)); /* 3.40760596 */
+	ck_assert_double_eq_tol(L.y[0], lse - 3, 1e-6);
+	ck_assert_float_eq(L.y[1], 1.0f);
+	ck_assert_double_eq_tol(L.y[2], lse - 1, 1e-6);
+	ck_assert_float_eq(L.y[3], 0.0f);
+	ck_assert_double_eq_tol(L.y[4], log(2 * exp(2.0) + exp(1.0)) - 2, 1e-6);
+	ck_assert_float_eq(L.y[5], 0.0f);
+	ck_assert_double_eq_tol(L.y[6], 1000.0, 1e-3);
+	ck_assert_float_eq(L.y[7], 0.0f);
+
+	/* dx = (softmax - onehot) * loss_scale, by hand for sample 0. */
+	L.ctx.loss_scale = 0.25f;
+	bwd(&L, L.dx);
+	double Z = exp(1.0) + exp(2.0) + exp(3.0);
+	ck_assert_double_eq_tol(L.dx[0], 0.25 * exp(1.0) / Z, 1e-6);
+	ck_assert_double_eq_tol(L.dx[1], 0.25 * exp(2.0) / Z, 1e-6);
+	ck_assert_double_eq_tol(L.dx[2], 0.25 * (exp(3.0) / Z - 1), 1e-6);
+	for (int i = 0; i < 12; i++)
+		ck_assert(isfinite(L.dx[i]));
+	/* sample 3: softmax is (1, 0, 0) to float precision, target 1 */
+	ck_assert_double_eq_tol(L.dx[9], 0.25, 1e-7);
+	ck_assert_double_eq_tol(L.dx[10], -0.25, 1e-7);
+	ck_assert_double_eq_tol(L.dx[11], 0.0, 1e-7);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_softmax_xent_errors)
+{
+	ph_err e;
+	ck_assert_int_eq(try_create("softmax_xent", NULL, SHAPE(2, 3, 4), &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "3 dimensions"), "message: %s", e.msg);
+
+	rng_seed(73);
+	inst L;
+	inst_open(&L, "softmax_xent", NULL, SHAPE(4), 3);
+	L.targets[1] = 4;
+	memset(&e, 0, sizeof e);
+	ck_assert_int_eq(L.ops->forward(L.state, &L.ctx, L.params, L.x, L.y, &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "sample 1") && strstr(e.msg, "target 4"), "message: %s", e.msg);
+	L.targets[1] = -1;
+	memset(&e, 0, sizeof e);
+	ck_assert_int_eq(L.ops->backward(L.state, &L.ctx, L.params, L.grads, L.x, L.y, NULL, L.dx,
+					 &e),
+			 PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "target -1"), "message: %s", e.msg);
+	inst_close(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+
+static Suite *layers_suite(void)
+{
+	Suite *s = suite_create("layers");
+	TCase *tc;
+
+	tc = tcase_create("heads");
+	tcase_add_loop_test(tc, test_heads, 0, (int)(sizeof all_layers / sizeof all_layers[0]));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("linear");
+	tcase_add_test(tc, test_linear_grad_vector);
+	tcase_add_test(tc, test_linear_grad_sequence);
+	tcase_add_test(tc, test_linear_forward_meta);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("relu");
+	tcase_add_test(tc, test_relu_grad);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("conv2d");
+	tcase_add_test(tc, test_conv2d_forward_reference);
+	tcase_add_test(tc, test_conv2d_grad_plain);
+	tcase_add_test(tc, test_conv2d_grad_stride_padding);
+	tcase_add_test(tc, test_conv2d_grad_1x1_nobias);
+	tcase_add_test(tc, test_conv2d_grad_large_stride);
+	tcase_add_test(tc, test_conv2d_bad_config);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("maxpool2d");
+	tcase_add_test(tc, test_maxpool2d_grad_default);
+	tcase_add_test(tc, test_maxpool2d_grad_overlap);
+	tcase_add_test(tc, test_maxpool2d_forward_ties);
+	tcase_add_test(tc, test_maxpool2d_bad_config);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("flatten");
+	tcase_add_test(tc, test_flatten);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("dropout");
+	tcase_add_test(tc, test_dropout_grad);
+	tcase_add_test(tc, test_dropout_mask);
+	tcase_add_test(tc, test_dropout_rate_zero_and_range);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("softmax_xent");
+	tcase_add_test(tc, test_softmax_xent_grad);
+	tcase_add_test(tc, test_softmax_xent_values);
+	tcase_add_test(tc, test_softmax_xent_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(layers_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
