@@ -64,7 +64,8 @@ typedef struct {
 const ph_option ph_layer_common_options[] = {
 	PH_OPT_STRING_(layer_common, type, "type", NULL, "layer plugin name (pipehost --list-plugins)"),
 	PH_OPT_INT_(layer_common, repeat, "repeat", "1", 1, 4096, "expand into N layers NAME0..NAME(N-1)"),
-	PH_OPT_BOOL_(layer_common, cut, "cut", "yes", "allow a stage boundary after this layer"),
+	PH_OPT_CHOICE_(layer_common, cut, "cut", "auto", "auto|yes|no",
+		       "may a stage end after this layer; with [partition] cuts = marked only yes may"),
 	PH_OPT_END
 };
 
@@ -72,11 +73,22 @@ typedef struct {
 	char type[PH_STR_MAX];
 } typed_section;
 
-static const ph_option partition_head[] = {
-	PH_OPT_STRING_(typed_section, type, "type", "uniform", "partitioner plugin name"),
+const ph_option ph_partition_options[] = {
+	PH_OPT_STRING_(ph_partition_cfg, type, "type", "uniform", "partitioner plugin name; its own keys follow"),
+	PH_OPT_CHOICE_(ph_partition_cfg, cost, "cost", "flops", "flops|params|profile",
+		       "layer cost: FLOPs from meta, parameter count, or measured on the device"),
+	PH_OPT_CHOICE_(ph_partition_cfg, cuts, "cuts", "all", "all|marked",
+		       "boundaries after any layer (except cut = no), or only after cut = yes"),
+	PH_OPT_FLOAT_(ph_partition_cfg, memory_gib, "memory", "0", 0, 1e6,
+		      "per-stage memory limit in GiB (params, grads, optimizer state, activations); 0 = none"),
+	PH_OPT_FLOAT_(ph_partition_cfg, link_gbps, "link_bandwidth", "0", 0, 1e6,
+		      "stage-to-stage bandwidth in GB/s for the cost model; 0 = free"),
+	PH_OPT_FLOAT_(ph_partition_cfg, device_tflops, "device_tflops", "0.05", 1e-6, 1e6,
+		      "device speed turning FLOPs into seconds when link_bandwidth is set"),
+	PH_OPT_STRING_(ph_partition_cfg, profile_cache, "profile_cache", "", "cost = profile: cache directory (default ~/.cache/pipehost)"),
 	PH_OPT_END
 };
-static const ph_option schedule_head[] = {
+const ph_option ph_schedule_options[] = {
 	PH_OPT_STRING_(typed_section, type, "type", "1f1b", "schedule plugin name"),
 	PH_OPT_END
 };
@@ -160,28 +172,27 @@ static int defaults(const ph_option *t, void *cfg, ph_err *err)
 
 /* [partition] or [schedule]: `type` picks the plugin, the rest are its keys. */
 static int resolve_typed(ph_config *c, const ph_registry *reg, const char *section, const ph_option *head,
-			 ph_plugin_kind kind, const void **ops_out, void **cfg_out, ph_err *err)
+			 void *head_cfg, ph_plugin_kind kind, const void **ops_out, void **cfg_out, ph_err *err)
 {
-	typed_section ts;
-	memset(&ts, 0, sizeof ts);
-	int rc = defaults(head, &ts, err);
+	int rc = defaults(head, head_cfg, err);
 	if (rc)
 		return rc;
+	char *type = head_cfg; /* both head structs start with type[] */
 	ph_ini_entry *te = ph_ini_find(&c->ini, section, "type");
 	int line = 0;
 	if (te) {
-		snprintf(ts.type, sizeof ts.type, "%s", te->value);
+		snprintf(type, PH_STR_MAX, "%s", te->value);
 		line = te->line;
 	}
-	const void *ops = ph_registry_find(reg, kind, ts.type);
+	const void *ops = ph_registry_find(reg, kind, type);
 	if (!ops) {
-		const char *s = ph_registry_suggest(reg, kind, ts.type);
+		const char *s = ph_registry_suggest(reg, kind, type);
 		char names[512];
 		ph_registry_names(reg, kind, names, sizeof names);
 		if (s)
 			return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; did you mean '%s'? (found: %s)",
-					  ph_kind_name(kind), ts.type, s, names);
-		return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; found: %s", ph_kind_name(kind), ts.type,
+					  ph_kind_name(kind), type, s, names);
+		return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; found: %s", ph_kind_name(kind), type,
 				  names);
 	}
 	const ph_ops_head *h = ops;
@@ -193,7 +204,7 @@ static int resolve_typed(ph_config *c, const ph_registry *reg, const char *secti
 	if (h->options && (rc = defaults(h->options, cfg, err)))
 		return rc;
 	const ph_option *tables[3] = { head, h->options, NULL };
-	void *cfgs[2] = { &ts, cfg };
+	void *cfgs[2] = { head_cfg, cfg };
 	return apply_section(c, section, tables, cfgs, err);
 }
 
@@ -326,10 +337,13 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		if ((rc = apply_section(c, "optimizer", t, p, err)))
 			return rc;
 	}
-	if ((rc = resolve_typed(c, reg, "partition", partition_head, PH_KIND_PARTITIONER,
+	typed_section sched_head;
+	memset(&sched_head, 0, sizeof sched_head);
+	if ((rc = resolve_typed(c, reg, "partition", ph_partition_options, &c->part, PH_KIND_PARTITIONER,
 				(const void **)&c->partitioner, &c->partitioner_config, err)))
 		return rc;
-	if ((rc = resolve_typed(c, reg, "schedule", schedule_head, PH_KIND_SCHEDULE, (const void **)&c->schedule,
+	if ((rc = resolve_typed(c, reg, "schedule", ph_schedule_options, &sched_head, PH_KIND_SCHEDULE,
+				(const void **)&c->schedule,
 				&c->schedule_config, err)))
 		return rc;
 	for (int i = 0; i < c->ini.nsections; i++)

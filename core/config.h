@@ -42,13 +42,28 @@ typedef struct {
 	ph_intlist shape;        /* synthetic: per-sample shape */
 } ph_data_cfg;
 
+enum { PH_COST_FLOPS = 0, PH_COST_PARAMS = 1, PH_COST_PROFILE = 2 };
+enum { PH_CUTS_ALL = 0, PH_CUTS_MARKED = 1 };
+enum { PH_CUT_AUTO = 0, PH_CUT_YES = 1, PH_CUT_NO = 2 };
+
+/* [partition]: the host's keys; the rest belong to the partitioner plugin. */
+typedef struct {
+	char type[PH_STR_MAX];
+	int cost;                /* PH_COST_* */
+	int cuts;                /* PH_CUTS_* */
+	double memory_gib;       /* per-stage limit; 0 = none */
+	double link_gbps;        /* boundary bandwidth in GB/s; 0 = free */
+	double device_tflops;    /* converts FLOPs to seconds when a link is set */
+	char profile_cache[PH_STR_MAX];
+} ph_partition_cfg;
+
 typedef struct {
 	char name[64];           /* expanded name (NAME or NAMEi for repeat) */
 	char section[128];       /* the INI section it came from */
 	int line;                /* its header line */
 	const ph_layer_ops *ops;
 	void *config;            /* the plugin's config struct */
-	int cut;                 /* 1: a stage may end after this layer */
+	int cut;                 /* PH_CUT_*: may a stage end after this layer */
 } ph_layer_cfg;
 
 typedef struct {
@@ -56,6 +71,7 @@ typedef struct {
 	ph_run_cfg run;
 	ph_data_cfg data;
 	ph_optim_config optim;
+	ph_partition_cfg part;
 	const ph_partitioner_ops *partitioner;
 	void *partitioner_config;
 	const ph_schedule_ops *schedule;
@@ -81,5 +97,7 @@ extern const ph_option ph_run_options[];
 extern const ph_option ph_data_options[];
 extern const ph_option ph_optimizer_options[];
 extern const ph_option ph_layer_common_options[];
+extern const ph_option ph_partition_options[];
+extern const ph_option ph_schedule_options[];
 
 #endif

@@ -12,11 +12,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
 
 #include "engine.h"
+#include "trace.h"
 #include "optim.h"
 
 typedef struct {
@@ -24,6 +26,8 @@ typedef struct {
 	float **y;           /* [layers in chunk] outputs */
 	void **saved;        /* [layers in chunk] */
 	float *dy_out;       /* gradient of the chunk's output (not the last chunk) */
+	float **dy;          /* split backward only: each inner layer's output
+			      * gradient, kept from I to W */
 } slot_t;
 
 typedef struct {
@@ -81,6 +85,12 @@ struct ph_engine {
 	int64_t step, t;
 	double lr, clip_scale;
 	int abort;
+	int split;           /* the plan has I/W ops */
+	/* --trace: one event per op, per rank */
+	int tracing;
+	double t_origin;
+	ph_trace_event **ev;
+	int *nev, *ev_cap;
 	ph_err err;
 	int err_set;
 	pthread_t *threads;
@@ -177,28 +187,75 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 	return PH_OK;
 }
 
-static int run_backward(ph_engine *e, int c, int mb, ph_err *err)
+/* The gradient a layer receives: the chunk's output gradient for its last
+ * layer (none for the loss), else the next layer's input gradient. */
+static const float *layer_dy(const ph_engine *e, const chunk_t *ch, const slot_t *sl, int l, const float *inner)
+{
+	if (l == ch->b - 1)
+		return l == e->model->n - 1 ? NULL : sl->dy_out;
+	return inner;
+}
+
+/* Full backward (B), or its input half (I) when `split`: then each layer's
+ * output gradient stays in the slot for W, and the slot stays taken. */
+static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 {
 	chunk_t *ch = &e->chunks[c];
 	int s = ch->mb_slot[mb];
 	if (s < 0)
 		return ph_fail(err, PH_EINTERNAL, "chunk %d backward of micro-batch %d without its forward", c, mb);
 	slot_t *sl = &ch->slots[s];
-	const float *dy = c == e->plan->nchunks - 1 ? NULL : sl->dy_out;
+	const float *dy = NULL;
 	int t = 0;
 	for (int l = ch->b - 1; l >= ch->a; l--) {
 		ph_layer *L = &e->model->layers[l];
 		const float *x = l == ch->a ? ch->mb_x[mb] : sl->y[l - 1 - ch->a];
-		float *dx = l == ch->a ? ch->mb_dx[mb] : ch->gbuf[t];
+		dy = layer_dy(e, ch, sl, l, dy);
+		float *dx = l == ch->a ? ch->mb_dx[mb] : split ? sl->dy[l - 1 - ch->a] : ch->gbuf[t];
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
-		int rc = L->ops->backward(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy, dx, &e2);
+		int rc;
+		if (split && ph_layer_has_split_backward(L->ops))
+			rc = L->ops->backward_input(L->state, &ctx, e->params[l].pw, x, sl->y[l - ch->a], dy, dx, &e2);
+		else
+			rc = L->ops->backward(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy,
+					      dx, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) backward, micro-batch %d: %s", L->cfg->name, L->ops->head.name,
 				       mb, e2.msg);
 		dy = dx;
 		t ^= 1;
+	}
+	if (!split) {
+		sl->mb = -1;
+		ch->mb_slot[mb] = -1;
+	}
+	return PH_OK;
+}
+
+/* W: the weight half for layers that split their backward, then free the slot. */
+static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	int s = ch->mb_slot[mb];
+	if (s < 0)
+		return ph_fail(err, PH_EINTERNAL, "chunk %d W of micro-batch %d without its forward", c, mb);
+	slot_t *sl = &ch->slots[s];
+	for (int l = ch->b - 1; l >= ch->a; l--) {
+		ph_layer *L = &e->model->layers[l];
+		if (!ph_layer_has_split_backward(L->ops))
+			continue;
+		const float *x = l == ch->a ? ch->mb_x[mb] : sl->y[l - 1 - ch->a];
+		const float *dy = layer_dy(e, ch, sl, l, l + 1 < ch->b ? sl->dy[l - ch->a] : NULL);
+		ph_ctx ctx;
+		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
+		ph_err e2 = { { 0 } };
+		int rc = L->ops->backward_weight(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy,
+						 &e2);
+		if (rc)
+			return ph_fail(err, rc, "layer %s (%s) weight gradient, micro-batch %d: %s", L->cfg->name,
+				       L->ops->head.name, mb, e2.msg);
 	}
 	sl->mb = -1;
 	ch->mb_slot[mb] = -1;
@@ -233,12 +290,11 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	case PH_OP_F:
 		return run_forward(e, c, mb, err);
 	case PH_OP_B:
+		return run_backward(e, c, mb, 0, err);
 	case PH_OP_I:
-		/* No layer splits its backward in this ABI version: I runs the
-		 * full backward, W has nothing left to do. */
-		return run_backward(e, c, mb, err);
+		return run_backward(e, c, mb, 1, err);
 	case PH_OP_W:
-		return PH_OK;
+		return run_weight(e, c, mb, err);
 	case PH_OP_SEND_ACT: {
 		link_t *lk = &e->links[c];
 		slot_t *sl = &ch->slots[ch->mb_slot[mb]];
@@ -298,6 +354,31 @@ static void sumsq_rank(ph_engine *e, int rank)
 			e->params[l].sumsq = ph_sumsq(e->params[l].g, e->model->layers[l].param_numel);
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define PH_TRACE_MAX_EVENTS (1 << 20) /* per rank; later events are dropped */
+
+static void record(ph_engine *e, int rank, const ph_op *o, double t0, double t1)
+{
+	if (e->nev[rank] == e->ev_cap[rank]) {
+		int cap = e->ev_cap[rank] ? e->ev_cap[rank] * 2 : 1024;
+		if (cap > PH_TRACE_MAX_EVENTS)
+			return;
+		ph_trace_event *n = realloc(e->ev[rank], (size_t)cap * sizeof *n);
+		if (!n)
+			return;
+		e->ev[rank] = n;
+		e->ev_cap[rank] = cap;
+	}
+	e->ev[rank][e->nev[rank]++] = (ph_trace_event){ t0 - e->t_origin, t1 - e->t_origin, rank, o->kind, o->chunk, o->mb,
+							e->training ? e->step : -1 };
+}
+
 static void *worker_main(void *arg)
 {
 	worker_t *w = arg;
@@ -317,8 +398,12 @@ static void *worker_main(void *arg)
 		if (job == JOB_TRAIN || job == JOB_EVAL) {
 			const ph_op *ops = job == JOB_TRAIN ? e->plan->ops[w->rank] : e->eval_ops[w->rank];
 			int n = job == JOB_TRAIN ? e->plan->nops[w->rank] : e->eval_nops[w->rank];
-			for (int k = 0; k < n && !rc && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE); k++)
+			for (int k = 0; k < n && !rc && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE); k++) {
+				double t0 = e->tracing ? now_s() : 0;
 				rc = run_op(e, &ops[k], &err);
+				if (e->tracing && ops[k].mb < e->active_mbs)
+					record(e, w->rank, &ops[k], t0, now_s());
+			}
 			if (!rc && job == JOB_TRAIN && e->cfg->optim.clip > 0)
 				sumsq_rank(e, w->rank);
 		} else if (job == JOB_UPDATE) {
@@ -466,6 +551,16 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
 						       L->cfg->name);
 			}
+			if (e->split) {
+				if (!(sl->dy = calloc((size_t)nl, sizeof *sl->dy)))
+					return ph_fail(err, PH_ENOMEM, "out of memory");
+				for (int l = ch->a; l + 1 < ch->b; l++) {
+					size_t out = (size_t)ph_shape_numel(&m->layers[l].meta.out) * e->mbsize;
+					if (!(sl->dy[l - ch->a] = zalloc(out * sizeof(float))))
+						return ph_fail(err, PH_ENOMEM, "out of memory for gradients of layer %s",
+							       m->layers[l].cfg->name);
+				}
+			}
 			if (c + 1 < p->nchunks) {
 				size_t out = (size_t)ph_shape_numel(&m->layers[ch->b - 1].meta.out) * e->mbsize;
 				if (!(sl->dy_out = zalloc(out * sizeof(float))))
@@ -490,6 +585,9 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	e->in_numel = (int)ph_shape_numel(&m->input);
 	e->tps = m->targets_per_sample;
 	e->clip_scale = 1.0;
+	for (int r = 0; r < p->ranks; r++)
+		for (int k = 0; k < p->nops[r]; k++)
+			e->split |= p->ops[r][k].kind == PH_OP_I;
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv_job, NULL);
 	pthread_cond_init(&e->cv_done, NULL);
@@ -657,10 +755,75 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 	return PH_OK;
 }
 
+int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
+{
+	int spp = ph_optim_state_per_param(&e->cfg->optim), total = 0;
+	for (int l = 0; l < e->model->n; l++)
+		total += e->model->layers[l].meta.nparams * spp;
+	ph_tensor_ref *t = calloc((size_t)(total ? total : 1), sizeof *t);
+	if (!t)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int k = 0;
+	for (int l = 0; l < e->model->n; l++) {
+		ph_layer *L = &e->model->layers[l];
+		int64_t off = 0;
+		for (int q = 0; q < L->meta.nparams; q++) {
+			int64_t numel = ph_shape_numel(&L->meta.params[q].shape);
+			for (int j = 0; j < spp; j++, k++) {
+				/* state j of tensor q lives at s + off*spp + j*numel (optim.h layout) */
+				snprintf(t[k].name, sizeof t[k].name, "%s.%s.%s", L->cfg->name, L->meta.params[q].name,
+					 spp == 1 ? "momentum" : j == 0 ? "adam_m" : "adam_v");
+				t[k].shape = L->meta.params[q].shape;
+				t[k].data = e->params[l].s + off * spp + (int64_t)j * numel;
+			}
+			off += numel;
+		}
+	}
+	*refs = t;
+	*n = total;
+	return PH_OK;
+}
+
+int ph_engine_trace(ph_engine *e, ph_err *err)
+{
+	int P = e->plan->ranks;
+	e->ev = calloc((size_t)P, sizeof *e->ev);
+	e->nev = calloc((size_t)P, sizeof *e->nev);
+	e->ev_cap = calloc((size_t)P, sizeof *e->ev_cap);
+	if (!e->ev || !e->nev || !e->ev_cap)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	e->t_origin = now_s();
+	e->tracing = 1;
+	return PH_OK;
+}
+
+int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err)
+{
+	int total = 0;
+	for (int r = 0; r < e->plan->ranks; r++)
+		total += e->nev[r];
+	ph_trace_event *all = malloc((size_t)(total ? total : 1) * sizeof *all);
+	if (!all)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int k = 0;
+	for (int r = 0; r < e->plan->ranks; r++)
+		for (int i = 0; i < e->nev[r]; i++)
+			all[k++] = e->ev[r][i];
+	int rc = ph_trace_write_chrome(path, all, total, e->plan->ranks, e->plan->v, err);
+	free(all);
+	return rc;
+}
+
 void ph_engine_destroy(ph_engine *e)
 {
 	if (!e)
 		return;
+	if (e->ev)
+		for (int r = 0; r < e->plan->ranks; r++)
+			free(e->ev[r]);
+	free(e->ev);
+	free(e->nev);
+	free(e->ev_cap);
 	if (e->nthreads_started) {
 		pthread_mutex_lock(&e->mu);
 		e->job = JOB_EXIT;
@@ -680,6 +843,9 @@ void ph_engine_destroy(ph_engine *e)
 					if (ch->slots[s].saved)
 						free(ch->slots[s].saved[l]);
 				}
+				for (int l = 0; ch->slots[s].dy && l < ch->b - ch->a; l++)
+					free(ch->slots[s].dy[l]);
+				free(ch->slots[s].dy);
 				free(ch->slots[s].y);
 				free(ch->slots[s].saved);
 				free(ch->slots[s].dy_out);

@@ -33,6 +33,16 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 /* The parameters as named tensors LAYER.PARAM, in layer order. */
 int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
 
+/* The optimizer state as named tensors LAYER.PARAM.momentum (SGD) or
+ * LAYER.PARAM.adam_m / .adam_v (AdamW), pointing into the live arrays: write
+ * them for a checkpoint, read into them to resume. */
+int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
+
+/* --trace: record every op (compute, send, receive) of every rank with real
+ * timestamps from now on, and write them as Chrome trace JSON. */
+int ph_engine_trace(ph_engine *e, ph_err *err);
+int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err);
+
 void ph_engine_destroy(ph_engine *e);
 
 #endif

@@ -76,6 +76,10 @@ static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_
 		else if (!l->forward) missing = "forward";
 		else if (!l->backward) missing = "backward";
 		else if (!l->devices) missing = "devices";
+		else if (h->struct_size >= offsetof(ph_layer_ops, backward_weight) + sizeof(void *) &&
+			 !l->backward_input != !l->backward_weight)
+			missing = l->backward_input ? "backward_weight (it has backward_input; give both or neither)"
+						    : "backward_input (it has backward_weight; give both or neither)";
 	} else if (kind == PH_KIND_PARTITIONER) {
 		if (!((const ph_partitioner_ops *)ops)->partition) missing = "partition";
 	} else {

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "engine.h"
 #include "options.h"
+#include "simulate.h"
 #include "train.h"
 
 #ifndef PH_PLUGIN_DIR
@@ -30,6 +31,9 @@ static void usage(FILE *f)
 		"  -s, --set SEC.KEY=VALUE  override one INI key (repeatable), e.g. --set run.steps=20\n"
 		"      --plan               print the partition and schedule and exit\n"
 		"      --save-weights FILE  write the trained weights (safetensors)\n"
+		"      --trace FILE         write every op of every rank (Chrome trace JSON, opens in Perfetto)\n"
+		"      --simulate           run the schedule on the cost model: step time, bubble, peak memory\n"
+		"      --svg FILE           --simulate's timeline (default timeline.svg); --trace FILE: its Chrome trace\n"
 		"      --plugin-dir DIR     search DIR for plugins first (repeatable)\n"
 		"  -V, --version            print the version\n"
 		"plugins are searched in --plugin-dir, [run] plugin_path, $PIPEHOST_PLUGIN_PATH and %s\n",
@@ -43,16 +47,21 @@ typedef struct {
 	char plugin_dirs[4096];
 	int plan_only, list_plugins, list_options;
 	const char *save_weights;
+	const char *trace;
+	int simulate;
+	const char *svg;
 } cli_t;
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
-	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR };
+	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_TRACE, OPT_SIMULATE, OPT_SVG };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", no_argument, NULL, OPT_PLAN },       { "list-plugins", no_argument, NULL, OPT_LIST },
 		{ "list-options", no_argument, NULL, OPT_LISTOPT }, { "save-weights", required_argument, NULL, OPT_SAVE },
 		{ "plugin-dir", required_argument, NULL, OPT_PDIR }, { "help", no_argument, NULL, 'h' },
+		{ "trace", required_argument, NULL, OPT_TRACE },
+		{ "simulate", no_argument, NULL, OPT_SIMULATE }, { "svg", required_argument, NULL, OPT_SVG },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
 	int ch;
@@ -69,6 +78,9 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		case OPT_LIST: cli->list_plugins = 1; break;
 		case OPT_LISTOPT: cli->list_options = 1; break;
 		case OPT_SAVE: cli->save_weights = optarg; break;
+		case OPT_TRACE: cli->trace = optarg; break;
+		case OPT_SIMULATE: cli->simulate = 1; break;
+		case OPT_SVG: cli->svg = optarg; break;
 		case OPT_PDIR: {
 			size_t used = strlen(cli->plugin_dirs);
 			snprintf(cli->plugin_dirs + used, sizeof cli->plugin_dirs - used, "%s%s", used ? ":" : "", optarg);
@@ -101,8 +113,10 @@ static void list_options(void)
 	ph_options_print(stdout, ph_data_options, "  ");
 	printf("[optimizer]\n");
 	ph_options_print(stdout, ph_optimizer_options, "  ");
-	printf("[partition]\n  type             string   default uniform    partitioner plugin; its keys follow\n");
-	printf("[schedule]\n  type             string   default 1f1b       schedule plugin; its keys follow\n");
+	printf("[partition]\n");
+	ph_options_print(stdout, ph_partition_options, "  ");
+	printf("[schedule]\n");
+	ph_options_print(stdout, ph_schedule_options, "  ");
 	printf("[layer NAME]\n");
 	ph_options_print(stdout, ph_layer_common_options, "  ");
 }
@@ -212,15 +226,22 @@ static int run(const cli_t *cli, ph_err *err)
 	int mbsize = (int)(cfg.run.batch / cfg.run.micro_batches);
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)))
 		goto out;
-	if ((rc = ph_plan_build(&plan, &model, &cfg, &reg, err)))
+	if ((rc = ph_plan_build(&plan, &model, &cfg, NULL, NULL, err)))
 		goto out;
 	ph_plan_print(stdout, &plan, &model, &cfg);
 	fflush(stdout);
+	if (cli->simulate) {
+		rc = ph_simulate_report(&plan, &model, &cfg, NULL, NULL, cfg.part.link_gbps * 1e9,
+					cli->svg ? cli->svg : "timeline.svg", cli->trace, stdout, err);
+		goto out;
+	}
 	if (cli->plan_only)
 		goto out;
 	if ((rc = load_data(&cfg, &in, &train, &test, err)))
 		goto out;
 	if ((rc = ph_engine_create(&engine, &model, &plan, &cfg, err)))
+		goto out;
+	if (cli->trace && (rc = ph_engine_trace(engine, err)))
 		goto out;
 	ph_train_result res;
 	if ((rc = ph_train(&cfg, engine, &train, &test, &res, err)))
@@ -229,6 +250,11 @@ static int run(const cli_t *cli, ph_err *err)
 	if (res.test_loss >= 0)
 		printf("; test accuracy %.2f%% on %lld samples", 100.0 * res.test_accuracy, (long long)res.test_samples);
 	printf("\n");
+	if (cli->trace) {
+		if ((rc = ph_engine_write_trace(engine, cli->trace, err)))
+			goto out;
+		printf("trace written to %s\n", cli->trace);
+	}
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
 	if (wpath[0])
 		rc = save_weights(engine, wpath, err);

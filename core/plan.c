@@ -238,18 +238,28 @@ static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
 	return ph_plan_set_actions(p, p->actions, p->nactions, err);
 }
 
-static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err)
+int ph_plan_can_cut(const ph_config *c, const ph_layer_cfg *l)
+{
+	if (c->part.cuts == PH_CUTS_MARKED)
+		return l->cut == PH_CUT_YES;
+	return l->cut != PH_CUT_NO;
+}
+
+static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
+			  const double *cost_bwd, ph_err *err)
 {
 	int n = m->n, K = p->nchunks, rc = PH_OK;
 	int cuts = 0;
 	for (int i = 0; i + 1 < n; i++)
-		cuts += m->layers[i].cfg->cut;
+		cuts += ph_plan_can_cut(c, m->layers[i].cfg);
 	if (K > n)
 		return ph_fail(err, PH_EINVAL, "[run] stages = %d x chunks = %d needs at least %d layers, one per stage; "
 			       "the model has %d: lower stages", p->ranks, p->v, K, n);
 	if (K > cuts + 1)
-		return ph_fail(err, PH_EINVAL, "%d stages need %d boundaries but the layers allow only %d (cut = no "
-			       "elsewhere): lower stages or allow more cuts", K, K - 1, cuts);
+		return ph_fail(err, PH_EINVAL, "%d stages need %d boundaries but the layers allow only %d (%s): lower "
+			       "stages or allow more cuts", K, K - 1, cuts,
+			       c->part.cuts == PH_CUTS_MARKED ? "[partition] cuts = marked and few layers say cut = yes"
+							      : "cut = no on the others");
 	double *buf = calloc((size_t)n * 6 + (size_t)K, sizeof(double));
 	const char **names = calloc((size_t)n, sizeof *names), **types = calloc((size_t)n, sizeof *types);
 	uint8_t *cut = calloc((size_t)n, 1);
@@ -263,21 +273,49 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, ph_
 	for (int i = 0; i < n; i++) {
 		const ph_layer *l = &m->layers[i];
 		double out_bytes = 4.0 * (double)ph_shape_numel(&l->meta.out) * m->max_batch;
-		fwd[i] = l->meta.fwd_flops;
-		bwd[i] = l->meta.bwd_flops;
+		fwd[i] = cost_fwd ? cost_fwd[i] : l->meta.fwd_flops;
+		bwd[i] = cost_bwd ? cost_bwd[i] : l->meta.bwd_flops;
+		if (c->part.cost == PH_COST_PARAMS) {
+			/* dense layers cost ~2 FLOPs per parameter forward, twice that backward */
+			fwd[i] = (double)l->param_numel;
+			bwd[i] = 2.0 * (double)l->param_numel;
+		}
 		pb[i] = 4.0 * (double)l->param_numel;
 		ab[i] = out_bytes;
 		kb[i] = out_bytes + (double)l->meta.saved_bytes * m->max_batch;
 		names[i] = l->cfg->name;
 		types[i] = l->ops->head.name;
-		cut[i] = i + 1 < n ? (uint8_t)l->cfg->cut : 0;
+		cut[i] = i + 1 < n ? (uint8_t)ph_plan_can_cut(c, l->cfg) : 0;
+	}
+	/* Costs meet bandwidth only in seconds: turn FLOPs into time at the
+	 * configured device speed (profiled costs are seconds already). */
+	double link = c->part.link_gbps * 1e9;
+	if (link > 0 && c->part.cost == PH_COST_FLOPS)
+		for (int i = 0; i < n; i++) {
+			fwd[i] /= c->part.device_tflops * 1e12;
+			bwd[i] /= c->part.device_tflops * 1e12;
+		}
+	for (int k = 0; k < K; k++)
+		lim[k] = c->part.memory_gib * 1024.0 * 1024.0 * 1024.0;
+	{
+		/* A cost model that prices every layer at 0 cannot balance anything:
+		 * the partitioners would silently fall back to counting layers. */
+		double total = 0;
+		for (int i = 0; i < n; i++)
+			total += fwd[i] + bwd[i];
+		if (!(total > 0)) {
+			static const char *src[] = { "flops", "params", "profile" };
+			rc = ph_fail(err, PH_EINVAL, "[partition] cost = %s gives every layer a cost of 0, so no split can be "
+				     "balanced; use cost = flops or profile, or partition.type = explicit", src[c->part.cost]);
+			goto out;
+		}
 	}
 	for (int k = 0; k < K; k++)
 		inflight[k] = p->slots[k];
 	ph_partition_problem pbm = {
 		.n = n, .stages = K, .fwd_cost = fwd, .bwd_cost = bwd, .param_bytes = pb, .act_bytes = ab,
 		.keep_bytes = kb, .names = names, .types = types, .cut_after = cut, .mem_limit = lim,
-		.in_flight = inflight, .state_factor = 2.0 + ph_optim_state_per_param(&c->optim), .link_bytes_per_s = 0,
+		.in_flight = inflight, .state_factor = 2.0 + ph_optim_state_per_param(&c->optim), .link_bytes_per_s = link,
 	};
 	ph_err warn = { { 0 } }, e2 = { { 0 } };
 	rc = c->partitioner->partition(c->partitioner_config, &pbm, p->first, &warn, &e2);
@@ -313,9 +351,9 @@ out:
 	return rc;
 }
 
-int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const ph_registry *reg, ph_err *err)
+int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
+		  const double *cost_bwd, ph_err *err)
 {
-	(void)reg;
 	memset(p, 0, sizeof *p);
 	p->ranks = (int)c->run.stages;
 	p->v = (int)c->run.chunks;
@@ -324,7 +362,7 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const ph_re
 	int rc = make_actions(p, c, err);
 	if (rc)
 		return rc;
-	return make_partition(p, m, c, err);
+	return make_partition(p, m, c, cost_fwd, cost_bwd, err);
 }
 
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c)

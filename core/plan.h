@@ -35,8 +35,13 @@ typedef struct {
 } ph_plan;
 
 /* Generate, partition, lower, validate.  Errors name the rule, the rank and
- * the position. */
-int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const ph_registry *reg, ph_err *err);
+ * the position.  cost_fwd/cost_bwd: measured per-layer costs (seconds) for
+ * [partition] cost = profile, else NULL (FLOPs from meta, or parameters). */
+int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
+		  const double *cost_bwd, ph_err *err);
+
+/* May a stage end after layer l, given [partition] cuts and the layer's cut. */
+int ph_plan_can_cut(const ph_config *c, const ph_layer_cfg *l);
 
 /* Check compute lists and lower them (exposed for tests and for schedules
  * read from files). */

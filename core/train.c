@@ -1,12 +1,64 @@
 /* Training loop.  The batch order is a pure function of (seed, epoch), the
  * learning rate a pure function of the step: nothing here depends on the
- * schedule or the partition, which is what keeps runs comparable. */
+ * schedule or the partition, which is what keeps runs comparable, and the
+ * step alone is the position a checkpoint needs to resume exactly. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "train.h"
+
+/* SIGINT/SIGTERM: the first asks the loop to stop after the step under way
+ * (and write a checkpoint); a second one takes the default action at once. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	if (stop_signal) {
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	stop_signal = sig;
+	static const char msg[] = "\npipehost: interrupted: finishing this step, then writing a checkpoint "
+				  "(interrupt again to stop at once)\n";
+	ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+	(void)w;
+}
+
+typedef struct {
+	int installed;
+	struct sigaction old_int, old_term;
+} sig_guard;
+
+static void catch_stop_signals(sig_guard *g)
+{
+	memset(g, 0, sizeof *g);
+	stop_signal = 0;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGTERM, &sa, &g->old_term);
+	/* An ignored SIGINT (a background job of a script) stays ignored. */
+	sigaction(SIGINT, NULL, &g->old_int);
+	if (g->old_int.sa_handler != SIG_IGN)
+		sigaction(SIGINT, &sa, NULL);
+	g->installed = 1;
+}
+
+static void restore_stop_signals(sig_guard *g)
+{
+	if (!g->installed)
+		return;
+	sigaction(SIGTERM, &g->old_term, NULL);
+	sigaction(SIGINT, &g->old_int, NULL);
+	g->installed = 0;
+}
 
 static double now_s(void)
 {
@@ -50,8 +102,8 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 	return PH_OK;
 }
 
-int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
-	     ph_train_result *res, ph_err *err)
+int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
+		const ph_train_ckpt *ck, ph_train_result *res, ph_err *err)
 {
 	memset(res, 0, sizeof *res);
 	res->test_loss = -1;
@@ -65,27 +117,73 @@ int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph
 	int64_t total = c->run.steps ? c->run.steps : c->run.epochs * spe;
 	ph_optim_config oc = c->optim;
 	oc.total_steps = total;
+	const char *ckdir = ck && ck->dir && ck->dir[0] ? ck->dir : NULL;
+	const char *resume = ck && ck->resume && ck->resume[0] ? ck->resume : NULL;
+	int64_t every = ck && ck->every > 0 ? ck->every : 0;
+	int keep = ck && ck->keep > 0 ? (ck->keep > 1000000 ? 1000000 : (int)ck->keep) : 0;
+	int tty = isatty(STDOUT_FILENO);
+	ph_ckpt_id id;
+	memset(&id, 0, sizeof id);
+	sig_guard sig;
+	memset(&sig, 0, sizeof sig);
+	int64_t start = 0, saved_at = -1;
+	char ckdir_buf[4096];
 	int tps = train->targets_per_sample;
 	int64_t numel = ph_shape_numel(&train->shape);
-	float *x = malloc((size_t)(B * numel) * sizeof *x);
-	int32_t *y = malloc((size_t)(B * tps) * sizeof *y);
-	int64_t *perm = malloc((size_t)n * sizeof *perm);
+	float *x = NULL;
+	int32_t *y = NULL;
+	int64_t *perm = NULL;
 	FILE *metrics = NULL;
 	int rc = PH_OK;
+	if (ckdir && (rc = ph_checkpoint_prepare(ckdir, err)))
+		goto out;
+	if ((ckdir || resume) && (rc = ph_checkpoint_identity(c, e, n, total, &id, err)))
+		goto out;
+	if (resume) {
+		if ((rc = ph_checkpoint_load(resume, e, &id, &start, res->checkpoint, sizeof res->checkpoint, err)))
+			goto out;
+		if (start > total) {
+			rc = ph_fail(err, PH_EINVAL, "checkpoint %s is at step %lld, past this run's %lld steps; raise [run] "
+				     "steps or resume from an earlier step", res->checkpoint, (long long)start,
+				     (long long)total);
+			goto out;
+		}
+		saved_at = start;
+		res->steps = start;
+		/* --resume without [checkpoint] dir keeps saving beside the
+		 * checkpoint it resumed from. */
+		if (!ckdir) {
+			snprintf(ckdir_buf, sizeof ckdir_buf, "%s", res->checkpoint);
+			char *slash = strrchr(ckdir_buf, '/');
+			if (slash && slash != ckdir_buf)
+				*slash = 0;
+			else
+				snprintf(ckdir_buf, sizeof ckdir_buf, "%s", slash ? "/" : ".");
+			ckdir = ckdir_buf;
+		}
+		printf("resumed from %s at step %lld of %lld\n", res->checkpoint, (long long)start, (long long)total);
+		fflush(stdout);
+	}
+	x = malloc((size_t)(B * numel) * sizeof *x);
+	y = malloc((size_t)(B * tps) * sizeof *y);
+	perm = malloc((size_t)n * sizeof *perm);
 	if (!x || !y || !perm) {
 		rc = ph_fail(err, PH_ENOMEM, "out of memory for the batch");
 		goto out;
 	}
-	if (c->run.metrics[0] && !(metrics = fopen(c->run.metrics, "w"))) {
+	/* A resumed run continues its metrics file. */
+	if (c->run.metrics[0] && !(metrics = fopen(c->run.metrics, start > 0 ? "a" : "w"))) {
 		rc = ph_fail(err, PH_EIO, "cannot write metrics file %s; check [run] metrics", c->run.metrics);
 		goto out;
 	}
-	int tty = isatty(STDOUT_FILENO);
+	stop_signal = 0;
+	if (ckdir)
+		catch_stop_signals(&sig);
 	double t0 = now_s(), last_print = 0;
 	int64_t epochs = (total + spe - 1) / spe;
-	for (int64_t s = 0; s < total; s++) {
+	for (int64_t s = start; s < total; s++) {
 		int64_t epoch = s / spe, pos = s % spe;
-		if (pos == 0) {
+		if (pos == 0 || s == start) {
 			if (c->data.shuffle)
 				ph_data_permutation((uint64_t)c->run.seed, (uint64_t)epoch, n, perm);
 			else
@@ -101,9 +199,10 @@ int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph
 		res->final_loss = loss;
 		res->steps = s + 1;
 		double t = now_s() - t0;
-		double sps = (double)(s + 1) * B / (t > 0 ? t : 1e-9);
+		int64_t here = s + 1 - start; /* steps done by this process */
+		double sps = (double)here * B / (t > 0 ? t : 1e-9);
 		char eta[32];
-		fmt_eta(t / (s + 1) * (total - s - 1), eta, sizeof eta);
+		fmt_eta(t / here * (total - s - 1), eta, sizeof eta);
 		int last = s + 1 == total;
 		if (tty && (t - last_print > 0.25 || last)) {
 			printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", (long long)epoch + 1,
@@ -115,7 +214,7 @@ int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph
 			       (long long)epochs, (long long)s + 1, (long long)total, loss, lr, sps, eta);
 			fflush(stdout);
 		}
-		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == 0)) {
+		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start)) {
 			fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"samples_per_s\":%.1f,"
 				"\"elapsed_s\":%.3f}\n", (long long)s + 1, (long long)epoch + 1, loss, lr, sps, t);
 			fflush(metrics);
@@ -126,15 +225,49 @@ int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph
 			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, metrics, res, err)))
 				goto out;
 		}
+		int stop = ckdir && stop_signal && !last;
+		if (ckdir && ((every && (s + 1) % every == 0) || last || stop)) {
+			if ((rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep, res->checkpoint,
+						     sizeof res->checkpoint, err)))
+				goto out;
+			saved_at = s + 1;
+			if (!stop) {
+				printf("%scheckpoint: step %lld written to %s\n", tty ? "\n" : "", (long long)s + 1,
+				       res->checkpoint);
+				fflush(stdout);
+			}
+		}
+		/* A signal during that save: this step is saved already. */
+		if (ckdir && stop_signal && !last) {
+			if (saved_at != s + 1 &&
+			    (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep, res->checkpoint,
+						     sizeof res->checkpoint, err)))
+				goto out;
+			printf("%sinterrupted at step %lld: checkpoint written to %s; resume with --resume %s\n",
+			       tty ? "\n" : "", (long long)s + 1, res->checkpoint, ckdir);
+			fflush(stdout);
+			res->interrupted = 1;
+			break;
+		}
 	}
-	if (tty && !c->run.eval)
+	if (start == total && resume) {
+		printf("the run of %lld steps was already complete at %s\n", (long long)total, res->checkpoint);
+	} else if (tty && !c->run.eval && !res->interrupted)
 		printf("\n");
 	res->seconds = now_s() - t0;
 out:
+	restore_stop_signals(&sig);
+	ph_checkpoint_id_free(&id);
 	if (metrics)
 		fclose(metrics);
 	free(x);
 	free(y);
 	free(perm);
 	return rc;
+}
+
+int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
+	     ph_train_result *res, ph_err *err)
+{
+	return ph_train_ck(c, e, train, test, NULL, res, err);
 }

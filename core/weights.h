@@ -7,7 +7,7 @@
 #include <pipehost/plugin.h>
 
 typedef struct {
-	char name[96];        /* "LAYER.PARAM" */
+	char name[128];       /* "LAYER.PARAM" */
 	ph_shape shape;
 	float *data;          /* F32 */
 } ph_tensor_ref;

@@ -13,3 +13,6 @@ include $(srcdir)/tests/layers.mk
 include $(srcdir)/tests/sched.mk
 include $(srcdir)/tests/core-units.mk
 include $(srcdir)/tests/core.mk
+include $(srcdir)/tests/partition.mk
+include $(srcdir)/tests/simulate.mk
+include $(srcdir)/tests/reliability.mk

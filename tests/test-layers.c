@@ -483,7 +483,12 @@ static void conv_forward_case(int C, int H, int W, int F, int k, int s, int p, i
 	ck_assert_int_eq(L.meta.params[0].shape.ndim, 4);
 	ck_assert_int_eq(L.meta.params[0].shape.d[1], C);
 	ck_assert_float_eq_tol(L.meta.params[0].init_arg, 1 / sqrt((double)C * k * k), 1e-6);
-	ck_assert_uint_eq(L.meta.scratch_bytes, (size_t)C * k * k * OH * OW * sizeof(float));
+	/* Scratch: cols [C*k*k, G*P] and Y_all [F, G*P] for a group of G samples,
+	 * 1 <= G <= max_batch (G = max_batch unless that passes the plugin's cap). */
+	size_t per_sample = ((size_t)C * k * k + F) * OH * OW * sizeof(float);
+	ck_assert_uint_ge(L.meta.scratch_bytes, per_sample);
+	ck_assert_uint_le(L.meta.scratch_bytes, per_sample * B);
+	ck_assert_uint_eq(L.meta.scratch_bytes % per_sample, 0);
 	ck_assert_double_ge(L.meta.fwd_flops, 2.0 * F * C * k * k * OH * OW);
 
 	fwd(&L);
@@ -493,6 +498,23 @@ static void conv_forward_case(int C, int H, int W, int F, int k, int s, int p, i
 		ck_assert_msg(fabs(L.y[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
 			      "conv2d y[%lld] = %.7g, direct convolution %.7g", (long long)i,
 			      L.y[i], ref[i]);
+	/* A micro-batch smaller than max_batch: the first B-1 samples, the rest
+	 * of y untouched. */
+	if (B > 1) {
+		for (int64_t i = 0; i < L.ny; i++)
+			L.y[i] = NAN;
+		L.ctx.batch = B - 1;
+		fwd(&L);
+		int64_t n = L.ny / B * (B - 1);
+		for (int64_t i = 0; i < n; i++)
+			ck_assert_msg(fabs(L.y[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
+				      "conv2d batch %d of %d: y[%lld] = %.7g, direct convolution %.7g",
+				      B - 1, B, (long long)i, L.y[i], ref[i]);
+		for (int64_t i = n; i < L.ny; i++)
+			ck_assert_msg(isnan(L.y[i]), "conv2d batch %d of %d wrote y[%lld]", B - 1, B,
+				      (long long)i);
+		L.ctx.batch = B;
+	}
 	free(ref);
 	inst_close(&L);
 }
@@ -504,12 +526,22 @@ START_TEST(test_conv2d_forward_reference)
 	conv_forward_case(4, 5, 5, 2, 1, 1, 0, 1, 2, 33); /* 1x1 */
 	conv_forward_case(1, 8, 8, 2, 4, 4, 0, 1, 1, 34); /* non-overlapping windows */
 	conv_forward_case(2, 3, 3, 2, 3, 1, 3, 1, 1, 35); /* padding wider than the image */
+	conv_forward_case(3, 6, 5, 4, 3, 1, 1, 1, 4, 40); /* 3x3 "same", as in the CNNs */
+	conv_forward_case(2, 2, 9, 3, 5, 1, 2, 1, 3, 41); /* "same", kernel taller than the image */
 }
 END_TEST
 
 START_TEST(test_conv2d_grad_plain)
 {
 	run_gradcheck("conv2d", KV("filters", "3", "kernel", "3"), SHAPE(2, 5, 6), 2, 36);
+}
+END_TEST
+
+START_TEST(test_conv2d_grad_same)
+{
+	/* 3x3, padding 1, stride 1: the shifted-plane im2col/col2im. */
+	run_gradcheck("conv2d", KV("filters", "3", "kernel", "3", "padding", "1"), SHAPE(2, 5, 6), 3,
+		      42);
 }
 END_TEST
 
@@ -897,6 +929,7 @@ static Suite *layers_suite(void)
 	tc = tcase_create("conv2d");
 	tcase_add_test(tc, test_conv2d_forward_reference);
 	tcase_add_test(tc, test_conv2d_grad_plain);
+	tcase_add_test(tc, test_conv2d_grad_same);
 	tcase_add_test(tc, test_conv2d_grad_stride_padding);
 	tcase_add_test(tc, test_conv2d_grad_1x1_nobias);
 	tcase_add_test(tc, test_conv2d_grad_large_stride);

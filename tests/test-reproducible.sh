@@ -24,6 +24,19 @@ for stages in 1 2 3 4; do
 		done
 	done
 done
+# interleaved (v chunks per rank) and zb-h1 (split backward: I then W)
+for extra in "interleaved 2 2" "interleaved 4 2" "interleaved 2 4" "zb-h1 2 1" "zb-h1 4 1"; do
+	set -- $extra
+	w="$tmp/w-$1-$2-$3.safetensors"
+	if ! "$PIPEHOST" -c "$tiny" --set schedule.type=$1 --set run.stages=$2 --set run.chunks=$3 \
+		--save-weights "$w" >"$tmp/log" 2>&1; then
+		not_ok "$1, $2 ranks x $3 chunks: run failed: $(tail -2 "$tmp/log")"
+	elif cmp -s "$ref" "$w"; then
+		ok "$1, $2 ranks x $3 chunks: weights byte-identical to the reference"
+	else
+		not_ok "$1, $2 ranks x $3 chunks: weights differ from the reference"
+	fi
+done
 # the check can fail: a different seed must give different weights
 "$PIPEHOST" -c "$tiny" --set run.seed=8 --save-weights "$tmp/other.safetensors" >/dev/null 2>&1
 if cmp -s "$ref" "$tmp/other.safetensors"; then

@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 0
+#define PH_ABI_MINOR 1 /* 1.1: optional split backward (backward_input/weight) */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -185,7 +185,28 @@ typedef struct {
 	int (*backward)(void *state, const ph_ctx *ctx, float *const *params,
 			float *const *grads, const float *x, const float *y,
 			const float *dy, float *dx, ph_err *err);
+
+	/* ---- ABI 1.1: optional, both or neither ----
+	 * The backward split in two for zero-bubble schedules (ZB-H1): the
+	 * input-gradient half (dx = ..., overwritten; dx may be NULL) and the
+	 * weight-gradient half (grads += ...).  Run one after the other on the
+	 * same x, y, dy and ctx->saved they must give bitwise the same results as
+	 * backward(); the easy way is for backward() to call both.  Without them
+	 * the host runs backward() for I and nothing for W. */
+	int (*backward_input)(void *state, const ph_ctx *ctx, float *const *params,
+			      const float *x, const float *y, const float *dy, float *dx,
+			      ph_err *err);
+	int (*backward_weight)(void *state, const ph_ctx *ctx, float *const *params,
+			       float *const *grads, const float *x, const float *y,
+			       const float *dy, ph_err *err);
 } ph_layer_ops;
+
+/* Does a layer plugin (of any 1.x minor) provide the split backward? */
+static inline int ph_layer_has_split_backward(const ph_layer_ops *ops)
+{
+	return ops->head.struct_size >= offsetof(ph_layer_ops, backward_weight) + sizeof(void *) &&
+	       ops->backward_input && ops->backward_weight;
+}
 
 /* ------------------------------------------------------------------ */
 /* Partitioners: cut n layers into `stages` contiguous, non-empty runs. */

@@ -3,13 +3,35 @@
  *
  *   x [B, C, H, W]  ->  y [B, F, OH, OW]
  *   weight [F, C, k, k],  bias [F]
- *   OH = (H + 2p - k) / s + 1,  OW likewise
+ *   OH = (H + 2p - k) / s + 1,  OW likewise;  P = OH*OW,  CKK = C*k*k
  *
- * One sample at a time: im2col unrolls the sample into a column matrix
- *   col [C*k*k, OH*OW],  col[(c*k + i)*k + j][oh*OW + ow] = x[c][oh*s - p + i][ow*s - p + j]
- * (zero outside the image), and a single gemm does the rest:
- *   y_s [F, OH*OW] = W [F, C*k*k] . col
- * The column buffer lives in the host's scratch, one sample's worth.
+ * im2col unrolls a sample into P columns of a column matrix,
+ *   cols[(c*k + i)*k + j][n*P + oh*OW + ow] = x[n][c][oh*s - p + i][ow*s - p + j]
+ * (zero outside the image), with the columns of all samples of a group side
+ * by side, so that ONE gemm per group covers the whole micro-batch:
+ *   Y_all [F, G*P] = W [F, CKK] . cols [CKK, G*P]
+ * and y [G, F, P] is Y_all with its (F, G) axes swapped (+ bias).  Per-sample
+ * gemms (N = P, e.g. 196) are too thin for BLAS to run near its peak;
+ * N = G*P (6272 for 32 samples of 14x14) is not.
+ *
+ * The group G is the create() max_batch, so a micro-batch is one group,
+ * unless max_batch samples' scratch would pass CONV2D_SCRATCH_CAP: then G
+ * shrinks (to 1 at worst, the old one-sample-at-a-time scheme) and a
+ * micro-batch takes ceil(batch / G) groups, in sample order.  Large images
+ * lose little by that: their P alone makes the gemm wide enough.
+ *
+ * Scratch, G samples' worth, shared by forward and backward:
+ *   cols [CKK, G*P]   im2col of the group; in backward, then dcols
+ *   buf  [F, G*P]     Y_all in forward, dY_all in backward
+ *
+ * Backward recomputes cols with im2col instead of keeping them in
+ * ctx->saved: saved state is held per in-flight micro-batch (CKK*P floats
+ * per sample, 9x the input for a 3x3 kernel, e.g. 7.2 MB per micro-batch of
+ * 32 for 32->64 on 14x14), while scratch is one buffer per rank.  im2col is
+ * a cheap copy next to the gemms (a few percent of backward).
+ *
+ * Determinism: no threads of our own; every sum runs in a fixed order, and
+ * the group size depends on max_batch only, not on the call.
  */
 #include <limits.h>
 #include <math.h>
@@ -41,10 +63,17 @@ typedef struct {
 	int F, k, s, p;
 	int OH, OW;      /* output */
 	int ckk;         /* rows of the column matrix: C*k*k */
-	int ohw;         /* columns of the column matrix: OH*OW */
+	int ohw;         /* columns per sample of the column matrix: P = OH*OW */
 	int bias;
 	int max_batch;
+	int group;       /* G: samples per gemm, 1..max(max_batch, 1) */
+	size_t scratch;  /* bytes: (CKK + F) * G * P floats */
 } conv2d_state;
+
+/* Most scratch bytes worth spending on wide gemms; past it the group shrinks. */
+#ifndef CONV2D_SCRATCH_CAP
+#define CONV2D_SCRATCH_CAP ((size_t)64 << 20)
+#endif
 
 static int conv2d_create(const void *config, const ph_shape *in, int max_batch,
 			 void **state, ph_err *err)
@@ -80,13 +109,25 @@ static int conv2d_create(const void *config, const ph_shape *in, int max_batch,
 			       "conv2d: column matrix %lld x %lld exceeds BLAS int sizes; "
 			       "use fewer channels or a smaller image", (long long)ckk, (long long)ohw);
 
+	/* G samples per gemm: all of max_batch, unless that needs more than
+	 * CONV2D_SCRATCH_CAP of scratch, or G*P passes BLAS int sizes. */
+	size_t per_sample = (size_t)(ckk + cfg->filters) * (size_t)ohw * sizeof(float);
+	int64_t group = max_batch < 1 ? 1 : max_batch;
+	if ((size_t)group * per_sample > CONV2D_SCRATCH_CAP)
+		group = (int64_t)(CONV2D_SCRATCH_CAP / per_sample);
+	if (group > INT_MAX / ohw)
+		group = INT_MAX / ohw;
+	if (group < 1)
+		group = 1;
+
 	conv2d_state *s = calloc(1, sizeof *s);
 	if (!s)
 		return ph_fail(err, PH_ENOMEM, "conv2d: out of memory");
 	*s = (conv2d_state){ .C = (int)C, .H = (int)H, .W = (int)W, .F = (int)cfg->filters,
 			     .k = (int)k, .s = (int)st, .p = (int)p, .OH = (int)OH, .OW = (int)OW,
 			     .ckk = (int)ckk, .ohw = (int)ohw, .bias = cfg->bias,
-			     .max_batch = max_batch };
+			     .max_batch = max_batch, .group = (int)group,
+			     .scratch = (size_t)group * per_sample };
 	*state = s;
 	return PH_OK;
 }
@@ -120,55 +161,177 @@ static int conv2d_meta(const void *state, ph_layer_meta *m, ph_err *err)
 		bd->init_arg = bound;
 		bd->no_decay = 1;
 	}
-	m->scratch_bytes = (size_t)s->ckk * (size_t)s->ohw * sizeof(float);
+	m->scratch_bytes = s->scratch;
 	return PH_OK;
 }
 
-/* x [C, H, W] -> col [C*k*k, OH*OW]; padding reads as zero. */
-static void im2col(const conv2d_state *s, const float *x, float *col)
+/* Output positions whose window tap lands inside the image, along one axis:
+ * o*s - p + t is in [0, n) exactly for o in [*lo, *hi), o < nout. */
+static void valid_range(int n, int nout, int s, int p, int t, int *lo, int *hi)
 {
-	const int k = s->k, OH = s->OH, OW = s->OW;
+	int a = p - t;                     /* need o*s >= a */
+	int l = a <= 0 ? 0 : (a + s - 1) / s;
+	int b = n - 1 + p - t;             /* need o*s <= b */
+	int h = b < 0 ? 0 : b / s + 1;
+	if (h > nout)
+		h = nout;
+	if (l > h)
+		l = h;
+	*lo = l, *hi = h;
+}
+
+/* Small loops written in blocks of 8 so that gcc -O2 vectorizes them. */
+
+/* dst[i] += src[i] */
+static void add_to(float *restrict dst, const float *restrict src, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			dst[i + l] += src[i + l];
+	for (; i < n; i++)
+		dst[i] += src[i];
+}
+
+/* dst[i] = src[i] + b */
+static void copy_add(float *restrict dst, const float *restrict src, float b, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			dst[i + l] = src[i + l] + b;
+	for (; i < n; i++)
+		dst[i] = src[i] + b;
+}
+
+/* sum of v[0 .. n): 8 interleaved partial sums, added pairwise at the end.
+ * A fixed order (reproducible), without one long serial chain of adds. */
+static float sum8(const float *restrict v, size_t n)
+{
+	float acc[8] = { 0 };
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] += v[i + l];
+	for (int l = 0; i < n; i++, l++)
+		acc[l] += v[i];
+	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/*
+ * The fast case: stride 1 and OW == W (a "same" convolution, k = 2p + 1).
+ * Then for tap (i, j) the whole output plane o = oh*OW + ow reads the input
+ * plane at o + d, d = (i - p)*W + (j - p): one contiguous run, wrong only in
+ * the columns ow outside [clo, chi) of each row, where the shifted run wraps
+ * into the neighbouring image row instead of reading the zero padding.
+ * Run: o in [o_lo, o_hi), the valid rows' outputs whose source lies in the plane.
+ */
+static int same_shift(const conv2d_state *s)
+{
+	return s->s == 1 && s->OW == s->W;
+}
+
+static void shift_run(const conv2d_state *s, int i, int j, long *d, size_t *o_lo, size_t *o_hi,
+		      int *rlo, int *rhi, int *clo, int *chi)
+{
+	valid_range(s->H, s->OH, 1, s->p, i, rlo, rhi);
+	valid_range(s->W, s->OW, 1, s->p, j, clo, chi);
+	*d = (long)(i - s->p) * s->W + (j - s->p);
+	long lo = (long)*rlo * s->OW, hi = (long)*rhi * s->OW;
+	if (lo < -*d)
+		lo = -*d;
+	if (hi > (long)s->H * s->W - *d)
+		hi = (long)s->H * s->W - *d;
+	if (hi < lo)  /* no valid row, or nothing of it in the plane */
+		lo = hi = (long)*rlo * s->OW;
+	*o_lo = (size_t)lo, *o_hi = (size_t)hi;
+}
+
+/* One sample x [C, H, W] -> its P columns of cols [CKK, ld] (at col, which
+ * points at the sample's first column); padding reads as zero. */
+static void im2col(const conv2d_state *s, const float *x, float *col, size_t ld)
+{
+	const int k = s->k, st = s->s, OH = s->OH, OW = s->OW;
+	const size_t P = (size_t)s->ohw, HW = (size_t)s->H * s->W;
 	for (int c = 0; c < s->C; c++)
 		for (int i = 0; i < k; i++)
 			for (int j = 0; j < k; j++) {
-				float *row = col + (size_t)((c * k + i) * k + j) * s->ohw;
+				float *row = col + (size_t)((c * k + i) * k + j) * ld;  /* [OH*OW] */
+				const float *xc = x + (size_t)c * HW;                   /* [H, W] */
+				int rlo, rhi, clo, chi;
+				if (same_shift(s)) {
+					long d;
+					size_t o_lo, o_hi;
+					shift_run(s, i, j, &d, &o_lo, &o_hi, &rlo, &rhi, &clo, &chi);
+					memset(row, 0, o_lo * sizeof *row);
+					memcpy(row + o_lo, xc + (long)o_lo + d, (o_hi - o_lo) * sizeof *row);
+					memset(row + o_hi, 0, (P - o_hi) * sizeof *row);
+					for (int oh = rlo; oh < rhi; oh++) {
+						float *out = row + (size_t)oh * OW;
+						for (int ow = 0; ow < clo; ow++)
+							out[ow] = 0.0f;
+						for (int ow = chi; ow < OW; ow++)
+							out[ow] = 0.0f;
+					}
+					continue;
+				}
+				valid_range(s->W, OW, st, s->p, j, &clo, &chi);
 				for (int oh = 0; oh < OH; oh++) {
-					int h = oh * s->s - s->p + i;
+					int h = oh * st - s->p + i;
 					float *out = row + (size_t)oh * OW;
 					if (h < 0 || h >= s->H) {
 						memset(out, 0, (size_t)OW * sizeof *out);
 						continue;
 					}
-					const float *xr = x + ((size_t)c * s->H + h) * s->W;
-					for (int ow = 0; ow < OW; ow++) {
-						int w = ow * s->s - s->p + j;
-						out[ow] = (w >= 0 && w < s->W) ? xr[w] : 0.0f;
-					}
+					/* xr[ow*st] is x[c][h][ow*st - p + j] */
+					const float *xr = xc + (size_t)h * s->W - s->p + j;
+					for (int ow = 0; ow < clo; ow++)
+						out[ow] = 0.0f;
+					for (int ow = clo; ow < chi; ow++)
+						out[ow] = xr[(size_t)ow * st];
+					for (int ow = chi; ow < OW; ow++)
+						out[ow] = 0.0f;
 				}
 			}
 }
 
-/* The adjoint of im2col: dx [C, H, W] += scatter of dcol [C*k*k, OH*OW].
- * Overlapping windows hit the same pixel; the fixed loop order keeps the
- * sums bitwise reproducible. */
-static void col2im_add(const conv2d_state *s, const float *dcol, float *dx)
+/* The adjoint of im2col: dx [C, H, W] += scatter of one sample's P columns
+ * of dcols [CKK, ld].  Overlapping windows hit the same pixel; the fixed loop
+ * order keeps the sums bitwise reproducible.  Clobbers the padding entries
+ * of dcol (the fast case zeroes them so that its contiguous run can add them). */
+static void col2im_add(const conv2d_state *s, float *dcol, size_t ld, float *restrict dx)
 {
-	const int k = s->k, OH = s->OH, OW = s->OW;
+	const int k = s->k, st = s->s, OH = s->OH, OW = s->OW;
+	const size_t HW = (size_t)s->H * s->W;
 	for (int c = 0; c < s->C; c++)
 		for (int i = 0; i < k; i++)
 			for (int j = 0; j < k; j++) {
-				const float *row = dcol + (size_t)((c * k + i) * k + j) * s->ohw;
+				float *row = dcol + (size_t)((c * k + i) * k + j) * ld;  /* [OH*OW] */
+				float *dxc = dx + (size_t)c * HW;                        /* [H, W] */
+				int rlo, rhi, clo, chi;
+				if (same_shift(s)) {
+					long d;
+					size_t o_lo, o_hi;
+					shift_run(s, i, j, &d, &o_lo, &o_hi, &rlo, &rhi, &clo, &chi);
+					for (int oh = rlo; oh < rhi; oh++) {
+						float *in = row + (size_t)oh * OW;
+						for (int ow = 0; ow < clo; ow++)
+							in[ow] = 0.0f;
+						for (int ow = chi; ow < OW; ow++)
+							in[ow] = 0.0f;
+					}
+					add_to(dxc + (long)o_lo + d, row + o_lo, o_hi - o_lo);
+					continue;
+				}
+				valid_range(s->W, OW, st, s->p, j, &clo, &chi);
 				for (int oh = 0; oh < OH; oh++) {
-					int h = oh * s->s - s->p + i;
+					int h = oh * st - s->p + i;
 					if (h < 0 || h >= s->H)
 						continue;
 					const float *in = row + (size_t)oh * OW;
-					float *xr = dx + ((size_t)c * s->H + h) * s->W;
-					for (int ow = 0; ow < OW; ow++) {
-						int w = ow * s->s - s->p + j;
-						if (w >= 0 && w < s->W)
-							xr[w] += in[ow];
-					}
+					float *xr = dxc + (size_t)h * s->W - s->p + j;
+					for (int ow = clo; ow < chi; ow++)
+						xr[(size_t)ow * st] += in[ow];
 				}
 			}
 }
@@ -180,11 +343,17 @@ static int check_call(const conv2d_state *s, const ph_ctx *ctx, ph_err *err)
 			       ctx->batch, s->max_batch);
 	if (!ctx->scratch && ctx->batch > 0)
 		return ph_fail(err, PH_EINTERNAL, "conv2d: no scratch buffer (meta asked for %zu bytes)",
-			       (size_t)s->ckk * (size_t)s->ohw * sizeof(float));
+			       s->scratch);
 	return PH_OK;
 }
 
-/* Per sample: col = im2col(x_s); y_s [F, OH*OW] = W [F, ckk] . col (+ b) */
+/*
+ * Per group of n <= G samples (one group for a whole micro-batch unless the
+ * scratch cap split it), N = n*P:
+ *   cols  [CKK, N]  = im2col of samples b0 .. b0+n-1, side by side
+ *   Y_all [F, N]    = W [F, CKK] . cols                       (one gemm)
+ *   y [b0+q, f, :]  = Y_all[f, q*P .. q*P+P) (+ b[f])          (transpose copy)
+ */
 static int conv2d_forward(void *state, const ph_ctx *ctx, float *const *params,
 			  const float *x, float *y, ph_err *err)
 {
@@ -192,32 +361,40 @@ static int conv2d_forward(void *state, const ph_ctx *ctx, float *const *params,
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
-	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->F * s->ohw;
-	float *col = ctx->scratch;
-	for (int b = 0; b < ctx->batch; b++) {
-		const float *xs = x + b * in_n;
-		float *ys = y + b * out_n;
-		im2col(s, xs, col);
-		float beta = 0.0f;
-		if (s->bias) {
-			for (int f = 0; f < s->F; f++)
-				for (int i = 0; i < s->ohw; i++)
-					ys[(size_t)f * s->ohw + i] = params[1][f];
-			beta = 1.0f;
-		}
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->F, s->ohw, s->ckk,
-			    1.0f, params[0], s->ckk, col, s->ohw, beta, ys, s->ohw);
+	const size_t P = (size_t)s->ohw;
+	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->F * P;
+	float *cols = ctx->scratch;                                  /* [CKK, G*P] */
+	float *yall = cols + (size_t)s->ckk * s->group * P;          /* [F, G*P] */
+	for (int b0 = 0; b0 < ctx->batch; b0 += s->group) {
+		const int n = ctx->batch - b0 < s->group ? ctx->batch - b0 : s->group;
+		const size_t N = (size_t)n * P;
+		for (int q = 0; q < n; q++)
+			im2col(s, x + (size_t)(b0 + q) * in_n, cols + q * P, N);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->F, (int)N, s->ckk,
+			    1.0f, params[0], s->ckk, cols, (int)N, 0.0f, yall, (int)N);
+		for (int q = 0; q < n; q++)
+			for (int f = 0; f < s->F; f++) {
+				const float *src = yall + (size_t)f * N + q * P;
+				float *dst = y + (size_t)(b0 + q) * out_n + (size_t)f * P;
+				if (s->bias)
+					copy_add(dst, src, params[1][f], P);
+				else
+					memcpy(dst, src, P * sizeof *dst);
+			}
 	}
 	return PH_OK;
 }
 
 /*
- * Per sample, in sample order (so gradient sums are reproducible):
- *   col  = im2col(x_s)                          (recomputed, not saved)
- *   dW  += dy_s [F, OH*OW] . col^T [OH*OW, ckk]
- *   db  += row sums of dy_s
- *   dcol = W^T [ckk, F] . dy_s                  (reuses the column buffer)
- *   dx_s = col2im(dcol)
+ * Per group of n samples, N = n*P, groups in sample order (so gradient sums
+ * are reproducible):
+ *   cols   [CKK, N]  = im2col of the group               (recomputed, not saved)
+ *   dY_all [F, N]    : dY_all[f, q*P + i] = dy[b0+q, f, i]
+ *   dW [F, CKK]     += dY_all . cols^T [N, CKK]          (one gemm, beta = 1)
+ *   db [F]          += row sums of dY_all
+ *   dcols [CKK, N]   = W^T [CKK, F] . dY_all             (one gemm, into cols)
+ *   dx [b0+q]        = col2im(dcols columns q*P ..)      (zeroed, then scattered)
+ * With dx NULL the second gemm and col2im are skipped.
  */
 static int conv2d_backward(void *state, const ph_ctx *ctx, float *const *params,
 			   float *const *grads, const float *x, const float *y,
@@ -227,27 +404,33 @@ static int conv2d_backward(void *state, const ph_ctx *ctx, float *const *params,
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
-	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->F * s->ohw;
-	float *col = ctx->scratch;
-	for (int b = 0; b < ctx->batch; b++) {
-		const float *dys = dy + b * out_n;
-		im2col(s, x + b * in_n, col);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->F, s->ckk, s->ohw,
-			    1.0f, dys, s->ohw, col, s->ohw, 1.0f, grads[0], s->ckk);
+	const size_t P = (size_t)s->ohw;
+	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->F * P;
+	float *cols = ctx->scratch;                                  /* [CKK, G*P] */
+	float *dyall = cols + (size_t)s->ckk * s->group * P;         /* [F, G*P] */
+	for (int b0 = 0; b0 < ctx->batch; b0 += s->group) {
+		const int n = ctx->batch - b0 < s->group ? ctx->batch - b0 : s->group;
+		const size_t N = (size_t)n * P;
+		for (int q = 0; q < n; q++) {
+			im2col(s, x + (size_t)(b0 + q) * in_n, cols + q * P, N);
+			for (int f = 0; f < s->F; f++)
+				memcpy(dyall + (size_t)f * N + q * P,
+				       dy + (size_t)(b0 + q) * out_n + (size_t)f * P, P * sizeof(float));
+		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->F, s->ckk, (int)N,
+			    1.0f, dyall, (int)N, cols, (int)N, 1.0f, grads[0], s->ckk);
 		if (s->bias)
-			for (int f = 0; f < s->F; f++) {
-				float acc = 0.0f;
-				for (int i = 0; i < s->ohw; i++)
-					acc += dys[(size_t)f * s->ohw + i];
-				grads[1][f] += acc;
-			}
+			for (int f = 0; f < s->F; f++)
+				grads[1][f] += sum8(dyall + (size_t)f * N, N);
 		if (!dx)
 			continue;
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->ckk, s->ohw, s->F,
-			    1.0f, params[0], s->ckk, dys, s->ohw, 0.0f, col, s->ohw);
-		float *dxs = dx + b * in_n;
-		memset(dxs, 0, in_n * sizeof *dxs);
-		col2im_add(s, col, dxs);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->ckk, (int)N, s->F,
+			    1.0f, params[0], s->ckk, dyall, (int)N, 0.0f, cols, (int)N);
+		for (int q = 0; q < n; q++) {
+			float *dxs = dx + (size_t)(b0 + q) * in_n;
+			memset(dxs, 0, in_n * sizeof *dxs);
+			col2im_add(s, cols + q * P, N, dxs);
+		}
 	}
 	return PH_OK;
 }

@@ -138,14 +138,29 @@ static int linear_forward(void *state, const ph_ctx *ctx, float *const *params,
 	return PH_OK;
 }
 
+/* dx [rows, in] = dy [rows, units] . W [units, in]          (the I half) */
+static int linear_backward_input(void *state, const ph_ctx *ctx, float *const *params,
+				 const float *x, const float *y, const float *dy, float *dx,
+				 ph_err *err)
+{
+	const linear_state *s = state;
+	int rc = check_batch(s, ctx, err);
+	if (rc || ctx->batch == 0 || !dx)
+		return rc;
+	const int rows = (int)(ctx->batch * s->lead), in = s->in_f, out = s->units;
+	/* beta = 0: BLAS never reads C, so whatever dx held is irrelevant. */
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out,
+		    1.0f, dy, out, params[0], in, 0.0f, dx, in);
+	return PH_OK;
+}
+
 /*
- * dW [units, in] += dy^T [units, rows] . x [rows, in]
+ * dW [units, in] += dy^T [units, rows] . x [rows, in]      (the W half)
  * db [units]     += sum over rows of dy
- * dx [rows, in]   = dy [rows, units] . W [units, in]
  */
-static int linear_backward(void *state, const ph_ctx *ctx, float *const *params,
-			   float *const *grads, const float *x, const float *y,
-			   const float *dy, float *dx, ph_err *err)
+static int linear_backward_weight(void *state, const ph_ctx *ctx, float *const *params,
+				  float *const *grads, const float *x, const float *y,
+				  const float *dy, ph_err *err)
 {
 	const linear_state *s = state;
 	int rc = check_batch(s, ctx, err);
@@ -163,11 +178,16 @@ static int linear_backward(void *state, const ph_ctx *ctx, float *const *params,
 				db[u] += d[u];
 		}
 	}
-	if (dx)
-		/* beta = 0: BLAS never reads C, so whatever dx held is irrelevant. */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out,
-			    1.0f, dy, out, params[0], in, 0.0f, dx, in);
 	return PH_OK;
+}
+
+/* The full backward is the two halves: bitwise the same as a split run. */
+static int linear_backward(void *state, const ph_ctx *ctx, float *const *params,
+			   float *const *grads, const float *x, const float *y,
+			   const float *dy, float *dx, ph_err *err)
+{
+	int rc = linear_backward_weight(state, ctx, params, grads, x, y, dy, err);
+	return rc ? rc : linear_backward_input(state, ctx, params, x, y, dy, dx, err);
 }
 
 static const ph_layer_ops linear_ops = {
@@ -181,6 +201,8 @@ static const ph_layer_ops linear_ops = {
 	.meta = linear_meta,
 	.forward = linear_forward,
 	.backward = linear_backward,
+	.backward_input = linear_backward_input,
+	.backward_weight = linear_backward_weight,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

@@ -16,3 +16,7 @@ plugins_schedules_interleaved_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 pkglib_LTLIBRARIES += plugins/schedules/zbh1.la
 plugins_schedules_zbh1_la_SOURCES = plugins/schedules/zbh1.c
 plugins_schedules_zbh1_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+
+pkglib_LTLIBRARIES += plugins/schedules/table.la
+plugins_schedules_table_la_SOURCES = plugins/schedules/table.c
+plugins_schedules_table_la_LDFLAGS = $(PLUGIN_LDFLAGS)

@@ -1,0 +1,519 @@
+/* Measured layer costs for [partition] cost = profile, with a small on-disk
+ * cache (see profile.h for the method, the key and the file format). */
+#include "build-config.h"
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "profile.h"
+
+#define PROFILE_MAGIC "pipehost-profile 1"
+
+/* ------------------------------------------------------------------ */
+/* Key                                                                  */
+
+typedef struct {
+	char *buf;
+	size_t len, used;
+	uint64_t h;
+} keytext;
+
+static void kt_add(keytext *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void kt_add(keytext *k, const char *fmt, ...)
+{
+	char tmp[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof tmp)
+		n = (int)sizeof tmp - 1;
+	for (int i = 0; i < n; i++) { /* FNV-1a, 64 bit */
+		k->h ^= (unsigned char)tmp[i];
+		k->h *= 0x100000001b3ull;
+	}
+	if (k->buf && k->used < k->len) {
+		size_t room = k->len - k->used;
+		size_t c = (size_t)n < room - 1 ? (size_t)n : room - 1;
+		memcpy(k->buf + k->used, tmp, c);
+		k->used += c;
+		k->buf[k->used] = 0;
+	}
+}
+
+static void kt_shape(keytext *k, const ph_shape *s)
+{
+	kt_add(k, "[");
+	for (int i = 0; i < s->ndim; i++)
+		kt_add(k, "%s%lld", i ? "," : "", (long long)s->d[i]);
+	kt_add(k, "]");
+}
+
+uint64_t ph_profile_key(const ph_model *m, int threads, const char *device, char *text, size_t len)
+{
+	keytext k = { text, len, 0, 0xcbf29ce484222325ull };
+	if (text && len)
+		text[0] = 0;
+	kt_add(&k, "%s\ndevice %s\nthreads %d\nmicro_batch %d\nlayers %d\n", PROFILE_MAGIC, device, threads,
+	       m->max_batch, m->n);
+	for (int i = 0; i < m->n; i++) {
+		const ph_layer *l = &m->layers[i];
+		const ph_layer_meta *mt = &l->meta;
+		kt_add(&k, "%s ", l->ops->head.name);
+		kt_shape(&k, &l->in);
+		kt_add(&k, " -> ");
+		kt_shape(&k, &mt->out);
+		kt_add(&k, " params");
+		for (int p = 0; p < mt->nparams; p++) {
+			kt_add(&k, " ");
+			kt_shape(&k, &mt->params[p].shape);
+		}
+		kt_add(&k, " flops %.17g %.17g saved %zu scratch %zu targets %d\n", mt->fwd_flops, mt->bwd_flops,
+		       mt->saved_bytes, mt->scratch_bytes, mt->targets_per_sample);
+	}
+	return k.h;
+}
+
+/* "cpu Intel(R) Xeon(R) ..." from /proc/cpuinfo, or just "cpu". */
+static void cpu_device(char *buf, size_t len)
+{
+	snprintf(buf, len, "cpu");
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	if (!f)
+		return;
+	char line[512];
+	while (fgets(line, sizeof line, f)) {
+		if (strncmp(line, "model name", 10) == 0) {
+			char *v = strchr(line, ':');
+			if (v) {
+				v++;
+				while (*v == ' ' || *v == '\t')
+					v++;
+				v[strcspn(v, "\n")] = 0;
+				snprintf(buf, len, "cpu %s", v);
+			}
+			break;
+		}
+	}
+	fclose(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cache file                                                           */
+
+int ph_profile_cache_path(const char *cache_dir, uint64_t key, char *buf, size_t len, ph_err *err)
+{
+	char dir[4096];
+	if (cache_dir && cache_dir[0]) {
+		snprintf(dir, sizeof dir, "%s", cache_dir);
+	} else {
+		const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+		if (xdg && xdg[0] == '/')
+			snprintf(dir, sizeof dir, "%s/pipehost", xdg);
+		else if (home && home[0])
+			snprintf(dir, sizeof dir, "%s/.cache/pipehost", home);
+		else
+			return ph_fail(err, PH_EINVAL, "no cache directory: HOME and XDG_CACHE_HOME are unset; "
+				       "set [partition] profile_cache");
+	}
+	size_t n = strlen(dir);
+	while (n > 1 && dir[n - 1] == '/')
+		dir[--n] = 0;
+	if ((size_t)snprintf(buf, len, "%s/profile-%016" PRIx64 ".txt", dir, key) >= len)
+		return ph_fail(err, PH_EINVAL, "cache directory name too long: %s", dir);
+	return PH_OK;
+}
+
+/* mkdir -p for the directory part of path. */
+static int make_parents(const char *path, ph_err *err)
+{
+	char d[4096];
+	snprintf(d, sizeof d, "%s", path);
+	char *slash = strrchr(d, '/');
+	if (!slash || slash == d)
+		return PH_OK;
+	*slash = 0;
+	for (char *p = d + 1; ; p++) {
+		if (*p == '/' || *p == 0) {
+			char c = *p;
+			*p = 0;
+			if (mkdir(d, 0755) && errno != EEXIST)
+				return ph_fail(err, PH_EIO, "cannot create %s: %s", d, strerror(errno));
+			*p = c;
+			if (!c)
+				break;
+		}
+	}
+	struct stat st;
+	if (stat(d, &st) || !S_ISDIR(st.st_mode))
+		return ph_fail(err, PH_EIO, "%s is not a directory", d);
+	return PH_OK;
+}
+
+int ph_profile_cache_write(const char *path, uint64_t key, const ph_model *m, const double *fwd_s,
+			   const double *bwd_s, ph_err *err)
+{
+	int rc = make_parents(path, err);
+	if (rc)
+		return rc;
+	char tmp[4200];
+	snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return ph_fail(err, PH_EIO, "cannot write %s: %s", tmp, strerror(errno));
+	fprintf(f, "%s\n# measured by pipehost %s: seconds per micro-batch of %d on one rank\n", PROFILE_MAGIC,
+		PACKAGE_VERSION, m->max_batch);
+	fprintf(f, "key %016" PRIx64 "\nlayers %d\n", key, m->n);
+	for (int i = 0; i < m->n; i++)
+		fprintf(f, "layer %d %s %.9e %.9e %s\n", i, m->layers[i].ops->head.name, fwd_s[i], bwd_s[i],
+			m->layers[i].cfg ? m->layers[i].cfg->name : "?");
+	int bad = ferror(f);
+	if (fclose(f) || bad) {
+		unlink(tmp);
+		return ph_fail(err, PH_EIO, "cannot write %s", tmp);
+	}
+	if (rename(tmp, path)) {
+		int e = errno;
+		unlink(tmp);
+		return ph_fail(err, PH_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+	}
+	return PH_OK;
+}
+
+int ph_profile_cache_read(const char *path, uint64_t key, const ph_model *m, double *fwd_s, double *bwd_s,
+			  ph_err *why)
+{
+	if (why)
+		why->msg[0] = 0;
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		if (errno != ENOENT)
+			ph_fail(why, PH_EIO, "cannot read %s: %s", path, strerror(errno));
+		return 0;
+	}
+	char line[1024];
+	int state = 0, n = -1, next = 0, hit = 0, lineno = 0;
+	while (fgets(line, sizeof line, f)) {
+		lineno++;
+		line[strcspn(line, "\n")] = 0;
+		if (line[0] == '#' || line[0] == 0)
+			continue;
+		if (state == 0) {
+			if (strcmp(line, PROFILE_MAGIC)) {
+				ph_fail(why, PH_EINVAL, "%s:%d: not a version 1 profile file", path, lineno);
+				goto out;
+			}
+			state = 1;
+		} else if (state == 1) {
+			uint64_t k;
+			if (sscanf(line, "key %" SCNx64, &k) != 1) {
+				ph_fail(why, PH_EINVAL, "%s:%d: expected key", path, lineno);
+				goto out;
+			}
+			if (k != key) {
+				ph_fail(why, PH_EINVAL, "%s holds key %016" PRIx64 ", not %016" PRIx64, path, k, key);
+				goto out;
+			}
+			state = 2;
+		} else if (state == 2) {
+			if (sscanf(line, "layers %d", &n) != 1 || n != m->n) {
+				ph_fail(why, PH_EINVAL, "%s:%d: layer count differs from the model's %d", path, lineno, m->n);
+				goto out;
+			}
+			state = 3;
+		} else {
+			int idx, used = 0;
+			char type[256];
+			double a, b;
+			if (next >= n || sscanf(line, "layer %d %255s %lf %lf %n", &idx, type, &a, &b, &used) != 4 ||
+			    idx != next || strcmp(type, m->layers[idx].ops->head.name) ||
+			    (m->layers[idx].cfg && strcmp(line + used, m->layers[idx].cfg->name)) ||
+			    !(a >= 0) || !(b >= 0) || isinf(a) || isinf(b)) {
+				ph_fail(why, PH_EINVAL, "%s:%d: does not describe layer %d of this model", path, lineno, next);
+				goto out;
+			}
+			fwd_s[idx] = a;
+			bwd_s[idx] = b;
+			next++;
+		}
+	}
+	if (state == 3 && next == n)
+		hit = 1;
+	else
+		ph_fail(why, PH_EINVAL, "%s: truncated after %d of %d layers", path, next, n);
+out:
+	fclose(f);
+	return hit;
+}
+
+/* ------------------------------------------------------------------ */
+/* Measuring                                                            */
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t xs_next(uint64_t *s)
+{
+	uint64_t x = *s;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	return *s = x;
+}
+
+/* Uniform in [lo, hi). */
+static void fill(float *p, size_t n, float lo, float hi, uint64_t seed)
+{
+	uint64_t s = seed * 0x9E3779B97F4A7C15ull | 1;
+	for (size_t i = 0; i < n; i++)
+		p[i] = lo + (hi - lo) * (float)(xs_next(&s) >> 40) * (1.0f / 16777216.0f);
+}
+
+static void init_param(float *p, size_t n, const ph_param_desc *d, uint64_t seed)
+{
+	switch (d->init) {
+	case PH_INIT_ZEROS: memset(p, 0, n * sizeof *p); break;
+	case PH_INIT_ONES:
+		for (size_t i = 0; i < n; i++)
+			p[i] = 1;
+		break;
+	case PH_INIT_UNIFORM: fill(p, n, -d->init_arg, d->init_arg, seed); break;
+	case PH_INIT_NORMAL: /* same spread: U(-sqrt3 s, sqrt3 s) has standard deviation s */
+		fill(p, n, -1.7320508f * d->init_arg, 1.7320508f * d->init_arg, seed);
+		break;
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Buffers of one layer. */
+typedef struct {
+	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
+	float *y, *dy, *dx;
+	void *saved, *scratch;
+	int32_t *targets;
+} bufs;
+
+static void free_bufs(bufs *b)
+{
+	for (int p = 0; p < PH_MAX_PARAMS; p++) {
+		free(b->params[p]);
+		free(b->grads[p]);
+	}
+	free(b->y);
+	free(b->dy);
+	free(b->dx);
+	free(b->saved);
+	free(b->scratch);
+	free(b->targets);
+	memset(b, 0, sizeof *b);
+}
+
+static void *zalloc(size_t n)
+{
+	return calloc(n ? n : 1, 1);
+}
+
+/* Time layer i; x is its input (batch B), y comes back in b->y. */
+static int measure(const ph_model *m, int i, const float *x, bufs *b, double *fwd, double *bwd, int *reps,
+		   ph_err *err)
+{
+	const ph_layer *l = &m->layers[i];
+	const ph_layer_meta *mt = &l->meta;
+	size_t B = (size_t)m->max_batch;
+	size_t in_n = (size_t)ph_shape_numel(&l->in) * B, out_n = (size_t)ph_shape_numel(&mt->out) * B;
+	int is_loss = (l->ops->flags & PH_LAYER_LOSS) != 0;
+	const char *name = l->cfg ? l->cfg->name : "?";
+	for (int p = 0; p < mt->nparams; p++) {
+		size_t n = (size_t)ph_shape_numel(&mt->params[p].shape);
+		b->params[p] = malloc((n ? n : 1) * sizeof(float));
+		b->grads[p] = zalloc(n * sizeof(float));
+		if (!b->params[p] || !b->grads[p])
+			return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s's parameters", name);
+		init_param(b->params[p], n, &mt->params[p], (uint64_t)i * 16 + (uint64_t)p + 1);
+	}
+	b->y = zalloc(out_n * sizeof(float));
+	b->dx = zalloc(in_n * sizeof(float));
+	b->saved = zalloc(mt->saved_bytes * B);
+	b->scratch = zalloc(mt->scratch_bytes);
+	if (is_loss)
+		b->targets = zalloc(B * (size_t)(mt->targets_per_sample > 0 ? mt->targets_per_sample : 1) *
+				    sizeof(int32_t));
+	else
+		b->dy = malloc((out_n ? out_n : 1) * sizeof(float));
+	if (!b->y || !b->dx || !b->saved || !b->scratch || (is_loss ? !b->targets : !b->dy))
+		return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s (micro-batch %d)", name, m->max_batch);
+	if (b->dy)
+		fill(b->dy, out_n, -1e-3f, 1e-3f, (uint64_t)i + 12345);
+
+	ph_ctx ctx;
+	memset(&ctx, 0, sizeof ctx);
+	ctx.batch = m->max_batch;
+	ctx.training = 1;
+	ctx.seed = 1;
+	ctx.layer = (uint64_t)i;
+	ctx.scratch = b->scratch;
+	ctx.saved = b->saved;
+	ctx.device = PH_DEV_CPU;
+	if (is_loss) {
+		ctx.targets = b->targets;
+		ctx.loss_scale = (float)(1.0 / ((double)B * (mt->targets_per_sample > 0 ? mt->targets_per_sample : 1)));
+	}
+	double tf[PH_PROFILE_REPEATS], tb[PH_PROFILE_REPEATS];
+	int warm = PH_PROFILE_WARMUP, n = 0;
+	double spent = 0;
+	for (int it = 0; n < PH_PROFILE_REPEATS; it++) {
+		ph_err e2 = { { 0 } };
+		ctx.step = (uint64_t)it;
+		double t0 = now_s();
+		int rc = l->ops->forward(l->state, &ctx, b->params, x, b->y, &e2);
+		if (rc)
+			return ph_fail(err, rc, "profile: layer %s (%s) forward: %s", name, l->ops->head.name, e2.msg);
+		double t1 = now_s();
+		rc = l->ops->backward(l->state, &ctx, b->params, b->grads, x, b->y, b->dy, b->dx, &e2);
+		if (rc)
+			return ph_fail(err, rc, "profile: layer %s (%s) backward: %s", name, l->ops->head.name, e2.msg);
+		double t2 = now_s();
+		if (it < warm) {
+			/* a slow layer needs less warming */
+			if (t2 - t0 > PH_PROFILE_LAYER_BUDGET_S / 4)
+				warm = it + 1;
+			continue;
+		}
+		tf[n] = t1 - t0;
+		tb[n] = t2 - t1;
+		n++;
+		spent += t2 - t0;
+		if (spent > PH_PROFILE_LAYER_BUDGET_S && (n >= 3 || t2 - t0 > PH_PROFILE_LAYER_BUDGET_S))
+			break;
+	}
+	*fwd = median(tf, n);
+	*bwd = median(tb, n);
+	*reps = n;
+	/* The forward output must be the one of the input, for the next layer:
+	 * backward does not touch y (the ABI gives it as const). */
+	return PH_OK;
+}
+
+static void print_table(FILE *out, const ph_model *m, const double *fwd_s, const double *bwd_s)
+{
+	double tf = 0, tb = 0;
+	fprintf(out, "  %-5s %-20s %-16s %10s %10s\n", "layer", "name", "type", "fwd ms", "bwd ms");
+	for (int i = 0; i < m->n; i++) {
+		const ph_layer *l = &m->layers[i];
+		fprintf(out, "  %-5d %-20s %-16s %10.3f %10.3f\n", i, l->cfg ? l->cfg->name : "?", l->ops->head.name,
+			1e3 * fwd_s[i], 1e3 * bwd_s[i]);
+		tf += fwd_s[i];
+		tb += bwd_s[i];
+	}
+	fprintf(out, "  %-5s %-20s %-16s %10.3f %10.3f\n", "", "total", "", 1e3 * tf, 1e3 * tb);
+}
+
+int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, double *bwd_s, FILE *out,
+		     ph_err *err)
+{
+	if (m->n < 1 || m->max_batch < 1)
+		return ph_fail(err, PH_EINVAL, "profile: the model has %d layers and micro-batch %d; nothing to measure",
+			       m->n, m->max_batch);
+	int threads = openblas_get_num_threads();
+	char device[256], path[4400];
+	cpu_device(device, sizeof device);
+	uint64_t key = ph_profile_key(m, threads, device, NULL, 0);
+	ph_err perr = { { 0 } };
+	int have_path = ph_profile_cache_path(cache_dir, key, path, sizeof path, &perr) == PH_OK;
+	if (have_path) {
+		ph_err why = { { 0 } };
+		if (ph_profile_cache_read(path, key, m, fwd_s, bwd_s, &why)) {
+			if (out) {
+				fprintf(out, "profile: cache hit %s (micro-batch %d, %d BLAS thread%s); not measuring again\n",
+					path, m->max_batch, threads, threads == 1 ? "" : "s");
+				print_table(out, m, fwd_s, bwd_s);
+			}
+			return PH_OK;
+		}
+		if (why.msg[0] && out)
+			fprintf(out, "profile: ignoring the cache: %s\n", why.msg);
+	}
+	if (out) {
+		fprintf(out, "profile: measuring %d layers on %s, micro-batch %d, %d BLAS thread%s (median of up to %d "
+			"after %d warm-up)\n", m->n, device, m->max_batch, threads, threads == 1 ? "" : "s",
+			PH_PROFILE_REPEATS, PH_PROFILE_WARMUP);
+		fflush(out);
+	}
+	int rc = PH_OK;
+	float *x = NULL;
+	size_t in_n = (size_t)ph_shape_numel(&m->input) * (size_t)m->max_batch;
+	if (!(x = malloc((in_n ? in_n : 1) * sizeof *x)))
+		return ph_fail(err, PH_ENOMEM, "profile: out of memory for the input");
+	fill(x, in_n, 0.0f, 1.0f, 7);
+	bufs prev, cur;
+	memset(&prev, 0, sizeof prev);
+	memset(&cur, 0, sizeof cur);
+	for (int i = 0; i < m->n && !rc; i++) {
+		int reps = 0;
+		rc = measure(m, i, i == 0 ? x : prev.y, &cur, &fwd_s[i], &bwd_s[i], &reps, err);
+		free_bufs(&prev);
+		prev = cur;
+		memset(&cur, 0, sizeof cur);
+	}
+	free_bufs(&prev);
+	free_bufs(&cur);
+	free(x);
+	if (rc)
+		return rc;
+	if (out)
+		print_table(out, m, fwd_s, bwd_s);
+	if (!have_path) {
+		if (out)
+			fprintf(out, "profile: not cached: %s\n", perr.msg);
+	} else {
+		ph_err werr = { { 0 } };
+		if (ph_profile_cache_write(path, key, m, fwd_s, bwd_s, &werr)) {
+			if (out)
+				fprintf(out, "profile: not cached: %s\n", werr.msg);
+		} else if (out) {
+			fprintf(out, "profile: cached in %s\n", path);
+		}
+	}
+	return PH_OK;
+}
+
+int ph_profile_run_threads(const ph_config *c)
+{
+	if (c->run.threads > 0)
+		return (int)c->run.threads;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	long per = c->run.stages > 0 ? cores / c->run.stages : cores;
+	return per > 0 ? (int)per : 1;
+}
+
+int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, double *fwd_s, double *bwd_s, FILE *out,
+			     ph_err *err)
+{
+	openblas_set_num_threads(ph_profile_run_threads(c));
+	return ph_profile_costs(m, c->part.profile_cache, fwd_s, bwd_s, out, err);
+}

@@ -1,0 +1,83 @@
+/* [partition] cost = profile: measure each layer's forward and backward on
+ * the CPU, once per model shape, and remember the result.
+ *
+ * Each layer runs alone at the model's micro-batch size (m->max_batch) on its
+ * own buffers, sized from its meta: parameters (filled by their init rule),
+ * gradients, saved and scratch bytes.  The model's input is uniform in
+ * [0, 1) (token ids read as floats floor to 0, a valid id); every later layer
+ * gets the forward output of the layer before it, so ReLU sparsity and the
+ * like look as in training.  Backward gets a random output gradient (a loss
+ * layer: all targets 0 and no dy).  Per layer: 2 warm-up forward+backward
+ * pairs (1 for a slow layer), then up to 7 timed pairs, stopping early once
+ * a layer has used PH_PROFILE_LAYER_BUDGET_S seconds after 3 pairs (after 1
+ * pair for a layer slower than that); the cost is the median time.
+ *
+ * The cache is one small text file per model shape,
+ *     CACHE_DIR/profile-<16 hex digits>.txt
+ * CACHE_DIR = [partition] profile_cache, else $XDG_CACHE_HOME/pipehost, else
+ * $HOME/.cache/pipehost.  The key is the 64-bit FNV-1a hash of a text that
+ * lists, per layer, its type, input shape, output shape, parameter shapes,
+ * FLOPs and saved/scratch bytes, and then the micro-batch size, the device
+ * ("cpu" and the CPU model from /proc/cpuinfo) and OpenBLAS's thread count.
+ * The file repeats the key and every layer's name and type, so a stale or
+ * foreign file is a miss, never a wrong answer.  A cache that cannot be
+ * written is not an error: the measured costs are used and `out` says so.
+ *
+ * File format (version 1), one record per line, '#' lines are comments:
+ *     pipehost-profile 1
+ *     key 0123456789abcdef
+ *     layers N
+ *     layer INDEX NAME TYPE FWD_SECONDS BWD_SECONDS      (N lines, in order)
+ */
+#ifndef PH_CORE_PROFILE_H
+#define PH_CORE_PROFILE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+
+#define PH_PROFILE_WARMUP 2
+#define PH_PROFILE_REPEATS 7
+#define PH_PROFILE_LAYER_BUDGET_S 1.0
+
+/* Fill fwd_s[i] and bwd_s[i] (seconds per micro-batch) for every layer of m,
+ * from the cache or by measuring.  The BLAS thread count is OpenBLAS's at the
+ * time of the call: set it to what each rank will use before calling.
+ * A table (layer, name, type, fwd ms, bwd ms) and one line on where the
+ * numbers came from go to `out` (NULL: silent).  cache_dir NULL or "": the
+ * default.  Errors (a layer that fails, out of memory) return a status and
+ * one line in err; nothing is printed to stderr. */
+int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, double *bwd_s, FILE *out,
+		     ph_err *err);
+
+/* ph_profile_costs for a run: first sets OpenBLAS to the thread count each
+ * rank will train with (the engine's rule: [run] threads, or cores / stages
+ * when 0), then measures or reads [partition] profile_cache. */
+int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, double *fwd_s, double *bwd_s, FILE *out,
+			     ph_err *err);
+
+/* The BLAS threads per rank a run uses: [run] threads, or cores / stages. */
+int ph_profile_run_threads(const ph_config *c);
+
+/* The pieces, exposed for tests. */
+
+/* The cache key of m measured with `threads` BLAS threads on `device`
+ * ("cpu ..."); the text it hashes goes to text (may be NULL). */
+uint64_t ph_profile_key(const ph_model *m, int threads, const char *device, char *text, size_t len);
+
+/* CACHE_DIR/profile-KEY.txt; cache_dir NULL or "" uses the default.  Fails
+ * (PH_EINVAL) only when no directory is known (no XDG_CACHE_HOME, no HOME). */
+int ph_profile_cache_path(const char *cache_dir, uint64_t key, char *buf, size_t len, ph_err *err);
+
+/* Write the cache file (creating its directory), via a temp file and rename. */
+int ph_profile_cache_write(const char *path, uint64_t key, const ph_model *m, const double *fwd_s,
+			   const double *bwd_s, ph_err *err);
+
+/* 1: the file holds costs for exactly this key and these layers, now in
+ * fwd_s/bwd_s.  0: a miss (absent, other key, other layers, malformed);
+ * why->msg says why unless the file is simply absent. */
+int ph_profile_cache_read(const char *path, uint64_t key, const ph_model *m, double *fwd_s, double *bwd_s,
+			  ph_err *why);
+
+#endif

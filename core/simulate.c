@@ -1,0 +1,442 @@
+/* The schedule simulator and the SVG timeline (see simulate.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "simulate.h"
+
+void ph_sim_free(ph_sim_result *r)
+{
+	if (!r)
+		return;
+	free(r->busy);
+	free(r->bubble);
+	free(r->peak_inflight);
+	free(r->peak_act_bytes);
+	free(r->events);
+	memset(r, 0, sizeof *r);
+}
+
+static int is_compute(int kind)
+{
+	return kind == PH_OP_F || kind == PH_OP_B || kind == PH_OP_I || kind == PH_OP_W;
+}
+
+int ph_simulate(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
+		const double *link, const double *act_bytes, ph_sim_result *r, ph_err *err)
+{
+	memset(r, 0, sizeof *r);
+	int P = p->ranks, C = p->nchunks, M = p->m, rc = PH_OK;
+	if (P < 1 || C < 1 || M < 1 || !p->ops || !p->nops || !f || !b)
+		return ph_fail(err, PH_EINTERNAL, "simulate: the plan is not lowered or has no costs");
+	size_t cm = (size_t)C * M;
+	int ncompute = 0;
+	for (int k = 0; k < P; k++)
+		for (int j = 0; j < p->nops[k]; j++)
+			ncompute += is_compute(p->ops[k][j].kind);
+	r->ranks = P;
+	r->busy = calloc((size_t)P, sizeof *r->busy);
+	r->bubble = calloc((size_t)P, sizeof *r->bubble);
+	r->peak_inflight = calloc((size_t)P, sizeof *r->peak_inflight);
+	r->peak_act_bytes = calloc((size_t)P, sizeof *r->peak_act_bytes);
+	r->events = calloc((size_t)(ncompute ? ncompute : 1), sizeof *r->events);
+	/* act_at[c*M+mb]: when chunk c's output of mb reaches chunk c+1 (NAN: not sent yet);
+	 * grad_at[c*M+mb]: when chunk c's input gradient of mb reaches chunk c-1 */
+	double *act_at = malloc(cm * sizeof *act_at), *grad_at = malloc(cm * sizeof *grad_at);
+	double *t = calloc((size_t)P, sizeof *t), *held = calloc((size_t)P, sizeof *held);
+	int *pos = calloc((size_t)P, sizeof *pos), *live = calloc((size_t)P, sizeof *live);
+	int *evbase = calloc((size_t)P, sizeof *evbase), *nev = calloc((size_t)P, sizeof *nev);
+	if (!r->busy || !r->bubble || !r->peak_inflight || !r->peak_act_bytes || !r->events || !act_at || !grad_at ||
+	    !t || !held || !pos || !live || !evbase || !nev) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < cm; k++)
+		act_at[k] = grad_at[k] = NAN;
+	/* events of rank k go to events[evbase[k] ...], in list order */
+	for (int k = 1; k < P; k++) {
+		int n = 0;
+		for (int j = 0; j < p->nops[k - 1]; j++)
+			n += is_compute(p->ops[k - 1][j].kind);
+		evbase[k] = evbase[k - 1] + n;
+	}
+	/* Sweep the ranks, each as far as its receives allow, until all are done:
+	 * a rank's times depend only on its own list and on the arrival times,
+	 * so the sweep order does not change the result. */
+	for (;;) {
+		int progress = 0, done = 1;
+		for (int k = 0; k < P; k++) {
+			while (pos[k] < p->nops[k]) {
+				const ph_op *o = &p->ops[k][pos[k]];
+				int c = o->chunk, mb = o->mb;
+				if (c < 0 || c >= C || mb < 0 || mb >= M) {
+					rc = ph_fail(err, PH_EINTERNAL, "simulate: rank %d op %d names chunk %d micro-batch %d",
+						     k, pos[k], c, mb);
+					goto out;
+				}
+				double d = 0;
+				switch (o->kind) {
+				case PH_OP_RECV_ACT: {
+					double at = c > 0 ? act_at[(size_t)(c - 1) * M + mb] : 0;
+					if (isnan(at))
+						goto blocked;
+					if (at > t[k])
+						t[k] = at;
+					break;
+				}
+				case PH_OP_RECV_GRAD: {
+					double at = c + 1 < C ? grad_at[(size_t)(c + 1) * M + mb] : 0;
+					if (isnan(at))
+						goto blocked;
+					if (at > t[k])
+						t[k] = at;
+					break;
+				}
+				case PH_OP_SEND_ACT:
+					act_at[(size_t)c * M + mb] = t[k] + (link ? link[c] : 0);
+					break;
+				case PH_OP_SEND_GRAD:
+					grad_at[(size_t)c * M + mb] = t[k] + (link && c > 0 ? link[c - 1] : 0);
+					break;
+				case PH_OP_F:
+					d = f[c];
+					if (++live[k] > r->peak_inflight[k])
+						r->peak_inflight[k] = live[k];
+					held[k] += act_bytes ? act_bytes[c] : 0;
+					if (held[k] > r->peak_act_bytes[k])
+						r->peak_act_bytes[k] = held[k];
+					break;
+				case PH_OP_B:
+					d = b[c];
+					break;
+				case PH_OP_I:
+					d = i ? i[c] : b[c];
+					break;
+				case PH_OP_W:
+					d = w ? w[c] : 0;
+					break;
+				}
+				if (is_compute(o->kind)) {
+					r->events[evbase[k] + nev[k]++] = (ph_trace_event){ t[k], t[k] + d, k, o->kind, c, mb, 0 };
+					t[k] += d;
+					r->busy[k] += d;
+				}
+				/* the micro-batch's activations go with its last backward op */
+				if (o->kind == PH_OP_B || o->kind == PH_OP_W) {
+					live[k]--;
+					held[k] -= act_bytes ? act_bytes[c] : 0;
+				}
+				pos[k]++;
+				progress = 1;
+			}
+			continue;
+		blocked:
+			done = 0;
+		}
+		if (done)
+			break;
+		if (!progress) {
+			int k = 0;
+			while (pos[k] >= p->nops[k])
+				k++;
+			rc = ph_fail(err, PH_EINVAL, "simulate: the plan deadlocks: rank %d waits forever at op %d", k, pos[k]);
+			goto out;
+		}
+	}
+	r->nevents = ncompute;
+	for (int k = 0; k < P; k++)
+		if (t[k] > r->step_time)
+			r->step_time = t[k];
+	for (int k = 0; k < P; k++)
+		r->bubble[k] = r->step_time > 0 ? 1.0 - r->busy[k] / r->step_time : 0.0;
+out:
+	free(act_at);
+	free(grad_at);
+	free(t);
+	free(held);
+	free(pos);
+	free(live);
+	free(evbase);
+	free(nev);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Report                                                               */
+
+/* A time in the unit that suits `scale` (the largest time shown). */
+static void time_unit(double scale, const char **unit, double *mult)
+{
+	if (scale >= 1.0)
+		*unit = "s", *mult = 1.0;
+	else if (scale >= 1e-3)
+		*unit = "ms", *mult = 1e3;
+	else if (scale >= 1e-6)
+		*unit = "us", *mult = 1e6;
+	else
+		*unit = "ns", *mult = 1e9;
+}
+
+int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
+		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
+		       const char *trace_path, FILE *out, ph_err *err)
+{
+	int C = p->nchunks, rc = PH_OK;
+	if (!p->first)
+		return ph_fail(err, PH_EINTERNAL, "simulate: the plan has no partition");
+	double *buf = calloc((size_t)C * 6, sizeof *buf);
+	ph_sim_result r;
+	memset(&r, 0, sizeof r);
+	if (!buf)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	double *f = buf, *b = buf + C, *ci = buf + 2 * C, *cw = buf + 3 * C, *link = buf + 4 * C, *keep = buf + 5 * C;
+	double flops_per_s = c->part.device_tflops * 1e12;
+	for (int k = 0; k < C; k++) {
+		for (int l = p->first[k]; l < p->first[k + 1]; l++) {
+			const ph_layer *L = &m->layers[l];
+			double lf = layer_fwd ? layer_fwd[l] : L->meta.fwd_flops * m->max_batch / flops_per_s;
+			double lb = layer_bwd ? layer_bwd[l] : L->meta.bwd_flops * m->max_batch / flops_per_s;
+			f[k] += lf;
+			b[k] += lb;
+			if (L->param_numel > 0 && ph_layer_has_split_backward(L->ops)) {
+				ci[k] += lb / 2;
+				cw[k] += lb / 2;
+			} else {
+				ci[k] += lb;
+			}
+			keep[k] += (4.0 * (double)ph_shape_numel(&L->meta.out) + (double)L->meta.saved_bytes) * m->max_batch;
+		}
+		if (k + 1 < C && link_bytes_per_s > 0) {
+			const ph_layer *L = &m->layers[p->first[k + 1] - 1];
+			link[k] = 4.0 * (double)ph_shape_numel(&L->meta.out) * m->max_batch / link_bytes_per_s;
+		}
+	}
+	if ((rc = ph_simulate(p, f, b, ci, cw, link, keep, &r, err)))
+		goto done;
+
+	double ideal = 0, busy_max = 0;
+	for (int k = 0; k < p->ranks; k++)
+		if (r.busy[k] > busy_max)
+			busy_max = r.busy[k];
+	ideal = busy_max;
+	const char *unit;
+	double mult;
+	time_unit(r.step_time, &unit, &mult);
+	fprintf(out, "simulate: schedule %s, %d rank(s) x %d chunk(s), %d micro-batches of %d; costs: %s",
+		c->schedule->head.name, p->ranks, p->v, p->m, m->max_batch,
+		layer_fwd ? "measured" : "meta FLOPs");
+	if (!layer_fwd)
+		fprintf(out, " at %g TFLOP/s", c->part.device_tflops);
+	if (link_bytes_per_s > 0)
+		fprintf(out, ", links %g GB/s\n", link_bytes_per_s / 1e9);
+	else
+		fprintf(out, ", links free\n");
+	fprintf(out, "  step time %.4g %s (busiest rank computes %.4g %s: %.1f%% of the step)\n", r.step_time * mult,
+		unit, ideal * mult, unit, r.step_time > 0 ? 100.0 * ideal / r.step_time : 100.0);
+	fprintf(out, "  %-4s %12s %8s %15s %15s\n", "rank", "busy", "bubble", "peak in-flight", "peak act. MiB");
+	double mean_bubble = 0;
+	for (int k = 0; k < p->ranks; k++) {
+		char busy[32];
+		snprintf(busy, sizeof busy, "%.4g %s", r.busy[k] * mult, unit);
+		fprintf(out, "  %-4d %12s %7.1f%% %15d %15.2f\n", k, busy, 100.0 * r.bubble[k], r.peak_inflight[k],
+			r.peak_act_bytes[k] / (1024.0 * 1024.0));
+		mean_bubble += r.bubble[k] / p->ranks;
+	}
+	fprintf(out, "  mean bubble %.1f%%\n", 100.0 * mean_bubble);
+	if (svg_path) {
+		char title[256];
+		snprintf(title, sizeof title, "%s: %d rank(s) x %d chunk(s), %d micro-batches; step %.4g %s, mean bubble %.1f%%",
+			 c->schedule->head.name, p->ranks, p->v, p->m, r.step_time * mult, unit, 100.0 * mean_bubble);
+		if ((rc = ph_svg_write(svg_path, r.events, r.nevents, p->ranks, p->v, title, err)))
+			goto done;
+		fprintf(out, "  timeline written to %s\n", svg_path);
+	}
+	if (trace_path) {
+		if ((rc = ph_trace_write_chrome(trace_path, r.events, r.nevents, p->ranks, p->v, err)))
+			goto done;
+		fprintf(out, "  trace written to %s (open in https://ui.perfetto.dev)\n", trace_path);
+	}
+done:
+	ph_sim_free(&r);
+	free(buf);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* SVG timeline                                                         */
+
+/* Finish a temp file and move it over path: never a half-written file. */
+static int commit(FILE *f, const char *tmp, const char *path, ph_err *err)
+{
+	errno = 0;
+	int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+	int e = errno;
+	if (fclose(f) != 0 && !bad)
+		bad = 1, e = errno;
+	if (bad) {
+		unlink(tmp);
+		return ph_fail(err, PH_EIO, "cannot write the timeline %s: %s", path, e ? strerror(e) : "I/O error");
+	}
+	if (rename(tmp, path)) {
+		e = errno;
+		unlink(tmp);
+		return ph_fail(err, PH_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+	}
+	return PH_OK;
+}
+
+static const char *const kind_name[] = { "F", "B", "I", "W" };
+static const char *const kind_fill[] = { "#4e79a7", "#59a14f", "#f28e2b", "#b07aa1" };
+static const char *const kind_long[] = { "forward", "backward", "input gradient (backward, 1st half)",
+					 "weight gradient (backward, 2nd half)" };
+
+/* Text that is safe inside an SVG element. */
+static void xml_text(FILE *f, const char *s)
+{
+	for (; *s; s++)
+		switch (*s) {
+		case '<': fputs("&lt;", f); break;
+		case '>': fputs("&gt;", f); break;
+		case '&': fputs("&amp;", f); break;
+		case '"': fputs("&quot;", f); break;
+		default: fputc(*s, f);
+		}
+}
+
+/* A "nice" tick spacing: 1, 2 or 5 times a power of ten, giving <= max ticks. */
+static double tick_step(double span, int max)
+{
+	double raw = span / max, p10 = pow(10, floor(log10(raw)));
+	static const double steps[] = { 1, 2, 5, 10 };
+	for (int k = 0; k < 4; k++)
+		if (steps[k] * p10 >= raw)
+			return steps[k] * p10;
+	return 10 * p10;
+}
+
+int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, int v, const char *title,
+		 ph_err *err)
+{
+	double tmin = INFINITY, tmax = -INFINITY, dmin = INFINITY;
+	int used[4] = { 0 };
+	for (int k = 0; k < n; k++) {
+		if (!is_compute(ev[k].kind))
+			continue;
+		if (ev[k].t0 < tmin)
+			tmin = ev[k].t0;
+		if (ev[k].t1 > tmax)
+			tmax = ev[k].t1;
+		if (ev[k].t1 - ev[k].t0 > 0 && ev[k].t1 - ev[k].t0 < dmin)
+			dmin = ev[k].t1 - ev[k].t0;
+		used[ev[k].kind] = 1;
+	}
+	if (!(tmax > tmin)) /* nothing, or nothing with a duration */
+		tmin = 0, tmax = 1, dmin = 1;
+	if (tmin > 0 && tmin < 0.05 * (tmax - tmin))
+		tmin = 0; /* a step that starts near 0 gets an axis from 0 */
+	double span = tmax - tmin;
+	if (!isfinite(dmin))
+		dmin = span;
+	/* Wide enough that the shortest box holds a label, within sane bounds. */
+	double width = span / dmin * 30.0;
+	if (width < 900)
+		width = 900;
+	if (width > 2400) /* narrower boxes go unlabelled; their tooltips remain */
+		width = 2400;
+	const double left = 70, right = 20, top = title ? 46 : 20, row_h = 28, gap = 6;
+	double plot_bottom = top + ranks * (row_h + gap);
+	double height = plot_bottom + 30 + 30;
+	double xs = width / span;
+	const char *unit;
+	double mult;
+	time_unit(span, &unit, &mult);
+
+	char tmp[4096];
+	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+		return ph_fail(err, PH_EINVAL, "SVG path %s is too long", path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return ph_fail(err, PH_EIO, "cannot write the timeline %s: %s", tmp, strerror(errno));
+	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+		   "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "
+		   "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\">\n",
+		left + width + right, height, left + width + right, height);
+	fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", left + width + right, height);
+	if (title) {
+		fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">", left);
+		xml_text(f, title);
+		fprintf(f, "</text>\n");
+	}
+	/* rows */
+	for (int r = 0; r < ranks; r++) {
+		double y = top + r * (row_h + gap);
+		fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.0f\" fill=\"#eeeeee\"/>\n", left, y, width,
+			row_h);
+		fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"end\">rank %d</text>\n", left - 8,
+			y + row_h / 2 + 4.5, r);
+	}
+	/* time axis with grid lines */
+	double step = tick_step(span, (int)(width / 90) > 2 ? (int)(width / 90) : 2);
+	fprintf(f, "<g font-size=\"11\" fill=\"#333333\">\n");
+	fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333333\"/>\n", left, plot_bottom,
+		left + width, plot_bottom);
+	for (double tk = ceil(tmin / step - 1e-9) * step; tk <= tmax + 1e-9 * span; tk += step) {
+		double x = left + (tk - tmin) * xs;
+		fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#bbbbbb\" stroke-dasharray=\"2,3\"/>\n",
+			x, top - 3, x, plot_bottom + 4);
+		fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", x, plot_bottom + 16,
+			(fabs(tk) < 1e-12 * span ? 0 : tk) * mult);
+	}
+	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">time (%s)</text>\n", left - 8, plot_bottom + 16, unit);
+	fprintf(f, "</g>\n");
+	/* boxes */
+	fprintf(f, "<g font-size=\"11\" text-anchor=\"middle\">\n");
+	for (int k = 0; k < n; k++) {
+		const ph_trace_event *e = &ev[k];
+		if (!is_compute(e->kind) || e->rank < 0 || e->rank >= ranks)
+			continue;
+		double x = left + (e->t0 - tmin) * xs, w = (e->t1 - e->t0) * xs;
+		double y = top + e->rank * (row_h + gap);
+		char label[32];
+		if (v > 1)
+			snprintf(label, sizeof label, "%d%s%d", e->chunk, kind_name[e->kind], e->mb);
+		else
+			snprintf(label, sizeof label, "%s%d", kind_name[e->kind], e->mb);
+		fprintf(f, "<g><title>%s: %s, chunk %d, micro-batch %d, %.6g..%.6g %s</title>", label, kind_long[e->kind],
+			e->chunk, e->mb, (e->t0 - tmin) * mult, (e->t1 - tmin) * mult, unit);
+		/* a white edge separates neighbours; a sliver gets none, or it would vanish */
+		fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\"%s/>", x, y,
+			w > 0.5 ? w : 0.5, row_h, kind_fill[e->kind], w >= 4 ? " stroke=\"#ffffff\" stroke-width=\"1\"" : "");
+		/* a label only where it fits: ~0.6 em per character */
+		double fs = 11;
+		double need = 0.6 * fs * strlen(label) + 4;
+		if (need > w) {
+			fs = (w - 4) / (0.6 * strlen(label));
+			fs = fs > 7 ? floor(fs * 2) / 2 : 0;
+		}
+		if (fs > 0) {
+			fprintf(f, "<text x=\"%.2f\" y=\"%.1f\" fill=\"#ffffff\"", x + w / 2, y + row_h / 2 + fs * 0.36);
+			if (fs != 11)
+				fprintf(f, " font-size=\"%g\"", fs);
+			fprintf(f, ">%s</text>", label);
+		}
+		fprintf(f, "</g>\n");
+	}
+	fprintf(f, "</g>\n");
+	/* legend */
+	double lx = left, ly = plot_bottom + 34;
+	fprintf(f, "<g font-size=\"12\">\n");
+	for (int k = 0; k < 4; k++) {
+		if (!used[k] && (used[0] | used[1] | used[2] | used[3])) /* the kinds shown */
+			continue;
+		fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"14\" fill=\"%s\"/>", lx, ly, kind_fill[k]);
+		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\">%s  %s</text>\n", lx + 19, ly + 11.5, kind_name[k], kind_long[k]);
+		lx += 44 + 6.2 * strlen(kind_long[k]);
+	}
+	fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555555\">%s; grey = idle</text>\n", lx + 10, ly + 11.5,
+		v > 1 ? "labels: chunk, kind, micro-batch" : "labels: kind, micro-batch");
+	fprintf(f, "</g>\n</svg>\n");
+	return commit(f, tmp, path, err);
+}

@@ -1,0 +1,85 @@
+/* The schedule simulator (--simulate): run a lowered plan on a cost model and
+ * say how long a step takes, how much of it each rank idles (the pipeline
+ * bubble), and how many micro-batches and activation bytes each rank holds at
+ * its peak.  Also the SVG timeline writer.
+ *
+ * Model.  Every rank executes its lowered op list (plan.h) in order, one op at
+ * a time.  A compute op (F, B, I, W) starts as soon as the rank is free and its
+ * inputs are there, and takes its chunk's duration.  Sends and receives take no
+ * compute time:
+ *
+ *   - SEND_ACT of (c, mb) at time t makes the activation ready for chunk c+1
+ *     at t + link[c];  RECV_ACT of (c+1, mb) waits for that moment;
+ *   - SEND_GRAD of (c, mb) at time t makes the gradient ready for chunk c-1
+ *     at t + link[c-1];  RECV_GRAD of (c-1, mb) waits for that moment.
+ *
+ * link[c] is the transfer time of chunk c's output boundary (the same wire
+ * carries the activation forward and its gradient back).  Sends never block
+ * (unbounded mailboxes, as in the plan's deadlock check).  The step starts at
+ * 0 on every rank and ends when the last rank finishes its list.
+ *
+ * With F = 1 and B = 2 per stage and free links, the classic results come out
+ * exactly: bubble (p-1)/(m+p-1) for gpipe and 1f1b on every rank,
+ * (p-1)/(v*m+p-1) for interleaved, (p-1)/(3m+p-1) for zb-h1 with
+ * F = I = W = 1 and m >= p (with m < p, 1 - 3m/(2p+2m-1): the first input
+ * gradient needs a 2p round trip before rank 0 can run its m-1 other I's and
+ * m W's).  tests/test-simulate.c checks them over a grid of shapes. */
+#ifndef PH_CORE_SIMULATE_H
+#define PH_CORE_SIMULATE_H
+
+#include <stdio.h>
+
+#include "plan.h"
+#include "trace.h"
+
+typedef struct {
+	int ranks;
+	double step_time;        /* when the last rank finishes, from 0 */
+	double *busy;            /* [ranks] time spent in F, B, I, W */
+	double *bubble;          /* [ranks] idle fraction: 1 - busy / step_time (0 if step_time is 0) */
+	int *peak_inflight;      /* [ranks] most micro-batches between an F and its B (or W),
+				  * summed over the rank's chunks */
+	double *peak_act_bytes;  /* [ranks] most act_bytes held at once (same counting) */
+	ph_trace_event *events;  /* one per compute op, rank by rank in list order; step 0 */
+	int nevents;
+} ph_sim_result;
+
+/* Simulate plan p (lowered by ph_plan_set_actions or ph_plan_build).
+ * Durations are per chunk, [p->nchunks], in any one time unit (seconds for
+ * the CLI):
+ *   f, b    forward and full backward; required;
+ *   i, w    input- and weight-gradient halves for I and W ops;
+ *           NULL: I takes b and W takes 0;
+ *   link    transfer time of chunk c's output boundary; NULL = free links;
+ *   act_bytes  bytes chunk c holds per in-flight micro-batch; NULL = 0.
+ * Fills r (free with ph_sim_free, also after a failure).  Fails only on a plan
+ * that deadlocks (ph_plan_set_actions refuses those) or out of memory. */
+int ph_simulate(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
+		const double *link, const double *act_bytes, ph_sim_result *r, ph_err *err);
+void ph_sim_free(ph_sim_result *r);
+
+/* The CLI's --simulate: per-chunk costs from per-layer costs, link times from
+ * boundary activations, one simulated step, a report and the files.
+ *   layer_fwd, layer_bwd  per-layer seconds for one micro-batch (what
+ *       profile.c measures); NULL = the layers' meta FLOPs (per sample, times
+ *       the micro-batch size) at [partition] device_tflops;
+ *       I and W: a layer with a split backward and parameters spends half
+ *       its backward in each; any other layer spends it all in I;
+ *   link_bytes_per_s  boundary bandwidth (4 * output numel * micro-batch size
+ *       bytes cross each boundary each way); 0 = free;
+ *   svg_path, trace_path  SVG timeline and Chrome trace JSON; NULL = none.
+ * Prints step time, and per rank busy time, bubble fraction, peak in-flight
+ * micro-batches and peak activation MiB, to out. */
+int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
+		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
+		       const char *trace_path, FILE *out, ph_err *err);
+
+/* SVG 1.1 timeline of the compute events (F, B, I, W; other kinds are
+ * skipped): one row per rank, one box per op coloured by kind, labelled "F3"
+ * (or "2F3", chunk first, when v > 1), a time axis and a legend.  Works for
+ * simulated and recorded (--trace) events alike.  title may be NULL.
+ * Temp file + rename. */
+int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, int v, const char *title,
+		 ph_err *err);
+
+#endif

@@ -1,0 +1,23 @@
+/* Timelines: what each rank did when.  The engine records one event per
+ * lowered op on a real run (--trace); the simulator produces the same events
+ * from the cost model (--simulate).  Both are written as Chrome trace JSON
+ * (opens in Perfetto and chrome://tracing). */
+#ifndef PH_CORE_TRACE_H
+#define PH_CORE_TRACE_H
+
+#include <pipehost/plugin.h>
+
+typedef struct {
+	double t0, t1;     /* seconds from the start of the step or run */
+	int rank;
+	uint8_t kind;      /* ph_op_kind (plan.h) */
+	int chunk, mb;
+	int64_t step;      /* optimizer step (real runs), 0 in simulation */
+} ph_trace_event;
+
+/* Write events as Chrome trace JSON ("traceEvents", one complete event "X"
+ * per op, pid 0, tid = rank, names like "F3" / "2B0" / "send-act 3").
+ * Temp file + rename: never a half-written trace. */
+int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err);
+
+#endif

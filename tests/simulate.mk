@@ -1,0 +1,14 @@
+# The simulator, trace and SVG writers, and the table schedule: a Check suite
+# (plans built from the real schedule plugins in $PH_SCHEDULE_DIR) and a
+# shell test of bad schedule tables through the command line.
+if HAVE_CHECK
+check_PROGRAMS += tests/test-simulate
+TESTS += tests/test-simulate
+
+tests_test_simulate_SOURCES = tests/test-simulate.c
+tests_test_simulate_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
+tests_test_simulate_LDADD = core/libphcore.la $(CHECK_LIBS) $(CJSON_LIBS) -ldl -lm
+endif
+
+TESTS += tests/test-bad-schedules.sh
+EXTRA_DIST += tests/test-bad-schedules.sh

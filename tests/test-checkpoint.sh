@@ -1,0 +1,190 @@
+#!/bin/sh
+# Checkpoints from the command line: [checkpoint] dir/every/keep, --resume
+# continues exactly (weights byte-identical to an uninterrupted run, under any
+# schedule or stage count), SIGINT/SIGTERM finish the step, write a
+# checkpoint and exit 0, and every corrupted checkpoint is refused with one
+# clear line.  docs/corrupted-inputs.md lists the messages.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+
+if ! "$PIPEHOST" --help 2>&1 | grep -q -- "--resume"; then
+	echo "SKIP: this pipehost has no --resume"
+	exit 77
+fi
+
+ph() { "$PIPEHOST" -c "$tiny" "$@"; }
+
+# --- save, keep, resume ---------------------------------------------------
+ph --set run.steps=40 --save-weights "$tmp/ref40.st" >"$tmp/out" 2>"$tmp/err" || not_ok "reference run: $(cat "$tmp/err")"
+if ph --set run.steps=40 --set "checkpoint.dir=$tmp/ck" --set checkpoint.every=10 --set checkpoint.keep=2 \
+	--save-weights "$tmp/w40.st" >"$tmp/out" 2>"$tmp/err" &&
+	[ "$(ls "$tmp/ck" | tr '\n' ' ')" = "step-00000030 step-00000040 " ] &&
+	grep -q "^checkpoint: step 10 written to $tmp/ck/step-00000010$" "$tmp/out"; then
+	ok "every = 10, keep = 2: step-00000030 and step-00000040 remain"
+else
+	not_ok "checkpoint dir holds: $(ls -a "$tmp/ck" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+cmp -s "$tmp/ref40.st" "$tmp/w40.st" && ok "checkpointing does not change the trajectory" ||
+	not_ok "weights differ with checkpoints on"
+f="$tmp/ck/step-00000030"
+if [ -f "$f/weights.safetensors" ] && [ -f "$f/optimizer.safetensors" ] &&
+	grep -q '"format":[[:space:]]*"pipehost-checkpoint"' "$f/state.json" &&
+	grep -q '"version":[[:space:]]*1,' "$f/state.json" && grep -q '"step":[[:space:]]*30,' "$f/state.json" &&
+	grep -Eq '"config_digest":[[:space:]]*"[0-9a-f]{16}"' "$f/state.json" &&
+	grep -q '"conv1.weight.adam_m"' "$f/optimizer.safetensors"; then
+	ok "a step holds weights, AdamW moments and state.json (format, version, step, digest)"
+else
+	not_ok "step-00000030: $(ls "$f") $(head -c 300 "$f/state.json")"
+fi
+
+if ph --set run.steps=40 --resume "$tmp/ck/step-00000030" --save-weights "$tmp/r.st" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^resumed from $tmp/ck/step-00000030 at step 30 of 40$" "$tmp/out" && cmp -s "$tmp/ref40.st" "$tmp/r.st"; then
+	ok "--resume DIR/step-00000030: weights byte-identical to the uninterrupted run"
+else
+	not_ok "resume from step 30: $(cat "$tmp/err") $(grep resumed "$tmp/out")"
+fi
+# a step in the middle of an epoch (32 steps per epoch), resumed under
+# another schedule, stage count and partitioner
+ph --set run.steps=40 --set "checkpoint.dir=$tmp/ck2" --set checkpoint.every=7 >/dev/null 2>&1
+rm -rf "$tmp/ck2/step-00000040" "$tmp/ck2/step-00000035"
+if ph --set run.steps=40 --set run.stages=1 --set schedule.type=gpipe --resume "$tmp/ck2" \
+	--save-weights "$tmp/r2.st" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^resumed from $tmp/ck2/step-00000028 at step 28 of 40$" "$tmp/out" && cmp -s "$tmp/ref40.st" "$tmp/r2.st"; then
+	ok "--resume DIR takes the newest step; 1 stage + gpipe resumes a 2-stage 1f1b run exactly"
+else
+	not_ok "resume from DIR under gpipe: $(cat "$tmp/err") $(grep resumed "$tmp/out")"
+fi
+if [ -d "$tmp/ck2/step-00000040" ] && ph --set run.steps=40 --resume "$tmp/ck2" >"$tmp/out" 2>&1 &&
+	grep -q "already complete" "$tmp/out"; then
+	ok "a resume without [checkpoint] dir keeps saving beside its checkpoint; a finished run says so"
+else
+	not_ok "no step-00000040 after the resume, or: $(tail -2 "$tmp/out")"
+fi
+
+# leftovers of a killed save are ignored, then cleaned up
+mkdir -p "$tmp/ck3" && cp -r "$tmp/ck/step-00000030" "$tmp/ck3/" && mkdir "$tmp/ck3/.tmp-step-00000099" "$tmp/ck3/step-00000098"
+echo garbage >"$tmp/ck3/.tmp-step-00000099/state.json"
+if ph --set run.steps=40 --resume "$tmp/ck3" --set checkpoint.every=5 >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^resumed from $tmp/ck3/step-00000030 at" "$tmp/out" && [ ! -e "$tmp/ck3/.tmp-step-00000099" ]; then
+	ok "a .tmp-* leftover and a step dir without state.json are ignored; the next save removes .tmp-*"
+else
+	not_ok "leftovers: $(ls -a "$tmp/ck3" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+
+# --- signals --------------------------------------------------------------
+# Background jobs of a script ignore SIGINT, and pipehost keeps an ignored
+# SIGINT ignored; env --default-signal undoes that for the test.
+ph --set run.steps=3000 --save-weights "$tmp/ref3000.st" >/dev/null 2>&1
+sig_test() { # SIGNAL DIR
+	sig=$1 d=$2
+	if [ "$sig" = INT ]; then
+		env --default-signal=INT "$PIPEHOST" -c "$tiny" --set run.steps=3000 --set "checkpoint.dir=$d" \
+			--set checkpoint.every=100 >"$tmp/sig.out" 2>"$tmp/sig.err" &
+	else
+		"$PIPEHOST" -c "$tiny" --set run.steps=3000 --set "checkpoint.dir=$d" \
+			--set checkpoint.every=100 >"$tmp/sig.out" 2>"$tmp/sig.err" &
+	fi
+	pid=$!
+	i=0
+	while [ ! -d "$d/step-00000100" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+	kill -"$sig" "$pid"
+	wait "$pid"
+	rc=$?
+	line=$(grep "^interrupted at step" "$tmp/sig.out")
+	step=$(echo "$line" | sed -n 's/^interrupted at step \([0-9]*\):.*/\1/p')
+	dir=$(printf '%s/step-%08d' "$d" "${step:-0}")
+	if [ "$rc" -eq 0 ] && [ -n "$step" ] && [ "$step" -lt 3000 ] &&
+		[ "$line" = "interrupted at step $step: checkpoint written to $dir; resume with --resume $d" ] &&
+		[ -f "$dir/state.json" ] && grep -q "interrupted: finishing this step" "$tmp/sig.err"; then
+		ok "SIG$sig: exit 0, '$line'"
+	else
+		not_ok "SIG$sig: exit $rc, '$line', $(tail -2 "$tmp/sig.out") $(cat "$tmp/sig.err")"
+		return
+	fi
+	if ph --set run.steps=3000 --resume "$d" --save-weights "$tmp/sig.st" >"$tmp/out" 2>"$tmp/err" &&
+		cmp -s "$tmp/ref3000.st" "$tmp/sig.st"; then
+		ok "resuming after SIG$sig at step $step ends byte-identical to an uninterrupted run"
+	else
+		not_ok "resume after SIG$sig: $(cat "$tmp/err")"
+	fi
+}
+if env --default-signal=INT true 2>/dev/null; then
+	sig_test INT "$tmp/int"
+else
+	echo "# env --default-signal unsupported: SIGINT test skipped"
+fi
+sig_test TERM "$tmp/term"
+
+# --- refused checkpoints: one line each, exit 1 ----------------------------
+good="$tmp/ck/step-00000040"
+st="$tmp/bad/step-00000040"
+fresh() { rm -rf "$tmp/bad" && mkdir -p "$tmp/bad" && cp -r "$good" "$tmp/bad/"; }
+resume() { expect_error "$1" "$2" -c "$tiny" --set run.steps=40 --resume "$tmp/bad"; }
+# same-length byte edits of a safetensors header
+edit() { LC_ALL=C sed -i "s/$2/$3/" "$st/$1"; }
+
+fresh && head -c 100 "$good/weights.safetensors" >"$st/weights.safetensors"
+resume "truncated weights" "weights.safetensors: header length [0-9]+ exceeds the file \(100 bytes\): truncated or not safetensors"
+fresh && head -c 5 "$good/weights.safetensors" >"$st/weights.safetensors"
+resume "weights cut inside the length" "weights.safetensors: 5 bytes, too short for the 8-byte header length"
+fresh && size=$(wc -c <"$good/weights.safetensors") && head -c $((size - 4)) "$good/weights.safetensors" >"$st/weights.safetensors"
+resume "weights missing their last 4 bytes" "fc2.bias data_offsets \[4960,5000\] run past the data section \(4996 bytes\): truncated file"
+fresh && printf 'PK\003\004garbage-not-safetensors' >"$st/weights.safetensors"
+resume "bad magic (a zip file)" "weights.safetensors: header length [0-9]+ exceeds the file"
+fresh && printf '\040\000\000\000\000\000\000\000%-32s' '{"a":1}' >"$st/weights.safetensors"
+resume "header not of tensors" "weights.safetensors: header entry a is not an object: corrupt or not safetensors"
+fresh && { printf '\000\000\000\011\000\000\000\000'; } >"$st/weights.safetensors" && truncate -s 200M "$st/weights.safetensors"
+resume "oversized header (150 MB, in a 200 MB sparse file)" "header length 150994944 exceeds the 100 MB limit: corrupt or not safetensors"
+fresh && edit weights.safetensors '"data_offsets":\[4960,5000\]' '"data_offsets":[4960,9000]'
+resume "offsets out of range" "fc2.bias data_offsets \[4960,9000\] run past the data section \(5000 bytes\)"
+fresh && edit weights.safetensors '"data_offsets":\[0,144\]' '"data_offsets":[0,140]'
+resume "offsets disagree with the shape" "conv1.weight data_offsets \[0,140\] hold 140 bytes, but its shape of F32 needs 144"
+fresh && edit weights.safetensors '"data_offsets":\[144,160\]' '"data_offsets":[100,116]'
+resume "overlapping tensors" "tensors conv1.weight and conv1.bias overlap in the data section"
+fresh && edit weights.safetensors '"shape":\[4,1,3,3\]' '"shape":[1,4,3,3]'
+resume "wrong shape" "conv1.weight has shape \[1,4,3,3\], the model expects \[4,1,3,3\]"
+fresh && edit weights.safetensors '"dtype":"F32","shape":\[4\]' '"dtype":"I32","shape":[4]'
+resume "wrong dtype" "dtype I32 for conv1.bias; only F32 is read"
+fresh && edit weights.safetensors '"fc2.bias"' '"fc9.bias"'
+resume "a tensor missing" "tensor fc2.bias missing; was the file written for another model\?"
+fresh && edit weights.safetensors '"dtype":"F32"' '"dtype":"Q32"'
+resume "unknown dtype" "conv1.weight has unknown dtype \"Q32\""
+fresh && edit weights.safetensors '{"__metadata__"' '["__metadata__"'
+resume "header not JSON" "weights.safetensors: header is not valid JSON"
+fresh && edit optimizer.safetensors '"conv1.bias.adam_v":{"dtype":"F32","shape":\[4\]' '"conv1.bias.adam_v":{"dtype":"F32","shape":[2]'
+resume "optimizer state of the wrong shape" "optimizer.safetensors: conv1.bias.adam_v data_offsets \[304,320\] hold 16 bytes, but its shape of F32 needs 8"
+fresh && rm "$st/optimizer.safetensors"
+resume "optimizer state missing" "optimizer.safetensors: cannot open: No such file or directory"
+fresh && echo '{"format":"pipehost-checkpoint",' >"$st/state.json"
+resume "state.json truncated" "state.json: not valid JSON \(error near byte [0-9]+ of 33\): corrupt checkpoint"
+fresh && sed -i 's/"pipehost-checkpoint"/"something-else"/' "$st/state.json"
+resume "state.json of another format" "state.json: \"format\" is not \"pipehost-checkpoint\": not a pipehost checkpoint"
+fresh && sed -i 's/"version":[[:space:]]*1,/"version": 2,/' "$st/state.json"
+resume "state.json from a newer version" "state.json: checkpoint format version 2; this pipehost reads version 1: upgrade pipehost"
+fresh && sed -i 's/"step":[[:space:]]*40,/"step": 41,/' "$st/state.json"
+resume "state.json step disagrees with its directory" "state.json says step 41 but the directory is step-00000040: corrupt checkpoint"
+fresh && sed -i 's/"step":[[:space:]]*40,/"step": -40,/' "$st/state.json"
+resume "negative step" "\"step\" missing or not a whole number >= 0: corrupt checkpoint"
+fresh && sed -i 's/"config_digest":[[:space:]]*"[0-9a-f]*"/"config_digest": "xyz"/' "$st/state.json"
+resume "malformed digest" "\"config_digest\" missing or not 16 hex digits: corrupt checkpoint"
+fresh
+expect_error "config changed (another learning rate)" \
+	"checkpoint $st was written for another model or training config \(digest [0-9a-f]{16}, this one [0-9a-f]{16}; optimizer.lr = 0.01 in the checkpoint, 0.02 here\); use the matching config or start fresh" \
+	-c "$tiny" --set run.steps=40 --set optimizer.lr=0.02 --resume "$tmp/bad"
+expect_error "config changed (another layer width)" "another model or training config .*layer fc1.units = 16 in the checkpoint, 17 here" \
+	-c "$tiny" --set run.steps=40 --set layer.fc1.units=17 --resume "$tmp/bad"
+ph --set run.steps=10 --set optimizer.lr_schedule=constant --set "checkpoint.dir=$tmp/const" >/dev/null 2>&1
+expect_error "checkpoint past the run's end" "checkpoint $tmp/const/step-00000010 is at step 10, past this run's 5 steps; raise \[run\] steps" \
+	-c "$tiny" --set run.steps=5 --set optimizer.lr_schedule=constant --resume "$tmp/const"
+expect_error "resume from a missing path" "cannot resume from $tmp/nowhere: No such file or directory" \
+	-c "$tiny" --resume "$tmp/nowhere"
+expect_error "resume from a file" "cannot resume from $tiny: not a directory" -c "$tiny" --resume "$tiny"
+mkdir -p "$tmp/empty"
+expect_error "resume from a dir without checkpoints" "no checkpoint in $tmp/empty \(expected $tmp/empty/step-NNNNNNNN/state.json\)" \
+	-c "$tiny" --resume "$tmp/empty"
+printf 'x' >"$tmp/afile"
+expect_error "checkpoint dir is a file" "checkpoint dir $tmp/afile is not a directory" \
+	-c "$tiny" --set run.steps=2 --set "checkpoint.dir=$tmp/afile"
+expect_error "[checkpoint] key misspelt" "unknown key 'evry' in \[checkpoint\]; did you mean 'every'\?" \
+	-c "$tiny" --set checkpoint.evry=5
+finish

@@ -1,0 +1,68 @@
+#!/bin/sh
+# SIGKILL at random moments, most of them in the middle of a checkpoint write
+# (every = 1, keep = 3, so saves, renames and deletions never stop): each time
+# only complete step-* directories are left, the newest one loads, and
+# resuming to the end gives weights byte-identical to an uninterrupted run.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+trials=${CRASH_TRIALS:-10}
+steps=100
+
+if ! "$PIPEHOST" --help 2>&1 | grep -q -- "--resume"; then
+	echo "SKIP: this pipehost has no --resume"
+	exit 77
+fi
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+"$PIPEHOST" -c "$tiny" --set run.steps=$steps --save-weights "$tmp/ref.st" >/dev/null 2>"$tmp/err" ||
+	not_ok "reference run: $(cat "$tmp/err")"
+t0=$(now_ms)
+"$PIPEHOST" -c "$tiny" --set run.steps=$steps --set "checkpoint.dir=$tmp/full" --set checkpoint.every=1 \
+	--set checkpoint.keep=3 --save-weights "$tmp/full.st" >/dev/null 2>"$tmp/err"
+span=$(($(now_ms) - t0))
+if cmp -s "$tmp/ref.st" "$tmp/full.st"; then
+	ok "a run saving every step ($span ms) ends with the reference weights"
+else
+	not_ok "checkpointing every step changed the weights: $(cat "$tmp/err")"
+fi
+
+i=0
+while [ $i -lt "$trials" ]; do
+	i=$((i + 1))
+	d="$tmp/ck$i"
+	"$PIPEHOST" -c "$tiny" --set run.steps=$steps --set "checkpoint.dir=$d" --set checkpoint.every=1 \
+		--set checkpoint.keep=3 >/dev/null 2>&1 &
+	pid=$!
+	# start the clock at the first checkpoint, then kill somewhere in the rest
+	w=0
+	while [ ! -d "$d/step-00000001" ] && [ $w -lt 400 ]; do sleep 0.01; w=$((w + 1)); done
+	r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+	delay=$((r % (span * 9 / 10 + 1)))
+	sleep "$(printf '%d.%03d' $((delay / 1000)) $((delay % 1000)))"
+	kill -KILL "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	# only complete step directories exist
+	bad=
+	newest=
+	for s in "$d"/step-*; do
+		[ -d "$s" ] || continue
+		for f in weights.safetensors optimizer.safetensors state.json; do
+			[ -s "$s/$f" ] || bad="$bad $s/$f"
+		done
+		newest=$s
+	done
+	left=$(ls -A "$d" | tr '\n' ' ')
+	if [ -n "$bad" ] || [ -z "$newest" ]; then
+		not_ok "trial $i (kill after ${delay} ms): incomplete checkpoint:$bad (dir holds: $left)"
+		continue
+	fi
+	if "$PIPEHOST" -c "$tiny" --set run.steps=$steps --resume "$d" --save-weights "$tmp/r$i.st" \
+		>"$tmp/out" 2>"$tmp/err" && grep -Eq "^(resumed from $newest at step|the run of $steps steps was already complete)" "$tmp/out" &&
+		cmp -s "$tmp/ref.st" "$tmp/r$i.st"; then
+		ok "trial $i: killed ${delay} ms after the first save; left $left; resumed from $(basename "$newest"), identical"
+	else
+		not_ok "trial $i (kill after ${delay} ms, dir holds $left): $(grep -E 'resumed|already' "$tmp/out") $(cat "$tmp/err")"
+	fi
+done
+finish
