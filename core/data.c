@@ -238,6 +238,12 @@ int ph_data_load_fashion_mnist(const char *dir, int train, ph_dataset *ds, ph_er
 	int rc = read_labels(lpath, &nl, 10, &y, err);
 	if (!rc)
 		rc = read_images(ipath, &ni, &rows, &cols, &x, err);
+	/* The model's input shape is planned as [1,28,28] before any file is
+	 * read; an IDX file of other images must not reach the batch buffers. */
+	if (!rc && (rows != 28 || cols != 28))
+		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s holds %lldx%lld images, Fashion-MNIST's "
+			     "are 28x28: another data set; point [data] path at Fashion-MNIST",
+			     ipath, (long long)rows, (long long)cols);
 	if (!rc && ni != nl)
 		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s has %lld images but %s has "
 			     "%lld labels; the two files come from different sets",

@@ -13,6 +13,8 @@ typedef struct {
 	ph_ini *ini;
 	int line;           /* line most recently handed to inih */
 	int too_long;       /* line number of an over-long line, or 0 */
+	int nul_line;       /* line number of a line holding a NUL byte, or 0 */
+	int read_errno;     /* a read error (e.g. EISDIR), or 0 */
 	int fail_line;      /* first handler failure */
 	ph_err *err;
 } reader_state;
@@ -53,13 +55,23 @@ static int add_section(reader_state *st, const char *name)
 static char *reader(char *str, int num, void *stream)
 {
 	reader_state *st = stream;
-	if (st->too_long || st->fail_line)
+	if (st->too_long || st->nul_line || st->fail_line)
 		return NULL;
+	errno = 0;
 	char *r = fgets(str, num, st->f);
-	if (!r)
+	if (!r) {
+		if (ferror(st->f))
+			st->read_errno = errno ? errno : EIO;
 		return NULL;
+	}
 	st->line++;
 	size_t len = strlen(r);
+	/* fgets stopped short of a newline, a full buffer and the end of the
+	 * file: a NUL byte cut the line (inih would drop the rest unseen). */
+	if (len < (size_t)num - 1 && (len == 0 || r[len - 1] != '\n') && !feof(st->f)) {
+		st->nul_line = st->line;
+		return NULL;
+	}
 	if (len == (size_t)num - 1 && r[len - 1] != '\n' && !feof(st->f)) {
 		st->too_long = st->line;
 		return NULL;
@@ -147,6 +159,12 @@ int ph_ini_load(const char *path, ph_ini *ini, ph_err *err)
 	reader_state st = { .f = f, .ini = ini, .err = err };
 	int rc = ini_parse_stream(reader, &st, handler, &st);
 	fclose(f);
+	if (st.read_errno)
+		return ph_fail(err, PH_EIO, "cannot read config %s: %s; pass an INI file with -c", path,
+			       strerror(st.read_errno));
+	if (st.nul_line)
+		return ph_fail(err, PH_EINVAL, "%s:%d: line holds a NUL byte; the config must be a text file",
+			       path, st.nul_line);
 	if (st.too_long)
 		return ph_fail(err, PH_EINVAL, "%s:%d: line longer than %d characters (the system inih's limit); shorten it",
 			       path, st.too_long, ini_max_line - 3);

@@ -13,6 +13,8 @@
 #include "config.h"
 #include "engine.h"
 #include "options.h"
+#include "planjson.h"
+#include "profile.h"
 #include "simulate.h"
 #include "train.h"
 
@@ -29,7 +31,8 @@ static void usage(FILE *f)
 		"options:\n"
 		"  -c, --config FILE        the run's INI file\n"
 		"  -s, --set SEC.KEY=VALUE  override one INI key (repeatable), e.g. --set run.steps=20\n"
-		"      --plan               print the partition and schedule and exit\n"
+		"      --plan[=json]        print the partition and schedule (a table, or JSON) and exit\n"
+		"      --plan-json FILE     also write the plan as JSON to FILE (- = stdout)\n"
 		"      --save-weights FILE  write the trained weights (safetensors)\n"
 		"      --trace FILE         write every op of every rank (Chrome trace JSON, opens in Perfetto)\n"
 		"      --simulate           run the schedule on the cost model: step time, bubble, peak memory\n"
@@ -47,6 +50,7 @@ typedef struct {
 	char plugin_dirs[4096];
 	int plan_only, list_plugins, list_options;
 	const char *save_weights;
+	const char *plan_json; /* --plan=json: "-"; --plan-json FILE */
 	const char *trace;
 	int simulate;
 	const char *svg;
@@ -54,10 +58,11 @@ typedef struct {
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
-	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_TRACE, OPT_SIMULATE, OPT_SVG };
+	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
-		{ "plan", no_argument, NULL, OPT_PLAN },       { "list-plugins", no_argument, NULL, OPT_LIST },
+		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
+		{ "list-plugins", no_argument, NULL, OPT_LIST },
 		{ "list-options", no_argument, NULL, OPT_LISTOPT }, { "save-weights", required_argument, NULL, OPT_SAVE },
 		{ "plugin-dir", required_argument, NULL, OPT_PDIR }, { "help", no_argument, NULL, 'h' },
 		{ "trace", required_argument, NULL, OPT_TRACE },
@@ -74,7 +79,14 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 				return ph_fail(err, PH_EINVAL, "too many --set options (256 at most)");
 			cli->overrides[cli->noverrides++] = optarg;
 			break;
-		case OPT_PLAN: cli->plan_only = 1; break;
+		case OPT_PLAN:
+			cli->plan_only = 1;
+			if (optarg && !strcmp(optarg, "json"))
+				cli->plan_json = "-";
+			else if (optarg && strcmp(optarg, "text"))
+				return ph_fail(err, PH_EINVAL, "--plan=%s: expected --plan, --plan=text or --plan=json", optarg);
+			break;
+		case OPT_PLANJSON: cli->plan_json = optarg; break;
 		case OPT_LIST: cli->list_plugins = 1; break;
 		case OPT_LISTOPT: cli->list_options = 1; break;
 		case OPT_SAVE: cli->save_weights = optarg; break;
@@ -207,6 +219,8 @@ static int run(const cli_t *cli, ph_err *err)
 	ph_plan plan;
 	ph_engine *engine = NULL;
 	ph_dataset train, test;
+	double *cost_f = NULL, *cost_b = NULL; /* [partition] cost = profile */
+	int json_stdout = cli->plan_json && !strcmp(cli->plan_json, "-");
 	memset(&model, 0, sizeof model);
 	memset(&plan, 0, sizeof plan);
 	memset(&train, 0, sizeof train);
@@ -226,12 +240,25 @@ static int run(const cli_t *cli, ph_err *err)
 	int mbsize = (int)(cfg.run.batch / cfg.run.micro_batches);
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)))
 		goto out;
-	if ((rc = ph_plan_build(&plan, &model, &cfg, NULL, NULL, err)))
+	if (cfg.part.cost == PH_COST_PROFILE) {
+		cost_f = calloc((size_t)model.n, sizeof *cost_f);
+		cost_b = calloc((size_t)model.n, sizeof *cost_b);
+		if (!cost_f || !cost_b) {
+			rc = ph_fail(err, PH_ENOMEM, "out of memory");
+			goto out;
+		}
+		if ((rc = ph_profile_costs_for_run(&model, &cfg, cost_f, cost_b, json_stdout ? NULL : stdout, err)))
+			goto out;
+	}
+	if ((rc = ph_plan_build(&plan, &model, &cfg, cost_f, cost_b, err)))
 		goto out;
-	ph_plan_print(stdout, &plan, &model, &cfg);
+	if (cli->plan_json && (rc = ph_plan_write_json_file(cli->plan_json, &plan, &model, &cfg, cost_f, cost_b, err)))
+		goto out;
+	if (!json_stdout)
+		ph_plan_print(stdout, &plan, &model, &cfg);
 	fflush(stdout);
 	if (cli->simulate) {
-		rc = ph_simulate_report(&plan, &model, &cfg, NULL, NULL, cfg.part.link_gbps * 1e9,
+		rc = ph_simulate_report(&plan, &model, &cfg, cost_f, cost_b, cfg.part.link_gbps * 1e9,
 					cli->svg ? cli->svg : "timeline.svg", cli->trace, stdout, err);
 		goto out;
 	}
@@ -259,6 +286,8 @@ static int run(const cli_t *cli, ph_err *err)
 	if (wpath[0])
 		rc = save_weights(engine, wpath, err);
 out:
+	free(cost_f);
+	free(cost_b);
 	ph_engine_destroy(engine);
 	ph_data_free(&train);
 	ph_data_free(&test);

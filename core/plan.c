@@ -210,6 +210,19 @@ int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err
 	return simulate(p, err);
 }
 
+/* "partitioner dp: " unless the plugin's message already starts with "dp:". */
+static const char *plugin_prefix(const char *msg, const char *kind, const char *name)
+{
+	static __thread char buf[96];
+	size_t n = strlen(name);
+	if (strncmp(msg, name, n) == 0 && msg[n] == ':') {
+		snprintf(buf, sizeof buf, "%s ", kind);
+		return buf;
+	}
+	snprintf(buf, sizeof buf, "%s %s: ", kind, name);
+	return buf;
+}
+
 static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
 {
 	const ph_schedule_ops *s = c->schedule;
@@ -230,7 +243,7 @@ static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
 		ph_err e2 = { { 0 } };
 		if ((rc = s->generate(c->schedule_config, &shape, r, p->actions[r], cap, &p->nactions[r], &e2)))
-			return ph_fail(err, rc, "schedule %s: %s", s->head.name, e2.msg);
+			return ph_fail(err, rc, "%s%s", plugin_prefix(e2.msg, "schedule", s->head.name), e2.msg);
 		if (p->nactions[r] < 0 || p->nactions[r] > cap)
 			return ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d returned %d actions (room for %d)", s->head.name,
 				       r, p->nactions[r], cap);
@@ -320,7 +333,7 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 	ph_err warn = { { 0 } }, e2 = { { 0 } };
 	rc = c->partitioner->partition(c->partitioner_config, &pbm, p->first, &warn, &e2);
 	if (rc) {
-		rc = ph_fail(err, rc, "partitioner %s: %s", c->partitioner->head.name, e2.msg);
+		rc = ph_fail(err, rc, "%s%s", plugin_prefix(e2.msg, "partitioner", c->partitioner->head.name), e2.msg);
 		goto out;
 	}
 	if (warn.msg[0])

@@ -422,7 +422,7 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 	char *hdr = NULL;
 	cJSON *root = NULL;
 	st_entry *ents = NULL;
-	int rc;
+	int rc = PH_OK; /* an empty header sets no entry and must still succeed */
 
 	struct stat st;
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {

@@ -33,3 +33,31 @@ pkglib_LTLIBRARIES += plugins/layers/softmax_xent.la
 plugins_layers_softmax_xent_la_SOURCES = plugins/layers/softmax_xent.c
 plugins_layers_softmax_xent_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_softmax_xent_la_LIBADD = -lm
+
+# Transformer layers (issue #5).  transformer_ops.h holds the shared kernels,
+# header-only, so every module stays self-contained.
+pkglib_LTLIBRARIES += plugins/layers/embedding.la
+plugins_layers_embedding_la_SOURCES = plugins/layers/embedding.c
+plugins_layers_embedding_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_embedding_la_LIBADD = -lm
+
+pkglib_LTLIBRARIES += plugins/layers/layernorm.la
+plugins_layers_layernorm_la_SOURCES = plugins/layers/layernorm.c plugins/layers/transformer_ops.h
+plugins_layers_layernorm_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_layernorm_la_LIBADD = -lm
+
+pkglib_LTLIBRARIES += plugins/layers/gelu.la
+plugins_layers_gelu_la_SOURCES = plugins/layers/gelu.c plugins/layers/transformer_ops.h
+plugins_layers_gelu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_gelu_la_LIBADD = -lm
+
+pkglib_LTLIBRARIES += plugins/layers/seq_xent.la
+plugins_layers_seq_xent_la_SOURCES = plugins/layers/seq_xent.c
+plugins_layers_seq_xent_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_seq_xent_la_LIBADD = -lm
+
+pkglib_LTLIBRARIES += plugins/layers/attention.la
+plugins_layers_attention_la_SOURCES = plugins/layers/attention.c plugins/layers/transformer_ops.h
+plugins_layers_attention_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_attention_la_LIBADD = $(BLAS_LIBS) -lm
+plugins_layers_attention_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)

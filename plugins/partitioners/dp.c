@@ -234,7 +234,7 @@ static int explain_misfit(work *w, int *first, ph_err *err)
 	int a = first[s], b = first[s + 1] - 1;
 	char need[32], over[32], lim[32];
 	return ph_fail(err, PH_EINVAL, "dp: no split of %d layers into %d stages fits memory; at best stage %d "
-		       "(layers %d..%d, %s..%s) needs %s, %s over its %s limit; raise mem_limit, "
+		       "(layers %d..%d, %s..%s) needs %s, %s over its %s limit; raise [partition] memory, "
 		       "add stages, or turn on recompute",
 		       pb->n, pb->stages, s, a, b, pb->names ? pb->names[a] : "?", pb->names ? pb->names[b] : "?",
 		       human(stage_mem(w, s, a, b + 1), need, sizeof need), human(worst, over, sizeof over),

@@ -1,0 +1,270 @@
+/*
+ * transformer_ops.h: the CPU kernels shared by the transformer layers
+ * (layernorm, gelu, attention, and whatever composes them).
+ *
+ * Header-only, every function static inline: each plugin that includes it
+ * compiles its own copy, so every .so stays self-contained and unused
+ * kernels cost nothing.  Conventions are the layers': row-major float
+ * tensors, parameter gradients accumulate (+=), input gradients are
+ * overwritten (=), every reduction runs in a fixed order (deterministic).
+ * Callers that need BLAS (attention) include <cblas.h> before this header.
+ */
+#ifndef PH_TRANSFORMER_OPS_H
+#define PH_TRANSFORMER_OPS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <pipehost/plugin.h>
+
+/* ------------------------------------------------------------------ */
+/* Layer normalisation over the last dimension (C) of `rows` rows.     */
+
+/* y = (x - mean) * rstd * w + b; mean and rstd (one per row) are kept for
+ * backward.  Statistics in double, population variance. */
+static inline void tf_layernorm_forward(const float *x, float *y, const float *w,
+					const float *b, int64_t rows, int C, float eps,
+					float *mean, float *rstd)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * C;
+		float *yr = y + r * C;
+		double s = 0;
+		for (int c = 0; c < C; c++)
+			s += xr[c];
+		double m = s / C, v = 0;
+		for (int c = 0; c < C; c++) {
+			double d = xr[c] - m;
+			v += d * d;
+		}
+		v /= C;
+		float mf = (float)m, rs = (float)(1.0 / sqrt(v + eps));
+		mean[r] = mf;
+		rstd[r] = rs;
+		for (int c = 0; c < C; c++)
+			yr[c] = (xr[c] - mf) * rs * w[c] + b[c];
+	}
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w   (dx may be NULL) */
+static inline void tf_layernorm_backward_input(const float *x, const float *dy, const float *w,
+					       const float *mean, const float *rstd,
+					       int64_t rows, int C, float *dx)
+{
+	if (!dx)
+		return;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * C, *dyr = dy + r * C;
+		float *dxr = dx + r * C;
+		const float m = mean[r], rs = rstd[r];
+		double sg = 0, sgx = 0;
+		for (int c = 0; c < C; c++) {
+			double g = (double)dyr[c] * w[c];
+			sg += g;
+			sgx += g * ((xr[c] - m) * rs);
+		}
+		const double mg = sg / C, mgx = sgx / C;
+		for (int c = 0; c < C; c++) {
+			double xhat = (xr[c] - m) * rs;
+			double g = (double)dyr[c] * w[c];
+			dxr[c] = (float)(rs * (g - mg - xhat * mgx));
+		}
+	}
+}
+
+/* dw += sum over rows of dy * xhat, db += sum over rows of dy (row order) */
+static inline void tf_layernorm_backward_weight(const float *x, const float *dy,
+						const float *mean, const float *rstd,
+						int64_t rows, int C, float *dw, float *db)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * C, *dyr = dy + r * C;
+		const float m = mean[r], rs = rstd[r];
+		for (int c = 0; c < C; c++) {
+			dw[c] += dyr[c] * ((xr[c] - m) * rs);
+			db[c] += dyr[c];
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* GELU, tanh approximation (GPT-2):                                   */
+/*   gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi) */
+
+#define TF_GELU_K 0.7978845608028654 /* sqrt(2 / pi) */
+#define TF_GELU_A 0.044715
+
+static inline float tf_gelu(float xf)
+{
+	double x = xf;
+	return (float)(0.5 * x * (1.0 + tanh(TF_GELU_K * (x + TF_GELU_A * x * x * x))));
+}
+
+/* d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2), t = tanh(u) */
+static inline float tf_gelu_grad(float xf)
+{
+	double x = xf;
+	double t = tanh(TF_GELU_K * (x + TF_GELU_A * x * x * x));
+	return (float)(0.5 * (1.0 + t) +
+		       0.5 * x * (1.0 - t * t) * TF_GELU_K * (1.0 + 3.0 * TF_GELU_A * x * x));
+}
+
+static inline void tf_gelu_forward(const float *x, float *y, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = tf_gelu(x[i]);
+}
+
+/* dx = dy * gelu'(x); dx may alias dy */
+static inline void tf_gelu_backward(const float *x, const float *dy, float *dx, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		dx[i] = dy[i] * tf_gelu_grad(x[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Causal multi-head self-attention core (needs <cblas.h> first).      */
+
+#ifdef TF_WANT_ATTENTION /* define it, and include <cblas.h>, before this header */
+
+/*
+ * The geometry and dropout of one attention.  Per sample:
+ *   qkv [T, 3d]   columns: q (0..d), k (d..2d), v (2d..3d); head h owns
+ *                 columns h*hd .. (h+1)*hd of each
+ *   P   [H, T, T] softmax(q k^T / sqrt(hd)), causal (P[i][j] = 0 for j > i),
+ *                 before dropout
+ *   att [T, d]    heads concatenated: att[:, h*hd + c] = (drop(P_h) v_h)[:, c]
+ * Dropout on P: element ((b*H + h)*T + i)*T + j of the micro-batch is kept
+ * iff ph_rng_uniform(key, that index) >= rate, and scaled by 1/(1 - rate).
+ */
+typedef struct {
+	int T, d, H, hd;
+	float rate;   /* 0: no dropout */
+	float scale;  /* 1 / (1 - rate) */
+} tf_attn_geom;
+
+/* M[e] = keep ? 1/(1 - rate) : 0 for one (sample, head): the dropout mask,
+ * drawn from the key every time it is needed, never stored. */
+static inline void tf_attn_mask(const tf_attn_geom *g, uint64_t key, int b, int h, float *M)
+{
+	const int64_t n = (int64_t)g->T * g->T;
+	const uint64_t base = ((uint64_t)b * g->H + h) * (uint64_t)n;
+	ph_philox4 r = { { 0 } };
+	uint64_t have = UINT64_MAX;
+	for (int64_t e = 0; e < n; e++) {
+		uint64_t i = base + (uint64_t)e; /* == ph_rng_uniform(key, i) */
+		if ((i >> 2) != have) {
+			have = i >> 2;
+			r = ph_philox4x32(key, 0, have);
+		}
+		M[e] = ph_u01(r.v[i & 3]) >= g->rate ? g->scale : 0.0f;
+	}
+}
+
+/*
+ * Forward for `batch` samples from qkv (already projected).
+ * Writes P (pre-dropout) and att.  pd_tmp: T*T floats of scratch, used only
+ * when dropping (key is the layer's rng key).
+ */
+static inline void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+				   const float *qkv, float *P, float *att, float *pd_tmp)
+{
+	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
+	const float sm = (float)(1.0 / sqrt((double)hd));
+	for (int b = 0; b < batch; b++) {
+		const float *qkv_b = qkv + (size_t)b * T * ld;
+		for (int h = 0; h < H; h++) {
+			const float *q = qkv_b + h * hd, *k = q + d, *v = q + 2 * d;
+			float *Ph = P + ((size_t)b * H + h) * T * T;
+			/* S = q k^T / sqrt(hd), full square; the mask is applied below */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, sm, q, ld,
+				    k, ld, 0.0f, Ph, T);
+			for (int i = 0; i < T; i++) {
+				float *row = Ph + (size_t)i * T;
+				float m = row[0];
+				for (int j = 1; j <= i; j++)
+					if (row[j] > m)
+						m = row[j];
+				double s = 0;
+				for (int j = 0; j <= i; j++)
+					s += exp((double)row[j] - m);
+				for (int j = 0; j <= i; j++)
+					row[j] = (float)(exp((double)row[j] - m) / s);
+				for (int j = i + 1; j < T; j++)
+					row[j] = 0.0f;
+			}
+			const float *Pu = Ph;
+			if (drop) {
+				tf_attn_mask(g, key, b, h, pd_tmp);
+				for (int64_t e = 0; e < (int64_t)T * T; e++)
+					pd_tmp[e] *= Ph[e];
+				Pu = pd_tmp;
+			}
+			/* att_h = Pd v_h */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, Pu, T,
+				    v, ld, 0.0f, att + (size_t)b * T * d + h * hd, d);
+		}
+	}
+}
+
+/*
+ * Backward through the core: datt [batch, T, d]  ->  dqkv [batch, T, 3d] (=).
+ * tmp: 2*T*T floats of scratch.
+ */
+static inline void tf_attn_backward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+				    const float *qkv, const float *P, const float *datt,
+				    float *dqkv, float *tmp)
+{
+	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
+	const float sm = (float)(1.0 / sqrt((double)hd));
+	float *dP = tmp, *Pd = tmp + (size_t)T * T;
+	for (int b = 0; b < batch; b++) {
+		const float *qkv_b = qkv + (size_t)b * T * ld;
+		float *dqkv_b = dqkv + (size_t)b * T * ld;
+		const float *datt_b = datt + (size_t)b * T * d;
+		for (int h = 0; h < H; h++) {
+			const float *q = qkv_b + h * hd, *k = q + d, *v = q + 2 * d;
+			float *dq = dqkv_b + h * hd, *dk = dq + d, *dv = dq + 2 * d;
+			const float *Ph = P + ((size_t)b * H + h) * T * T;
+			const float *da = datt_b + h * hd;
+			/* dPd = datt_h v^T */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, da, d,
+				    v, ld, 0.0f, dP, T);
+			const float *Pu = Ph;
+			if (drop) {
+				/* the same mask: dP = dPd * M, then Pd = P * M in place */
+				tf_attn_mask(g, key, b, h, Pd);
+				for (int64_t e = 0; e < (int64_t)T * T; e++) {
+					dP[e] *= Pd[e];
+					Pd[e] *= Ph[e];
+				}
+				Pu = Pd;
+			}
+			/* dv = Pd^T datt_h */
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, Pu, T,
+				    da, d, 0.0f, dv, ld);
+			/* through the softmax, row by row:
+			 * dS[i][j] = P[i][j] (dP[i][j] - sum_k P[i][k] dP[i][k]), j <= i */
+			for (int i = 0; i < T; i++) {
+				float *row = dP + (size_t)i * T;
+				const float *pr = Ph + (size_t)i * T;
+				double s = 0;
+				for (int j = 0; j <= i; j++)
+					s += (double)pr[j] * row[j];
+				for (int j = 0; j <= i; j++)
+					row[j] = (float)(pr[j] * (row[j] - s));
+				for (int j = i + 1; j < T; j++)
+					row[j] = 0.0f;
+			}
+			/* dq = dS k / sqrt(hd); dk = dS^T q / sqrt(hd) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, sm, dP, T,
+				    k, ld, 0.0f, dq, ld);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, sm, dP, T,
+				    q, ld, 0.0f, dk, ld);
+		}
+	}
+}
+#endif /* attention */
+
+#endif /* PH_TRANSFORMER_OPS_H */
