@@ -423,7 +423,9 @@ static void remove_stale(const char *dir)
 		return;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		if (strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)))
+		/* only names this file makes: .tmp-step-N and .tmp-del-step-N */
+		if (strncmp(de->d_name, TMP_PREFIX STEP_PREFIX, strlen(TMP_PREFIX STEP_PREFIX)) &&
+		    strncmp(de->d_name, TMP_PREFIX "del-" STEP_PREFIX, strlen(TMP_PREFIX "del-" STEP_PREFIX)))
 			continue;
 		char p[PATH_MAX];
 		if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < sizeof p)

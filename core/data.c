@@ -89,6 +89,13 @@ static int expect_eof(gzFile f, const char *path, ph_err *err)
 	if (r > 0)
 		return ph_fail(err, PH_EINVAL, "fashion-mnist: %s has bytes after the "
 			       "count its header gives: not an IDX file", path);
+	/* zlib reports a gzip stream cut inside its 8-byte trailer (CRC and
+	 * length unchecked) only here, as a soft Z_BUF_ERROR. */
+	int zerr;
+	gzerror(f, &zerr);
+	if (zerr == Z_BUF_ERROR)
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s: truncated: the gzip stream "
+			       "ends before its checksum; reinstall the file", path);
 	return PH_OK;
 }
 

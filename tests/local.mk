@@ -10,6 +10,7 @@ TESTS_ENVIRONMENT_DIRS = \
 AM_TESTS_ENVIRONMENT = export $(TESTS_ENVIRONMENT_DIRS);
 
 include $(srcdir)/tests/layers.mk
+include $(srcdir)/tests/transformer.mk
 include $(srcdir)/tests/sched.mk
 include $(srcdir)/tests/core-units.mk
 include $(srcdir)/tests/core.mk

@@ -10,9 +10,12 @@
  * (zero outside the image), with the columns of all samples of a group side
  * by side, so that ONE gemm per group covers the whole micro-batch:
  *   Y_all [F, G*P] = W [F, CKK] . cols [CKK, G*P]
- * and y [G, F, P] is Y_all with its (F, G) axes swapped (+ bias).  Per-sample
- * gemms (N = P, e.g. 196) are too thin for BLAS to run near its peak;
- * N = G*P (6272 for 32 samples of 14x14) is not.
+ * and y [G, F, P] is Y_all with its (F, G) axes swapped (+ bias).  One wide
+ * gemm (N = G*P, 6272 for 32 samples of 14x14) instead of G thin ones (N = P,
+ * 196) pays the BLAS call and packing overheads once and gives a threaded
+ * BLAS room to split the work.  (With one OpenBLAS 0.3.21 thread on Zen the
+ * thin gemms were already near peak; the time went to im2col, col2im and the
+ * bias sums, hence the shifted-plane fast case and the blocked loops below.)
  *
  * The group G is the create() max_batch, so a micro-batch is one group,
  * unless max_batch samples' scratch would pass CONV2D_SCRATCH_CAP: then G
@@ -28,7 +31,7 @@
  * ctx->saved: saved state is held per in-flight micro-batch (CKK*P floats
  * per sample, 9x the input for a 3x3 kernel, e.g. 7.2 MB per micro-batch of
  * 32 for 32->64 on 14x14), while scratch is one buffer per rank.  im2col is
- * a cheap copy next to the gemms (a few percent of backward).
+ * a copy next to the gemms: about a tenth of backward for that layer.
  *
  * Determinism: no threads of our own; every sum runs in a fixed order, and
  * the group size depends on max_batch only, not on the call.
@@ -231,19 +234,19 @@ static int same_shift(const conv2d_state *s)
 	return s->s == 1 && s->OW == s->W;
 }
 
-static void shift_run(const conv2d_state *s, int i, int j, long *d, size_t *o_lo, size_t *o_hi,
-		      int *rlo, int *rhi, int *clo, int *chi)
+static void shift_run(const conv2d_state *s, int i, int j, ptrdiff_t *d, size_t *o_lo,
+		      size_t *o_hi, int *rlo, int *rhi, int *clo, int *chi)
 {
 	valid_range(s->H, s->OH, 1, s->p, i, rlo, rhi);
 	valid_range(s->W, s->OW, 1, s->p, j, clo, chi);
-	*d = (long)(i - s->p) * s->W + (j - s->p);
-	long lo = (long)*rlo * s->OW, hi = (long)*rhi * s->OW;
+	*d = (ptrdiff_t)(i - s->p) * s->W + (j - s->p);
+	ptrdiff_t lo = (ptrdiff_t)*rlo * s->OW, hi = (ptrdiff_t)*rhi * s->OW;
 	if (lo < -*d)
 		lo = -*d;
-	if (hi > (long)s->H * s->W - *d)
-		hi = (long)s->H * s->W - *d;
+	if (hi > (ptrdiff_t)s->H * s->W - *d)
+		hi = (ptrdiff_t)s->H * s->W - *d;
 	if (hi < lo)  /* no valid row, or nothing of it in the plane */
-		lo = hi = (long)*rlo * s->OW;
+		lo = hi = (ptrdiff_t)*rlo * s->OW;
 	*o_lo = (size_t)lo, *o_hi = (size_t)hi;
 }
 
@@ -251,7 +254,7 @@ static void shift_run(const conv2d_state *s, int i, int j, long *d, size_t *o_lo
  * points at the sample's first column); padding reads as zero. */
 static void im2col(const conv2d_state *s, const float *x, float *col, size_t ld)
 {
-	const int k = s->k, st = s->s, OH = s->OH, OW = s->OW;
+	const int k = s->k, st = s->s, OH = s->OH, OW = s->OW, same = same_shift(s);
 	const size_t P = (size_t)s->ohw, HW = (size_t)s->H * s->W;
 	for (int c = 0; c < s->C; c++)
 		for (int i = 0; i < k; i++)
@@ -259,12 +262,12 @@ static void im2col(const conv2d_state *s, const float *x, float *col, size_t ld)
 				float *row = col + (size_t)((c * k + i) * k + j) * ld;  /* [OH*OW] */
 				const float *xc = x + (size_t)c * HW;                   /* [H, W] */
 				int rlo, rhi, clo, chi;
-				if (same_shift(s)) {
-					long d;
+				if (same) {
+					ptrdiff_t d;
 					size_t o_lo, o_hi;
 					shift_run(s, i, j, &d, &o_lo, &o_hi, &rlo, &rhi, &clo, &chi);
 					memset(row, 0, o_lo * sizeof *row);
-					memcpy(row + o_lo, xc + (long)o_lo + d, (o_hi - o_lo) * sizeof *row);
+					memcpy(row + o_lo, xc + (ptrdiff_t)o_lo + d, (o_hi - o_lo) * sizeof *row);
 					memset(row + o_hi, 0, (P - o_hi) * sizeof *row);
 					for (int oh = rlo; oh < rhi; oh++) {
 						float *out = row + (size_t)oh * OW;
@@ -283,12 +286,11 @@ static void im2col(const conv2d_state *s, const float *x, float *col, size_t ld)
 						memset(out, 0, (size_t)OW * sizeof *out);
 						continue;
 					}
-					/* xr[ow*st] is x[c][h][ow*st - p + j] */
-					const float *xr = xc + (size_t)h * s->W - s->p + j;
+					const float *xr = xc + (size_t)h * s->W;  /* x[c][h][:] */
 					for (int ow = 0; ow < clo; ow++)
 						out[ow] = 0.0f;
 					for (int ow = clo; ow < chi; ow++)
-						out[ow] = xr[(size_t)ow * st];
+						out[ow] = xr[ow * st - s->p + j];
 					for (int ow = chi; ow < OW; ow++)
 						out[ow] = 0.0f;
 				}
@@ -301,7 +303,7 @@ static void im2col(const conv2d_state *s, const float *x, float *col, size_t ld)
  * of dcol (the fast case zeroes them so that its contiguous run can add them). */
 static void col2im_add(const conv2d_state *s, float *dcol, size_t ld, float *restrict dx)
 {
-	const int k = s->k, st = s->s, OH = s->OH, OW = s->OW;
+	const int k = s->k, st = s->s, OH = s->OH, OW = s->OW, same = same_shift(s);
 	const size_t HW = (size_t)s->H * s->W;
 	for (int c = 0; c < s->C; c++)
 		for (int i = 0; i < k; i++)
@@ -309,8 +311,8 @@ static void col2im_add(const conv2d_state *s, float *dcol, size_t ld, float *res
 				float *row = dcol + (size_t)((c * k + i) * k + j) * ld;  /* [OH*OW] */
 				float *dxc = dx + (size_t)c * HW;                        /* [H, W] */
 				int rlo, rhi, clo, chi;
-				if (same_shift(s)) {
-					long d;
+				if (same) {
+					ptrdiff_t d;
 					size_t o_lo, o_hi;
 					shift_run(s, i, j, &d, &o_lo, &o_hi, &rlo, &rhi, &clo, &chi);
 					for (int oh = rlo; oh < rhi; oh++) {
@@ -320,7 +322,7 @@ static void col2im_add(const conv2d_state *s, float *dcol, size_t ld, float *res
 						for (int ow = chi; ow < OW; ow++)
 							in[ow] = 0.0f;
 					}
-					add_to(dxc + (long)o_lo + d, row + o_lo, o_hi - o_lo);
+					add_to(dxc + (ptrdiff_t)o_lo + d, row + o_lo, o_hi - o_lo);
 					continue;
 				}
 				valid_range(s->W, OW, st, s->p, j, &clo, &chi);
@@ -329,9 +331,9 @@ static void col2im_add(const conv2d_state *s, float *dcol, size_t ld, float *res
 					if (h < 0 || h >= s->H)
 						continue;
 					const float *in = row + (size_t)oh * OW;
-					float *xr = dxc + (size_t)h * s->W - s->p + j;
+					float *xr = dxc + (size_t)h * s->W;  /* dx[c][h][:] */
 					for (int ow = clo; ow < chi; ow++)
-						xr[(size_t)ow * st] += in[ow];
+						xr[ow * st - s->p + j] += in[ow];
 				}
 			}
 }

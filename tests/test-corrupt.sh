@@ -1,0 +1,95 @@
+#!/bin/sh
+# Corrupted configs and data files from the command line: one clear line on
+# stderr, exit 1, nothing trained.  (test-errors.sh has the common config
+# mistakes, test-checkpoint.sh the corrupted checkpoints, test-weights.c and
+# test-data.c the same faults at the API; docs/corrupted-inputs.md lists all.)
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+
+# --- configs --------------------------------------------------------------
+sed 's/^steps = 20$/steps = twenty/' "$tiny" >"$tmp/type.ini"
+line=$(grep -n '^steps = twenty' "$tmp/type.ini" | cut -d: -f1)
+expect_error "integer key with text" "$tmp/type.ini:$line: \[run\] steps = twenty is not an integer" -c "$tmp/type.ini"
+expect_error "integer past 64 bits" "--set: \[run\] steps = 99999999999999999999999 is not an integer" \
+	-c "$tiny" --set run.steps=99999999999999999999999
+expect_error "float that is not a number" "--set: \[layer drop\] rate = nan is not a number" -c "$tiny" --set "layer drop.rate=nan"
+expect_error "boolean that is not one" "--set: \[run\] eval = maybe is not a boolean; use yes or no" -c "$tiny" --set run.eval=maybe
+expect_error "choice not offered" "--set: \[optimizer\] type = adam is not one of sgd\|adamw" -c "$tiny" --set optimizer.type=adam
+printf '[run]\nstages = 1\n[run]\nseed = 2\n' >"$tmp/dups.ini"
+expect_error "section twice" "$tmp/dups.ini:3: section \[run\] appears twice \(first at line 1\)" -c "$tmp/dups.ini"
+printf 'seed = 1\n[run]\n' >"$tmp/before.ini"
+expect_error "key before any section" "$tmp/before.ini:1: seed = ... comes before any \[section\]" -c "$tmp/before.ini"
+printf '[run]\nseed\n' >"$tmp/noeq.ini"
+expect_error "line without =" "$tmp/noeq.ini:2: cannot parse this line; expected \[section\] or key = value" -c "$tmp/noeq.ini"
+printf '[run\nseed = 1\n' >"$tmp/unclosed.ini"
+expect_error "unclosed section header" "$tmp/unclosed.ini:1: cannot parse this line" -c "$tmp/unclosed.ini"
+printf '[run]\nseed = 1\000junk\n[layer l]\ntype = softmax_xent\n' >"$tmp/nul.ini"
+expect_error "NUL byte inside a line" "$tmp/nul.ini:2: line holds a NUL byte; the config must be a text file" -c "$tmp/nul.ini"
+printf '\177ELF\002\001\001\000\000\000\000\000\000\000\000\000\003\000>\000\n' >"$tmp/elf.ini"
+expect_error "a binary (ELF header)" "$tmp/elf.ini:1: line holds a NUL byte" -c "$tmp/elf.ini"
+: >"$tmp/empty.ini"
+expect_error "empty file" "$tmp/empty.ini: the model has no layers; add \[layer NAME\] sections" -c "$tmp/empty.ini"
+mkdir -p "$tmp/adir"
+expect_error "a directory as the config" "cannot read config $tmp/adir: Is a directory; pass an INI file with -c" -c "$tmp/adir"
+expect_error "--set without =" "--set run.steps: expected section.key=value" -c "$tiny" --set run.steps
+expect_error "--set without a section" "--set steps=3: expected section.key=value, e.g. run.steps=100" -c "$tiny" --set steps=3
+expect_error "[checkpoint] every below 0" "--set: \[checkpoint\] every = -1 is out of range; allowed: >= 0" -c "$tiny" --set checkpoint.every=-1
+
+# --- Fashion-MNIST IDX files ------------------------------------------------
+# Tiny valid sets: 3 labels, 3 images of 28x28, gzip'ed like Debian's files.
+pixels() { head -c $((3 * 784)) /dev/zero | tr '\0' '\100'; }
+labels3() { printf '\000\000\010\001\000\000\000\003\001\002\003'; }
+images3() { printf '\000\000\010\003\000\000\000\003\000\000\000\034\000\000\000\034'; pixels; }
+set_files() { # DIR: valid train and test splits
+	mkdir -p "$1"
+	for s in train t10k; do
+		labels3 | gzip -c >"$1/$s-labels-idx1-ubyte.gz"
+		images3 | gzip -c >"$1/$s-images-idx3-ubyte.gz"
+	done
+}
+fm() { expect_error "$1" "$2" -c "$tiny" --set data.source=fashion-mnist --set "data.path=$tmp/fm" \
+	--set run.batch=2 --set run.micro_batches=1 --set run.steps=1; }
+I="$tmp/fm/train-images-idx3-ubyte.gz" L="$tmp/fm/train-labels-idx1-ubyte.gz"
+
+set_files "$tmp/fm"
+if "$PIPEHOST" -c "$tiny" --set data.source=fashion-mnist --set "data.path=$tmp/fm" --set run.batch=2 \
+	--set run.micro_batches=1 --set run.steps=1 >"$tmp/out" 2>"$tmp/err"; then
+	ok "a valid 3-image set trains (the refusals below are the files' fault)"
+else
+	not_ok "valid set refused: $(cat "$tmp/err")"
+fi
+expect_error "data directory missing" "fashion-mnist: $tmp/none/train-images-idx3-ubyte.gz not found; install Debian's dataset-fashion-mnist package" \
+	-c "$tiny" --set data.source=fashion-mnist --set "data.path=$tmp/none"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && rm "$L"
+fm "labels file missing" "fashion-mnist: $L not found"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && { printf '\000\000\010\001\000\000\000\003\000\000\000\034\000\000\000\034'; pixels; } | gzip -c >"$I"
+fm "labels where the images should be (magic)" "fashion-mnist: $I: magic 0x00000801, expected 0x00000803 \(IDX unsigned-byte images\): not an image file"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && images3 | head -c 1000 | gzip -c >"$I"
+fm "pixels end early" "fashion-mnist: $I: truncated: expected 2352 bytes of pixels, got 984; reinstall the file"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && { labels3; printf '\004'; } | gzip -c >"$L"
+fm "bytes after the count" "fashion-mnist: $L has bytes after the count its header gives: not an IDX file"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && printf '\000\000\010\001\000\000\000\003\001\012\003' | gzip -c >"$L"
+fm "label outside 0..9" "fashion-mnist: $L: label 10 at index 1 is outside 0..9: corrupt file"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && printf '\000\000\010\003\000\001\206\240\000\000\047\020\000\000\047\020' | gzip -c >"$I"
+fm "absurd sizes in the header" "fashion-mnist: $I: header says 100000 images of 10000x10000, outside 1..100000000 pixels in all: corrupt file"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && printf '\000\000\010\001\000\000\000\002\001\002' | gzip -c >"$L"
+fm "image and label counts disagree" "fashion-mnist: $I has 3 images but $L has 2 labels; the two files come from different sets"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && printf '\000\000\010\001' | gzip -c >"$L"
+fm "header cut short" "fashion-mnist: $L: truncated: expected 8 bytes of IDX header, got 4; reinstall the file"
+# random pixels, so the gzip stream is long enough to cut
+rand_images() { printf '\000\000\010\003\000\000\000\003\000\000\000\034\000\000\000\034'; head -c 2352 /dev/urandom; }
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && rand_images | gzip -c >"$tmp/full.gz"
+size=$(wc -c <"$tmp/full.gz")
+head -c $((size - 1000)) "$tmp/full.gz" >"$I"
+fm "gzip stream cut in the middle" "fashion-mnist: $I: truncated: expected 2352 bytes of pixels, got [0-9]+; reinstall the file"
+head -c $((size - 4)) "$tmp/full.gz" >"$I"
+fm "gzip stream cut inside its trailer" "fashion-mnist: $I: truncated: the gzip stream ends before its checksum; reinstall the file"
+cp "$tmp/full.gz" "$I" && printf 'x' | dd of="$I" bs=1 seek=$((size - 6)) conv=notrunc 2>/dev/null
+fm "gzip checksum wrong" "fashion-mnist: $I: reading IDX header: .*incorrect data check; the file is damaged, reinstall it"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && printf '\037\213\010\000\000\000\000\000\000\003garbage-deflate' >"$L"
+fm "gzip header, then garbage" "fashion-mnist: $L: reading IDX header: .*invalid block type; the file is damaged, reinstall it"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && { printf '\000\000\010\003\000\000\000\003\000\000\000\002\000\000\000\002'; head -c 12 /dev/zero; } | gzip -c >"$I"
+fm "images of another size (2x2)" "fashion-mnist: $I holds 2x2 images, Fashion-MNIST's are 28x28: another data set"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && rm "$I" && mkdir "$I"
+fm "a directory where a file should be" "fashion-mnist: $I is not a regular file; point \[data\] path at the directory holding the .gz files"
+finish

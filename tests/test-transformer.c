@@ -1,0 +1,858 @@
+/*
+ * Transformer layer plugins (embedding, layernorm, gelu, attention, seq_xent):
+ * finite-difference gradient checks and behaviour tests.
+ *
+ * The harness is test-layers.c's (copied: each Check binary is standalone):
+ * plugins are dlopen()ed from $PH_LAYER_DIR, configured through the host's
+ * option parser (core/options.c) and driven through their ph_layer_ops.
+ * L = sum(y .* r) (for the loss layer, the summed loss with loss_scale 1);
+ * backward(dy = r) is compared with central differences.  Gradients start
+ * nonzero (catches "=" for "+="), dx starts NaN (catches "+=" for "=").
+ * Added here: layers with the split backward must give bitwise the same
+ * dx and gradients from backward_input + backward_weight as from backward;
+ * the embedding's ids are not differentiated (dx must be 0).
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pipehost/plugin.h>
+#include "options.h"
+
+#ifndef PH_LAYER_DIR
+#define PH_LAYER_DIR "plugins/layers/.libs"
+#endif
+
+#define GRAD_INIT 0.375f /* starting value of every parameter gradient */
+
+/* ------------------------------------------------------------------ */
+/* Test randomness: splitmix64, fixed seed per test.                   */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s)
+{
+	rng_state = s;
+}
+
+static uint64_t rng_next(void)
+{
+	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi). */
+static float urand(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+static void fill_uniform(float *p, int64_t n, float lo, float hi)
+{
+	for (int64_t i = 0; i < n; i++)
+		p[i] = urand(lo, hi);
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading and configuring plugins.                                    */
+
+static const ph_layer_ops *load_layer(const char *name)
+{
+	const char *dir = getenv("PH_LAYER_DIR");
+	if (!dir || !*dir)
+		dir = PH_LAYER_DIR;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s.so", dir, name);
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(h, "dlopen %s: %s (set PH_LAYER_DIR to the built plugins)", path, dlerror());
+	ph_plugin_fn fn = (ph_plugin_fn)dlsym(h, PH_PLUGIN_SYMBOL);
+	ck_assert_msg(fn, "%s: no %s symbol", path, PH_PLUGIN_SYMBOL);
+	const ph_plugin *pl = fn();
+	ck_assert_int_eq(pl->abi_major, PH_ABI_MAJOR);
+	ck_assert_int_le(pl->abi_minor, PH_ABI_MINOR);
+	ck_assert_ptr_nonnull(pl->layers);
+	for (const ph_layer_ops *const *l = pl->layers; *l; l++)
+		if (strcmp((*l)->head.name, name) == 0)
+			return *l; /* the handle stays open for the test's life */
+	ck_abort_msg("%s provides no layer named %s", path, name);
+	return NULL;
+}
+
+/* Defaults, then key/value pairs (NULL-terminated list), as the host does. */
+static void *make_config(const ph_layer_ops *ops, const char *const *kv)
+{
+	void *cfg = calloc(1, ops->head.config_size + 1);
+	ph_err e = { { 0 } };
+	int rc = ph_options_defaults(ops->head.options, cfg, &e);
+	ck_assert_msg(rc == PH_OK, "%s defaults: %s", ops->head.name, e.msg);
+	for (; kv && kv[0]; kv += 2) {
+		rc = ph_options_set(ops->head.options, cfg, kv[0], kv[1], &e);
+		ck_assert_msg(rc == PH_OK, "%s %s = %s: %s", ops->head.name, kv[0], kv[1], e.msg);
+	}
+	return cfg;
+}
+
+#define KV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define SHAPE(...) ((ph_shape){ sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t), \
+				{ __VA_ARGS__ } })
+
+/* Create with max_batch 4; returns the status, the message in *e. */
+static int try_create(const char *type, const char *const *kv, ph_shape in, ph_err *e)
+{
+	const ph_layer_ops *ops = load_layer(type);
+	void *cfg = make_config(ops, kv);
+	void *state = NULL;
+	memset(e, 0, sizeof *e);
+	int rc = ops->create(cfg, &in, 4, &state, e);
+	if (rc == PH_OK)
+		ops->destroy(state);
+	free(cfg);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* A layer instance with every buffer the host would hand it.          */
+
+typedef struct {
+	const ph_layer_ops *ops;
+	void *cfg, *state;
+	ph_layer_meta meta;
+	ph_shape in;
+	int batch;
+	int loss;
+	int64_t nx, ny;                 /* whole micro-batch */
+	float *x, *y, *r, *dx;          /* r: dL/dy for the objective */
+	int64_t pn[PH_MAX_PARAMS];
+	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
+	int32_t *targets;
+	ph_ctx ctx;
+} inst;
+
+static void inst_open(inst *L, const char *type, const char *const *kv, ph_shape in, int batch)
+{
+	memset(L, 0, sizeof *L);
+	L->ops = load_layer(type);
+	ck_assert_int_eq(L->ops->head.struct_size, sizeof(ph_layer_ops));
+	ck_assert(L->ops->devices & PH_DEV_CPU);
+	L->cfg = make_config(L->ops, kv);
+	L->in = in;
+	L->batch = batch;
+	L->loss = (L->ops->flags & PH_LAYER_LOSS) != 0;
+	ph_err e = { { 0 } };
+	int rc = L->ops->create(L->cfg, &in, batch, &L->state, &e);
+	ck_assert_msg(rc == PH_OK, "%s create: %s", type, e.msg);
+	rc = L->ops->meta(L->state, &L->meta, &e);
+	ck_assert_msg(rc == PH_OK, "%s meta: %s", type, e.msg);
+
+	L->nx = batch * ph_shape_numel(&in);
+	L->ny = batch * ph_shape_numel(&L->meta.out);
+	L->x = calloc(L->nx, sizeof(float));
+	L->dx = calloc(L->nx, sizeof(float));
+	L->y = calloc(L->ny, sizeof(float));
+	L->r = calloc(L->ny, sizeof(float));
+	fill_uniform(L->x, L->nx, -1, 1);
+	fill_uniform(L->r, L->ny, -1, 1);
+	for (int i = 0; i < L->meta.nparams; i++) {
+		L->pn[i] = ph_shape_numel(&L->meta.params[i].shape);
+		L->params[i] = calloc(L->pn[i], sizeof(float));
+		L->grads[i] = calloc(L->pn[i], sizeof(float));
+		fill_uniform(L->params[i], L->pn[i], -1, 1);
+	}
+	L->ctx = (ph_ctx){ .batch = batch, .training = 1, .seed = 1234, .step = 7,
+			   .microbatch = 3, .layer = 2, .device = PH_DEV_CPU, .loss_scale = 1.0f };
+	if (L->meta.scratch_bytes)
+		L->ctx.scratch = malloc(L->meta.scratch_bytes);
+	if (L->meta.saved_bytes)
+		L->ctx.saved = malloc(L->meta.saved_bytes * batch);
+	if (L->meta.targets_per_sample) {
+		int64_t nt = (int64_t)batch * L->meta.targets_per_sample;
+		L->targets = calloc(nt, sizeof(int32_t));
+		int64_t K = in.d[in.ndim - 1]; /* classes: the last dimension */
+		for (int64_t i = 0; i < nt; i++)
+			L->targets[i] = (int32_t)(rng_next() % (uint64_t)K);
+		L->ctx.targets = L->targets;
+	}
+}
+
+static void inst_close(inst *L)
+{
+	L->ops->destroy(L->state);
+	for (int i = 0; i < L->meta.nparams; i++) {
+		free(L->params[i]);
+		free(L->grads[i]);
+	}
+	free(L->x), free(L->y), free(L->r), free(L->dx), free(L->targets), free(L->cfg);
+	free(L->ctx.scratch), free(L->ctx.saved);
+}
+
+static void fwd(inst *L)
+{
+	ph_err e = { { 0 } };
+	int rc = L->ops->forward(L->state, &L->ctx, L->params, L->x, L->y, &e);
+	ck_assert_msg(rc == PH_OK, "%s forward: %s", L->ops->head.name, e.msg);
+}
+
+static void bwd(inst *L, float *dx)
+{
+	ph_err e = { { 0 } };
+	int rc = L->ops->backward(L->state, &L->ctx, L->params, L->grads, L->x, L->y,
+				  L->loss ? NULL : L->r, dx, &e);
+	ck_assert_msg(rc == PH_OK, "%s backward: %s", L->ops->head.name, e.msg);
+}
+
+/* The objective, summed in double. */
+static double objective(inst *L)
+{
+	fwd(L);
+	double s = 0;
+	if (L->loss)
+		for (int b = 0; b < L->batch; b++)
+			s += L->y[2 * b];
+	else
+		for (int64_t i = 0; i < L->ny; i++)
+			s += (double)L->y[i] * L->r[i];
+	return s;
+}
+
+/* Central difference of the objective in v[i]; the step actually taken in
+ * float is used, not the nominal eps. */
+static double numeric(inst *L, float *v, int64_t i, float eps)
+{
+	float v0 = v[i];
+	float vp = v0 + eps, vm = v0 - eps;
+	v[i] = vp;
+	double lp = objective(L);
+	v[i] = vm;
+	double lm = objective(L);
+	v[i] = v0;
+	return (lp - lm) / ((double)vp - (double)vm);
+}
+
+static double rel_err(double a, double n)
+{
+	double d = fmax(fmax(fabs(a), fabs(n)), 1e-3);
+	return fabs(a - n) / d;
+}
+
+static double worst_seen; /* largest error of the last gradcheck, for tuning */
+
+static void check_tensor(inst *L, const char *what, float *v, int64_t n, const float *analytic,
+			 float eps, double tol)
+{
+	for (int64_t i = 0; i < n; i++) {
+		double a = analytic[i], num = numeric(L, v, i, eps);
+		double err = rel_err(a, num);
+		if (!(err <= tol))
+			ck_abort_msg("%s: d%s[%lld] analytic %.7g, numeric %.7g (error %.3g > %.3g)",
+				     L->ops->head.name, what, (long long)i, a, num, err, tol);
+		if (err > worst_seen)
+			worst_seen = err;
+	}
+}
+
+/*
+ * Full gradient check of one instance, plus the contract:
+ *  - forward and backward are bitwise deterministic;
+ *  - parameter gradients accumulate, dx is overwritten;
+ *  - dx = NULL is accepted and gives the same parameter gradients.
+ */
+static void gradcheck_x(inst *L, float eps, double tol, int check_x)
+{
+	worst_seen = 0;
+	float *y1 = malloc(L->ny * sizeof(float));
+	fwd(L);
+	memcpy(y1, L->y, L->ny * sizeof(float));
+	fwd(L);
+	ck_assert_msg(memcmp(y1, L->y, L->ny * sizeof(float)) == 0,
+		      "%s: two forwards differ", L->ops->head.name);
+
+	/* Analytic: grads start at GRAD_INIT, dx at NaN. */
+	for (int p = 0; p < L->meta.nparams; p++)
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			L->grads[p][i] = GRAD_INIT;
+	for (int64_t i = 0; i < L->nx; i++)
+		L->dx[i] = NAN;
+	bwd(L, L->dx);
+	float *dx_a = malloc(L->nx * sizeof(float));
+	memcpy(dx_a, L->dx, L->nx * sizeof(float));
+	float *g_a[PH_MAX_PARAMS], *g_raw[PH_MAX_PARAMS];
+	for (int p = 0; p < L->meta.nparams; p++) {
+		g_a[p] = malloc(L->pn[p] * sizeof(float));
+		g_raw[p] = malloc(L->pn[p] * sizeof(float));
+		memcpy(g_raw[p], L->grads[p], L->pn[p] * sizeof(float));
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			g_a[p][i] = L->grads[p][i] - GRAD_INIT;
+	}
+
+	/* Again, bitwise; then with dx = NULL: same parameter gradients. */
+	for (int p = 0; p < L->meta.nparams; p++)
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			L->grads[p][i] = GRAD_INIT;
+	for (int64_t i = 0; i < L->nx; i++)
+		L->dx[i] = 12345.0f;
+	bwd(L, L->dx);
+	ck_assert_msg(memcmp(dx_a, L->dx, L->nx * sizeof(float)) == 0,
+		      "%s: two backwards give different dx", L->ops->head.name);
+	for (int p = 0; p < L->meta.nparams; p++) {
+		ck_assert_msg(memcmp(g_raw[p], L->grads[p], L->pn[p] * sizeof(float)) == 0,
+			      "%s: two backwards give different d%s", L->ops->head.name,
+			      L->meta.params[p].name);
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			L->grads[p][i] = GRAD_INIT;
+	}
+	bwd(L, NULL);
+	for (int p = 0; p < L->meta.nparams; p++)
+		ck_assert_msg(memcmp(g_raw[p], L->grads[p], L->pn[p] * sizeof(float)) == 0,
+			      "%s: backward with dx = NULL gives different d%s", L->ops->head.name,
+			      L->meta.params[p].name);
+
+	/* The split backward (I then W, as ZB-H1 runs them): bitwise the same. */
+	if (ph_layer_has_split_backward(L->ops)) {
+		ph_err e = { { 0 } };
+		for (int p = 0; p < L->meta.nparams; p++)
+			for (int64_t i = 0; i < L->pn[p]; i++)
+				L->grads[p][i] = GRAD_INIT;
+		for (int64_t i = 0; i < L->nx; i++)
+			L->dx[i] = NAN;
+		int rc = L->ops->backward_input(L->state, &L->ctx, L->params, L->x, L->y, L->r,
+						L->dx, &e);
+		ck_assert_msg(rc == PH_OK, "%s backward_input: %s", L->ops->head.name, e.msg);
+		rc = L->ops->backward_weight(L->state, &L->ctx, L->params, L->grads, L->x, L->y,
+					     L->r, &e);
+		ck_assert_msg(rc == PH_OK, "%s backward_weight: %s", L->ops->head.name, e.msg);
+		ck_assert_msg(memcmp(dx_a, L->dx, L->nx * sizeof(float)) == 0,
+			      "%s: split backward gives a different dx", L->ops->head.name);
+		for (int p = 0; p < L->meta.nparams; p++)
+			ck_assert_msg(memcmp(g_raw[p], L->grads[p], L->pn[p] * sizeof(float)) == 0,
+				      "%s: split backward gives a different d%s", L->ops->head.name,
+				      L->meta.params[p].name);
+	}
+
+	/* Numeric. */
+	if (check_x)
+		check_tensor(L, "x", L->x, L->nx, dx_a, eps, tol);
+	else
+		for (int64_t i = 0; i < L->nx; i++)
+			ck_assert_msg(dx_a[i] == 0.0f, "%s: dx[%lld] = %g, want 0", L->ops->head.name,
+				      (long long)i, dx_a[i]);
+	for (int p = 0; p < L->meta.nparams; p++)
+		check_tensor(L, L->meta.params[p].name, L->params[p], L->pn[p], g_a[p], eps, tol);
+	if (getenv("PH_TEST_VERBOSE"))
+		fprintf(stderr, "%s: worst gradient error %.3g\n", L->ops->head.name, worst_seen);
+
+	for (int p = 0; p < L->meta.nparams; p++)
+		free(g_a[p]), free(g_raw[p]);
+	free(dx_a);
+	free(y1);
+}
+
+
+static void gradcheck(inst *L, float eps, double tol)
+{
+	gradcheck_x(L, eps, tol, 1);
+}
+
+static void run_gradcheck(const char *type, const char *const *kv, ph_shape in, int batch,
+			  uint64_t seed)
+{
+	rng_seed(seed);
+	inst L;
+	inst_open(&L, type, kv, in, batch);
+	gradcheck(&L, 1e-2f, 1e-2);
+	inst_close(&L);
+}
+
+/* Scale every parameter (keeps softmaxes soft enough for central differences). */
+static void scale_params(inst *L, float k)
+{
+	for (int p = 0; p < L->meta.nparams; p++)
+		for (int64_t i = 0; i < L->pn[p]; i++)
+			L->params[p][i] *= k;
+}
+
+/* ------------------------------------------------------------------ */
+/* Every plugin: a well-formed head.                                   */
+
+static const char *const all_layers[] = { "embedding", "layernorm", "gelu", "attention",
+					  "seq_xent" };
+
+START_TEST(test_heads)
+{
+	const char *name = all_layers[_i];
+	const ph_layer_ops *ops = load_layer(name);
+	ck_assert_int_eq(ops->head.abi_major, PH_ABI_MAJOR);
+	ck_assert_int_eq(ops->head.abi_minor, PH_ABI_MINOR);
+	ck_assert_int_eq(ops->head.struct_size, sizeof(ph_layer_ops));
+	ck_assert_str_eq(ops->head.name, name);
+	ck_assert(ops->head.help && *ops->head.help);
+	ck_assert_int_eq(ops->devices, PH_DEV_CPU);
+	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
+	ck_assert_int_eq(ops->flags, strcmp(name, "seq_xent") == 0 ? PH_LAYER_LOSS : 0);
+	/* both split hooks or neither */
+	ck_assert_int_eq(ops->backward_input != NULL, ops->backward_weight != NULL);
+	if (!ops->head.options)
+		ck_assert_int_eq(ops->head.config_size, 0);
+	for (const ph_option *o = ops->head.options; o && o->name; o++)
+		ck_assert(o->help && *o->help && o->offset < ops->head.config_size);
+	free(make_config(ops, NULL)); /* every default parses */
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* embedding                                                           */
+
+static void fill_ids(inst *L, int vocab)
+{
+	for (int64_t i = 0; i < L->nx; i++)
+		L->x[i] = (float)(rng_next() % (uint64_t)vocab);
+}
+
+START_TEST(test_embedding_grad)
+{
+	rng_seed(101);
+	inst L;
+	inst_open(&L, "embedding", KV("vocab", "5", "dim", "3"), SHAPE(6), 3);
+	fill_ids(&L, 5);
+	L.x[0] = L.x[1] = L.x[7] = 2; /* repeated ids accumulate */
+	ck_assert(ph_layer_has_split_backward(L.ops));
+	gradcheck_x(&L, 1e-2f, 1e-2, 0);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_embedding_forward_meta)
+{
+	rng_seed(102);
+	inst L;
+	inst_open(&L, "embedding", KV("vocab", "7", "dim", "4"), SHAPE(5), 2);
+	ck_assert_int_eq(L.meta.out.ndim, 2);
+	ck_assert_int_eq(L.meta.out.d[0], 5);
+	ck_assert_int_eq(L.meta.out.d[1], 4);
+	ck_assert_int_eq(L.meta.nparams, 2);
+	ck_assert_str_eq(L.meta.params[0].name, "tokens");
+	ck_assert_int_eq(L.meta.params[0].shape.d[0], 7);
+	ck_assert_int_eq(L.meta.params[0].shape.d[1], 4);
+	ck_assert_int_eq(L.meta.params[0].init, PH_INIT_NORMAL);
+	ck_assert_float_eq_tol(L.meta.params[0].init_arg, 0.02f, 1e-9);
+	ck_assert_str_eq(L.meta.params[1].name, "positions");
+	ck_assert_int_eq(L.meta.params[1].shape.d[0], 5);
+	ck_assert_int_eq(L.meta.params[1].shape.d[1], 4);
+	ck_assert_int_eq(L.meta.params[1].init, PH_INIT_NORMAL);
+	ck_assert_float_eq_tol(L.meta.params[1].init_arg, 0.01f, 1e-9);
+	fill_ids(&L, 7);
+	L.x[3] = 6; /* the last id is valid */
+	fwd(&L);
+	for (int b = 0; b < 2; b++)
+		for (int t = 0; t < 5; t++)
+			for (int c = 0; c < 4; c++) {
+				int id = (int)L.x[b * 5 + t];
+				ck_assert_float_eq(L.y[(b * 5 + t) * 4 + c],
+						   L.params[0][id * 4 + c] + L.params[1][t * 4 + c]);
+			}
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_embedding_bad_ids)
+{
+	rng_seed(103);
+	inst L;
+	inst_open(&L, "embedding", KV("vocab", "7", "dim", "4"), SHAPE(5), 2);
+	const float bad[] = { 7, -1, 2.5f, NAN };
+	for (int k = 0; k < 4; k++) {
+		fill_ids(&L, 7);
+		L.x[8] = bad[k]; /* sample 1, position 3 */
+		ph_err e = { { 0 } };
+		ck_assert_int_eq(L.ops->forward(L.state, &L.ctx, L.params, L.x, L.y, &e), PH_EINVAL);
+		ck_assert_msg(strstr(e.msg, "position 3") && strstr(e.msg, "sample 1"), "message: %s",
+			      e.msg);
+		char val[32];
+		snprintf(val, sizeof val, "holds %g", (double)bad[k]);
+		ck_assert_msg(strstr(e.msg, val), "message: %s (want \"%s\")", e.msg, val);
+		memset(&e, 0, sizeof e);
+		ck_assert_int_eq(L.ops->backward(L.state, &L.ctx, L.params, L.grads, L.x, L.y, L.r,
+						 L.dx, &e),
+				 PH_EINVAL);
+	}
+	inst_close(&L);
+
+	/* Required options, input rank. */
+	ph_err e;
+	ck_assert_int_eq(try_create("embedding", KV("dim", "4"), SHAPE(5), &e), PH_EINVAL);
+	ck_assert_int_eq(try_create("embedding", KV("vocab", "4"), SHAPE(5), &e), PH_EINVAL);
+	ck_assert_int_eq(try_create("embedding", KV("vocab", "4", "dim", "2"), SHAPE(5, 2), &e),
+			 PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "2 dimensions"), "message: %s", e.msg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* layernorm                                                           */
+
+START_TEST(test_layernorm_grad)
+{
+	rng_seed(201);
+	inst L;
+	inst_open(&L, "layernorm", NULL, SHAPE(3, 8), 2);
+	ck_assert(ph_layer_has_split_backward(L.ops));
+	gradcheck(&L, 1e-2f, 1e-2);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_layernorm_normalises)
+{
+	rng_seed(202);
+	inst L;
+	inst_open(&L, "layernorm", KV("eps", "1e-5"), SHAPE(4, 16), 3);
+	ck_assert_uint_eq(L.meta.saved_bytes, 4 * 2 * sizeof(float));
+	ck_assert_int_eq(L.meta.nparams, 2);
+	ck_assert_str_eq(L.meta.params[0].name, "weight");
+	ck_assert_int_eq(L.meta.params[0].init, PH_INIT_ONES);
+	ck_assert_int_eq(L.meta.params[0].no_decay, 1);
+	ck_assert_str_eq(L.meta.params[1].name, "bias");
+	ck_assert_int_eq(L.meta.params[1].init, PH_INIT_ZEROS);
+	ck_assert_int_eq(L.meta.params[1].no_decay, 1);
+	for (int c = 0; c < 16; c++)
+		L.params[0][c] = 1.0f, L.params[1][c] = 0.0f;
+	for (int64_t i = 0; i < L.nx; i++)
+		L.x[i] = urand(-3, 5); /* off-centre, not unit variance */
+	fwd(&L);
+	for (int r = 0; r < 12; r++) {
+		double m = 0, v = 0;
+		for (int c = 0; c < 16; c++)
+			m += L.y[r * 16 + c];
+		m /= 16;
+		for (int c = 0; c < 16; c++)
+			v += (L.y[r * 16 + c] - m) * (L.y[r * 16 + c] - m);
+		v /= 16;
+		ck_assert_msg(fabs(m) < 1e-5, "row %d mean %g", r, m);
+		ck_assert_msg(fabs(v - 1) < 1e-4, "row %d variance %g", r, v);
+	}
+	/* A gain and a shift apply per feature. */
+	for (int c = 0; c < 16; c++)
+		L.params[0][c] = 2.0f, L.params[1][c] = (float)c;
+	float *y0 = malloc(L.ny * sizeof(float));
+	memcpy(y0, L.y, L.ny * sizeof(float));
+	fwd(&L);
+	for (int64_t i = 0; i < L.ny; i++)
+		ck_assert_double_eq_tol(L.y[i], 2.0 * y0[i] + (double)(i % 16), 1e-5);
+	free(y0);
+	inst_close(&L);
+
+	/* The option table bounds eps away from 0 (a constant row would divide by 0). */
+	const ph_layer_ops *ops = load_layer("layernorm");
+	void *cfg = make_config(ops, NULL);
+	ph_err e;
+	const ph_option *eps = ph_options_find(ops->head.options, "eps");
+	ck_assert_ptr_nonnull(eps);
+	ck_assert_double_eq(*(double *)((char *)cfg + eps->offset), 1e-5); /* the default */
+	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "eps", "0", &e), PH_EINVAL);
+	free(cfg);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* gelu                                                                */
+
+START_TEST(test_gelu)
+{
+	rng_seed(301);
+	inst L;
+	inst_open(&L, "gelu", NULL, SHAPE(4, 5), 2);
+	for (int64_t i = 0; i < L.nx; i++)
+		L.x[i] = urand(-4, 4);
+	gradcheck(&L, 1e-2f, 1e-2);
+	ck_assert_int_eq(L.meta.nparams, 0);
+	ck_assert_int_eq(L.meta.saved_bytes, 0);
+	const float xs[] = { 0.0f, 1.0f, -1.0f, 3.0f, -3.0f, 10.0f, -10.0f };
+	for (int i = 0; i < 7; i++)
+		L.x[i] = xs[i];
+	fwd(&L);
+	for (int i = 0; i < 7; i++) {
+		double x = xs[i];
+		double want = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+		ck_assert_double_eq_tol(L.y[i], want, 1e-6);
+	}
+	ck_assert_double_eq_tol(L.y[1], 0.8411920, 1e-6); /* published values */
+	ck_assert_double_eq_tol(L.y[2], -0.1588080, 1e-6);
+	inst_close(&L);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* seq_xent                                                            */
+
+START_TEST(test_seq_xent_grad)
+{
+	run_gradcheck("seq_xent", NULL, SHAPE(3, 5), 2, 401);
+}
+END_TEST
+
+START_TEST(test_seq_xent_values)
+{
+	rng_seed(402);
+	inst L;
+	inst_open(&L, "seq_xent", NULL, SHAPE(2, 3), 2);
+	ck_assert_int_eq(L.meta.out.ndim, 1);
+	ck_assert_int_eq(L.meta.out.d[0], 2);
+	ck_assert_int_eq(L.meta.targets_per_sample, 2);
+	ck_assert_int_eq(L.meta.nparams, 0);
+	const float x[12] = { 1, 2, 3, /**/ 1, 2, 3,          /* sample 0 */
+			      2, 2, 1, /**/ 1000, 0, -1000 }; /* sample 1 */
+	const int32_t t[4] = { 2, 0, /**/ 1, 0 };
+	memcpy(L.x, x, sizeof x);
+	memcpy(L.targets, t, sizeof t);
+	fwd(&L);
+	double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
+	ck_assert_double_eq_tol(L.y[0], (lse - 3) + (lse - 1), 1e-5);
+	ck_assert_float_eq(L.y[1], 1.0f); /* position 0 right, position 1 wrong */
+	ck_assert_double_eq_tol(L.y[2], log(2 * exp(2.0) + exp(1.0)) - 2 + 0.0, 1e-5);
+	ck_assert_float_eq(L.y[3], 1.0f); /* tie goes to index 0 (wrong); 1000 is right */
+
+	/* dx = (softmax - onehot) * loss_scale, the host's 1/(B*T) */
+	L.ctx.loss_scale = 0.25f;
+	bwd(&L, L.dx);
+	double Z = exp(1.0) + exp(2.0) + exp(3.0);
+	ck_assert_double_eq_tol(L.dx[0], 0.25 * exp(1.0) / Z, 1e-7);
+	ck_assert_double_eq_tol(L.dx[2], 0.25 * (exp(3.0) / Z - 1), 1e-7);
+	ck_assert_double_eq_tol(L.dx[3], 0.25 * (exp(1.0) / Z - 1), 1e-7);
+	ck_assert_double_eq_tol(L.dx[9], 0.0, 1e-7);
+	ck_assert_double_eq_tol(L.dx[10], 0.0, 1e-7);
+	for (int i = 0; i < 12; i++)
+		ck_assert(isfinite(L.dx[i]));
+
+	/* A target out of range names the sample and position. */
+	L.targets[3] = 3;
+	ph_err e = { { 0 } };
+	ck_assert_int_eq(L.ops->forward(L.state, &L.ctx, L.params, L.x, L.y, &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "sample 1 position 1") && strstr(e.msg, "target 3"),
+		      "message: %s", e.msg);
+	inst_close(&L);
+	ck_assert_int_eq(try_create("seq_xent", NULL, SHAPE(6), &e), PH_EINVAL);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* attention                                                           */
+
+/* The definition, in double, one sample: x [T, d] -> y [T, d], no dropout. */
+static void attention_ref(const float *x, float *const *p, int T, int d, int H, double *y)
+{
+	int hd = d / H;
+	double *qkv = calloc((size_t)T * 3 * d, sizeof(double));
+	double *att = calloc((size_t)T * d, sizeof(double));
+	for (int t = 0; t < T; t++)
+		for (int o = 0; o < 3 * d; o++) {
+			double s = p[1][o];
+			for (int i = 0; i < d; i++)
+				s += (double)x[t * d + i] * p[0][o * d + i];
+			qkv[t * 3 * d + o] = s;
+		}
+	for (int h = 0; h < H; h++)
+		for (int i = 0; i < T; i++) {
+			double sc[64], m = -INFINITY, z = 0;
+			for (int j = 0; j <= i; j++) {
+				double s = 0;
+				for (int c = 0; c < hd; c++)
+					s += qkv[i * 3 * d + h * hd + c] * qkv[j * 3 * d + d + h * hd + c];
+				sc[j] = s / sqrt((double)hd);
+				m = fmax(m, sc[j]);
+			}
+			for (int j = 0; j <= i; j++)
+				z += (sc[j] = exp(sc[j] - m));
+			for (int c = 0; c < hd; c++) {
+				double s = 0;
+				for (int j = 0; j <= i; j++)
+					s += sc[j] / z * qkv[j * 3 * d + 2 * d + h * hd + c];
+				att[i * d + h * hd + c] = s;
+			}
+		}
+	for (int t = 0; t < T; t++)
+		for (int o = 0; o < d; o++) {
+			double s = p[3][o];
+			for (int i = 0; i < d; i++)
+				s += att[t * d + i] * p[2][o * d + i];
+			y[t * d + o] = s;
+		}
+	free(qkv);
+	free(att);
+}
+
+START_TEST(test_attention_grad)
+{
+	rng_seed(501);
+	inst L;
+	inst_open(&L, "attention", KV("heads", "2"), SHAPE(4, 6), 2);
+	ck_assert(ph_layer_has_split_backward(L.ops));
+	scale_params(&L, 0.5f);
+	gradcheck(&L, 1e-2f, 1e-2);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_attention_grad_dropout)
+{
+	/* The key is fixed, so the mask is fixed: y is smooth in x and params. */
+	rng_seed(502);
+	inst L;
+	inst_open(&L, "attention", KV("heads", "3", "dropout", "0.3"), SHAPE(5, 6), 2);
+	scale_params(&L, 0.5f);
+	gradcheck(&L, 1e-2f, 1e-2);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_attention_forward_meta)
+{
+	rng_seed(503);
+	const int T = 5, d = 8, H = 2, B = 2;
+	inst L;
+	inst_open(&L, "attention", KV("heads", "2", "dropout", "0.5"), SHAPE(5, 8), B);
+	ck_assert_int_eq(L.meta.out.ndim, 2);
+	ck_assert_int_eq(L.meta.out.d[0], T);
+	ck_assert_int_eq(L.meta.out.d[1], d);
+	ck_assert_uint_eq(L.meta.saved_bytes, (size_t)(T * 3 * d + H * T * T + T * d) * 4);
+	ck_assert_int_eq(L.meta.nparams, 4);
+	const char *names[] = { "qkv_weight", "qkv_bias", "proj_weight", "proj_bias" };
+	const int64_t d0[] = { 3 * d, 3 * d, d, d };
+	for (int p = 0; p < 4; p++) {
+		ck_assert_str_eq(L.meta.params[p].name, names[p]);
+		ck_assert_int_eq(L.meta.params[p].shape.d[0], d0[p]);
+		ck_assert_int_eq(L.meta.params[p].shape.ndim, p % 2 ? 1 : 2);
+		ck_assert_int_eq(L.meta.params[p].no_decay, p % 2);
+		ck_assert_int_eq(L.meta.params[p].init, p % 2 ? PH_INIT_ZEROS : PH_INIT_NORMAL);
+	}
+	ck_assert_double_ge(L.meta.fwd_flops, 8.0 * T * d * d + 4.0 * T * T * d);
+
+	/* Evaluation (dropout off) against the definition. */
+	L.ctx.training = 0;
+	fwd(&L);
+	double ref[5 * 8];
+	for (int b = 0; b < B; b++) {
+		attention_ref(L.x + b * T * d, L.params, T, d, H, ref);
+		for (int i = 0; i < T * d; i++)
+			ck_assert_msg(fabs(L.y[b * T * d + i] - ref[i]) < 1e-4,
+				      "y[%d][%d] = %g, want %g", b, i, L.y[b * T * d + i], ref[i]);
+	}
+	/* Training with dropout 0.5 changes the output; the same key, the same output. */
+	L.ctx.training = 1;
+	float *y1 = malloc(L.ny * sizeof(float));
+	fwd(&L);
+	memcpy(y1, L.y, L.ny * sizeof(float));
+	int differ = 0;
+	for (int i = 0; i < T * d; i++)
+		differ += fabs(L.y[T * d + i] - ref[i]) > 1e-3;
+	ck_assert_int_gt(differ, 0);
+	fwd(&L);
+	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) == 0);
+	L.ctx.step++;
+	fwd(&L);
+	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) != 0);
+	free(y1);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_attention_causal)
+{
+	rng_seed(504);
+	const int T = 6, d = 4;
+	inst L;
+	inst_open(&L, "attention", KV("heads", "2", "dropout", "0.2"), SHAPE(6, 4), 1);
+	fwd(&L);
+	float *y0 = malloc(L.ny * sizeof(float));
+	memcpy(y0, L.y, L.ny * sizeof(float));
+	for (int t = 0; t < T; t++) {
+		float keep[4];
+		memcpy(keep, L.x + t * d, sizeof keep);
+		for (int c = 0; c < d; c++)
+			L.x[t * d + c] += 0.5f + c;
+		fwd(&L);
+		/* positions before t: bitwise unchanged; t itself: changed */
+		ck_assert_msg(memcmp(y0, L.y, (size_t)t * d * sizeof(float)) == 0,
+			      "changing position %d changed an earlier output", t);
+		ck_assert_msg(memcmp(y0 + t * d, L.y + t * d, d * sizeof(float)) != 0,
+			      "changing position %d did not change its own output", t);
+		memcpy(L.x + t * d, keep, sizeof keep);
+	}
+	/* And backward: dy at position t only gives dx at positions <= t. */
+	fwd(&L);
+	for (int64_t i = 0; i < L.ny; i++)
+		L.r[i] = i >= 2 * d && i < 3 * d ? 1.0f : 0.0f; /* position 2 */
+	bwd(&L, L.dx);
+	for (int i = 3 * d; i < T * d; i++)
+		ck_assert_msg(L.dx[i] == 0.0f, "dx[%d] = %g leaks from the future", i, L.dx[i]);
+	free(y0);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_attention_bad_config)
+{
+	ph_err e;
+	ck_assert_int_eq(try_create("attention", KV("heads", "4"), SHAPE(5, 6), &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "heads = 4") && strstr(e.msg, "6"), "message: %s", e.msg);
+	ck_assert_int_eq(try_create("attention", KV("heads", "8"), SHAPE(5, 4), &e), PH_EINVAL);
+	ck_assert_int_eq(try_create("attention", KV("heads", "2"), SHAPE(8), &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "1 dimensions"), "message: %s", e.msg);
+	ck_assert_int_eq(try_create("attention", NULL, SHAPE(5, 4), &e), PH_EINVAL); /* required */
+	ck_assert_int_eq(try_create("attention", KV("heads", "2"), SHAPE(5, 4), &e), PH_OK);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+
+static Suite *transformer_suite(void)
+{
+	Suite *s = suite_create("transformer");
+	TCase *tc;
+
+	tc = tcase_create("heads");
+	tcase_add_loop_test(tc, test_heads, 0, (int)(sizeof all_layers / sizeof all_layers[0]));
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("embedding");
+	tcase_add_test(tc, test_embedding_grad);
+	tcase_add_test(tc, test_embedding_forward_meta);
+	tcase_add_test(tc, test_embedding_bad_ids);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("layernorm");
+	tcase_add_test(tc, test_layernorm_grad);
+	tcase_add_test(tc, test_layernorm_normalises);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("gelu");
+	tcase_add_test(tc, test_gelu);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("seq_xent");
+	tcase_add_test(tc, test_seq_xent_grad);
+	tcase_add_test(tc, test_seq_xent_values);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("attention");
+	tcase_add_test(tc, test_attention_grad);
+	tcase_add_test(tc, test_attention_grad_dropout);
+	tcase_add_test(tc, test_attention_forward_meta);
+	tcase_add_test(tc, test_attention_causal);
+	tcase_add_test(tc, test_attention_bad_config);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(transformer_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
