@@ -23,12 +23,17 @@ const ph_option ph_run_options[] = {
 	PH_OPT_BOOL_(ph_run_cfg, eval, "eval", "yes", "evaluate on the test split after each epoch"),
 	PH_OPT_STRING_(ph_run_cfg, plugin_path, "plugin_path", "", "extra plugin directories, colon-separated, searched first"),
 	PH_OPT_STRING_(ph_run_cfg, save_weights, "save_weights", "", "write the trained weights (safetensors) to this file"),
+	PH_OPT_CHOICE_(ph_run_cfg, recompute, "recompute", "no", "no|yes|except_last",
+		       "keep only each chunk's input and last output per micro-batch and rerun the forward before "
+		       "the backward (except_last: not for the last micro-batch)"),
 	PH_OPT_END
 };
 
 const ph_option ph_data_options[] = {
-	PH_OPT_CHOICE_(ph_data_cfg, source, "source", "fashion-mnist", "fashion-mnist|synthetic", "where samples come from"),
-	PH_OPT_STRING_(ph_data_cfg, path, "path", PH_FASHION_MNIST_DIR, "directory of the IDX .gz files"),
+	PH_OPT_CHOICE_(ph_data_cfg, source, "source", "fashion-mnist", "fashion-mnist|synthetic|text", "where samples come from"),
+	PH_OPT_STRING_(ph_data_cfg, path, "path", "",
+		       "fashion-mnist: directory of the IDX .gz files (default " PH_FASHION_MNIST_DIR "); text: a file or "
+		       "directory (default " PH_FORTUNES_DIR ")"),
 	PH_OPT_BOOL_(ph_data_cfg, shuffle, "shuffle", "yes", "seeded reshuffle of the training set every epoch"),
 	PH_OPT_INT_(ph_data_cfg, limit, "limit", "0", 0, PH_NO_MAX, "train on the first N samples only; 0 = all"),
 	PH_OPT_INT_(ph_data_cfg, test_limit, "test_limit", "0", 0, PH_NO_MAX, "evaluate on the first N test samples; 0 = all"),
@@ -36,6 +41,8 @@ const ph_option ph_data_options[] = {
 	PH_OPT_INT_(ph_data_cfg, test_samples, "test_samples", "1024", 1, 1 << 26, "synthetic: test samples"),
 	PH_OPT_INT_(ph_data_cfg, classes, "classes", "10", 2, 1 << 20, "synthetic: classes"),
 	PH_OPT_INTLIST_(ph_data_cfg, shape, "shape", "1,28,28", 1, 1 << 20, "synthetic: per-sample shape"),
+	PH_OPT_INT_(ph_data_cfg, seq_len, "seq_len", "128", 1, 1 << 20, "text: bytes per sequence (T)"),
+	PH_OPT_FLOAT_(ph_data_cfg, holdout, "holdout", "0.1", 0.001, 0.9, "text: fraction of the bytes held out for validation"),
 	PH_OPT_END
 };
 
@@ -59,6 +66,7 @@ typedef struct {
 	char type[PH_STR_MAX];
 	int64_t repeat;
 	int cut;
+	char tie[PH_STR_MAX];
 } layer_common;
 
 const ph_option ph_layer_common_options[] = {
@@ -66,6 +74,8 @@ const ph_option ph_layer_common_options[] = {
 	PH_OPT_INT_(layer_common, repeat, "repeat", "1", 1, 4096, "expand into N layers NAME0..NAME(N-1)"),
 	PH_OPT_CHOICE_(layer_common, cut, "cut", "auto", "auto|yes|no",
 		       "may a stage end after this layer; with [partition] cuts = marked only yes may"),
+	PH_OPT_STRING_(layer_common, tie, "tie", "",
+		       "LAYER.PARAM: share that tensor (e.g. the head's weight with embed.tokens); gradients are summed"),
 	PH_OPT_END
 };
 
@@ -209,7 +219,7 @@ static int resolve_typed(ph_config *c, const ph_registry *reg, const char *secti
 }
 
 static int add_layer(ph_config *c, const char *name, const ph_ini_section *s, const ph_layer_ops *ops,
-		     const void *proto, int cut, ph_err *err)
+		     const void *proto, const layer_common *lc, ph_err *err)
 {
 	ph_layer_cfg *nl = realloc(c->layers, (size_t)(c->nlayers + 1) * sizeof *nl);
 	if (!nl)
@@ -221,7 +231,10 @@ static int add_layer(ph_config *c, const char *name, const ph_ini_section *s, co
 	snprintf(l->section, sizeof l->section, "%s", s->name);
 	l->line = s->line;
 	l->ops = ops;
-	l->cut = cut;
+	l->cut = lc->cut;
+	if (strlen(lc->tie) >= sizeof l->tie)
+		return ph_fail(err, PH_EINVAL, "[%s] tie = %s is too long", s->name, lc->tie);
+	strcpy(l->tie, lc->tie);
 	size_t size = ops->head.config_size ? ops->head.config_size : 1;
 	if (!(l->config = malloc(size)))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -283,7 +296,7 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 			snprintf(full, sizeof full, "%s", name);
 		else
 			snprintf(full, sizeof full, "%s%lld", name, (long long)r);
-		rc = add_layer(c, full, s, ops, cfg, lc.cut, err);
+		rc = add_layer(c, full, s, ops, cfg, &lc, err);
 	}
 	free(cfg);
 	return rc;

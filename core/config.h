@@ -26,9 +26,12 @@ typedef struct {
 	int eval;                /* evaluate on the test split after each epoch and at the end */
 	char plugin_path[PH_STR_MAX];
 	char save_weights[PH_STR_MAX];
+	int recompute;           /* PH_RECOMPUTE_* */
 } ph_run_cfg;
 
-enum { PH_DATA_FASHION_MNIST = 0, PH_DATA_SYNTHETIC = 1 };
+enum { PH_RECOMPUTE_NO = 0, PH_RECOMPUTE_YES = 1, PH_RECOMPUTE_EXCEPT_LAST = 2 };
+
+enum { PH_DATA_FASHION_MNIST = 0, PH_DATA_SYNTHETIC = 1, PH_DATA_TEXT = 2 };
 
 typedef struct {
 	int source;              /* PH_DATA_* */
@@ -40,6 +43,8 @@ typedef struct {
 	int64_t test_samples;    /* synthetic: test samples */
 	int64_t classes;         /* synthetic */
 	ph_intlist shape;        /* synthetic: per-sample shape */
+	int64_t seq_len;         /* text: bytes per sequence */
+	double holdout;          /* text: fraction held out for validation */
 } ph_data_cfg;
 
 enum { PH_COST_FLOPS = 0, PH_COST_PARAMS = 1, PH_COST_PROFILE = 2 };
@@ -64,6 +69,7 @@ typedef struct {
 	const ph_layer_ops *ops;
 	void *config;            /* the plugin's config struct */
 	int cut;                 /* PH_CUT_*: may a stage end after this layer */
+	char tie[128];           /* "LAYER.PARAM" this layer's first parameter of that shape shares, or "" */
 } ph_layer_cfg;
 
 typedef struct {

@@ -5,6 +5,7 @@
 #include <pipehost/plugin.h>
 
 #define PH_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define PH_FORTUNES_DIR "/usr/share/games/fortunes"
 
 typedef struct {
 	int64_t n;                 /* samples */
@@ -25,6 +26,13 @@ int ph_data_load_fashion_mnist(const char *dir, int train, ph_dataset *ds, ph_er
  * prototype; a sample is its prototype plus noise.  Same seed, same data. */
 int ph_data_synthetic(int64_t n, const ph_shape *shape, int nclasses, uint64_t seed,
 		      ph_dataset *ds, ph_err *err);
+
+/* Byte-level text from a file or a directory (its regular files, sorted by
+ * name, without .dat indexes or files holding NUL bytes; the default is
+ * Debian's fortunes).  The first (1 - holdout) of the bytes train, the rest
+ * validate.  Sample i: bytes [i*T, i*T+T) as floats in, each next byte as
+ * the target: shape [T], T targets per sample, 256 classes. */
+int ph_data_load_text(const char *path, int seq_len, double holdout, int train, ph_dataset *ds, ph_err *err);
 
 void ph_data_free(ph_dataset *ds);
 

@@ -7,7 +7,14 @@
  * A link between chunk c and c+1 carries pointers, not data: the receiver
  * reads the sender's output in place and writes its input gradient straight
  * into the sender's slot.  Both stay valid until the sender's backward of
- * that micro-batch, which the schedule orders after the receiver's. */
+ * that micro-batch, which the schedule orders after the receiver's.  The one
+ * exception is a split backward: the receiver's W may run after the sender's,
+ * so there the receiver copies its input into its own slot at the forward.
+ *
+ * Recomputation (`[run] recompute`): a lean slot keeps only the chunk's last
+ * output and its saved bytes; the inner layers write shared work buffers,
+ * which are rebuilt by rerunning the forward just before the backward (and
+ * again before W).  The counter-based RNG makes it bitwise the same. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,6 +35,10 @@ typedef struct {
 	float *dy_out;       /* gradient of the chunk's output (not the last chunk) */
 	float **dy;          /* split backward only: each inner layer's output
 			      * gradient, kept from I to W */
+	float *x_own;        /* split backward, chunks > 0: a copy of the input,
+			      * since W may run after the sender freed its slot */
+	int lean;            /* recompute: inner layers' y and saved are the
+			      * chunk's shared work buffers, rebuilt before backward */
 } slot_t;
 
 typedef struct {
@@ -40,6 +51,9 @@ typedef struct {
 	int *mb_slot;        /* [m] */
 	const float **mb_x;  /* [m] input of the chunk for each micro-batch */
 	float **mb_dx;       /* [m] where the chunk's input gradient goes */
+	float **work_y;      /* recompute: inner layers' outputs, shared by lean slots */
+	void **work_saved;
+	size_t act_bytes;    /* activation memory this chunk holds (slots + work) */
 } chunk_t;
 
 typedef struct {
@@ -53,7 +67,6 @@ typedef struct {
 typedef struct {
 	float *w, *g, *s;
 	float *pw[PH_MAX_PARAMS], *pg[PH_MAX_PARAMS];
-	double sumsq;
 } lparams_t;
 
 enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
@@ -144,21 +157,19 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 	}
 }
 
-static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
+/* Does micro-batch mb drop its inner activations after the forward? */
+static int recomputed(const ph_engine *e, int mb)
+{
+	int mode = e->cfg->run.recompute;
+	return mode == PH_RECOMPUTE_YES || (mode == PH_RECOMPUTE_EXCEPT_LAST && mb != e->m - 1);
+}
+
+/* Forward through layers [a, upto) of chunk c into slot sl's buffers. */
+static int forward_layers(ph_engine *e, int c, int mb, slot_t *sl, int upto, ph_err *err)
 {
 	chunk_t *ch = &e->chunks[c];
-	int s;
-	for (s = 0; s < ch->nslots && ch->slots[s].mb >= 0; s++)
-		;
-	if (s == ch->nslots)
-		return ph_fail(err, PH_EINTERNAL, "chunk %d has no free activation slot for micro-batch %d", c, mb);
-	slot_t *sl = &ch->slots[s];
-	sl->mb = mb;
-	ch->mb_slot[mb] = s;
-	const float *x = c == 0 ? e->data_x + (size_t)mb * e->mbsize * e->in_numel : ch->mb_x[mb];
-	if (c == 0)
-		ch->mb_x[mb] = x;
-	for (int l = ch->a; l < ch->b; l++) {
+	const float *x = ch->mb_x[mb];
+	for (int l = ch->a; l < upto; l++) {
 		ph_layer *L = &e->model->layers[l];
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
@@ -169,6 +180,44 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 				       e2.msg);
 		x = sl->y[l - ch->a];
 	}
+	return PH_OK;
+}
+
+/* Recomputation: rebuild a lean slot's inner activations (the last layer's
+ * output and saved bytes are the slot's own and were never dropped).  The
+ * counter-based RNG makes dropout draw the same masks again. */
+static int rematerialize(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
+{
+	if (!sl->lean)
+		return PH_OK;
+	return forward_layers(e, c, mb, sl, e->chunks[c].b - 1, err);
+}
+
+static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	/* training: a lean slot exactly when this micro-batch is recomputed;
+	 * evaluation keeps nothing for a backward, so any free slot will do */
+	int want_lean = recomputed(e, mb) && ch->work_y, s;
+	for (s = 0; s < ch->nslots; s++)
+		if (ch->slots[s].mb < 0 && (!e->training || ch->slots[s].lean == want_lean))
+			break;
+	if (s == ch->nslots)
+		return ph_fail(err, PH_EINTERNAL, "chunk %d has no free activation slot for micro-batch %d", c, mb);
+	slot_t *sl = &ch->slots[s];
+	sl->mb = mb;
+	ch->mb_slot[mb] = s;
+	if (c == 0) {
+		ch->mb_x[mb] = e->data_x + (size_t)mb * e->mbsize * e->in_numel;
+	} else if (sl->x_own) {
+		memcpy(sl->x_own, ch->mb_x[mb],
+		       (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * batch_of(e, mb) * sizeof(float));
+		ch->mb_x[mb] = sl->x_own;
+	}
+	int rc = forward_layers(e, c, mb, sl, ch->b, err);
+	if (rc)
+		return rc;
+	const float *x = sl->y[ch->b - 1 - ch->a];
 	if (ch->b == e->model->n) {
 		/* the loss layer's [loss, correct] per sample, summed in sample order */
 		double loss = 0, correct = 0;
@@ -205,6 +254,9 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 	if (s < 0)
 		return ph_fail(err, PH_EINTERNAL, "chunk %d backward of micro-batch %d without its forward", c, mb);
 	slot_t *sl = &ch->slots[s];
+	int rc0 = rematerialize(e, c, mb, sl, err);
+	if (rc0)
+		return rc0;
 	const float *dy = NULL;
 	int t = 0;
 	for (int l = ch->b - 1; l >= ch->a; l--) {
@@ -242,6 +294,10 @@ static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
 	if (s < 0)
 		return ph_fail(err, PH_EINTERNAL, "chunk %d W of micro-batch %d without its forward", c, mb);
 	slot_t *sl = &ch->slots[s];
+	/* another micro-batch may have used the work buffers since I */
+	int rc0 = rematerialize(e, c, mb, sl, err);
+	if (rc0)
+		return rc0;
 	for (int l = ch->b - 1; l >= ch->a; l--) {
 		ph_layer *L = &e->model->layers[l];
 		if (!ph_layer_has_split_backward(L->ops))
@@ -347,13 +403,6 @@ static int do_update(ph_engine *e, int rank)
 	return PH_OK;
 }
 
-static void sumsq_rank(ph_engine *e, int rank)
-{
-	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
-		for (int l = e->chunks[c].a; l < e->chunks[c].b; l++)
-			e->params[l].sumsq = ph_sumsq(e->params[l].g, e->model->layers[l].param_numel);
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -404,8 +453,6 @@ static void *worker_main(void *arg)
 				if (e->tracing && ops[k].mb < e->active_mbs)
 					record(e, w->rank, &ops[k], t0, now_s());
 			}
-			if (!rc && job == JOB_TRAIN && e->cfg->optim.clip > 0)
-				sumsq_rank(e, w->rank);
 		} else if (job == JOB_UPDATE) {
 			rc = do_update(e, w->rank);
 		}
@@ -516,6 +563,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 		ch->rank = c % p->ranks;
 		ch->nslots = p->slots[c] > 0 ? p->slots[c] : 1;
 		int nl = ch->b - ch->a;
+		if (e->cfg->run.recompute == PH_RECOMPUTE_EXCEPT_LAST && nl > 1)
+			ch->nslots++; /* the lean slots plus one full one for the last micro-batch */
 		size_t scratch = 0, gmax = 0;
 		for (int l = ch->a; l < ch->b; l++) {
 			ph_layer *L = &m->layers[l];
@@ -536,20 +585,48 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 			return ph_fail(err, PH_ENOMEM, "out of memory for chunk %d", c);
 		for (int mb = 0; mb < e->m; mb++)
 			ch->mb_slot[mb] = -1;
+		int mode = e->cfg->run.recompute;
+		if (mode != PH_RECOMPUTE_NO && nl > 1) {
+			/* one set of inner activations, shared by the lean slots */
+			ch->work_y = calloc((size_t)nl, sizeof *ch->work_y);
+			ch->work_saved = calloc((size_t)nl, sizeof *ch->work_saved);
+			if (!ch->work_y || !ch->work_saved)
+				return ph_fail(err, PH_ENOMEM, "out of memory");
+			for (int l = ch->a; l + 1 < ch->b; l++) {
+				ph_layer *L = &m->layers[l];
+				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
+				size_t sb = L->meta.saved_bytes * e->mbsize;
+				ch->work_y[l - ch->a] = zalloc(yb);
+				ch->work_saved[l - ch->a] = zalloc(sb);
+				if (!ch->work_y[l - ch->a] || !ch->work_saved[l - ch->a])
+					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s", L->cfg->name);
+				ch->act_bytes += yb + sb;
+			}
+		}
 		for (int s = 0; s < ch->nslots; s++) {
 			slot_t *sl = &ch->slots[s];
 			sl->mb = -1;
+			/* except_last: the last slot keeps everything, for micro-batch m-1 */
+			sl->lean = ch->work_y && (mode == PH_RECOMPUTE_YES || s + 1 < ch->nslots);
 			sl->y = calloc((size_t)nl, sizeof *sl->y);
 			sl->saved = calloc((size_t)nl, sizeof *sl->saved);
 			if (!sl->y || !sl->saved)
 				return ph_fail(err, PH_ENOMEM, "out of memory");
 			for (int l = ch->a; l < ch->b; l++) {
 				ph_layer *L = &m->layers[l];
-				sl->y[l - ch->a] = zalloc((size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float));
-				sl->saved[l - ch->a] = zalloc(L->meta.saved_bytes * e->mbsize);
+				if (sl->lean && l + 1 < ch->b) {
+					sl->y[l - ch->a] = ch->work_y[l - ch->a];
+					sl->saved[l - ch->a] = ch->work_saved[l - ch->a];
+					continue;
+				}
+				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
+				size_t sb = L->meta.saved_bytes * e->mbsize;
+				sl->y[l - ch->a] = zalloc(yb);
+				sl->saved[l - ch->a] = zalloc(sb);
 				if (!sl->y[l - ch->a] || !sl->saved[l - ch->a])
 					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
 						       L->cfg->name);
+				ch->act_bytes += yb + sb;
 			}
 			if (e->split) {
 				if (!(sl->dy = calloc((size_t)nl, sizeof *sl->dy)))
@@ -559,12 +636,20 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 					if (!(sl->dy[l - ch->a] = zalloc(out * sizeof(float))))
 						return ph_fail(err, PH_ENOMEM, "out of memory for gradients of layer %s",
 							       m->layers[l].cfg->name);
+					ch->act_bytes += out * sizeof(float);
 				}
+			}
+			if (e->split && c > 0) {
+				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
+				if (!(sl->x_own = zalloc(in)))
+					return ph_fail(err, PH_ENOMEM, "out of memory");
+				ch->act_bytes += in;
 			}
 			if (c + 1 < p->nchunks) {
 				size_t out = (size_t)ph_shape_numel(&m->layers[ch->b - 1].meta.out) * e->mbsize;
 				if (!(sl->dy_out = zalloc(out * sizeof(float))))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
+				ch->act_bytes += out * sizeof(float);
 			}
 		}
 	}
@@ -620,6 +705,11 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 			init_tensor(P->pw[q], k, &L->meta.params[q], (uint64_t)c->run.seed, l, q);
 			off += k;
 		}
+	}
+	for (int k = 0; k < m->nties; k++) {
+		const ph_tie *t = &m->ties[k];
+		memcpy(e->params[t->dst_layer].pw[t->dst_param], e->params[t->src_layer].pw[t->src_param],
+		       (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape) * sizeof(float));
 	}
 	int rc = alloc_chunks(e, err);
 	if (rc)
@@ -685,11 +775,32 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 		return rc;
 	memset(st, 0, sizeof *st);
 	collect(e, e->m, st);
+	/* Tied copies: both get the sum of their gradients (in one fixed order),
+	 * so the same update keeps them bitwise equal. */
+	for (int k = 0; k < e->model->nties; k++) {
+		const ph_tie *t = &e->model->ties[k];
+		float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
+		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
+		for (int64_t i = 0; i < n; i++) {
+			gs[i] = gs[i] + gd[i];
+			gd[i] = gs[i];
+		}
+	}
 	e->clip_scale = 1.0;
 	if (e->cfg->optim.clip > 0) {
-		double total = 0; /* layer order: the same sum for every partition */
-		for (int l = 0; l < e->model->n; l++)
-			total += e->params[l].sumsq;
+		/* tensor by tensor in layer order (the same sum for every
+		 * partition); a tied copy counts once */
+		double total = 0;
+		for (int l = 0; l < e->model->n; l++) {
+			const ph_layer *L = &e->model->layers[l];
+			for (int q = 0; q < L->meta.nparams; q++) {
+				int copy = 0;
+				for (int k = 0; k < e->model->nties; k++)
+					copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
+				if (!copy)
+					total += ph_sumsq(e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape));
+			}
+		}
 		double norm = sqrt(total);
 		if (norm > e->cfg->optim.clip)
 			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
@@ -784,6 +895,14 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 	return PH_OK;
 }
 
+double ph_engine_activation_bytes(const ph_engine *e, int rank)
+{
+	double total = 0;
+	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
+		total += (double)e->chunks[c].act_bytes;
+	return total;
+}
+
 int ph_engine_trace(ph_engine *e, ph_err *err)
 {
 	int P = e->plan->ranks;
@@ -838,6 +957,8 @@ void ph_engine_destroy(ph_engine *e)
 			chunk_t *ch = &e->chunks[c];
 			for (int s = 0; ch->slots && s < ch->nslots; s++) {
 				for (int l = 0; l < ch->b - ch->a; l++) {
+					if (ch->slots[s].lean && l + 1 < ch->b - ch->a)
+						continue; /* the chunk's work buffers */
 					if (ch->slots[s].y)
 						free(ch->slots[s].y[l]);
 					if (ch->slots[s].saved)
@@ -849,7 +970,14 @@ void ph_engine_destroy(ph_engine *e)
 				free(ch->slots[s].y);
 				free(ch->slots[s].saved);
 				free(ch->slots[s].dy_out);
+				free(ch->slots[s].x_own);
 			}
+			for (int l = 0; ch->work_y && l < ch->b - ch->a; l++) {
+				free(ch->work_y[l]);
+				free(ch->work_saved[l]);
+			}
+			free(ch->work_y);
+			free(ch->work_saved);
 			free(ch->slots);
 			free(ch->scratch);
 			free(ch->gbuf[0]);

@@ -38,6 +38,11 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
  * them for a checkpoint, read into them to resume. */
 int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
 
+/* Bytes of activation memory rank holds: its chunks' slots (as many as the
+ * plan keeps micro-batches in flight) and, with recomputation, the shared
+ * work buffers. */
+double ph_engine_activation_bytes(const ph_engine *e, int rank);
+
 /* --trace: record every op (compute, send, receive) of every rank with real
  * timestamps from now on, and write them as Chrome trace JSON. */
 int ph_engine_trace(ph_engine *e, ph_err *err);

@@ -141,6 +141,10 @@ static int data_shape(const ph_config *c, ph_shape *s, ph_err *err)
 		*s = (ph_shape){ 3, { 1, 28, 28 } };
 		return PH_OK;
 	}
+	if (c->data.source == PH_DATA_TEXT) {
+		*s = (ph_shape){ 1, { c->data.seq_len } };
+		return PH_OK;
+	}
 	if (c->data.shape.n < 1 || c->data.shape.n > PH_MAX_DIMS)
 		return ph_fail(err, PH_EINVAL, "[data] shape needs 1 to %d dimensions", PH_MAX_DIMS);
 	s->ndim = c->data.shape.n;
@@ -154,6 +158,10 @@ static int load_data(const ph_config *c, const ph_shape *shape, ph_dataset *trai
 	if (c->data.source == PH_DATA_FASHION_MNIST) {
 		int rc = ph_data_load_fashion_mnist(c->data.path, 1, train, err);
 		return rc ? rc : ph_data_load_fashion_mnist(c->data.path, 0, test, err);
+	}
+	if (c->data.source == PH_DATA_TEXT) {
+		int rc = ph_data_load_text(c->data.path, (int)c->data.seq_len, c->data.holdout, 1, train, err);
+		return rc ? rc : ph_data_load_text(c->data.path, (int)c->data.seq_len, c->data.holdout, 0, test, err);
 	}
 	uint64_t seed = (uint64_t)c->run.seed;
 	int rc = ph_data_synthetic(c->data.samples, shape, (int)c->data.classes, seed, train, err);
@@ -277,6 +285,11 @@ static int run(const cli_t *cli, ph_err *err)
 	if (res.test_loss >= 0)
 		printf("; test accuracy %.2f%% on %lld samples", 100.0 * res.test_accuracy, (long long)res.test_samples);
 	printf("\n");
+	printf("activation memory per rank:");
+	for (int r = 0; r < plan.ranks; r++)
+		printf(" %d: %.2f MiB%s", r, ph_engine_activation_bytes(engine, r) / (1024.0 * 1024.0),
+		       r + 1 < plan.ranks ? "," : "");
+	printf("%s\n", cfg.run.recompute ? " (recompute on)" : "");
 	if (cli->trace) {
 		if ((rc = ph_engine_write_trace(engine, cli->trace, err)))
 			goto out;

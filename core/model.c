@@ -13,6 +13,69 @@ void ph_shape_str(const ph_shape *s, char *buf, size_t len)
 		snprintf(buf + used, len - used, "]");
 }
 
+static int same_shape(const ph_shape *a, const ph_shape *b)
+{
+	if (a->ndim != b->ndim)
+		return 0;
+	for (int i = 0; i < a->ndim; i++)
+		if (a->d[i] != b->d[i])
+			return 0;
+	return 1;
+}
+
+/* tie = LAYER.PARAM on layer i: its first parameter with that tensor's shape. */
+static int resolve_ties(ph_model *m, ph_err *err)
+{
+	for (int i = 0; i < m->n; i++) {
+		const char *t = m->layers[i].cfg->tie;
+		if (!t[0])
+			continue;
+		const char *name = m->layers[i].cfg->name;
+		const char *dot = strrchr(t, '.');
+		if (!dot || dot == t || !dot[1])
+			return ph_fail(err, PH_EINVAL, "layer %s: tie = %s; write tie = LAYER.PARAM, e.g. tie = embed.tokens",
+				       name, t);
+		int src = -1;
+		for (int j = 0; j < m->n; j++)
+			if ((size_t)(dot - t) == strlen(m->layers[j].cfg->name) &&
+			    strncmp(m->layers[j].cfg->name, t, (size_t)(dot - t)) == 0)
+				src = j;
+		if (src < 0 || src == i)
+			return ph_fail(err, PH_EINVAL, "layer %s: tie = %s names %s; name another layer of the model", name, t,
+				       src == i ? "the layer itself" : "no layer");
+		const ph_layer_meta *sm = &m->layers[src].meta;
+		int sp = -1;
+		for (int q = 0; q < sm->nparams; q++)
+			if (strcmp(sm->params[q].name, dot + 1) == 0)
+				sp = q;
+		if (sp < 0)
+			return ph_fail(err, PH_EINVAL, "layer %s: tie = %s: layer %s has no parameter %s", name, t,
+				       m->layers[src].cfg->name, dot + 1);
+		const ph_layer_meta *dm = &m->layers[i].meta;
+		int dp = -1;
+		for (int q = 0; q < dm->nparams && dp < 0; q++)
+			if (same_shape(&dm->params[q].shape, &sm->params[sp].shape))
+				dp = q;
+		if (dp < 0) {
+			char sh[96];
+			ph_shape_str(&sm->params[sp].shape, sh, sizeof sh);
+			return ph_fail(err, PH_EINVAL, "layer %s: tie = %s: it has no parameter of shape %s to share", name, t,
+				       sh);
+		}
+		for (int k = 0; k < m->nties; k++)
+			if ((m->ties[k].dst_layer == i && m->ties[k].dst_param == dp) ||
+			    (m->ties[k].dst_layer == src && m->ties[k].dst_param == sp))
+				return ph_fail(err, PH_EINVAL, "layer %s: tie = %s chains ties; tie every copy to the same source",
+					       name, t);
+		ph_tie *n = realloc(m->ties, (size_t)(m->nties + 1) * sizeof *n);
+		if (!n)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		m->ties = n;
+		m->ties[m->nties++] = (ph_tie){ src, sp, i, dp };
+	}
+	return PH_OK;
+}
+
 int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int max_batch, ph_err *err)
 {
 	memset(m, 0, sizeof *m);
@@ -67,7 +130,7 @@ int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int m
 		}
 		in = l->meta.out;
 	}
-	return PH_OK;
+	return resolve_ties(m, err);
 }
 
 void ph_model_free(ph_model *m)
@@ -76,5 +139,6 @@ void ph_model_free(ph_model *m)
 		if (m->layers[i].state)
 			m->layers[i].ops->destroy(m->layers[i].state);
 	free(m->layers);
+	free(m->ties);
 	memset(m, 0, sizeof *m);
 }

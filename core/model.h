@@ -14,9 +14,19 @@ typedef struct {
 	int64_t param_numel;       /* all its parameter tensors together */
 } ph_layer;
 
+/* A parameter shared by two layers (tie = LAYER.PARAM): dst starts as a copy
+ * of src, their gradients are summed before every update, so the copies stay
+ * bitwise equal wherever the two layers run. */
+typedef struct {
+	int src_layer, src_param;
+	int dst_layer, dst_param;
+} ph_tie;
+
 typedef struct {
 	ph_layer *layers;
 	int n;
+	ph_tie *ties;
+	int nties;
 	ph_shape input;
 	int max_batch;             /* micro-batch size */
 	int targets_per_sample;    /* from the loss layer */

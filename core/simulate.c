@@ -24,8 +24,8 @@ static int is_compute(int kind)
 	return kind == PH_OP_F || kind == PH_OP_B || kind == PH_OP_I || kind == PH_OP_W;
 }
 
-int ph_simulate(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
-		const double *link, const double *act_bytes, ph_sim_result *r, ph_err *err)
+int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
+		       const double *link, const double *act_bytes, int concurrency, ph_sim_result *r, ph_err *err)
 {
 	memset(r, 0, sizeof *r);
 	int P = p->ranks, C = p->nchunks, M = p->m, rc = PH_OK;
@@ -48,8 +48,10 @@ int ph_simulate(const ph_plan *p, const double *f, const double *b, const double
 	double *t = calloc((size_t)P, sizeof *t), *held = calloc((size_t)P, sizeof *held);
 	int *pos = calloc((size_t)P, sizeof *pos), *live = calloc((size_t)P, sizeof *live);
 	int *evbase = calloc((size_t)P, sizeof *evbase), *nev = calloc((size_t)P, sizeof *nev);
+	int limited = concurrency > 0 && concurrency < P;
+	double *core_free = calloc((size_t)(limited ? concurrency : 1), sizeof *core_free);
 	if (!r->busy || !r->bubble || !r->peak_inflight || !r->peak_act_bytes || !r->events || !act_at || !grad_at ||
-	    !t || !held || !pos || !live || !evbase || !nev) {
+	    !t || !held || !pos || !live || !evbase || !nev || !core_free) {
 		rc = ph_fail(err, PH_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -65,11 +67,39 @@ int ph_simulate(const ph_plan *p, const double *f, const double *b, const double
 	/* Sweep the ranks, each as far as its receives allow, until all are done:
 	 * a rank's times depend only on its own list and on the arrival times,
 	 * so the sweep order does not change the result. */
+	int moved = 1; /* the last pass moved some rank */
 	for (;;) {
 		int progress = 0, done = 1;
+		/* With fewer cores than ranks, compute ops are granted one at a
+		 * time, earliest-ready first, each to the core that frees first;
+		 * a rank stops at its next compute op until it is chosen.  Grant
+		 * only once every rank has moved through its sends and receives,
+		 * so that the earliest-ready op is known. */
+		int chosen = -1;
+		if (limited && !moved) {
+			double best = INFINITY;
+			for (int k = 0; k < P; k++)
+				if (pos[k] < p->nops[k] && is_compute(p->ops[k][pos[k]].kind) && t[k] < best)
+					best = t[k], chosen = k;
+		}
 		for (int k = 0; k < P; k++) {
+			int granted = 0;
 			while (pos[k] < p->nops[k]) {
 				const ph_op *o = &p->ops[k][pos[k]];
+				if (limited && is_compute(o->kind)) {
+					if (k != chosen || granted)
+						goto blocked;
+					granted = 1;
+					int q = 0;
+					for (int j = 1; j < concurrency; j++)
+						if (core_free[j] < core_free[q])
+							q = j;
+					if (core_free[q] > t[k])
+						t[k] = core_free[q];
+					double dd = o->kind == PH_OP_F ? f[o->chunk] : o->kind == PH_OP_B ? b[o->chunk]
+						  : o->kind == PH_OP_I ? (i ? i[o->chunk] : b[o->chunk]) : (w ? w[o->chunk] : 0);
+					core_free[q] = t[k] + dd;
+				}
 				int c = o->chunk, mb = o->mb;
 				if (c < 0 || c >= C || mb < 0 || mb >= M) {
 					rc = ph_fail(err, PH_EINTERNAL, "simulate: rank %d op %d names chunk %d micro-batch %d",
@@ -137,6 +167,11 @@ int ph_simulate(const ph_plan *p, const double *f, const double *b, const double
 		}
 		if (done)
 			break;
+		if (limited && !progress && chosen < 0 && moved) {
+			moved = 0; /* nothing left to move: grant a compute op next */
+			continue;
+		}
+		moved = progress;
 		if (!progress) {
 			int k = 0;
 			while (pos[k] >= p->nops[k])
@@ -160,7 +195,14 @@ out:
 	free(live);
 	free(evbase);
 	free(nev);
+	free(core_free);
 	return rc;
+}
+
+int ph_simulate(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
+		const double *link, const double *act_bytes, ph_sim_result *r, ph_err *err)
+{
+	return ph_simulate_shared(p, f, b, i, w, link, act_bytes, 0, r, err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -213,7 +255,11 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 			link[k] = 4.0 * (double)ph_shape_numel(&L->meta.out) * m->max_batch / link_bytes_per_s;
 		}
 	}
-	if ((rc = ph_simulate(p, f, b, ci, cw, link, keep, &r, err)))
+	/* Ranks on the CPU share its cores: each runs `threads` BLAS threads. */
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int threads = c->run.threads > 0 ? (int)c->run.threads : (int)(cores / p->ranks > 0 ? cores / p->ranks : 1);
+	int units = (int)(cores / threads) > 0 ? (int)(cores / threads) : 1;
+	if ((rc = ph_simulate_shared(p, f, b, ci, cw, link, keep, units < p->ranks ? units : 0, &r, err)))
 		goto done;
 
 	double ideal = 0, busy_max = 0;
@@ -229,6 +275,8 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 		layer_fwd ? "measured" : "meta FLOPs");
 	if (!layer_fwd)
 		fprintf(out, " at %g TFLOP/s", c->part.device_tflops);
+	if (units < p->ranks)
+		fprintf(out, "; %d ranks share %ld cores (%d BLAS thread(s) each)", p->ranks, cores, threads);
 	if (link_bytes_per_s > 0)
 		fprintf(out, ", links %g GB/s\n", link_bytes_per_s / 1e9);
 	else

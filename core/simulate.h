@@ -56,6 +56,12 @@ typedef struct {
  * that deadlocks (ph_plan_set_actions refuses those) or out of memory. */
 int ph_simulate(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
 		const double *link, const double *act_bytes, ph_sim_result *r, ph_err *err);
+/* The same with ranks sharing `concurrency` compute units (the CPU's cores
+ * divided by BLAS threads per rank, when ranks share one CPU): compute ops
+ * are granted earliest-ready first to the unit that frees first.  0, or as
+ * many units as ranks, is ph_simulate. */
+int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
+		       const double *link, const double *act_bytes, int concurrency, ph_sim_result *r, ph_err *err);
 void ph_sim_free(ph_sim_result *r);
 
 /* The CLI's --simulate: per-chunk costs from per-layer costs, link times from

@@ -11,6 +11,6 @@ tests_plugins_not_a_plugin_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 # Shell tests of the command line: errors, reproducibility, out-of-tree plugins.
 TEST_EXTENSIONS = .sh
 SH_LOG_COMPILER = $(SHELL)
-TESTS += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh
-EXTRA_DIST += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh \
+TESTS += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh tests/test-lm.sh
+EXTRA_DIST += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh tests/test-lm.sh \
 	tests/lib.sh tests/fixtures tests/example-plugin

@@ -37,6 +37,19 @@ for extra in "interleaved 2 2" "interleaved 4 2" "interleaved 2 4" "zb-h1 2 1" "
 		not_ok "$1, $2 ranks x $3 chunks: weights differ from the reference"
 	fi
 done
+# recomputation reruns the forward before the backward: same bits
+for extra in "yes 1f1b 2" "yes gpipe 3" "except_last 1f1b 4" "yes zb-h1 2" "yes zb-h1 3" "except_last zb-h1 3"; do
+	set -- $extra
+	w="$tmp/w-rc-$1-$2-$3.safetensors"
+	if ! "$PIPEHOST" -c "$tiny" --set run.recompute=$1 --set schedule.type=$2 --set run.stages=$3 \
+		--save-weights "$w" >"$tmp/log" 2>&1; then
+		not_ok "recompute = $1, $2, $3 stages: run failed: $(tail -2 "$tmp/log")"
+	elif cmp -s "$ref" "$w"; then
+		ok "recompute = $1, $2, $3 stages: weights byte-identical to the reference"
+	else
+		not_ok "recompute = $1, $2, $3 stages: weights differ from the reference"
+	fi
+done
 # the check can fail: a different seed must give different weights
 "$PIPEHOST" -c "$tiny" --set run.seed=8 --save-weights "$tmp/other.safetensors" >/dev/null 2>&1
 if cmp -s "$ref" "$tmp/other.safetensors"; then

@@ -1,5 +1,6 @@
 /*
- * Transformer layer plugins (embedding, layernorm, gelu, attention, seq_xent):
+ * Transformer layer plugins (embedding, layernorm, gelu, attention, seq_xent,
+ * gpt_block):
  * finite-difference gradient checks and behaviour tests.
  *
  * The harness is test-layers.c's (copied: each Check binary is standalone):
@@ -222,7 +223,7 @@ static double objective(inst *L)
 
 /* Central difference of the objective in v[i]; the step actually taken in
  * float is used, not the nominal eps. */
-static double numeric(inst *L, float *v, int64_t i, float eps)
+static double central(inst *L, float *v, int64_t i, float eps)
 {
 	float v0 = v[i];
 	float vp = v0 + eps, vm = v0 - eps;
@@ -232,6 +233,18 @@ static double numeric(inst *L, float *v, int64_t i, float eps)
 	double lm = objective(L);
 	v[i] = v0;
 	return (lp - lm) / ((double)vp - (double)vm);
+}
+
+/* 1: numeric() extrapolates central differences at eps and 2 eps (Richardson,
+ * error O(eps^4)), which allows a step large enough to drown the float
+ * rounding of deep layers (the gpt_block); 0: plain central difference. */
+static int fd_richardson;
+
+static double numeric(inst *L, float *v, int64_t i, float eps)
+{
+	if (!fd_richardson)
+		return central(L, v, i, eps);
+	return (4 * central(L, v, i, eps) - central(L, v, i, 2 * eps)) / 3;
 }
 
 static double rel_err(double a, double n)
@@ -380,7 +393,7 @@ static void scale_params(inst *L, float k)
 /* Every plugin: a well-formed head.                                   */
 
 static const char *const all_layers[] = { "embedding", "layernorm", "gelu", "attention",
-					  "seq_xent" };
+					  "seq_xent", "gpt_block" };
 
 START_TEST(test_heads)
 {
@@ -807,6 +820,218 @@ START_TEST(test_attention_bad_config)
 }
 END_TEST
 
+
+/* ------------------------------------------------------------------ */
+/* gpt_block                                                           */
+
+/* Layer normalisation of one row in double, rounded to float like the plugin's output. */
+static void ln_ref(const float *x, const float *w, const float *b, int d, float *y)
+{
+	double m = 0, v = 0;
+	for (int c = 0; c < d; c++)
+		m += x[c];
+	m /= d;
+	for (int c = 0; c < d; c++)
+		v += (x[c] - m) * (x[c] - m);
+	v /= d;
+	for (int c = 0; c < d; c++)
+		y[c] = (float)((x[c] - m) / sqrt(v + 1e-5) * w[c] + b[c]);
+}
+
+/* The definition, one sample, no dropout: x [T, d] -> y [T, d] (mlp_ratio r). */
+static void gpt_block_ref(const float *x, float *const *p, int T, int d, int H, int r, double *y)
+{
+	const int rd = r * d;
+	const float *bias = p[6];
+	float *h = calloc((size_t)T * d, sizeof(float));
+	float *x1 = calloc((size_t)T * d, sizeof(float));
+	double *a = calloc((size_t)T * d, sizeof(double));
+	for (int t = 0; t < T; t++)
+		ln_ref(x + t * d, p[0], p[1], d, h + t * d);
+	float *ap[4] = { p[2], (float *)bias, p[3], (float *)bias + 3 * d };
+	attention_ref(h, ap, T, d, H, a);
+	for (int i = 0; i < T * d; i++)
+		x1[i] = (float)(x[i] + a[i]);
+	for (int t = 0; t < T; t++) {
+		ln_ref(x1 + t * d, p[0] + d, p[1] + d, d, h + t * d);
+		double g[512];
+		for (int o = 0; o < rd; o++) {
+			double s = bias[4 * d + o];
+			for (int i = 0; i < d; i++)
+				s += (double)h[t * d + i] * p[4][o * d + i];
+			g[o] = 0.5 * s * (1 + tanh(sqrt(2 / M_PI) * (s + 0.044715 * s * s * s)));
+		}
+		for (int o = 0; o < d; o++) {
+			double s = bias[4 * d + rd + o];
+			for (int i = 0; i < rd; i++)
+				s += g[i] * p[5][o * rd + i];
+			y[t * d + o] = x1[t * d + o] + s;
+		}
+	}
+	free(h), free(x1), free(a);
+}
+
+START_TEST(test_gpt_block_grad)
+{
+	rng_seed(601);
+	inst L;
+	inst_open(&L, "gpt_block", KV("heads", "2"), SHAPE(4, 8), 2);
+	ck_assert(ph_layer_has_split_backward(L.ops));
+	scale_params(&L, 0.5f);
+	/* Float rounding through two layernorms, attention and the MLP leaves
+	 * ~1e-5 of noise in plain central differences at eps 1e-2; Richardson at
+	 * eps 0.1 brings the worst error to ~0.5%. */
+	fd_richardson = 1;
+	gradcheck(&L, 1e-1f, 1e-2);
+	fd_richardson = 0;
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_gpt_block_grad_dropout)
+{
+	/* Three dropout sites, fixed keys: y is smooth in x and the parameters. */
+	rng_seed(602);
+	inst L;
+	inst_open(&L, "gpt_block", KV("heads", "2", "dropout", "0.2"), SHAPE(4, 8), 2);
+	scale_params(&L, 0.5f);
+	fd_richardson = 1;
+	gradcheck(&L, 1e-1f, 1e-2);
+	fd_richardson = 0;
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_gpt_block_forward_meta)
+{
+	rng_seed(603);
+	const int T = 5, d = 8, H = 2, B = 2;
+	inst L;
+	inst_open(&L, "gpt_block", KV("heads", "2", "dropout", "0.5"), SHAPE(5, 8), B);
+	ck_assert_int_eq(L.meta.out.ndim, 2);
+	ck_assert_int_eq(L.meta.out.d[0], T);
+	ck_assert_int_eq(L.meta.out.d[1], d);
+	ck_assert_int_eq(L.meta.nparams, 7);
+	const char *names[] = { "ln_weight", "ln_bias", "qkv_weight", "proj_weight",
+				"fc_weight", "fc_proj_weight", "biases" };
+	const int inits[] = { PH_INIT_ONES, PH_INIT_ZEROS, PH_INIT_NORMAL, PH_INIT_NORMAL,
+			      PH_INIT_NORMAL, PH_INIT_NORMAL, PH_INIT_ZEROS };
+	const int no_decay[] = { 1, 1, 0, 0, 0, 0, 1 };
+	int64_t total = 0;
+	for (int p = 0; p < 7; p++) {
+		ck_assert_str_eq(L.meta.params[p].name, names[p]);
+		ck_assert_int_eq(L.meta.params[p].init, inits[p]);
+		ck_assert_int_eq(L.meta.params[p].no_decay, no_decay[p]);
+		if (inits[p] == PH_INIT_NORMAL)
+			ck_assert_float_eq_tol(L.meta.params[p].init_arg, 0.02f, 1e-9);
+		total += L.pn[p];
+	}
+	ck_assert_int_eq(total, 12 * d * d + 13 * d);
+	ck_assert_int_eq(L.pn[6], 9 * d);
+	/* every matmul plus the attention's two T x T products */
+	ck_assert_double_ge(L.meta.fwd_flops, 24.0 * T * d * d + 4.0 * T * T * d);
+	ck_assert_double_lt(L.meta.fwd_flops, 2 * (24.0 * T * d * d + 4.0 * T * T * d));
+	ck_assert_double_eq(L.meta.bwd_flops, 2 * L.meta.fwd_flops);
+	/* h1 qkv att x1 h2 (7 T d), 2 layernorms' stats, P, u and g */
+	ck_assert_uint_eq(L.meta.saved_bytes,
+			  (size_t)(7 * T * d + 4 * T + H * T * T + 2 * T * 4 * d) * 4);
+	ck_assert_uint_ge(L.meta.scratch_bytes, (size_t)B * T * d * 4);
+
+	/* Evaluation (dropout off) against the definition. */
+	L.ctx.training = 0;
+	fwd(&L);
+	double ref[5 * 8];
+	for (int b = 0; b < B; b++) {
+		gpt_block_ref(L.x + b * T * d, L.params, T, d, H, 4, ref);
+		for (int i = 0; i < T * d; i++)
+			ck_assert_msg(fabs(L.y[b * T * d + i] - ref[i]) < 2e-4 * fmax(1, fabs(ref[i])),
+				      "y[%d][%d] = %g, want %g", b, i, L.y[b * T * d + i], ref[i]);
+	}
+	/* Training drops; the same key, the same output; another step, another. */
+	L.ctx.training = 1;
+	float *y1 = malloc(L.ny * sizeof(float));
+	fwd(&L);
+	memcpy(y1, L.y, L.ny * sizeof(float));
+	int differ = 0;
+	for (int i = 0; i < T * d; i++)
+		differ += fabs(L.y[T * d + i] - ref[i]) > 1e-3;
+	ck_assert_int_gt(differ, 0);
+	fwd(&L);
+	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) == 0);
+	L.ctx.step++;
+	fwd(&L);
+	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) != 0);
+	L.ctx.step--;
+	L.ctx.layer++;
+	fwd(&L);
+	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) != 0);
+	free(y1);
+	inst_close(&L);
+
+	/* mlp_ratio: (4 + 2 r) d^2 + (9 + r) d parameters. */
+	inst_open(&L, "gpt_block", KV("heads", "4", "mlp_ratio", "2"), SHAPE(3, 8), 1);
+	total = 0;
+	for (int p = 0; p < L.meta.nparams; p++)
+		total += L.pn[p];
+	ck_assert_int_eq(total, 8 * d * d + 11 * d);
+	ck_assert_int_eq(L.meta.params[4].shape.d[0], 2 * d);
+	ck_assert_int_eq(L.meta.params[5].shape.d[1], 2 * d);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_gpt_block_causal)
+{
+	rng_seed(604);
+	const int T = 6, d = 8;
+	inst L;
+	inst_open(&L, "gpt_block", KV("heads", "2", "dropout", "0.2"), SHAPE(6, 8), 1);
+	fwd(&L);
+	float *y0 = malloc(L.ny * sizeof(float));
+	memcpy(y0, L.y, L.ny * sizeof(float));
+	for (int t = 0; t < T; t++) {
+		float keep[8];
+		memcpy(keep, L.x + t * d, sizeof keep);
+		for (int c = 0; c < d; c++)
+			L.x[t * d + c] += 0.5f + c;
+		fwd(&L);
+		ck_assert_msg(memcmp(y0, L.y, (size_t)t * d * sizeof(float)) == 0,
+			      "changing position %d changed an earlier output", t);
+		ck_assert_msg(memcmp(y0 + t * d, L.y + t * d, d * sizeof(float)) != 0,
+			      "changing position %d did not change its own output", t);
+		memcpy(L.x + t * d, keep, sizeof keep);
+	}
+	/* Backward: dy at position 2 only gives dx at positions <= 2. */
+	fwd(&L);
+	for (int64_t i = 0; i < L.ny; i++)
+		L.r[i] = i >= 2 * d && i < 3 * d ? 1.0f : 0.0f;
+	bwd(&L, L.dx);
+	for (int i = 3 * d; i < T * d; i++)
+		ck_assert_msg(L.dx[i] == 0.0f, "dx[%d] = %g leaks from the future", i, L.dx[i]);
+	free(y0);
+	inst_close(&L);
+}
+END_TEST
+
+START_TEST(test_gpt_block_bad_config)
+{
+	ph_err e;
+	ck_assert_int_eq(try_create("gpt_block", KV("heads", "3"), SHAPE(4, 8), &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "heads = 3") && strstr(e.msg, "8"), "message: %s", e.msg);
+	ck_assert_int_eq(try_create("gpt_block", KV("heads", "16"), SHAPE(4, 8), &e), PH_EINVAL);
+	ck_assert_int_eq(try_create("gpt_block", KV("heads", "2"), SHAPE(8), &e), PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "1 dimensions"), "message: %s", e.msg);
+	ck_assert_int_eq(try_create("gpt_block", NULL, SHAPE(4, 8), &e), PH_EINVAL); /* required */
+	ck_assert_int_eq(try_create("gpt_block", KV("heads", "2"), SHAPE(4, 8), &e), PH_OK);
+	/* the option table bounds dropout and mlp_ratio */
+	const ph_layer_ops *ops = load_layer("gpt_block");
+	void *cfg = make_config(ops, NULL);
+	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "dropout", "1", &e), PH_EINVAL);
+	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "mlp_ratio", "0", &e), PH_EINVAL);
+	free(cfg);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 
 static Suite *transformer_suite(void)
@@ -844,6 +1069,14 @@ static Suite *transformer_suite(void)
 	tcase_add_test(tc, test_attention_forward_meta);
 	tcase_add_test(tc, test_attention_causal);
 	tcase_add_test(tc, test_attention_bad_config);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("gpt_block");
+	tcase_add_test(tc, test_gpt_block_grad);
+	tcase_add_test(tc, test_gpt_block_grad_dropout);
+	tcase_add_test(tc, test_gpt_block_forward_meta);
+	tcase_add_test(tc, test_gpt_block_causal);
+	tcase_add_test(tc, test_gpt_block_bad_config);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,5 +1,6 @@
 # tests/test-transformer: gradient checks and behaviour tests of the
-# transformer layer plugins (embedding, layernorm, gelu, attention, seq_xent).
+# transformer layer plugins (embedding, layernorm, gelu, attention, seq_xent,
+# gpt_block).
 # Like test-layers, it dlopen()s the plugins from $PH_LAYER_DIR, with the -D
 # below as the fallback when run by hand from the build tree.
 if HAVE_CHECK

@@ -23,9 +23,13 @@
  * micro-batch takes ceil(batch / G) groups, in sample order.  Large images
  * lose little by that: their P alone makes the gemm wide enough.
  *
- * Scratch, G samples' worth, shared by forward and backward:
- *   cols [CKK, G*P]   im2col of the group; in backward, then dcols
- *   buf  [F, G*P]     Y_all in forward, dY_all in backward
+ * Scratch, G samples' worth, shared by forward and both backward halves:
+ *   cols [CKK, G*P]   im2col of the group; dcols in backward_input
+ *   buf  [F, G*P]     Y_all in forward, dY_all in backward (G = 1: dy read in place)
+ *
+ * Backward is split (ABI 1.1) into backward_weight (im2col, dW, db) and
+ * backward_input (dcols, col2im); backward() runs the one, then the other.
+ * Scratch is only valid during one call, so each half regathers dY_all.
  *
  * Backward recomputes cols with im2col instead of keeping them in
  * ctx->saved: saved state is held per in-flight micro-batch (CKK*P floats
@@ -75,7 +79,7 @@ typedef struct {
 
 /* Most scratch bytes worth spending on wide gemms; past it the group shrinks. */
 #ifndef CONV2D_SCRATCH_CAP
-#define CONV2D_SCRATCH_CAP ((size_t)64 << 20)
+#define CONV2D_SCRATCH_CAP ((size_t)512 << 10) /* measured: small groups stay in cache and beat one big GEMM */
 #endif
 
 static int conv2d_create(const void *config, const ph_shape *in, int max_batch,
@@ -388,44 +392,78 @@ static int conv2d_forward(void *state, const ph_ctx *ctx, float *const *params,
 }
 
 /*
- * Per group of n samples, N = n*P, groups in sample order (so gradient sums
- * are reproducible):
+ * dY_all [F, N] of the group b0 .. b0+n-1, N = n*P:
+ *   dY_all[f, q*P + i] = dy[b0+q, f, i]
+ * gathered into buf; a group of one sample is dy's own [F, P] block, used
+ * in place.  Each backward half redoes this: scratch lives for one call.
+ */
+static const float *gather_dy(const conv2d_state *s, const float *dy, int b0, int n, float *buf)
+{
+	const size_t P = (size_t)s->ohw, out_n = (size_t)s->F * P, N = (size_t)n * P;
+	if (n == 1)
+		return dy + (size_t)b0 * out_n;
+	for (int q = 0; q < n; q++)
+		for (int f = 0; f < s->F; f++)
+			memcpy(buf + (size_t)f * N + q * P, dy + (size_t)(b0 + q) * out_n + (size_t)f * P,
+			       P * sizeof *buf);
+	return buf;
+}
+
+/*
+ * The W half.  Per group of n samples, N = n*P, groups in sample order (so
+ * gradient sums are reproducible):
  *   cols   [CKK, N]  = im2col of the group               (recomputed, not saved)
- *   dY_all [F, N]    : dY_all[f, q*P + i] = dy[b0+q, f, i]
+ *   dY_all [F, N]    = gather_dy()
  *   dW [F, CKK]     += dY_all . cols^T [N, CKK]          (one gemm, beta = 1)
  *   db [F]          += row sums of dY_all
- *   dcols [CKK, N]   = W^T [CKK, F] . dY_all             (one gemm, into cols)
- *   dx [b0+q]        = col2im(dcols columns q*P ..)      (zeroed, then scattered)
- * With dx NULL the second gemm and col2im are skipped.
  */
-static int conv2d_backward(void *state, const ph_ctx *ctx, float *const *params,
-			   float *const *grads, const float *x, const float *y,
-			   const float *dy, float *dx, ph_err *err)
+static int conv2d_backward_weight(void *state, const ph_ctx *ctx, float *const *params,
+				  float *const *grads, const float *x, const float *y,
+				  const float *dy, ph_err *err)
 {
 	const conv2d_state *s = state;
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
-	const size_t P = (size_t)s->ohw;
-	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->F * P;
+	const size_t P = (size_t)s->ohw, in_n = (size_t)s->C * s->H * s->W;
 	float *cols = ctx->scratch;                                  /* [CKK, G*P] */
-	float *dyall = cols + (size_t)s->ckk * s->group * P;         /* [F, G*P] */
+	float *buf = cols + (size_t)s->ckk * s->group * P;           /* [F, G*P] */
 	for (int b0 = 0; b0 < ctx->batch; b0 += s->group) {
 		const int n = ctx->batch - b0 < s->group ? ctx->batch - b0 : s->group;
 		const size_t N = (size_t)n * P;
-		for (int q = 0; q < n; q++) {
+		for (int q = 0; q < n; q++)
 			im2col(s, x + (size_t)(b0 + q) * in_n, cols + q * P, N);
-			for (int f = 0; f < s->F; f++)
-				memcpy(dyall + (size_t)f * N + q * P,
-				       dy + (size_t)(b0 + q) * out_n + (size_t)f * P, P * sizeof(float));
-		}
+		const float *dyall = gather_dy(s, dy, b0, n, buf);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->F, s->ckk, (int)N,
 			    1.0f, dyall, (int)N, cols, (int)N, 1.0f, grads[0], s->ckk);
 		if (s->bias)
 			for (int f = 0; f < s->F; f++)
 				grads[1][f] += sum8(dyall + (size_t)f * N, N);
-		if (!dx)
-			continue;
+	}
+	return PH_OK;
+}
+
+/*
+ * The I half.  Per group of n samples, N = n*P (dx NULL: nothing to do):
+ *   dY_all [F, N]    = gather_dy()
+ *   dcols [CKK, N]   = W^T [CKK, F] . dY_all             (one gemm, into cols)
+ *   dx [b0+q]        = col2im(dcols columns q*P ..)      (zeroed, then scattered)
+ */
+static int conv2d_backward_input(void *state, const ph_ctx *ctx, float *const *params,
+				 const float *x, const float *y, const float *dy, float *dx,
+				 ph_err *err)
+{
+	const conv2d_state *s = state;
+	int rc = check_call(s, ctx, err);
+	if (rc || !dx)
+		return rc;
+	const size_t P = (size_t)s->ohw, in_n = (size_t)s->C * s->H * s->W;
+	float *cols = ctx->scratch;                                  /* [CKK, G*P] */
+	float *buf = cols + (size_t)s->ckk * s->group * P;           /* [F, G*P] */
+	for (int b0 = 0; b0 < ctx->batch; b0 += s->group) {
+		const int n = ctx->batch - b0 < s->group ? ctx->batch - b0 : s->group;
+		const size_t N = (size_t)n * P;
+		const float *dyall = gather_dy(s, dy, b0, n, buf);
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->ckk, (int)N, s->F,
 			    1.0f, params[0], s->ckk, dyall, (int)N, 0.0f, cols, (int)N);
 		for (int q = 0; q < n; q++) {
@@ -435,6 +473,16 @@ static int conv2d_backward(void *state, const ph_ctx *ctx, float *const *params,
 		}
 	}
 	return PH_OK;
+}
+
+/* The full backward is the two halves, so a split run (either order) gives
+ * bitwise the same dx and gradients. */
+static int conv2d_backward(void *state, const ph_ctx *ctx, float *const *params,
+			   float *const *grads, const float *x, const float *y,
+			   const float *dy, float *dx, ph_err *err)
+{
+	int rc = conv2d_backward_weight(state, ctx, params, grads, x, y, dy, err);
+	return rc ? rc : conv2d_backward_input(state, ctx, params, x, y, dy, dx, err);
 }
 
 static const ph_layer_ops conv2d_ops = {
@@ -448,6 +496,8 @@ static const ph_layer_ops conv2d_ops = {
 	.meta = conv2d_meta,
 	.forward = conv2d_forward,
 	.backward = conv2d_backward,
+	.backward_input = conv2d_backward_input,
+	.backward_weight = conv2d_backward_weight,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

@@ -61,3 +61,9 @@ plugins_layers_attention_la_SOURCES = plugins/layers/attention.c plugins/layers/
 plugins_layers_attention_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_attention_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_attention_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
+
+pkglib_LTLIBRARIES += plugins/layers/gpt_block.la
+plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/transformer_ops.h
+plugins_layers_gpt_block_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_gpt_block_la_LIBADD = $(BLAS_LIBS) -lm
+plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)

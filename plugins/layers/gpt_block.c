@@ -1,0 +1,425 @@
+/*
+ * gpt_block: one GPT-2 pre-LN transformer block as a single layer.
+ *
+ *   x [B, T, d]  ->  y [B, T, d]
+ *   h1 = ln1(x)                                   layernorm, eps 1e-5
+ *   qkv = h1 qkv_weight^T + qkv_bias              [T, 3d]: q | k | v
+ *   att = causal multi-head attention(qkv)        dropout on the probabilities
+ *   x1 = x + drop(att proj_weight^T + proj_bias)
+ *   h2 = ln2(x1)
+ *   u  = h2 fc_weight^T + fc_bias                 [T, r d], r = mlp_ratio
+ *   g  = gelu(u)                                  tanh approximation
+ *   y  = x1 + drop(g fc_proj_weight^T + fc_proj_bias)
+ *
+ * Parameters (7 tensors; PH_MAX_PARAMS is 8, so the ten of GPT-2 are packed):
+ *   0 ln_weight      [2, d]       ones,  no decay: row 0 ln1 gain, row 1 ln2 gain
+ *   1 ln_bias        [2, d]       zeros, no decay: row 0 ln1 bias, row 1 ln2 bias
+ *   2 qkv_weight     [3d, d]      N(0, 0.02^2)
+ *   3 proj_weight    [d, d]       N(0, 0.02^2) (GPT-2 scales it by 1/sqrt(2 n_layer);
+ *                                 a single layer cannot know n_layer)
+ *   4 fc_weight      [r d, d]     N(0, 0.02^2)
+ *   5 fc_proj_weight [d, r d]     N(0, 0.02^2)
+ *   6 biases         [(5 + r) d]  zeros, no decay, packed one after the other:
+ *                                 qkv_bias [3d] at 0, proj_bias [d] at 3d,
+ *                                 fc_bias [r d] at 4d, fc_proj_bias [d] at (4 + r) d
+ * For r = 4 that is 12 d^2 + 13 d parameters, GPT-2's count per block.
+ *
+ * Dropout (training only, `dropout` > 0) at three sites, each with its own
+ * key: key_site = ph_mix64(ph_rng_key(seed, step, micro-batch, layer) ^ SITE),
+ * SITE = GPT_SITE_ATTN, GPT_SITE_RESID1, GPT_SITE_RESID2 below.
+ *  - attention probabilities: element ((b*heads + h)*T + i)*T + j of the
+ *    micro-batch, exactly as the attention layer (transformer_ops.h);
+ *  - the two residual branches: element (b*T + t)*d + c of the micro-batch.
+ * An element is kept iff ph_rng_uniform(key_site, index) >= (float)dropout,
+ * and then scaled by (float)(1/(1 - dropout)).  Masks are drawn again in
+ * backward, never stored.
+ *
+ * Saved (the micro-batch's, region after region, each [B, ...]):
+ *   h1 [T, d], mean1 [T], rstd1 [T], qkv [T, 3d], P [heads, T, T] (before
+ *   dropout), att [T, d], x1 [T, d], h2 [T, d], mean2 [T], rstd2 [T],
+ *   u [T, r d] (pre-gelu), g [T, r d].
+ * Backward recomputes nothing but the dropout masks.
+ *
+ * The split backward: both halves run the same chain of input gradients
+ * (every weight gradient needs it); the weight half adds the parameter
+ * gradients, the input half only finishes dx through ln1.  backward() runs
+ * the same code once with both, so the results are bitwise the same.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+#include <pipehost/plugin.h>
+#define TF_WANT_ATTENTION 1
+#include "transformer_ops.h"
+
+#define GPT_LN_EPS 1e-5f
+#define GPT_SITE_ATTN 0x6770742d61747470ull   /* "gpt-attp" */
+#define GPT_SITE_RESID1 0x6770742d72657331ull /* "gpt-res1" */
+#define GPT_SITE_RESID2 0x6770742d72657332ull /* "gpt-res2" */
+
+typedef struct {
+	int64_t heads;
+	double dropout;
+	int64_t mlp_ratio;
+} gpt_block_config;
+
+static const ph_option gpt_block_options[] = {
+	PH_OPT_INT_(gpt_block_config, heads, "heads", NULL, 1, INT_MAX,
+		    "attention heads; must divide the model dimension"),
+	PH_OPT_FLOAT_(gpt_block_config, dropout, "dropout", "0", 0, 0.99,
+		      "dropout on the attention probabilities and both residual branches"),
+	PH_OPT_INT_(gpt_block_config, mlp_ratio, "mlp_ratio", "4", 1, 64,
+		    "hidden width of the MLP as a multiple of the model dimension"),
+	PH_OPT_END
+};
+
+typedef struct {
+	tf_attn_geom g; /* T, d, heads, rate, scale */
+	int r;          /* mlp_ratio */
+	int max_batch;
+} gpt_state;
+
+enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS, P_COUNT };
+
+static int gpt_create(const void *config, const ph_shape *in, int max_batch, void **state,
+		      ph_err *err)
+{
+	const gpt_block_config *cfg = config;
+	if (in->ndim != 2)
+		return ph_fail(err, PH_EINVAL,
+			       "gpt_block: input has %d dimensions; need 2 ([T, d]) per sample",
+			       in->ndim);
+	if (in->d[0] < 1 || in->d[1] < 1)
+		return ph_fail(err, PH_EINVAL, "gpt_block: input [%lld, %lld]; need both >= 1",
+			       (long long)in->d[0], (long long)in->d[1]);
+	const int64_t T = in->d[0], d = in->d[1];
+	if (cfg->heads < 1 || cfg->heads > d || d % cfg->heads != 0)
+		return ph_fail(err, PH_EINVAL,
+			       "gpt_block: heads = %lld does not divide the model dimension %lld",
+			       (long long)cfg->heads, (long long)d);
+	if (!(cfg->dropout >= 0 && cfg->dropout <= 0.99))
+		return ph_fail(err, PH_EINVAL, "gpt_block: dropout %g outside [0, 0.99]",
+			       cfg->dropout);
+	if (cfg->mlp_ratio < 1 || cfg->mlp_ratio > 64)
+		return ph_fail(err, PH_EINVAL, "gpt_block: mlp_ratio %lld outside [1, 64]",
+			       (long long)cfg->mlp_ratio);
+	if (max_batch < 1)
+		return ph_fail(err, PH_EINVAL, "gpt_block: max_batch %d; need >= 1", max_batch);
+	/* CBLAS takes int dimensions and leading dimensions. */
+	if (cfg->mlp_ratio * d > INT_MAX / 8 || T * T > INT_MAX ||
+	    (int64_t)max_batch * T > INT_MAX)
+		return ph_fail(err, PH_EINVAL,
+			       "gpt_block: T = %lld, d = %lld, micro-batch %d exceed BLAS int sizes",
+			       (long long)T, (long long)d, max_batch);
+	gpt_state *s = calloc(1, sizeof *s);
+	if (!s)
+		return ph_fail(err, PH_ENOMEM, "gpt_block: out of memory");
+	s->g.T = (int)T;
+	s->g.d = (int)d;
+	s->g.H = (int)cfg->heads;
+	s->g.hd = (int)(d / cfg->heads);
+	s->g.rate = (float)cfg->dropout;
+	s->g.scale = (float)(1.0 / (1.0 - cfg->dropout));
+	s->r = (int)cfg->mlp_ratio;
+	s->max_batch = max_batch;
+	*state = s;
+	return PH_OK;
+}
+
+static void gpt_destroy(void *state)
+{
+	free(state);
+}
+
+static void add_param(ph_layer_meta *m, const char *name, int ndim, int64_t d0, int64_t d1,
+		      ph_init_rule init, float arg, int no_decay)
+{
+	ph_param_desc *p = &m->params[m->nparams++];
+	strcpy(p->name, name);
+	p->shape = ndim == 2 ? (ph_shape){ 2, { d0, d1 } } : (ph_shape){ 1, { d0 } };
+	p->init = init;
+	p->init_arg = arg;
+	p->no_decay = no_decay;
+}
+
+/* Floats of saved state per sample. */
+static size_t saved_floats(const gpt_state *s)
+{
+	const size_t T = s->g.T, d = s->g.d, H = s->g.H, r = s->r;
+	return T * d * 7 + T * 4 + H * T * T + 2 * T * r * d;
+}
+
+/* Floats of scratch per call: backward's (forward needs less: rows*d + T*T). */
+static size_t scratch_floats(const gpt_state *s)
+{
+	const size_t R = (size_t)s->max_batch * s->g.T, d = s->g.d, r = s->r, T = s->g.T;
+	return R * d * (7 + r) + 2 * T * T;
+}
+
+static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
+{
+	(void)err;
+	const gpt_state *s = state;
+	const double T = s->g.T, d = s->g.d, H = s->g.H, r = s->r;
+	*m = (ph_layer_meta){ 0 };
+	m->out = (ph_shape){ 2, { s->g.T, s->g.d } };
+	/* Matmuls: qkv 6 T d^2, proj 2 T d^2, fc and fc_proj 2 r T d^2 each.
+	 * Attention: q k^T and P v, 2 T^2 d each, over the FULL T x T square
+	 * (the kernels compute it all; no causal halving).  Softmax and its
+	 * dropout ~5 per score; two layernorms ~8 per element; gelu ~10 per
+	 * hidden element; biases, dropouts and residual adds ~6 per element. */
+	const double mm = (8.0 + 4.0 * r) * T * d * d, core = 4.0 * T * T * d;
+	const double elem = 5.0 * H * T * T + 16.0 * T * d + 10.0 * r * T * d +
+			    (6.0 + r) * T * d;
+	m->fwd_flops = mm + core + elem;
+	m->bwd_flops = 2.0 * m->fwd_flops;
+	m->saved_bytes = saved_floats(s) * sizeof(float);
+	m->scratch_bytes = scratch_floats(s) * sizeof(float);
+	const int64_t D = s->g.d, rd = (int64_t)s->r * s->g.d;
+	add_param(m, "ln_weight", 2, 2, D, PH_INIT_ONES, 0, 1);
+	add_param(m, "ln_bias", 2, 2, D, PH_INIT_ZEROS, 0, 1);
+	add_param(m, "qkv_weight", 2, 3 * D, D, PH_INIT_NORMAL, 0.02f, 0);
+	add_param(m, "proj_weight", 2, D, D, PH_INIT_NORMAL, 0.02f, 0);
+	add_param(m, "fc_weight", 2, rd, D, PH_INIT_NORMAL, 0.02f, 0);
+	add_param(m, "fc_proj_weight", 2, D, rd, PH_INIT_NORMAL, 0.02f, 0);
+	add_param(m, "biases", 1, (5 + (int64_t)s->r) * D, 0, PH_INIT_ZEROS, 0, 1);
+	return PH_OK;
+}
+
+static int check_call(const gpt_state *s, const ph_ctx *ctx, ph_err *err)
+{
+	if (ctx->batch < 0 || ctx->batch > s->max_batch)
+		return ph_fail(err, PH_EINTERNAL, "gpt_block: batch %d outside [0, %d] given at create",
+			       ctx->batch, s->max_batch);
+	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
+		return ph_fail(err, PH_EINTERNAL, "gpt_block: called without saved or scratch space");
+	return PH_OK;
+}
+
+/* The saved regions of this micro-batch. */
+typedef struct {
+	float *h1, *mean1, *rstd1, *qkv, *P, *att, *x1, *h2, *mean2, *rstd2, *u, *g;
+} gpt_saved;
+
+static gpt_saved saved_views(const gpt_state *s, const ph_ctx *ctx)
+{
+	const size_t B = (size_t)ctx->batch, T = s->g.T, d = s->g.d, H = s->g.H, r = s->r;
+	const size_t R = B * T;
+	gpt_saved v;
+	v.h1 = ctx->saved;
+	v.mean1 = v.h1 + R * d;
+	v.rstd1 = v.mean1 + R;
+	v.qkv = v.rstd1 + R;
+	v.P = v.qkv + R * 3 * d;
+	v.att = v.P + B * H * T * T;
+	v.x1 = v.att + R * d;
+	v.h2 = v.x1 + R * d;
+	v.mean2 = v.h2 + R * d;
+	v.rstd2 = v.mean2 + R;
+	v.u = v.rstd2 + R;
+	v.g = v.u + R * r * d;
+	return v;
+}
+
+static uint64_t site_key(const ph_ctx *ctx, uint64_t site)
+{
+	return ph_mix64(ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer) ^ site);
+}
+
+/*
+ * Residual-branch dropout over n elements of the micro-batch:
+ *   out[i] = (base ? base[i] : 0) + M(i) * in[i],  M(i) = keep ? scale : 0
+ * (drop == 0: M = 1).  out may alias in.
+ */
+static void resid_drop(const tf_attn_geom *g, int drop, uint64_t key, int64_t n,
+		       const float *base, const float *in, float *out)
+{
+	if (!drop) {
+		for (int64_t i = 0; i < n; i++)
+			out[i] = base ? base[i] + in[i] : in[i];
+		return;
+	}
+	ph_philox4 rr = { { 0 } };
+	for (int64_t i = 0; i < n; i++) {
+		if ((i & 3) == 0)
+			rr = ph_philox4x32(key, 0, (uint64_t)i >> 2);
+		const float m = ph_u01(rr.v[i & 3]) >= g->rate ? g->scale : 0.0f;
+		out[i] = base ? base[i] + m * in[i] : m * in[i];
+	}
+}
+
+/* rows copies of bias [n] into out [rows, n], for a gemm to accumulate onto. */
+static void preload_bias(float *out, const float *bias, int rows, int n)
+{
+	for (int i = 0; i < rows; i++)
+		memcpy(out + (size_t)i * n, bias, (size_t)n * sizeof(float));
+}
+
+static int gpt_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x,
+		       float *y, ph_err *err)
+{
+	const gpt_state *s = state;
+	int rc = check_call(s, ctx, err);
+	if (rc || ctx->batch == 0)
+		return rc;
+	const int T = s->g.T, d = s->g.d, rd = s->r * d, R = ctx->batch * T;
+	const int64_t n = (int64_t)R * d;
+	gpt_saved v = saved_views(s, ctx);
+	const int drop = ctx->training && s->g.rate > 0.0f;
+	const float *lnw = params[P_LNW], *lnb = params[P_LNB], *bias = params[P_BIAS];
+	float *tmp = ctx->scratch, *pd_tmp = tmp + n; /* [R, d], then T*T */
+
+	/* attention branch */
+	tf_layernorm_forward(x, v.h1, lnw, lnb, R, d, GPT_LN_EPS, v.mean1, v.rstd1);
+	preload_bias(v.qkv, bias, R, 3 * d);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, 3 * d, d, 1.0f, v.h1, d,
+		    params[P_QKV], d, 1.0f, v.qkv, 3 * d);
+	tf_attn_forward(&s->g, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att,
+			pd_tmp);
+	preload_bias(tmp, bias + 3 * d, R, d);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, d, d, 1.0f, v.att, d,
+		    params[P_PROJ], d, 1.0f, tmp, d);
+	resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID1), n, x, tmp, v.x1);
+
+	/* MLP branch */
+	tf_layernorm_forward(v.x1, v.h2, lnw + d, lnb + d, R, d, GPT_LN_EPS, v.mean2, v.rstd2);
+	preload_bias(v.u, bias + 4 * d, R, rd);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, rd, d, 1.0f, v.h2, d,
+		    params[P_FC], d, 1.0f, v.u, rd);
+	tf_gelu_forward(v.u, v.g, (int64_t)R * rd);
+	preload_bias(tmp, bias + 4 * d + rd, R, d);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, d, rd, 1.0f, v.g, rd,
+		    params[P_FCPROJ], rd, 1.0f, tmp, d);
+	resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID2), n, v.x1, tmp, y);
+	return PH_OK;
+}
+
+/* Column sums of m [rows, n] added to acc, row by row (fixed order). */
+static void add_colsum(float *acc, const float *m, int rows, int n)
+{
+	for (int r = 0; r < rows; r++) {
+		const float *mr = m + (size_t)r * n;
+		for (int c = 0; c < n; c++)
+			acc[c] += mr[c];
+	}
+}
+
+/* The whole backward; grads == NULL skips the weight half, dx == NULL the end of
+ * the input half.  The chain in between runs the same either way. */
+static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
+		   float *const *grads, const float *x, const float *dy, float *dx, ph_err *err)
+{
+	int rc = check_call(s, ctx, err);
+	if (rc || ctx->batch == 0 || (!grads && !dx))
+		return rc;
+	const int T = s->g.T, d = s->g.d, rd = s->r * d, R = ctx->batch * T;
+	const int64_t n = (int64_t)R * d;
+	gpt_saved v = saved_views(s, ctx);
+	const int drop = ctx->training && s->g.rate > 0.0f;
+	const float *lnw = params[P_LNW];
+	float *dx1 = ctx->scratch;       /* [R, d] */
+	float *dbr = dx1 + n;            /* [R, d]: d(branch) = mask * d(residual) */
+	float *dh = dbr + n;             /* [R, d]: dh2, then datt */
+	float *dh1 = dh + n;             /* [R, d] */
+	float *dgu = dh1 + n;            /* [R, rd]: dg, then du in place */
+	float *dqkv = dgu + (size_t)R * rd; /* [R, 3d] */
+	float *tmp = dqkv + (size_t)R * 3 * d; /* 2 T*T */
+
+	/* ---- MLP branch: y = x1 + drop(g Wp^T + bp) ---- */
+	resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID2), n, NULL, dy, dbr);
+	if (grads) {
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, rd, R, 1.0f, dbr, d, v.g,
+			    rd, 1.0f, grads[P_FCPROJ], rd);
+		add_colsum(grads[P_BIAS] + 4 * d + rd, dbr, R, d);
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, rd, d, 1.0f, dbr, d,
+		    params[P_FCPROJ], rd, 0.0f, dgu, rd);
+	tf_gelu_backward(v.u, dgu, dgu, (int64_t)R * rd);
+	if (grads) {
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rd, d, R, 1.0f, dgu, rd, v.h2,
+			    d, 1.0f, grads[P_FC], d);
+		add_colsum(grads[P_BIAS] + 4 * d, dgu, R, rd);
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, rd, 1.0f, dgu, rd,
+		    params[P_FC], d, 0.0f, dh, d);
+	if (grads)
+		tf_layernorm_backward_weight(v.x1, dh, v.mean2, v.rstd2, R, d, grads[P_LNW] + d,
+					     grads[P_LNB] + d);
+	tf_layernorm_backward_input(v.x1, dh, lnw + d, v.mean2, v.rstd2, R, d, dx1);
+	for (int64_t i = 0; i < n; i++)
+		dx1[i] += dy[i];
+
+	/* ---- attention branch: x1 = x + drop(att Wo^T + bo) ---- */
+	resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID1), n, NULL, dx1, dbr);
+	if (grads) {
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, R, 1.0f, dbr, d, v.att,
+			    d, 1.0f, grads[P_PROJ], d);
+		add_colsum(grads[P_BIAS] + 3 * d, dbr, R, d);
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, d, 1.0f, dbr, d,
+		    params[P_PROJ], d, 0.0f, dh, d); /* datt */
+	tf_attn_backward(&s->g, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh,
+			 dqkv, tmp);
+	if (grads) {
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 3 * d, d, R, 1.0f, dqkv, 3 * d,
+			    v.h1, d, 1.0f, grads[P_QKV], d);
+		add_colsum(grads[P_BIAS], dqkv, R, 3 * d);
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, 3 * d, 1.0f, dqkv, 3 * d,
+		    params[P_QKV], d, 0.0f, dh1, d);
+	if (grads)
+		tf_layernorm_backward_weight(x, dh1, v.mean1, v.rstd1, R, d, grads[P_LNW],
+					     grads[P_LNB]);
+	if (dx) {
+		tf_layernorm_backward_input(x, dh1, lnw, v.mean1, v.rstd1, R, d, dx);
+		for (int64_t i = 0; i < n; i++)
+			dx[i] += dx1[i];
+	}
+	return PH_OK;
+}
+
+static int gpt_backward(void *state, const ph_ctx *ctx, float *const *params,
+			float *const *grads, const float *x, const float *y, const float *dy,
+			float *dx, ph_err *err)
+{
+	(void)y;
+	return gpt_bwd(state, ctx, params, grads, x, dy, dx, err);
+}
+
+static int gpt_backward_input(void *state, const ph_ctx *ctx, float *const *params,
+			      const float *x, const float *y, const float *dy, float *dx,
+			      ph_err *err)
+{
+	(void)y;
+	return gpt_bwd(state, ctx, params, NULL, x, dy, dx, err);
+}
+
+static int gpt_backward_weight(void *state, const ph_ctx *ctx, float *const *params,
+			       float *const *grads, const float *x, const float *y,
+			       const float *dy, ph_err *err)
+{
+	(void)y;
+	return gpt_bwd(state, ctx, params, grads, x, dy, NULL, err);
+}
+
+static const ph_layer_ops gpt_block_ops = {
+	.head = PH_HEAD(ph_layer_ops, "gpt_block",
+			"GPT-2 pre-LN transformer block over [T, d]: causal attention and a gelu MLP",
+			gpt_block_options, gpt_block_config),
+	.devices = PH_DEV_CPU,
+	.flags = 0,
+	.create = gpt_create,
+	.destroy = gpt_destroy,
+	.meta = gpt_meta,
+	.forward = gpt_forward,
+	.backward = gpt_backward,
+	.backward_input = gpt_backward_input,
+	.backward_weight = gpt_backward_weight,
+};
+
+/* A named array: a braced list inside PH_PLUGIN() would split at its comma. */
+static const ph_layer_ops *const gpt_block_layers[] = { &gpt_block_ops, NULL };
+PH_PLUGIN(gpt_block_layers, NULL, NULL)

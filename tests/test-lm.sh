@@ -1,0 +1,64 @@
+#!/bin/sh
+# The byte-level GPT path: text data, transformer blocks, a head tied to the
+# token table across stages, recomputation.  On the CPU the tied copies stay
+# bitwise equal, recompute = yes gives the same weights as no, and the
+# weights are byte-identical across schedules and partitions.
+. "$top_srcdir/tests/lib.sh"
+lm="$fixtures/tiny-lm.ini"
+src=/usr/share/games/fortunes/computers
+if [ ! -f "$src" ]; then
+	echo "SKIP: Debian's fortunes package is not installed"
+	exit 77
+fi
+head -c 60000 "$src" >"$tmp/corpus.txt"
+run() { "$PIPEHOST" -c "$lm" --set "data.path=$tmp/corpus.txt" "$@"; }
+
+# tensor_bytes FILE NAME: the raw bytes of one tensor of a safetensors file
+tensor_bytes() {
+	hlen=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+	range=$(head -c $((8 + hlen)) "$1" | tail -c "$hlen" |
+		sed -n "s/.*\"$2\":{[^}]*\"data_offsets\":\[\([0-9]*\),\([0-9]*\)\].*/\1 \2/p")
+	set -- "$1" $range
+	tail -c +$((8 + hlen + $2 + 1)) "$1" | head -c $(($3 - $2))
+}
+
+if run --save-weights "$tmp/ref.st" --set run.metrics="$tmp/m.jsonl" --set run.log_every=1 >"$tmp/out" 2>&1; then
+	ok "2-stage 1f1b LM trains 20 steps"
+else
+	not_ok "LM run failed: $(tail -3 "$tmp/out")"
+fi
+tensor_bytes "$tmp/ref.st" embed.tokens >"$tmp/a"
+tensor_bytes "$tmp/ref.st" head.weight >"$tmp/b"
+if [ "$(wc -c <"$tmp/a")" -eq $((256 * 16 * 4)) ] && cmp -s "$tmp/a" "$tmp/b"; then
+	ok "tied copies (embed.tokens on stage 0, head.weight on stage 1) are bitwise equal after training"
+else
+	not_ok "tied copies differ ($(wc -c <"$tmp/a") and $(wc -c <"$tmp/b") bytes)"
+fi
+first=$(sed -n 's/.*"step":1,.*"loss":\([0-9.]*\).*/\1/p' "$tmp/m.jsonl")
+last=$(sed -n 's/.*"step":20,.*"loss":\([0-9.]*\).*/\1/p' "$tmp/m.jsonl")
+if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN{exit !($last < $first - 0.3)}"; then
+	ok "loss falls from $first to $last nats per byte"
+else
+	not_ok "loss did not fall: '$first' -> '$last'"
+fi
+for extra in "run.recompute=yes" "run.recompute=except_last" "schedule.type=gpipe" "run.stages=3" \
+	"run.stages=4 schedule.type=zb-h1" "run.stages=1" "partition.type=parameters run.stages=3 run.recompute=yes"; do
+	args=""
+	for kv in $extra; do args="$args --set $kv"; done
+	if run $args --save-weights "$tmp/w.st" >"$tmp/out" 2>&1 && cmp -s "$tmp/ref.st" "$tmp/w.st"; then
+		ok "$extra: weights byte-identical to the reference"
+	else
+		not_ok "$extra: weights differ or the run failed: $(tail -2 "$tmp/out")"
+	fi
+done
+if run --set run.recompute=yes >"$tmp/out" 2>&1 && grep -q "activation memory per rank: 0: .* (recompute on)" "$tmp/out"; then
+	ok "a recomputing run reports its activation memory per rank"
+else
+	not_ok "no activation memory report: $(tail -3 "$tmp/out")"
+fi
+expect_error "tie to a missing parameter" "layer head: tie = embed.nope: layer embed has no parameter nope" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --set "layer head.tie=embed.nope"
+expect_error "tie to a tensor of another shape" "layer head: tie = embed.positions: it has no parameter of shape \[16,16\]" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --set "layer head.tie=embed.positions"
+expect_error "text path missing" "text: $tmp/none not found; set \[data\] path" -c "$lm" --set "data.path=$tmp/none"
+finish
