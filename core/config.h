@@ -27,6 +27,7 @@ typedef struct {
 	char plugin_path[PH_STR_MAX];
 	char save_weights[PH_STR_MAX];
 	int recompute;           /* PH_RECOMPUTE_* */
+	char init[PH_STR_MAX];   /* safetensors file to load the initial weights from */
 } ph_run_cfg;
 
 enum { PH_RECOMPUTE_NO = 0, PH_RECOMPUTE_YES = 1, PH_RECOMPUTE_EXCEPT_LAST = 2 };

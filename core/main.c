@@ -276,6 +276,19 @@ static int run(const cli_t *cli, ph_err *err)
 		goto out;
 	if ((rc = ph_engine_create(&engine, &model, &plan, &cfg, err)))
 		goto out;
+	if (cfg.run.init[0]) {
+		/* every parameter must be in the file with its exact shape; tied
+		 * copies are read from the file too, so they must agree there */
+		ph_tensor_ref *t;
+		int nt;
+		if ((rc = ph_engine_tensors(engine, &t, &nt, err)))
+			goto out;
+		rc = ph_safetensors_read(cfg.run.init, t, nt, err);
+		free(t);
+		if (rc)
+			goto out;
+		printf("initial weights read from %s\n", cfg.run.init);
+	}
 	if (cli->trace && (rc = ph_engine_trace(engine, err)))
 		goto out;
 	ph_train_result res;

@@ -469,7 +469,10 @@ int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, do
 	size_t in_n = (size_t)ph_shape_numel(&m->input) * (size_t)m->max_batch;
 	if (!(x = malloc((in_n ? in_n : 1) * sizeof *x)))
 		return ph_fail(err, PH_ENOMEM, "profile: out of memory for the input");
+	/* Input: 0s and 1s, valid both as pixels and as token ids. */
 	fill(x, in_n, 0.0f, 1.0f, 7);
+	for (size_t k = 0; k < in_n; k++)
+		x[k] = x[k] < 0.5f ? 0.0f : 1.0f;
 	bufs prev, cur;
 	memset(&prev, 0, sizeof prev);
 	memset(&cur, 0, sizeof cur);

@@ -355,6 +355,10 @@ START_TEST(test_heads)
 	ck_assert_int_eq(ops->devices, PH_DEV_CPU);
 	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
 	ck_assert_int_eq(ops->flags, strcmp(name, "softmax_xent") == 0 ? PH_LAYER_LOSS : 0);
+	/* both split hooks or neither; conv2d has both */
+	ck_assert_int_eq(ops->backward_input != NULL, ops->backward_weight != NULL);
+	if (strcmp(name, "conv2d") == 0)
+		ck_assert(ph_layer_has_split_backward(ops));
 	if (!ops->head.options)
 		ck_assert_int_eq(ops->head.config_size, 0);
 	for (const ph_option *o = ops->head.options; o && o->name; o++)
@@ -564,6 +568,115 @@ START_TEST(test_conv2d_grad_large_stride)
 	/* stride > kernel: some input pixels feed nothing, their dx must be 0. */
 	run_gradcheck("conv2d", KV("filters", "2", "kernel", "2", "stride", "3", "padding", "1"),
 		      SHAPE(1, 7, 7), 2, 39);
+}
+END_TEST
+
+/*
+ * The split backward (ABI 1.1): on fresh gradients and dx, backward_weight
+ * then backward_input (and the ZB-H1 order, input then weight) must give
+ * bitwise the grads and dx that backward() gives.  The scratch is poisoned
+ * before every call (it is only valid during one), each half must leave the
+ * other's outputs alone, and backward_input with dx = NULL does nothing.
+ * Run on the whole micro-batch and on one sample fewer.
+ */
+static void conv_split_case(const char *const *kv, ph_shape in, int B, uint64_t seed)
+{
+	rng_seed(seed);
+	inst L;
+	inst_open(&L, "conv2d", kv, in, B);
+	ck_assert(ph_layer_has_split_backward(L.ops));
+	ph_err e = { { 0 } };
+	float *dx_ref = malloc(L.nx * sizeof(float));
+	float *g_ref[PH_MAX_PARAMS];
+	for (int p = 0; p < L.meta.nparams; p++)
+		g_ref[p] = malloc(L.pn[p] * sizeof(float));
+	for (int batch = B; batch >= B - 1 && batch >= 1; batch--) {
+		L.ctx.batch = batch;
+		const int64_t nx = L.nx / B * batch;
+		fwd(&L);
+		/* The reference: the full backward. */
+		for (int p = 0; p < L.meta.nparams; p++)
+			for (int64_t i = 0; i < L.pn[p]; i++)
+				L.grads[p][i] = GRAD_INIT;
+		for (int64_t i = 0; i < L.nx; i++)
+			L.dx[i] = NAN;
+		memset(L.ctx.scratch, 0xff, L.meta.scratch_bytes);
+		bwd(&L, L.dx);
+		memcpy(dx_ref, L.dx, L.nx * sizeof(float));
+		for (int p = 0; p < L.meta.nparams; p++)
+			memcpy(g_ref[p], L.grads[p], L.pn[p] * sizeof(float));
+
+		for (int order = 0; order < 2; order++) { /* 0: W then I; 1: I then W */
+			for (int p = 0; p < L.meta.nparams; p++)
+				for (int64_t i = 0; i < L.pn[p]; i++)
+					L.grads[p][i] = GRAD_INIT;
+			for (int64_t i = 0; i < L.nx; i++)
+				L.dx[i] = 12345.0f;
+			for (int half = 0; half < 2; half++) {
+				memset(L.ctx.scratch, 0xff, L.meta.scratch_bytes);
+				int rc;
+				if (half == order) {
+					rc = L.ops->backward_weight(L.state, &L.ctx, L.params, L.grads, L.x,
+								    L.y, L.r, &e);
+					ck_assert_msg(rc == PH_OK, "conv2d backward_weight: %s", e.msg);
+					if (half == 0)
+						for (int64_t i = 0; i < L.nx; i++)
+							ck_assert_msg(L.dx[i] == 12345.0f,
+								      "conv2d backward_weight wrote dx[%lld]",
+								      (long long)i);
+				} else {
+					rc = L.ops->backward_input(L.state, &L.ctx, L.params, L.x, L.y,
+								   L.r, L.dx, &e);
+					ck_assert_msg(rc == PH_OK, "conv2d backward_input: %s", e.msg);
+					if (half == 0)
+						for (int p = 0; p < L.meta.nparams; p++)
+							for (int64_t i = 0; i < L.pn[p]; i++)
+								ck_assert_msg(L.grads[p][i] == GRAD_INIT,
+									      "conv2d backward_input wrote d%s",
+									      L.meta.params[p].name);
+				}
+			}
+			ck_assert_msg(memcmp(dx_ref, L.dx, nx * sizeof(float)) == 0,
+				      "conv2d batch %d, %s: split backward gives a different dx", batch,
+				      order ? "I then W" : "W then I");
+			for (int p = 0; p < L.meta.nparams; p++)
+				ck_assert_msg(memcmp(g_ref[p], L.grads[p], L.pn[p] * sizeof(float)) == 0,
+					      "conv2d batch %d, %s: split backward gives a different d%s",
+					      batch, order ? "I then W" : "W then I",
+					      L.meta.params[p].name);
+		}
+		/* dx beyond the micro-batch is never written. */
+		for (int64_t i = nx; i < L.nx; i++)
+			ck_assert_msg(L.dx[i] == 12345.0f, "conv2d batch %d of %d wrote dx[%lld]", batch,
+				      B, (long long)i);
+		/* dx = NULL: the input half does nothing (and succeeds). */
+		for (int p = 0; p < L.meta.nparams; p++)
+			for (int64_t i = 0; i < L.pn[p]; i++)
+				L.grads[p][i] = GRAD_INIT;
+		ck_assert_int_eq(L.ops->backward_input(L.state, &L.ctx, L.params, L.x, L.y, L.r, NULL,
+						       &e),
+				 PH_OK);
+		for (int p = 0; p < L.meta.nparams; p++)
+			for (int64_t i = 0; i < L.pn[p]; i++)
+				ck_assert(L.grads[p][i] == GRAD_INIT);
+	}
+	L.ctx.batch = B;
+	for (int p = 0; p < L.meta.nparams; p++)
+		free(g_ref[p]);
+	free(dx_ref);
+	inst_close(&L);
+}
+
+START_TEST(test_conv2d_split_backward)
+{
+	/* stride and padding (the general im2col/col2im), one group of 3 samples */
+	conv_split_case(KV("filters", "4", "kernel", "3", "stride", "2", "padding", "1"),
+			SHAPE(3, 9, 8), 3, 43);
+	/* 3x3 "same" (the shifted-plane case); with the default scratch cap the
+	 * 5 samples take two groups, 3 + 2 */
+	conv_split_case(KV("filters", "8", "kernel", "3", "padding", "1"), SHAPE(16, 16, 16), 5, 44);
+	/* no padding, no bias, one sample (dy read in place) */
+	conv_split_case(KV("filters", "3", "kernel", "2", "bias", "no"), SHAPE(2, 5, 6), 1, 45);
 }
 END_TEST
 
@@ -934,6 +1047,7 @@ static Suite *layers_suite(void)
 	tcase_add_test(tc, test_conv2d_grad_1x1_nobias);
 	tcase_add_test(tc, test_conv2d_grad_large_stride);
 	tcase_add_test(tc, test_conv2d_bad_config);
+	tcase_add_test(tc, test_conv2d_split_backward);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("maxpool2d");
