@@ -149,12 +149,15 @@ int ph_checkpoint_identity(const ph_config *c, ph_engine *e, int64_t train_sampl
 	static const char *const run_keys[] = { "seed", "batch", "micro_batches", NULL };
 	for (int i = 0; run_keys[i]; i++)
 		sb_named(&b, "run", ph_run_options, &c->run, run_keys[i]);
-	sb_named(&b, "data", ph_data_options, &c->data, "source");
-	sb_named(&b, "data", ph_data_options, &c->data, "shuffle");
-	if (c->data.source == PH_DATA_SYNTHETIC) {
-		sb_named(&b, "data", ph_data_options, &c->data, "samples");
-		sb_named(&b, "data", ph_data_options, &c->data, "classes");
-		sb_named(&b, "data", ph_data_options, &c->data, "shape");
+	/* Every [data] key but where the files are and what is evaluated: a
+	 * key added later counts by default (refusing beats diverging). */
+	static const char *const data_skip[] = { "path", "test_limit", "test_samples", NULL };
+	for (const ph_option *o = ph_data_options; o->name; o++) {
+		int skip = 0;
+		for (int i = 0; data_skip[i]; i++)
+			skip |= !strcmp(o->name, data_skip[i]);
+		if (!skip)
+			sb_option(&b, "data", o, &c->data);
 	}
 	sb_printf(&b, "data.train_samples=%lld\n", (long long)train_samples);
 	for (const ph_option *o = ph_optimizer_options; o->name; o++)
@@ -554,14 +557,24 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 		goto fail;
 	}
 	/* The commit point.  An existing step-N (a run resumed from an older
-	 * step) is swapped out atomically, then removed. */
+	 * step) is swapped out atomically, then removed; where the file system
+	 * cannot swap, it is moved aside first (a crash in between leaves the
+	 * older steps, and the old step-N under .tmp-del-, removed next time). */
 	if (rename(tmp, final)) {
 		int saved = errno;
-		if ((saved == ENOTEMPTY || saved == EEXIST) &&
-		    renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
-			remove_tree(tmp);
-		} else {
+		char old[PATH_MAX];
+		if (saved != ENOTEMPTY && saved != EEXIST) {
 			rc = ph_fail(err, PH_EIO, "renaming %s to %s: %s", tmp, final, strerror(saved));
+			goto fail;
+		}
+		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+			remove_tree(tmp);
+		} else if ((size_t)snprintf(old, sizeof old, "%s/" TMP_PREFIX "del-" STEP_PREFIX "%08lld", dir,
+					    (long long)step) < sizeof old &&
+			   rename(final, old) == 0 && rename(tmp, final) == 0) {
+			remove_tree(old);
+		} else {
+			rc = ph_fail(err, PH_EIO, "replacing %s: %s", final, strerror(errno));
 			goto fail;
 		}
 	}

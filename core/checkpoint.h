@@ -48,13 +48,14 @@ typedef struct {
 	char *identity;      /* the writer's identity text, or NULL if absent */
 } ph_ckpt_state;
 
-/* The identity of a run: [run] seed, batch, micro_batches; [data] source,
- * shuffle and what makes the samples (synthetic: samples, classes, shape),
- * the effective training-set size; every [optimizer] key; the run's length
- * when the learning rate is a cosine (it shapes every step's rate); every
- * layer's name, type and options (not `cut`); every parameter tensor's name
- * and shape.  Left out on purpose: [partition], [schedule], stages, chunks,
- * devices, threads, logging, eval and file paths. */
+/* The identity of a run: [run] seed, batch, micro_batches; every [data] key
+ * but path, test_limit and test_samples, and the effective training-set
+ * size; every [optimizer] key; the run's length when the learning rate is a
+ * cosine (it shapes every step's rate); every layer's name, type and options
+ * (not `cut`); every parameter tensor's name and shape.  Left out on
+ * purpose: [partition], [schedule], [checkpoint], stages, chunks, devices,
+ * threads, recompute, logging, eval and file paths ([run] init included:
+ * a resumed run takes its weights from the checkpoint). */
 int ph_checkpoint_identity(const ph_config *c, ph_engine *e, int64_t train_samples,
 			   int64_t total_steps, ph_ckpt_id *id, ph_err *err);
 void ph_checkpoint_id_free(ph_ckpt_id *id);

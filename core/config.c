@@ -64,6 +64,13 @@ const ph_option ph_optimizer_options[] = {
 	PH_OPT_END
 };
 
+const ph_option ph_checkpoint_options[] = {
+	PH_OPT_STRING_(ph_checkpoint_cfg, dir, "dir", "", "write checkpoints to DIR/step-NNNNNNNN (resume with --resume DIR); empty = none"),
+	PH_OPT_INT_(ph_checkpoint_cfg, every, "every", "0", 0, PH_NO_MAX, "save every N steps; 0 = only on SIGINT/SIGTERM and at the end"),
+	PH_OPT_INT_(ph_checkpoint_cfg, keep, "keep", "0", 0, 1000000, "keep the newest K checkpoints, delete older ones; 0 = keep all"),
+	PH_OPT_END
+};
+
 typedef struct {
 	char type[PH_STR_MAX];
 	int64_t repeat;
@@ -105,7 +112,8 @@ const ph_option ph_schedule_options[] = {
 	PH_OPT_END
 };
 
-static const char *const core_sections[] = { "run", "data", "optimizer", "partition", "schedule", NULL };
+static const char *const core_sections[] = { "run", "data", "optimizer", "partition", "schedule", "checkpoint",
+					     NULL };
 
 int ph_config_read(ph_config *c, const char *path, const char *const *overrides, int noverrides,
 		   ph_err *err)
@@ -308,7 +316,8 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 {
 	int rc;
 	if ((rc = defaults(ph_run_options, &c->run, err)) || (rc = defaults(ph_data_options, &c->data, err)) ||
-	    (rc = defaults(ph_optimizer_options, &c->optim, err)))
+	    (rc = defaults(ph_optimizer_options, &c->optim, err)) ||
+	    (rc = defaults(ph_checkpoint_options, &c->checkpoint, err)))
 		return rc;
 	/* Sections must be known before any key is read, so that a misspelt
 	 * section is reported as such rather than as missing keys. */
@@ -330,7 +339,7 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 						  best);
 			return where_fail(c, s->line, PH_EINVAL, err,
 					  "unknown section [%s]; sections are [run], [data], [optimizer], [partition], "
-					  "[schedule] and [layer NAME]",
+					  "[schedule], [checkpoint] and [layer NAME]",
 					  s->name);
 		}
 	}
@@ -350,6 +359,12 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		const ph_option *t[2] = { ph_optimizer_options, NULL };
 		void *p[1] = { &c->optim };
 		if ((rc = apply_section(c, "optimizer", t, p, err)))
+			return rc;
+	}
+	{
+		const ph_option *t[2] = { ph_checkpoint_options, NULL };
+		void *p[1] = { &c->checkpoint };
+		if ((rc = apply_section(c, "checkpoint", t, p, err)))
 			return rc;
 	}
 	typed_section sched_head;

@@ -34,6 +34,13 @@ enum { PH_RECOMPUTE_NO = 0, PH_RECOMPUTE_YES = 1, PH_RECOMPUTE_EXCEPT_LAST = 2 }
 
 enum { PH_DATA_FASHION_MNIST = 0, PH_DATA_SYNTHETIC = 1, PH_DATA_TEXT = 2 };
 
+/* [checkpoint]: see core/checkpoint.h. */
+typedef struct {
+	char dir[PH_STR_MAX];    /* "": no checkpoints */
+	int64_t every;           /* steps between checkpoints; 0 = on SIGINT/SIGTERM and at the end */
+	int64_t keep;            /* newest checkpoints kept; 0 = all */
+} ph_checkpoint_cfg;
+
 typedef struct {
 	int source;              /* PH_DATA_* */
 	char path[PH_STR_MAX];
@@ -78,6 +85,7 @@ typedef struct {
 	ph_run_cfg run;
 	ph_data_cfg data;
 	ph_optim_config optim;
+	ph_checkpoint_cfg checkpoint;
 	ph_partition_cfg part;
 	const ph_partitioner_ops *partitioner;
 	void *partitioner_config;
@@ -103,6 +111,7 @@ void ph_config_free(ph_config *c);
 extern const ph_option ph_run_options[];
 extern const ph_option ph_data_options[];
 extern const ph_option ph_optimizer_options[];
+extern const ph_option ph_checkpoint_options[];
 extern const ph_option ph_layer_common_options[];
 extern const ph_option ph_partition_options[];
 extern const ph_option ph_schedule_options[];

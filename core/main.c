@@ -1,6 +1,6 @@
 /* pipehost: train a model through a pipeline of stages.
  *
- *   pipehost -c run.ini [--set section.key=value ...] [--plan] [--save-weights FILE]
+ *   pipehost -c run.ini [--set section.key=value ...] [--plan] [--save-weights FILE] [--resume DIR]
  *   pipehost --list-plugins | --list-options
  *
  * Only this file exits: everything below returns status codes, and every
@@ -34,6 +34,7 @@ static void usage(FILE *f)
 		"      --plan[=json]        print the partition and schedule (a table, or JSON) and exit\n"
 		"      --plan-json FILE     also write the plan as JSON to FILE (- = stdout)\n"
 		"      --save-weights FILE  write the trained weights (safetensors)\n"
+		"      --resume DIR         continue from the newest checkpoint in DIR (or from DIR/step-N)\n"
 		"      --trace FILE         write every op of every rank (Chrome trace JSON, opens in Perfetto)\n"
 		"      --simulate           run the schedule on the cost model: step time, bubble, peak memory\n"
 		"      --svg FILE           --simulate's timeline (default timeline.svg); --trace FILE: its Chrome trace\n"
@@ -50,6 +51,7 @@ typedef struct {
 	char plugin_dirs[4096];
 	int plan_only, list_plugins, list_options;
 	const char *save_weights;
+	const char *resume;     /* --resume DIR */
 	const char *plan_json; /* --plan=json: "-"; --plan-json FILE */
 	const char *trace;
 	int simulate;
@@ -58,7 +60,7 @@ typedef struct {
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
-	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG };
+	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
@@ -67,6 +69,7 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		{ "plugin-dir", required_argument, NULL, OPT_PDIR }, { "help", no_argument, NULL, 'h' },
 		{ "trace", required_argument, NULL, OPT_TRACE },
 		{ "simulate", no_argument, NULL, OPT_SIMULATE }, { "svg", required_argument, NULL, OPT_SVG },
+		{ "resume", required_argument, NULL, OPT_RESUME },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
 	int ch;
@@ -90,6 +93,7 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		case OPT_LIST: cli->list_plugins = 1; break;
 		case OPT_LISTOPT: cli->list_options = 1; break;
 		case OPT_SAVE: cli->save_weights = optarg; break;
+		case OPT_RESUME: cli->resume = optarg; break;
 		case OPT_TRACE: cli->trace = optarg; break;
 		case OPT_SIMULATE: cli->simulate = 1; break;
 		case OPT_SVG: cli->svg = optarg; break;
@@ -129,6 +133,8 @@ static void list_options(void)
 	ph_options_print(stdout, ph_partition_options, "  ");
 	printf("[schedule]\n");
 	ph_options_print(stdout, ph_schedule_options, "  ");
+	printf("[checkpoint]\n");
+	ph_options_print(stdout, ph_checkpoint_options, "  ");
 	printf("[layer NAME]\n");
 	ph_options_print(stdout, ph_layer_common_options, "  ");
 }
@@ -274,6 +280,17 @@ static int run(const cli_t *cli, ph_err *err)
 		goto out;
 	if ((rc = load_data(&cfg, &in, &train, &test, err)))
 		goto out;
+	/* The engine copies batch x numel(in) floats per step: a data set of
+	 * other samples must never reach it. */
+	if (ph_shape_numel(&train.shape) != ph_shape_numel(&in) || ph_shape_numel(&test.shape) != ph_shape_numel(&in) ||
+	    train.targets_per_sample != model.targets_per_sample) {
+		char want[64], got[64];
+		ph_shape_str(&in, want, sizeof want);
+		ph_shape_str(ph_shape_numel(&train.shape) != ph_shape_numel(&in) ? &train.shape : &test.shape, got, sizeof got);
+		rc = ph_fail(err, PH_EINVAL, "the data's samples are %s with %d target(s), the model was planned for %s with %d; "
+			     "check [data] and the loss layer", got, train.targets_per_sample, want, model.targets_per_sample);
+		goto out;
+	}
 	if ((rc = ph_engine_create(&engine, &model, &plan, &cfg, err)))
 		goto out;
 	if (cfg.run.init[0]) {
@@ -291,9 +308,12 @@ static int run(const cli_t *cli, ph_err *err)
 	}
 	if (cli->trace && (rc = ph_engine_trace(engine, err)))
 		goto out;
+	ph_train_ckpt ck = { cfg.checkpoint.dir, cfg.checkpoint.every, cfg.checkpoint.keep, cli->resume };
 	ph_train_result res;
-	if ((rc = ph_train(&cfg, engine, &train, &test, &res, err)))
+	if ((rc = ph_train_ck(&cfg, engine, &train, &test, &ck, &res, err)))
 		goto out;
+	if (res.interrupted)
+		goto out; /* stopped by SIGINT/SIGTERM after writing a checkpoint: exit 0 */
 	printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
 	if (res.test_loss >= 0)
 		printf("; test accuracy %.2f%% on %lld samples", 100.0 * res.test_accuracy, (long long)res.test_samples);

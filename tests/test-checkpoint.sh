@@ -38,8 +38,10 @@ else
 fi
 
 if ph --set run.steps=40 --resume "$tmp/ck/step-00000030" --save-weights "$tmp/r.st" >"$tmp/out" 2>"$tmp/err" &&
-	grep -q "^resumed from $tmp/ck/step-00000030 at step 30 of 40$" "$tmp/out" && cmp -s "$tmp/ref40.st" "$tmp/r.st"; then
-	ok "--resume DIR/step-00000030: weights byte-identical to the uninterrupted run"
+	grep -q "^resumed from $tmp/ck/step-00000030 at step 30 of 40$" "$tmp/out" && cmp -s "$tmp/ref40.st" "$tmp/r.st" &&
+	grep -q "^checkpoint: step 40 written to $tmp/ck/step-00000040$" "$tmp/out" &&
+	[ "$(ls -A "$tmp/ck" | tr '\n' ' ')" = "step-00000030 step-00000040 " ]; then
+	ok "--resume DIR/step-00000030: weights byte-identical to the uninterrupted run; step-00000040 replaced in place"
 else
 	not_ok "resume from step 30: $(cat "$tmp/err") $(grep resumed "$tmp/out")"
 fi
