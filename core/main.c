@@ -315,7 +315,10 @@ static int run(const cli_t *cli, ph_err *err)
 	if (res.interrupted)
 		goto out; /* stopped by SIGINT/SIGTERM after writing a checkpoint: exit 0 */
 	printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
-	if (res.test_loss >= 0)
+	if (res.test_loss >= 0 && cfg.data.source == PH_DATA_TEXT)
+		printf("; validation loss %.4f nats/byte (%.4f bits/byte) on %lld sequences", res.test_loss,
+		       res.test_loss / 0.6931471805599453, (long long)res.test_samples);
+	else if (res.test_loss >= 0)
 		printf("; test accuracy %.2f%% on %lld samples", 100.0 * res.test_accuracy, (long long)res.test_samples);
 	printf("\n");
 	printf("activation memory per rank:");

@@ -90,8 +90,14 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 	res->test_loss = st.targets ? st.loss_sum / st.targets : 0;
 	res->test_accuracy = st.targets ? st.correct / st.targets : 0;
 	res->test_samples = count;
-	printf("epoch %lld: test loss %.4f, accuracy %.2f%% (%lld samples)\n", (long long)epoch, res->test_loss,
-	       100.0 * res->test_accuracy, (long long)count);
+	if (c->data.source == PH_DATA_TEXT)
+		/* byte-level: the loss is nats per byte; bits per byte = nats / ln 2 */
+		printf("epoch %lld: validation loss %.4f nats/byte (%.4f bits/byte), next-byte accuracy %.2f%% "
+		       "(%lld sequences)\n", (long long)epoch, res->test_loss, res->test_loss / 0.6931471805599453,
+		       100.0 * res->test_accuracy, (long long)count);
+	else
+		printf("epoch %lld: test loss %.4f, accuracy %.2f%% (%lld samples)\n", (long long)epoch, res->test_loss,
+		       100.0 * res->test_accuracy, (long long)count);
 	fflush(stdout);
 	if (metrics) {
 		fprintf(metrics, "{\"eval\":true,\"epoch\":%lld,\"step\":%lld,\"test_loss\":%.6f,\"test_accuracy\":%.6f,"

@@ -1,3 +1,7 @@
+# transformer_ops.h's exp/gelu/softmax loops are written to vectorise:
+# `omp simd` without OpenMP itself, and no trapping-math so gcc may.
+TF_VEC_CFLAGS = -fopenmp-simd -fno-trapping-math
+
 # CPU layer plugins: one libtool module per layer, named after it (type = NAME).
 # Included from the top Makefile.am; paths are relative to the top directory.
 
@@ -50,6 +54,7 @@ pkglib_LTLIBRARIES += plugins/layers/gelu.la
 plugins_layers_gelu_la_SOURCES = plugins/layers/gelu.c plugins/layers/transformer_ops.h
 plugins_layers_gelu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_gelu_la_LIBADD = -lm
+plugins_layers_gelu_la_CFLAGS = $(AM_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/seq_xent.la
 plugins_layers_seq_xent_la_SOURCES = plugins/layers/seq_xent.c
@@ -60,10 +65,10 @@ pkglib_LTLIBRARIES += plugins/layers/attention.la
 plugins_layers_attention_la_SOURCES = plugins/layers/attention.c plugins/layers/transformer_ops.h
 plugins_layers_attention_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_attention_la_LIBADD = $(BLAS_LIBS) -lm
-plugins_layers_attention_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
+plugins_layers_attention_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/gpt_block.la
 plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/transformer_ops.h
 plugins_layers_gpt_block_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_gpt_block_la_LIBADD = $(BLAS_LIBS) -lm
-plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
+plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)

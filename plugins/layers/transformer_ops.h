@@ -95,23 +95,45 @@ static inline void tf_layernorm_backward_weight(const float *x, const float *dy,
 #define TF_GELU_K 0.7978845608028654 /* sqrt(2 / pi) */
 #define TF_GELU_A 0.044715
 
-static inline float tf_gelu(float xf)
+/* exp(x) in float, Cephes' polynomial (relative error ~1e-7), branch-free so
+ * that loops over it vectorise; round-to-nearest by the 1.5*2^23 trick. */
+static inline float tf_expf(float x)
 {
-	double x = xf;
-	return (float)(0.5 * x * (1.0 + tanh(TF_GELU_K * (x + TF_GELU_A * x * x * x))));
+	x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+	float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+	float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	int32_t i = ((int32_t)n + 127) << 23;
+	float two_n;
+	memcpy(&two_n, &i, sizeof two_n);
+	return p * two_n;
 }
 
-/* d gelu / dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2), t = tanh(u) */
-static inline float tf_gelu_grad(float xf)
+/* gelu(x) = 0.5 x (1 + tanh(y)) = x sigmoid(2y), y = k (x + a x^3): no
+ * cancellation for negative x */
+static inline float tf_gelu(float x)
 {
-	double x = xf;
-	double t = tanh(TF_GELU_K * (x + TF_GELU_A * x * x * x));
-	return (float)(0.5 * (1.0 + t) +
-		       0.5 * x * (1.0 - t * t) * TF_GELU_K * (1.0 + 3.0 * TF_GELU_A * x * x));
+	float y = 0.7978845608f * (x + 0.044715f * x * x * x);
+	return x / (1.0f + tf_expf(-2.0f * y));
+}
+
+/* d gelu / dx = s + 2 x s (1 - s) k (1 + 3 a x^2), s = sigmoid(2y) */
+static inline float tf_gelu_grad(float x)
+{
+	float y = 0.7978845608f * (x + 0.044715f * x * x * x);
+	float s = 1.0f / (1.0f + tf_expf(-2.0f * y));
+	return s + 2.0f * x * s * (1.0f - s) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 static inline void tf_gelu_forward(const float *x, float *y, int64_t n)
 {
+#pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		y[i] = tf_gelu(x[i]);
 }
@@ -119,6 +141,7 @@ static inline void tf_gelu_forward(const float *x, float *y, int64_t n)
 /* dx = dy * gelu'(x); dx may alias dy */
 static inline void tf_gelu_backward(const float *x, const float *dy, float *dx, int64_t n)
 {
+#pragma omp simd
 	for (int64_t i = 0; i < n; i++)
 		dx[i] = dy[i] * tf_gelu_grad(x[i]);
 }
@@ -187,10 +210,14 @@ static inline void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, u
 					if (row[j] > m)
 						m = row[j];
 				double s = 0;
+#pragma omp simd
 				for (int j = 0; j <= i; j++)
-					s += exp((double)row[j] - m);
+					row[j] = tf_expf(row[j] - m);
 				for (int j = 0; j <= i; j++)
-					row[j] = (float)(exp((double)row[j] - m) / s);
+					s += row[j];
+				const float inv = (float)(1.0 / s);
+				for (int j = 0; j <= i; j++)
+					row[j] *= inv;
 				for (int j = i + 1; j < T; j++)
 					row[j] = 0.0f;
 			}
