@@ -165,32 +165,36 @@ static int recomputed(const ph_engine *e, int mb)
 }
 
 /* Forward through layers [a, upto) of chunk c into slot sl's buffers. */
-static int forward_layers(ph_engine *e, int c, int mb, slot_t *sl, int upto, ph_err *err)
+static int forward_layers(ph_engine *e, int c, int mb, slot_t *sl, float *last_out, ph_err *err)
 {
 	chunk_t *ch = &e->chunks[c];
 	const float *x = ch->mb_x[mb];
+	int upto = ch->b;
 	for (int l = ch->a; l < upto; l++) {
 		ph_layer *L = &e->model->layers[l];
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
-		int rc = L->ops->forward(L->state, &ctx, e->params[l].pw, x, sl->y[l - ch->a], &e2);
+		float *y = l == upto - 1 && last_out ? last_out : sl->y[l - ch->a];
+		int rc = L->ops->forward(L->state, &ctx, e->params[l].pw, x, y, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) forward, micro-batch %d: %s", L->cfg->name, L->ops->head.name, mb,
 				       e2.msg);
-		x = sl->y[l - ch->a];
+		x = y;
 	}
 	return PH_OK;
 }
 
-/* Recomputation: rebuild a lean slot's inner activations (the last layer's
- * output and saved bytes are the slot's own and were never dropped).  The
- * counter-based RNG makes dropout draw the same masks again. */
+/* Recomputation: rebuild a lean slot's activations and saved bytes in the
+ * chunk's work buffers.  The last layer's output stays the slot's own (the
+ * next chunk reads it in place), so its rerun writes a work copy instead.
+ * The counter-based RNG makes dropout draw the same masks again. */
 static int rematerialize(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
 {
 	if (!sl->lean)
 		return PH_OK;
-	return forward_layers(e, c, mb, sl, e->chunks[c].b - 1, err);
+	chunk_t *ch = &e->chunks[c];
+	return forward_layers(e, c, mb, sl, ch->work_y[ch->b - 1 - ch->a], err);
 }
 
 static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
@@ -214,7 +218,7 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 		       (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * batch_of(e, mb) * sizeof(float));
 		ch->mb_x[mb] = sl->x_own;
 	}
-	int rc = forward_layers(e, c, mb, sl, ch->b, err);
+	int rc = forward_layers(e, c, mb, sl, NULL, err);
 	if (rc)
 		return rc;
 	const float *x = sl->y[ch->b - 1 - ch->a];
@@ -563,7 +567,7 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 		ch->rank = c % p->ranks;
 		ch->nslots = p->slots[c] > 0 ? p->slots[c] : 1;
 		int nl = ch->b - ch->a;
-		if (e->cfg->run.recompute == PH_RECOMPUTE_EXCEPT_LAST && nl > 1)
+		if (e->cfg->run.recompute == PH_RECOMPUTE_EXCEPT_LAST)
 			ch->nslots++; /* the lean slots plus one full one for the last micro-batch */
 		size_t scratch = 0, gmax = 0;
 		for (int l = ch->a; l < ch->b; l++) {
@@ -586,13 +590,13 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 		for (int mb = 0; mb < e->m; mb++)
 			ch->mb_slot[mb] = -1;
 		int mode = e->cfg->run.recompute;
-		if (mode != PH_RECOMPUTE_NO && nl > 1) {
-			/* one set of inner activations, shared by the lean slots */
+		if (mode != PH_RECOMPUTE_NO) {
+			/* one set of activations and saved bytes, shared by the lean slots */
 			ch->work_y = calloc((size_t)nl, sizeof *ch->work_y);
 			ch->work_saved = calloc((size_t)nl, sizeof *ch->work_saved);
 			if (!ch->work_y || !ch->work_saved)
 				return ph_fail(err, PH_ENOMEM, "out of memory");
-			for (int l = ch->a; l + 1 < ch->b; l++) {
+			for (int l = ch->a; l < ch->b; l++) {
 				ph_layer *L = &m->layers[l];
 				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
 				size_t sb = L->meta.saved_bytes * e->mbsize;
@@ -620,9 +624,10 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 					continue;
 				}
 				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
-				size_t sb = L->meta.saved_bytes * e->mbsize;
+				size_t sb = sl->lean ? 0 : L->meta.saved_bytes * e->mbsize;
 				sl->y[l - ch->a] = zalloc(yb);
-				sl->saved[l - ch->a] = zalloc(sb);
+				/* a lean slot's last layer keeps its output, not its saved bytes */
+				sl->saved[l - ch->a] = sl->lean ? ch->work_saved[l - ch->a] : zalloc(sb);
 				if (!sl->y[l - ch->a] || !sl->saved[l - ch->a])
 					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
 						       L->cfg->name);
@@ -961,7 +966,7 @@ void ph_engine_destroy(ph_engine *e)
 						continue; /* the chunk's work buffers */
 					if (ch->slots[s].y)
 						free(ch->slots[s].y[l]);
-					if (ch->slots[s].saved)
+					if (ch->slots[s].saved && !ch->slots[s].lean)
 						free(ch->slots[s].saved[l]);
 				}
 				for (int l = 0; ch->slots[s].dy && l < ch->b - ch->a; l++)

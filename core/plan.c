@@ -378,6 +378,40 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const doubl
 	return make_partition(p, m, c, cost_fwd, cost_bwd, err);
 }
 
+double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k)
+{
+	/* mirrors the engine's arenas (engine.c alloc_chunks) */
+	int a = p->first[k], b = p->first[k + 1], nl = b - a, slots = p->slots[k] > 0 ? p->slots[k] : 1;
+	int split = 0;
+	for (int r = 0; r < p->ranks; r++)
+		for (int j = 0; j < p->nops[r]; j++)
+			split |= p->ops[r][j].kind == PH_OP_I;
+	double mb = m->max_batch, inner = 0, last, per_slot_extra = 0;
+	for (int l = a; l + 1 < b; l++)
+		inner += (4.0 * (double)ph_shape_numel(&m->layers[l].meta.out) + (double)m->layers[l].meta.saved_bytes) * mb;
+	last = (4.0 * (double)ph_shape_numel(&m->layers[b - 1].meta.out) + (double)m->layers[b - 1].meta.saved_bytes) * mb;
+	if (k + 1 < p->nchunks)
+		per_slot_extra += 4.0 * (double)ph_shape_numel(&m->layers[b - 1].meta.out) * mb; /* output gradient */
+	if (split) {
+		for (int l = a; l + 1 < b; l++)
+			per_slot_extra += 4.0 * (double)ph_shape_numel(&m->layers[l].meta.out) * mb; /* kept from I to W */
+		if (k > 0)
+			per_slot_extra += 4.0 * (double)ph_shape_numel(&m->layers[a].in) * mb; /* own input copy */
+	}
+	int mode = c->run.recompute;
+	(void)nl;
+	if (mode == PH_RECOMPUTE_NO)
+		return slots * (inner + last + per_slot_extra);
+	/* lean slots keep the last output; one set of work buffers (every
+	 * layer's output and saved bytes) serves the rerun */
+	double last_out = 4.0 * (double)ph_shape_numel(&m->layers[b - 1].meta.out) * mb;
+	double lean = inner + last + slots * (last_out + per_slot_extra);
+	if (mode == PH_RECOMPUTE_YES)
+		return lean;
+	/* except_last: plus one full slot for the last micro-batch */
+	return lean + inner + last + per_slot_extra;
+}
+
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c)
 {
 	double total = 0;
@@ -391,12 +425,11 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	for (int k = 0; k < p->nchunks; k++) {
 		int a = p->first[k], b = p->first[k + 1] - 1;
 		int64_t params = 0;
-		double cost = 0, keep = 0, scratch = 0;
+		double cost = 0, scratch = 0;
 		for (int i = a; i <= b; i++) {
 			const ph_layer *l = &m->layers[i];
 			params += l->param_numel;
 			cost += l->meta.fwd_flops + l->meta.bwd_flops;
-			keep += (4.0 * (double)ph_shape_numel(&l->meta.out) + (double)l->meta.saved_bytes) * m->max_batch;
 			if (l->meta.scratch_bytes > scratch)
 				scratch = (double)l->meta.scratch_bytes;
 		}
@@ -405,7 +438,7 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 			snprintf(range, sizeof range, "%s (%d)", m->layers[a].cfg->name, a);
 		else
 			snprintf(range, sizeof range, "%s..%s (%d-%d)", m->layers[a].cfg->name, m->layers[b].cfg->name, a, b);
-		double mem = 4.0 * (double)params * (2 + spp) + keep * p->slots[k] + scratch;
+		double mem = 4.0 * (double)params * (2 + spp) + ph_plan_activation_bytes(p, m, c, k) + scratch;
 		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10.1f\n", k, k % p->ranks, "cpu", range,
 			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], mem / (1024.0 * 1024.0));
 	}

@@ -173,7 +173,8 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		double share = total > 0 ? (f + bw) / total : 0;
 		if (share > max_cost)
 			max_cost = share;
-		double pbytes = 4.0 * (double)params, act = keep * p->slots[k];
+		double pbytes = 4.0 * (double)params, act = ph_plan_activation_bytes(p, m, c, k);
+		(void)keep;
 		double mem = pbytes * (2 + spp) + act + scratch;
 		if (mem > peak)
 			peak = mem;
