@@ -383,7 +383,7 @@ double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_co
 	/* mirrors the engine's arenas (engine.c alloc_chunks) */
 	int a = p->first[k], b = p->first[k + 1], nl = b - a, slots = p->slots[k] > 0 ? p->slots[k] : 1;
 	int split = 0;
-	for (int r = 0; r < p->ranks; r++)
+	for (int r = 0; p->ops && p->nops && r < p->ranks; r++)
 		for (int j = 0; j < p->nops[r]; j++)
 			split |= p->ops[r][j].kind == PH_OP_I;
 	double mb = m->max_batch, inner = 0, last, per_slot_extra = 0;

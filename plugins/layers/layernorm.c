@@ -5,8 +5,9 @@
  *   y = (x - mean) / sqrt(var + eps) * weight + bias    per row of C
  *   weight [C] (ones), bias [C] (zeros), both exempt from weight decay
  *
- * Statistics in double (population variance).  Saved per sample: the mean
- * and 1/sqrt(var + eps) of each row, rows*2 floats: all the means of the
+ * Statistics in float, two-pass, population variance, row sums in a fixed
+ * lane order (transformer_ops.h).  Saved per sample: the mean and
+ * 1/sqrt(var + eps) of each row, rows*2 floats: all the means of the
  * micro-batch first, then all the rstds.
  */
 #include <float.h>

@@ -49,6 +49,7 @@ pkglib_LTLIBRARIES += plugins/layers/layernorm.la
 plugins_layers_layernorm_la_SOURCES = plugins/layers/layernorm.c plugins/layers/transformer_ops.h
 plugins_layers_layernorm_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_layernorm_la_LIBADD = -lm
+plugins_layers_layernorm_la_CFLAGS = $(AM_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/gelu.la
 plugins_layers_gelu_la_SOURCES = plugins/layers/gelu.c plugins/layers/transformer_ops.h
@@ -57,9 +58,10 @@ plugins_layers_gelu_la_LIBADD = -lm
 plugins_layers_gelu_la_CFLAGS = $(AM_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/seq_xent.la
-plugins_layers_seq_xent_la_SOURCES = plugins/layers/seq_xent.c
+plugins_layers_seq_xent_la_SOURCES = plugins/layers/seq_xent.c plugins/layers/transformer_ops.h
 plugins_layers_seq_xent_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_seq_xent_la_LIBADD = -lm
+plugins_layers_seq_xent_la_CFLAGS = $(AM_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/attention.la
 plugins_layers_attention_la_SOURCES = plugins/layers/attention.c plugins/layers/transformer_ops.h

@@ -5,7 +5,12 @@
  *   y[b][0] = sum over t of -log softmax(x_bt)[t_bt]  = logsumexp(x_bt) - x_bt[t_bt]
  *   y[b][1] = number of positions t with argmax(x_bt) == t_bt (first max on ties)
  *
- * Stable: logsumexp subtracts the row max; sums run in double, in index order.
+ * Stable: logsumexp subtracts the row max.  One float exp per logit in
+ * forward (tf_expf, vectorised) summed in TF_LANES float lanes combined in
+ * double in a fixed order (deterministic); log of the row sum in double.
+ * Forward saves each row's max and log(sum) (ctx->saved, 2 floats per
+ * position: all the maxes of the micro-batch first, then all the log-sums),
+ * so backward is one more exp per logit, no second max or sum.
  * Backward has no dy; the host passes d(objective)/d(per-target loss) as
  * ctx->loss_scale (1/(B*T) for a mean over tokens):
  *   dx_bt = (softmax(x_bt) - onehot(t_bt)) * loss_scale
@@ -14,6 +19,7 @@
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
+#include "transformer_ops.h"
 
 typedef struct {
 	int T, V;
@@ -53,6 +59,7 @@ static int seq_xent_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	m->fwd_flops = 4.0 * s->T * (double)s->V;  /* max, subtract, exp, sum */
 	m->bwd_flops = 5.0 * s->T * (double)s->V;  /* the same again, divide, scale */
 	m->targets_per_sample = s->T;
+	m->saved_bytes = (size_t)s->T * 2 * sizeof(float);
 	return PH_OK;
 }
 
@@ -64,6 +71,8 @@ static int check_call(const seq_xent_state *s, const ph_ctx *ctx, ph_err *err)
 			       ctx->batch, s->max_batch);
 	if (!ctx->targets && ctx->batch > 0)
 		return ph_fail(err, PH_EINTERNAL, "seq_xent: called without targets");
+	if (!ctx->saved && ctx->batch > 0)
+		return ph_fail(err, PH_EINTERNAL, "seq_xent: called without saved state");
 	for (int b = 0; b < ctx->batch; b++)
 		for (int t = 0; t < s->T; t++) {
 			int32_t v = ctx->targets[(size_t)b * s->T + t];
@@ -76,21 +85,46 @@ static int check_call(const seq_xent_state *s, const ph_ctx *ctx, ph_err *err)
 	return PH_OK;
 }
 
-/* Row max and its first index; sum of exp(x - max) in double. */
-static double row_stats(const float *x, int V, float *max, int *arg)
+/* Row max (exact, so any order gives the same) and its first index. */
+static float row_max(const float *x, int V, int *arg)
 {
 	float m = x[0];
-	int a = 0;
+#pragma omp simd reduction(max : m)
 	for (int k = 1; k < V; k++)
-		if (x[k] > m) {
-			m = x[k];
+		m = x[k] > m ? x[k] : m;
+	/* first k with x[k] == m: find its block of TF_LANES with a vector test */
+	int a = 0, k = 0;
+	for (; k + TF_LANES <= V; k += TF_LANES) {
+		int hit = 0;
+#pragma omp simd reduction(| : hit)
+		for (int j = 0; j < TF_LANES; j++)
+			hit |= x[k + j] == m;
+		if (hit)
+			break;
+	}
+	for (; k < V; k++)
+		if (x[k] == m) {
 			a = k;
+			break;
 		}
-	double sum = 0.0;
-	for (int k = 0; k < V; k++)
-		sum += exp((double)x[k] - m);
-	*max = m;
 	*arg = a;
+	return m;
+}
+
+/* sum of exp(x - m): float lanes, combined in double in a fixed order */
+static double row_sumexp(const float *x, int V, float m)
+{
+	float acc[TF_LANES] = { 0 };
+	int k = 0;
+	for (; k + TF_LANES <= V; k += TF_LANES)
+#pragma omp simd
+		for (int j = 0; j < TF_LANES; j++)
+			acc[j] += tf_expf(x[k + j] - m);
+	double sum = 0.0;
+	for (int j = 0; j < TF_LANES; j++)
+		sum += acc[j];
+	for (; k < V; k++)
+		sum += tf_expf(x[k] - m);
 	return sum;
 }
 
@@ -102,15 +136,20 @@ static int seq_xent_forward(void *state, const ph_ctx *ctx, float *const *params
 	if (rc)
 		return rc;
 	const int T = s->T, V = s->V;
+	const int64_t rows = (int64_t)ctx->batch * T;
+	float *smax = ctx->saved, *slog = smax + rows;
 	for (int b = 0; b < ctx->batch; b++) {
 		double loss = 0.0;
 		int correct = 0;
 		for (int t = 0; t < T; t++) {
-			const float *xr = x + ((size_t)b * T + t) * V;
-			int tgt = ctx->targets[(size_t)b * T + t], arg;
-			float m;
-			double sum = row_stats(xr, V, &m, &arg);
-			loss += (double)m + log(sum) - xr[tgt];
+			const int64_t r = (int64_t)b * T + t;
+			const float *xr = x + r * V;
+			int tgt = ctx->targets[r], arg;
+			float m = row_max(xr, V, &arg);
+			double ls = log(row_sumexp(xr, V, m));
+			smax[r] = m;
+			slog[r] = (float)ls;
+			loss += (double)m + ls - xr[tgt];
 			correct += arg == tgt;
 		}
 		y[2 * b] = (float)loss;
@@ -119,6 +158,8 @@ static int seq_xent_forward(void *state, const ph_ctx *ctx, float *const *params
 	return PH_OK;
 }
 
+/* dx = (exp((x - max) - log(sum)) - onehot) * scale, from forward's saved
+ * max and log(sum) of each row */
 static int seq_xent_backward(void *state, const ph_ctx *ctx, float *const *params,
 			     float *const *grads, const float *x, const float *y,
 			     const float *dy, float *dx, ph_err *err)
@@ -128,17 +169,19 @@ static int seq_xent_backward(void *state, const ph_ctx *ctx, float *const *param
 	if (rc || !dx)
 		return rc;
 	const int T = s->T, V = s->V;
-	const double scale = ctx->loss_scale;
-	for (int64_t r = 0; r < (int64_t)ctx->batch * T; r++) {
+	const float scale = ctx->loss_scale;
+	const int64_t rows = (int64_t)ctx->batch * T;
+	const float *smax = ctx->saved, *slog = smax + rows;
+	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * V;
 		float *dxr = dx + r * V;
-		int tgt = ctx->targets[r], arg;
-		float m;
-		double sum = row_stats(xr, V, &m, &arg);
-		for (int k = 0; k < V; k++) {
-			double p = exp((double)xr[k] - m) / sum;
-			dxr[k] = (float)((p - (k == tgt)) * scale);
-		}
+		const int tgt = ctx->targets[r];
+		const float m = smax[r], ls = slog[r];
+#pragma omp simd
+		for (int k = 0; k < V; k++)
+			dxr[k] = tf_expf((xr[k] - m) - ls) * scale;
+		/* p - 1 is exact for p in [1/2, 1] (Sterbenz) */
+		dxr[tgt] = (tf_expf((xr[tgt] - m) - ls) - 1.0f) * scale;
 	}
 	return PH_OK;
 }

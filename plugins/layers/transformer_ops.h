@@ -20,30 +20,64 @@
 
 /* ------------------------------------------------------------------ */
 /* Layer normalisation over the last dimension (C) of `rows` rows.     */
+/*                                                                     */
+/* All in float.  Row sums run in TF_LANES fixed lanes (lane j takes    */
+/* elements j, j + TF_LANES, ...; the tail goes last) combined by a     */
+/* fixed tree: the order is written down, not left to the vectoriser,  */
+/* so results are bitwise the same for any alignment or build.         */
+
+#define TF_LANES 8
+
+static inline float tf_lanes_sum(const float *a)
+{
+	return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* sum of x[0..n) in the fixed lane order */
+static inline float tf_row_sum(const float *x, int n)
+{
+	float acc[TF_LANES] = { 0 };
+	int c = 0;
+	for (; c + TF_LANES <= n; c += TF_LANES)
+#pragma omp simd
+		for (int j = 0; j < TF_LANES; j++)
+			acc[j] += x[c + j];
+	float s = tf_lanes_sum(acc);
+	for (; c < n; c++)
+		s += x[c];
+	return s;
+}
 
 /* y = (x - mean) * rstd * w + b; mean and rstd (one per row) are kept for
- * backward.  Statistics in double, population variance. */
+ * backward.  Two-pass statistics in float, population variance. */
 static inline void tf_layernorm_forward(const float *x, float *y, const float *w,
 					const float *b, int64_t rows, int C, float eps,
 					float *mean, float *rstd)
 {
+	const float invC = 1.0f / (float)C;
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * C;
 		float *yr = y + r * C;
-		double s = 0;
-		for (int c = 0; c < C; c++)
-			s += xr[c];
-		double m = s / C, v = 0;
-		for (int c = 0; c < C; c++) {
-			double d = xr[c] - m;
+		const float m = tf_row_sum(xr, C) * invC;
+		float acc[TF_LANES] = { 0 };
+		int c = 0;
+		for (; c + TF_LANES <= C; c += TF_LANES)
+#pragma omp simd
+			for (int j = 0; j < TF_LANES; j++) {
+				float d = xr[c + j] - m;
+				acc[j] += d * d;
+			}
+		float v = tf_lanes_sum(acc);
+		for (; c < C; c++) {
+			float d = xr[c] - m;
 			v += d * d;
 		}
-		v /= C;
-		float mf = (float)m, rs = (float)(1.0 / sqrt(v + eps));
-		mean[r] = mf;
+		const float rs = 1.0f / sqrtf(v * invC + eps);
+		mean[r] = m;
 		rstd[r] = rs;
-		for (int c = 0; c < C; c++)
-			yr[c] = (xr[c] - mf) * rs * w[c] + b[c];
+#pragma omp simd
+		for (int k = 0; k < C; k++)
+			yr[k] = (xr[k] - m) * rs * w[k] + b[k];
 	}
 }
 
@@ -54,21 +88,32 @@ static inline void tf_layernorm_backward_input(const float *x, const float *dy, 
 {
 	if (!dx)
 		return;
+	const float invC = 1.0f / (float)C;
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * C, *dyr = dy + r * C;
 		float *dxr = dx + r * C;
 		const float m = mean[r], rs = rstd[r];
-		double sg = 0, sgx = 0;
-		for (int c = 0; c < C; c++) {
-			double g = (double)dyr[c] * w[c];
+		float ag[TF_LANES] = { 0 }, agx[TF_LANES] = { 0 };
+		int c = 0;
+		for (; c + TF_LANES <= C; c += TF_LANES)
+#pragma omp simd
+			for (int j = 0; j < TF_LANES; j++) {
+				float g = dyr[c + j] * w[c + j];
+				ag[j] += g;
+				agx[j] += g * ((xr[c + j] - m) * rs);
+			}
+		float sg = tf_lanes_sum(ag), sgx = tf_lanes_sum(agx);
+		for (; c < C; c++) {
+			float g = dyr[c] * w[c];
 			sg += g;
 			sgx += g * ((xr[c] - m) * rs);
 		}
-		const double mg = sg / C, mgx = sgx / C;
-		for (int c = 0; c < C; c++) {
-			double xhat = (xr[c] - m) * rs;
-			double g = (double)dyr[c] * w[c];
-			dxr[c] = (float)(rs * (g - mg - xhat * mgx));
+		const float mg = sg * invC, mgx = sgx * invC;
+#pragma omp simd
+		for (int k = 0; k < C; k++) {
+			float xhat = (xr[k] - m) * rs;
+			float g = dyr[k] * w[k];
+			dxr[k] = rs * (g - mg - xhat * mgx);
 		}
 	}
 }
@@ -81,6 +126,7 @@ static inline void tf_layernorm_backward_weight(const float *x, const float *dy,
 	for (int64_t r = 0; r < rows; r++) {
 		const float *xr = x + r * C, *dyr = dy + r * C;
 		const float m = mean[r], rs = rstd[r];
+#pragma omp simd
 		for (int c = 0; c < C; c++) {
 			dw[c] += dyr[c] * ((xr[c] - m) * rs);
 			db[c] += dyr[c];
