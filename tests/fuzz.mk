@@ -52,15 +52,12 @@ $(FUZZ_DIR)/fuzz-idx: $(FUZZ_IDX_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
 	@$(MKDIR_P) $(FUZZ_DIR)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) -o $@ $(FUZZ_IDX_SRC:%=$(top_srcdir)/%) $(FUZZ_LIBS)
 
-# Can this clang link a fuzzer?  Exit status 0 = yes.
-fuzz-probe:
-	@$(MKDIR_P) $(FUZZ_DIR)
-	@printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' \
-		>$(FUZZ_DIR)/probe.c
-	@$(FUZZ_CC) $(FUZZ_FLAGS) -o $(FUZZ_DIR)/probe $(FUZZ_DIR)/probe.c >$(FUZZ_DIR)/probe.log 2>&1
-
+# First check this clang can link a fuzzer at all (FUZZ_DIR/probe).
 fuzz-build: all
-	@if ! $(MAKE) $(AM_MAKEFLAGS) -s fuzz-probe; then \
+	@$(MKDIR_P) $(FUZZ_DIR); rm -f $(FUZZ_DIR)/probe; \
+	printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' \
+		>$(FUZZ_DIR)/probe.c; \
+	if ! $(FUZZ_CC) $(FUZZ_FLAGS) -o $(FUZZ_DIR)/probe $(FUZZ_DIR)/probe.c >$(FUZZ_DIR)/probe.log 2>&1; then \
 		echo "make fuzz: skipped: '$(FUZZ_CC) -fsanitize=fuzzer' does not work here ($(FUZZ_DIR)/probe.log);"; \
 		echo "  install clang and its fuzzer runtime (Debian: apt-get install clang libclang-rt-14-dev)"; \
 		exit 0; \
@@ -91,4 +88,4 @@ fuzz-clean:
 	rm -rf $(FUZZ_DIR)
 clean-local: fuzz-clean
 
-.PHONY: fuzz fuzz-build fuzz-probe fuzz-clean
+.PHONY: fuzz fuzz-build fuzz-clean
