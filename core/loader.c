@@ -2,6 +2,7 @@
  * hook checks, duplicate names refused. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +132,21 @@ static int add_ops(ph_registry *r, ph_plugin_kind kind, const void *ops, int fil
 	return PH_OK;
 }
 
+/* Code that other users can change must not run as ours: refuse a plugin
+ * file or directory writable by group or others (unless told otherwise). */
+static int check_writable(const ph_registry *r, const char *path, const char *what, ph_err *err)
+{
+	struct stat st;
+	if (r->allow_writable || stat(path, &st) != 0)
+		return PH_OK;
+	if (st.st_mode & (S_IWOTH | S_IWGRP))
+		return ph_fail(err, PH_EINVAL,
+			       "plugin %s %s is writable by %s; fix it with chmod go-w %s, or pass "
+			       "--allow-writable-plugins if you trust every user who can write it",
+			       what, path, st.st_mode & S_IWOTH ? "other users" : "its group", path);
+	return PH_OK;
+}
+
 int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 {
 	for (int i = 0; i < r->nfiles; i++)
@@ -138,6 +154,9 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 			return PH_OK;
 	if (strlen(file) >= sizeof r->files[0])
 		return ph_fail(err, PH_EINVAL, "plugin path too long: %s", file);
+	int rc0 = check_writable(r, file, "file", err);
+	if (rc0)
+		return rc0;
 	void *dl = dlopen(file, RTLD_NOW | RTLD_LOCAL);
 	if (!dl)
 		return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; check `ldd %s` for missing libraries",
@@ -193,6 +212,11 @@ static int load_dir(ph_registry *r, const char *dir, ph_err *err)
 	DIR *d = opendir(dir);
 	if (!d)
 		return PH_OK; /* a path entry that does not exist is not an error */
+	int rc0 = check_writable(r, dir, "directory", err);
+	if (rc0) {
+		closedir(d);
+		return rc0;
+	}
 	char **names = NULL;
 	int n = 0, cap = 0, rc = PH_OK;
 	struct dirent *de;

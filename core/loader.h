@@ -21,6 +21,7 @@ typedef struct {
 	int nfiles, files_cap;
 	ph_registry_entry *entries;
 	int nentries, entries_cap;
+	int allow_writable;        /* --allow-writable-plugins: skip the permission check */
 } ph_registry;
 
 /* Load every *.so in each directory of a colon-separated list (sorted by

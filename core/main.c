@@ -39,6 +39,7 @@ static void usage(FILE *f)
 		"      --simulate           run the schedule on the cost model: step time, bubble, peak memory\n"
 		"      --svg FILE           --simulate's timeline (default timeline.svg); --trace FILE: its Chrome trace\n"
 		"      --plugin-dir DIR     search DIR for plugins first (repeatable)\n"
+		"      --allow-writable-plugins  load plugins even from files or directories others can write\n"
 		"  -V, --version            print the version\n"
 		"plugins are searched in --plugin-dir, [run] plugin_path, $PIPEHOST_PLUGIN_PATH and %s\n",
 		PH_PLUGIN_DIR);
@@ -52,6 +53,7 @@ typedef struct {
 	int plan_only, list_plugins, list_options;
 	const char *save_weights;
 	const char *resume;     /* --resume DIR */
+	int allow_writable;     /* --allow-writable-plugins */
 	const char *plan_json; /* --plan=json: "-"; --plan-json FILE */
 	const char *trace;
 	int simulate;
@@ -60,7 +62,7 @@ typedef struct {
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
-	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME };
+	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME, OPT_ALLOWW };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
@@ -70,6 +72,7 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		{ "trace", required_argument, NULL, OPT_TRACE },
 		{ "simulate", no_argument, NULL, OPT_SIMULATE }, { "svg", required_argument, NULL, OPT_SVG },
 		{ "resume", required_argument, NULL, OPT_RESUME },
+		{ "allow-writable-plugins", no_argument, NULL, OPT_ALLOWW },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
 	int ch;
@@ -94,6 +97,7 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		case OPT_LISTOPT: cli->list_options = 1; break;
 		case OPT_SAVE: cli->save_weights = optarg; break;
 		case OPT_RESUME: cli->resume = optarg; break;
+		case OPT_ALLOWW: cli->allow_writable = 1; break;
 		case OPT_TRACE: cli->trace = optarg; break;
 		case OPT_SIMULATE: cli->simulate = 1; break;
 		case OPT_SVG: cli->svg = optarg; break;
@@ -214,6 +218,7 @@ static int run(const cli_t *cli, ph_err *err)
 {
 	ph_registry reg;
 	memset(&reg, 0, sizeof reg);
+	reg.allow_writable = cli->allow_writable;
 	char path[8192];
 	int rc;
 	if (!cli->config) {

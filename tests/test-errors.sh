@@ -65,6 +65,22 @@ expect_error "malformed line" "$tmp/syntax.ini:2: cannot parse this line" -c "$t
 expect_error "loss not last" "layer loss \(softmax_xent\) is a loss and must be the last layer" \
 	-c "$tiny" --set "layer zz.type=relu" --set "layer zz.cut=yes"
 
+# a plugin others can write is code they can run as you
+mkdir -p "$tmp/open" && cp "$(echo "$PIPEHOST_PLUGIN_PATH" | cut -d: -f1)/relu.so" "$tmp/open/"
+chmod o+w "$tmp/open"
+expect_error "plugin directory writable by others" "plugin directory $tmp/open is writable by other users; fix it with chmod go-w" \
+	-c "$tiny" --plugin-dir "$tmp/open" --plan
+chmod o-w "$tmp/open" && chmod g+w "$tmp/open/relu.so"
+expect_error "plugin file writable by its group" "plugin file $tmp/open/relu.so is writable by its group" \
+	-c "$tiny" --plugin-dir "$tmp/open" --plan
+if "$PIPEHOST" -c "$tiny" --plugin-dir "$tmp/open" --plan --allow-writable-plugins >/dev/null 2>"$tmp/err"; then
+	not_ok "--allow-writable-plugins still loads the same relu twice: expected a duplicate refusal"
+elif grep -q "provided by both" "$tmp/err"; then
+	ok "--allow-writable-plugins skips the permission check (then the duplicate relu is refused)"
+else
+	not_ok "--allow-writable-plugins: $(cat "$tmp/err")"
+fi
+
 expect_error "unknown command-line option" "unknown option --bogus" --bogus
 expect_error "--set without a section" "--set steps=3: expected section.key=value" -c "$tiny" --set steps=3
 
