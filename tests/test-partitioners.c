@@ -488,6 +488,62 @@ START_TEST(test_histogram)
 }
 END_TEST
 
+/* Lingvo's PartitionSequentialLayers, written down independently: layer i
+ * goes to stage min(floor(c_i * K), K - 1), c_i the cost fraction of layers
+ * 0..i.  Fills first[] and returns 1 if no stage is empty, else 0. */
+static int lingvo_reference(const double *cost, int n, int K, int *first)
+{
+	double total = 0, run_sum = 0;
+	for (int i = 0; i < n; i++)
+		total += cost[i];
+	int count[MAXK] = { 0 };
+	for (int i = 0; i < n; i++) {
+		run_sum += cost[i];
+		int s = (int)floor(run_sum / total * K);
+		count[s < K - 1 ? s : K - 1]++;
+	}
+	first[0] = 0;
+	for (int s = 0; s < K; s++) {
+		if (count[s] == 0)
+			return 0;
+		first[s + 1] = first[s] + count[s];
+	}
+	return 1;
+}
+
+/* On random costs: where the rule leaves no stage empty, the plugin gives
+ * exactly its split (and no warning); where it does, a split with no empty
+ * stage (run() checks) and a warning that says why and suggests dp. */
+START_TEST(test_histogram_lingvo_random)
+{
+	rng_state = 12345;
+	int agree = 0, fallback = 0;
+	for (int trial = 0; trial < 2000; trial++) {
+		int n = 1 + (int)rnd(12), K = 1 + (int)rnd(n < 5 ? n : 5);
+		fx("histogram", n, K);
+		double cost[MAXN];
+		for (int i = 0; i < n; i++)
+			cost[i] = rnd(4) == 0 ? 1 + rnd(1000) : 1 + rnd(20); /* some heavy layers empty stages */
+		set_costs(cost, n);
+		int want[MAXK + 1];
+		int clean = lingvo_reference(cost, n, K, want);
+		REQUIRE(run() == PH_OK, "histogram failed: %s", E.msg);
+		if (clean) {
+			for (int s = 0; s <= K; s++)
+				REQUIRE(FIRST[s] == want[s], "trial %d: stage %d starts at %d, Lingvo's rule says %d", trial, s,
+					FIRST[s], want[s]);
+			REQUIRE(W.msg[0] == 0, "trial %d: warning on a clean split: %s", trial, W.msg);
+			agree++;
+		} else {
+			REQUIRE(strstr(W.msg, "empty") && strstr(W.msg, "dp"), "trial %d: no warning: '%s'", trial, W.msg);
+			fallback++;
+		}
+	}
+	/* both branches exercised */
+	REQUIRE(agree > 500 && fallback > 100, "agree %d, fallback %d", agree, fallback);
+}
+END_TEST
+
 START_TEST(test_type)
 {
 	fx("type", 14, 4);
@@ -732,6 +788,7 @@ static Suite *suite(void)
 	tcase_add_test(b, test_uniform_brute);
 	tcase_add_test(b, test_parameters_brute);
 	tcase_add_test(b, test_dp_brute);
+	tcase_add_test(b, test_histogram_lingvo_random);
 	tcase_add_test(b, test_fuzz_contract);
 	tcase_set_timeout(b, 30);
 	suite_add_tcase(s, b);
