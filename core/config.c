@@ -383,6 +383,19 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 	if (c->nlayers == 0)
 		return ph_fail(err, PH_EINVAL, "%s: the model has no layers; add [layer NAME] sections with type = ...",
 			       c->ini.path);
+	{
+		/* Only the CPU backend exists so far: say so rather than ignore it. */
+		char devs[PH_STR_MAX], *save = NULL;
+		snprintf(devs, sizeof devs, "%s", c->run.devices);
+		for (char *d = strtok_r(devs, ", ", &save); d; d = strtok_r(NULL, ", ", &save))
+			if (strcmp(d, "cpu") != 0) {
+				ph_ini_entry *e = ph_ini_find(&c->ini, "run", "devices");
+				return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
+						  "[run] devices = %s: this pipehost runs ranks on the CPU only (no CUDA "
+						  "backend yet); use devices = cpu",
+						  c->run.devices);
+			}
+	}
 	if (c->run.batch % c->run.micro_batches) {
 		int64_t m = c->run.micro_batches, b = c->run.batch;
 		int64_t lo = b / m * m, hi = lo + m;

@@ -81,6 +81,9 @@ else
 	not_ok "--allow-writable-plugins: $(cat "$tmp/err")"
 fi
 
+expect_error "a device this build cannot run" "devices = cuda:0: this pipehost runs ranks on the CPU only" \
+	-c "$tiny" --set run.devices=cuda:0
+
 expect_error "unknown command-line option" "unknown option --bogus" --bogus
 expect_error "--set without a section" "--set steps=3: expected section.key=value" -c "$tiny" --set steps=3
 
