@@ -177,7 +177,16 @@ static inline float tf_gelu_grad(float x)
 	return s + 2.0f * x * s * (1.0f - s) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-static inline void tf_gelu_forward(const float *x, float *y, int64_t n)
+/* The element-wise loops run where time goes after the GEMMs: give them an
+ * AVX2 clone picked at load time (ifunc), and the baseline for older CPUs.
+ * Results are deterministic on one machine either way. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TF_HOT __attribute__((target_clones("avx2", "default"), unused))
+#else
+#define TF_HOT __attribute__((unused))
+#endif
+
+TF_HOT static void tf_gelu_forward(const float *x, float *y, int64_t n)
 {
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++)
@@ -185,7 +194,7 @@ static inline void tf_gelu_forward(const float *x, float *y, int64_t n)
 }
 
 /* dx = dy * gelu'(x); dx may alias dy */
-static inline void tf_gelu_backward(const float *x, const float *dy, float *dx, int64_t n)
+TF_HOT static void tf_gelu_backward(const float *x, const float *dy, float *dx, int64_t n)
 {
 #pragma omp simd
 	for (int64_t i = 0; i < n; i++)
@@ -236,7 +245,7 @@ static inline void tf_attn_mask(const tf_attn_geom *g, uint64_t key, int b, int 
  * Writes P (pre-dropout) and att.  pd_tmp: T*T floats of scratch, used only
  * when dropping (key is the layer's rng key).
  */
-static inline void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+TF_HOT static void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
 				   const float *qkv, float *P, float *att, float *pd_tmp)
 {
 	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
@@ -285,7 +294,7 @@ static inline void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, u
  * Backward through the core: datt [batch, T, d]  ->  dqkv [batch, T, 3d] (=).
  * tmp: 2*T*T floats of scratch.
  */
-static inline void tf_attn_backward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+TF_HOT static void tf_attn_backward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
 				    const float *qkv, const float *P, const float *datt,
 				    float *dqkv, float *tmp)
 {
