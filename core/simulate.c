@@ -315,25 +315,6 @@ done:
 /* ------------------------------------------------------------------ */
 /* SVG timeline                                                         */
 
-/* Finish a temp file and move it over path: never a half-written file. */
-static int commit(FILE *f, const char *tmp, const char *path, ph_err *err)
-{
-	errno = 0;
-	int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-	int e = errno;
-	if (fclose(f) != 0 && !bad)
-		bad = 1, e = errno;
-	if (bad) {
-		unlink(tmp);
-		return ph_fail(err, PH_EIO, "cannot write the timeline %s: %s", path, e ? strerror(e) : "I/O error");
-	}
-	if (rename(tmp, path)) {
-		e = errno;
-		unlink(tmp);
-		return ph_fail(err, PH_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-	}
-	return PH_OK;
-}
 
 static const char *const kind_name[] = { "F", "B", "I", "W" };
 static const char *const kind_fill[] = { "#4e79a7", "#59a14f", "#f28e2b", "#b07aa1" };
@@ -486,5 +467,5 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 	fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555555\">%s; grey = idle</text>\n", lx + 10, ly + 11.5,
 		v > 1 ? "labels: chunk, kind, micro-batch" : "labels: kind, micro-batch");
 	fprintf(f, "</g>\n</svg>\n");
-	return commit(f, tmp, path, err);
+	return ph_file_commit(f, tmp, path, "timeline", err);
 }

@@ -10,6 +10,25 @@
 #include "plan.h"
 #include "trace.h"
 
+int ph_file_commit(FILE *f, const char *tmp, const char *path, const char *what, ph_err *err)
+{
+	errno = 0;
+	int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
+	int e = errno;
+	if (fclose(f) != 0 && !bad)
+		bad = 1, e = errno;
+	if (bad) {
+		unlink(tmp);
+		return ph_fail(err, PH_EIO, "cannot write the %s %s: %s", what, path, e ? strerror(e) : "I/O error");
+	}
+	if (rename(tmp, path)) {
+		e = errno;
+		unlink(tmp);
+		return ph_fail(err, PH_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+	}
+	return PH_OK;
+}
+
 /* "F3", "2B0" (chunk first when v > 1), "send-act 3", "recv-grad 3". */
 static void event_name(const ph_trace_event *e, int v, char *buf, size_t len)
 {
@@ -51,19 +70,5 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 	}
 	fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
 
-	errno = 0;
-	int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-	int e = errno;
-	if (fclose(f) != 0 && !bad)
-		bad = 1, e = errno;
-	if (bad) {
-		unlink(tmp);
-		return ph_fail(err, PH_EIO, "cannot write the trace %s: %s", path, e ? strerror(e) : "I/O error");
-	}
-	if (rename(tmp, path)) {
-		e = errno;
-		unlink(tmp);
-		return ph_fail(err, PH_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-	}
-	return PH_OK;
+	return ph_file_commit(f, tmp, path, "trace", err);
 }
