@@ -37,7 +37,9 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 1 /* 1.1: optional split backward (backward_input/weight) */
+#define PH_ABI_MINOR 2 /* 1.1: optional split backward (backward_input/weight)
+                       * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
+                       *      gains device_scratch_bytes (see device.h) */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -138,6 +140,10 @@ typedef struct {
 	size_t saved_bytes;        /* per sample, kept from forward to backward besides x, y */
 	size_t scratch_bytes;      /* for max_batch samples; shared, valid during one call */
 	int targets_per_sample;    /* loss layers: int32 targets per sample */
+	/* ABI 1.2: scratch on a CUDA device, when it differs from scratch_bytes
+	 * (a cuDNN workspace, say); 0 = scratch_bytes.  The host zeroes the
+	 * struct before meta(), so an older plugin leaves it 0. */
+	size_t device_scratch_bytes;
 } ph_layer_meta;
 
 /* Flags in ph_layer_ops.flags. */
@@ -162,7 +168,18 @@ typedef struct {
 	/* Loss layers only. */
 	const int32_t *targets; /* batch * targets_per_sample */
 	float loss_scale;       /* backward: d(objective)/d(per-target loss) */
+	/* ---- ABI 1.2, CUDA only (NULL / 0 on the CPU) ----
+	 * On CUDA every tensor pointer above (params, grads, x, y, dy, dx,
+	 * scratch, saved, targets) is device memory of the rank's GPU; work goes
+	 * on `stream` and the host orders it; a hook never synchronises. */
+	const struct ph_gpu_api *gpu; /* host services: GEMM at the run's precision */
+	void *dnn;              /* cudnnHandle_t bound to `stream` */
+	int precision;          /* PH_PREC_*: what `[run] precision` asked for */
 } ph_ctx;
+
+/* [run] precision.  bf16: matrix products in bf16 on tensor cores with fp32
+ * accumulation; tensors in memory and master weights stay fp32. */
+enum { PH_PREC_FP32 = 0, PH_PREC_BF16 = 1 };
 
 typedef struct {
 	ph_ops_head head;

@@ -10,11 +10,18 @@
 
 #include <stdint.h>
 
+/* Callable from CUDA kernels too: a layer's .cu twin draws the same bits. */
+#ifdef __CUDACC__
+#define PH_RNG_FN static inline __host__ __device__
+#else
+#define PH_RNG_FN static inline
+#endif
+
 typedef struct {
 	uint32_t v[4];
 } ph_philox4;
 
-static inline ph_philox4 ph_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo)
+PH_RNG_FN ph_philox4 ph_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo)
 {
 	uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
 	uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32);
@@ -36,7 +43,7 @@ static inline ph_philox4 ph_philox4x32(uint64_t key, uint64_t ctr_hi, uint64_t c
 }
 
 /* Mix several 64-bit words into one key (splitmix64 finaliser). */
-static inline uint64_t ph_mix64(uint64_t x)
+PH_RNG_FN uint64_t ph_mix64(uint64_t x)
 {
 	x += 0x9E3779B97F4A7C15ull;
 	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -45,19 +52,19 @@ static inline uint64_t ph_mix64(uint64_t x)
 }
 
 /* The key of a (seed, step, micro-batch, layer) draw. */
-static inline uint64_t ph_rng_key(uint64_t seed, uint64_t step, uint64_t mb, uint64_t layer)
+PH_RNG_FN uint64_t ph_rng_key(uint64_t seed, uint64_t step, uint64_t mb, uint64_t layer)
 {
 	return ph_mix64(ph_mix64(ph_mix64(ph_mix64(seed) ^ step) ^ mb) ^ layer);
 }
 
 /* Uniform float in [0, 1) from 32 random bits (24 significant bits). */
-static inline float ph_u01(uint32_t bits)
+PH_RNG_FN float ph_u01(uint32_t bits)
 {
 	return (float)(bits >> 8) * (1.0f / 16777216.0f);
 }
 
 /* The i-th uniform number of stream `key`: element i of a tensor. */
-static inline float ph_rng_uniform(uint64_t key, uint64_t i)
+PH_RNG_FN float ph_rng_uniform(uint64_t key, uint64_t i)
 {
 	ph_philox4 r = ph_philox4x32(key, 0, i >> 2);
 	return ph_u01(r.v[i & 3]);

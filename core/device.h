@@ -1,0 +1,97 @@
+/* Devices: where a rank's tensors live and how bytes move between them.
+ *
+ * The CPU needs none of this: the engine's CPU path is plain memory.  For
+ * CUDA the host loads one backend module, pipehost-cuda.so (core/cuda/),
+ * the first time a run names a CUDA device, so a CPU-only run never loads
+ * the CUDA runtime, cuBLAS or cuDNN, and a binary built with CUDA still
+ * starts on a machine without a GPU.  The module exports one symbol,
+ * ph_cuda_backend(), returning the ops below (fio's ioengine ops, in short).
+ *
+ * A "rank state" is one pipeline rank's view of its GPU: the device
+ * ordinal, a stream, and the cuBLAS, cuBLASLt and cuDNN handles bound to
+ * that stream.  Handles are not shared between ranks, so ranks on one GPU
+ * run on their own streams and order their hand-offs with events. */
+#ifndef PH_CORE_DEVICE_H
+#define PH_CORE_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <pipehost/plugin.h>
+
+#include "optim.h"
+
+#define PH_CUDA_BACKEND_SYMBOL "ph_cuda_backend"
+#define PH_CUDA_BACKEND_FILE "pipehost-cuda.so"
+
+enum { PH_COPY_H2D = 0, PH_COPY_D2H = 1, PH_COPY_D2D = 2 };
+
+typedef struct ph_device_ops {
+	uint32_t struct_size;
+
+	/* GPUs visible to this process (0 where there is no driver). */
+	int (*count)(int *n, ph_err *err);
+	/* Name and memory of GPU `ordinal`, for the plan table. */
+	int (*describe)(int ordinal, char *name, size_t len, size_t *total_bytes, ph_err *err);
+
+	/* One rank's stream and handles on GPU `ordinal`. */
+	int (*open)(int ordinal, int precision, void **rank_state, ph_err *err);
+	void (*close)(void *rs);
+	/* Make the rank's GPU current on the calling thread. */
+	int (*bind)(void *rs, ph_err *err);
+	/* Fill ctx->stream, blas, dnn, gpu and precision for a layer call. */
+	void (*fill_ctx)(void *rs, ph_ctx *ctx);
+
+	/* Zeroed device memory on the rank's GPU. */
+	int (*alloc)(void *rs, size_t bytes, void **p, ph_err *err);
+	void (*free)(void *rs, void *p);
+	/* Ordered on the rank's stream.  H2D returns once src may be reused;
+	 * D2H returns once dst holds the bytes; D2D does not wait, and works
+	 * between two GPUs too (peer copy). */
+	int (*copy)(void *rs, void *dst, const void *src, size_t bytes, int dir, ph_err *err);
+	int (*zero)(void *rs, void *p, size_t bytes, ph_err *err);
+	/* Wait for everything queued on the rank's stream. */
+	int (*sync)(void *rs, ph_err *err);
+
+	/* Cross-stream ordering: record on the producer's stream, wait on the
+	 * consumer's.  The host keeps one event per link and micro-batch. */
+	int (*event_create)(void *rs, void **ev, ph_err *err);
+	void (*event_destroy)(void *ev);
+	int (*event_record)(void *rs, void *ev, ph_err *err);
+	int (*event_wait)(void *rs, void *ev, ph_err *err);
+
+	/* The optimizer step of one tensor on the GPU, the same arithmetic as
+	 * ph_optim_update (optim.c) after scaling g by grad_scale (clipping);
+	 * then g is zeroed for the next step. */
+	int (*optim_update)(void *rs, const ph_optim_config *c, int64_t t, double lr, float *w, float *g, float *s,
+			    int64_t n, int decay, float grad_scale, ph_err *err);
+	/* sum(g^2) in double, in a fixed order; waits for the result. */
+	int (*sumsq)(void *rs, const float *g, int64_t n, double *out, ph_err *err);
+	/* Tied copies on one GPU: a = a + b; b = a. */
+	int (*tie_sum)(void *rs, float *a, float *b, int64_t n, ph_err *err);
+} ph_device_ops;
+
+typedef const ph_device_ops *(*ph_cuda_backend_fn)(void);
+
+/* What `[run] devices` asks for, rank by rank. */
+typedef struct {
+	int ranks;
+	int cuda;        /* any rank on a GPU */
+	int *ordinal;    /* [ranks]: -1 = CPU, else the CUDA device */
+} ph_placement;
+
+/* Parse `[run] devices` for `ranks` ranks:
+ *   cpu                  every rank on the CPU
+ *   auto                 the GPUs round-robin, or the CPU where there is none
+ *   cuda                 every rank on cuda:0
+ *   cuda:0,cuda:0,cuda:1 one entry per rank (a single entry serves all)
+ * "auto" and cuda:N ask the backend how many GPUs exist; a request it
+ * cannot serve fails with one line saying what to do. */
+int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *err);
+void ph_placement_free(ph_placement *pl);
+
+/* The CUDA backend, loaded on first use; NULL with a reason when this
+ * pipehost was built without CUDA or the module cannot be loaded. */
+const ph_device_ops *ph_cuda_backend(ph_err *err);
+
+#endif

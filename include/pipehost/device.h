@@ -1,0 +1,56 @@
+/*
+ * pipehost device services (ABI 1.2): what the host offers a layer's CUDA
+ * twin through ph_ctx.gpu.  Plain C, no CUDA header needed to include it.
+ *
+ * Why the host does the matrix products: the precision policy (`[run]
+ * precision = fp32|bf16`), the cuBLAS handle per rank and its workspace are
+ * the host's, and a layer plugin that calls through this table needs only
+ * the CUDA runtime, not cuBLAS (whose 0.1 s load time every CPU run would
+ * otherwise pay).  A plugin is free to link cuBLAS itself and use ctx->blas.
+ *
+ * Every call is asynchronous on ctx->stream and returns PH_OK or an error
+ * code with one line in err.
+ */
+#ifndef PIPEHOST_DEVICE_H
+#define PIPEHOST_DEVICE_H
+
+#include <stdint.h>
+
+#include <pipehost/plugin.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Fused epilogues of ph_gpu_api.gemm_ex (cuBLASLt where it has them). */
+enum {
+	PH_EPI_NONE = 0,
+	PH_EPI_BIAS = 1,      /* C[i][j] += bias[j] */
+	PH_EPI_BIAS_GELU = 2  /* C = gelu_tanh(A*B + bias); pre-activation to aux */
+};
+
+typedef struct ph_gpu_api {
+	uint32_t struct_size;       /* sizeof, as the host built it */
+
+	/* Row-major, batched, as cblas_sgemm with CblasRowMajor:
+	 *   C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b],   b = 0..batch-1
+	 * op(A) is M x K, op(B) is K x N, C is M x N; X[b] = X + b * strideX.
+	 * Runs at ctx->precision: fp32 exactly (no TF32), or bf16 tensor-core
+	 * products with fp32 accumulation. */
+	int (*gemm)(const ph_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, float alpha,
+		    const float *A, int lda, int64_t stride_a, const float *B, int ldb, int64_t stride_b,
+		    float beta, float *C, int ldc, int64_t stride_c, int batch, ph_err *err);
+
+	/* One product with a fused epilogue (batch 1, beta 0):
+	 *   C = epi(op(A) * op(B) + bias)
+	 * bias has N floats; with PH_EPI_BIAS_GELU the pre-activation goes to
+	 * aux (M x N, leading dimension ldc) for the backward. */
+	int (*gemm_ex)(const ph_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
+		       const float *A, int lda, const float *B, int ldb, float *C, int ldc,
+		       int epilogue, const float *bias, float *aux, ph_err *err);
+} ph_gpu_api;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPEHOST_DEVICE_H */
