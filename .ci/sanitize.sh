@@ -21,7 +21,8 @@ fuzz_seconds=${FUZZ_SECONDS:-30}
 # 1. make check under ASan + UBSan.
 mkdir -p "$root/sanitize"
 cd "$root/sanitize"
-"$src/configure" -q --enable-sanitizers
+# CPU only: the CUDA runtime does not run under ASan, and there is no GPU here
+"$src/configure" -q --enable-sanitizers --without-cuda
 make -j"$jobs"
 export ASAN_OPTIONS=detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -42,6 +43,6 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 # 2. Fuzz every parser of untrusted bytes.
 mkdir -p "$root/fuzz"
 cd "$root/fuzz"
-"$src/configure" -q
+"$src/configure" -q --without-cuda
 make -j"$jobs" fuzz FUZZ_SECONDS="$fuzz_seconds"
 echo "sanitize: make check clean under ASan+UBSan; fuzzers ran ${fuzz_seconds}s each without a crash"

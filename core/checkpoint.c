@@ -848,8 +848,8 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 		if ((size_t)snprintf(wf, sizeof wf, "%s/" WEIGHTS_FILE, sdir) >= sizeof wf ||
 		    (size_t)snprintf(of, sizeof of, "%s/" OPTIM_FILE, sdir) >= sizeof of)
 			rc = ph_fail(err, PH_EINVAL, "checkpoint path too long");
-		else if (!(rc = ph_safetensors_read(wf, w, nw, err)))
-			rc = ph_safetensors_read(of, s, ns, err);
+		else if (!(rc = ph_safetensors_read(wf, w, nw, err)) && !(rc = ph_safetensors_read(of, s, ns, err)))
+			rc = ph_engine_upload_tensors(e, err);
 	}
 	free(w);
 	free(s);

@@ -16,7 +16,11 @@ const ph_option ph_run_options[] = {
 	PH_OPT_INT_(ph_run_cfg, batch, "batch", "64", 1, 1 << 24, "samples per step, split evenly into micro-batches"),
 	PH_OPT_INT_(ph_run_cfg, epochs, "epochs", "1", 1, 100000, "passes over the training set (when steps = 0)"),
 	PH_OPT_INT_(ph_run_cfg, steps, "steps", "0", 0, PH_NO_MAX, "optimizer steps to run; 0 = epochs * steps per epoch"),
-	PH_OPT_STRING_(ph_run_cfg, devices, "devices", "cpu", "device of each rank: cpu (this build runs ranks on the CPU)"),
+	PH_OPT_STRING_(ph_run_cfg, devices, "devices", "cpu",
+		       "device of each rank: cpu, auto (the GPUs round-robin, else the CPU), cuda, or a list cuda:0,cuda:0,cuda:1 "
+		       "with one entry per rank (ranks may share a GPU)"),
+	PH_OPT_CHOICE_(ph_run_cfg, precision, "precision", "fp32", "fp32|bf16",
+		       "CUDA matrix products: fp32, or bf16 on tensor cores with fp32 accumulation and fp32 master weights"),
 	PH_OPT_INT_(ph_run_cfg, threads, "threads", "1", 0, 256, "BLAS threads per rank (0 = cores / ranks); bitwise reproducibility holds for equal values"),
 	PH_OPT_INT_(ph_run_cfg, log_every, "log_every", "100", 1, PH_NO_MAX, "steps between progress lines when not on a terminal"),
 	PH_OPT_STRING_(ph_run_cfg, metrics, "metrics", "", "write one JSON object per logged step and evaluation to this file"),
@@ -384,17 +388,19 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		return ph_fail(err, PH_EINVAL, "%s: the model has no layers; add [layer NAME] sections with type = ...",
 			       c->ini.path);
 	{
-		/* Only the CPU backend exists so far: say so rather than ignore it. */
-		char devs[PH_STR_MAX], *save = NULL;
-		snprintf(devs, sizeof devs, "%s", c->run.devices);
-		for (char *d = strtok_r(devs, ", ", &save); d; d = strtok_r(NULL, ", ", &save))
-			if (strcmp(d, "cpu") != 0) {
-				ph_ini_entry *e = ph_ini_find(&c->ini, "run", "devices");
-				return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
-						  "[run] devices = %s: this pipehost runs ranks on the CPU only (no CUDA "
-						  "backend yet); use devices = cpu",
-						  c->run.devices);
-			}
+		/* where each rank runs: a bad list, or a GPU that is not there,
+		 * stops here, before anything is allocated */
+		ph_ini_entry *e = ph_ini_find(&c->ini, "run", "devices");
+		ph_err e2 = { { 0 } };
+		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, &e2)))
+			return where_fail(c, e ? e->line : 0, rc, err, "[run] %s", e2.msg);
+		if (c->run.precision == PH_PREC_BF16 && !c->place.cuda) {
+			ph_ini_entry *pe = ph_ini_find(&c->ini, "run", "precision");
+			return where_fail(c, pe ? pe->line : 0, PH_EINVAL, err,
+					  "[run] precision = bf16 needs a CUDA device (devices = %s runs on the CPU, "
+					  "which computes in fp32); use precision = fp32 or devices = cuda",
+					  c->run.devices);
+		}
 	}
 	if (c->run.batch % c->run.micro_batches) {
 		int64_t m = c->run.micro_batches, b = c->run.batch;
@@ -414,6 +420,7 @@ void ph_config_free(ph_config *c)
 	free(c->layers);
 	free(c->partitioner_config);
 	free(c->schedule_config);
+	ph_placement_free(&c->place);
 	ph_ini_free(&c->ini);
 	memset(c, 0, sizeof *c);
 }

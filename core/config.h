@@ -5,6 +5,7 @@
 
 #include <pipehost/plugin.h>
 
+#include "device.h"
 #include "inifile.h"
 #include "loader.h"
 #include "optim.h"
@@ -28,6 +29,7 @@ typedef struct {
 	char save_weights[PH_STR_MAX];
 	int recompute;           /* PH_RECOMPUTE_* */
 	char init[PH_STR_MAX];   /* safetensors file to load the initial weights from */
+	int precision;           /* PH_PREC_* (plugin.h) */
 } ph_run_cfg;
 
 enum { PH_RECOMPUTE_NO = 0, PH_RECOMPUTE_YES = 1, PH_RECOMPUTE_EXCEPT_LAST = 2 };
@@ -93,6 +95,7 @@ typedef struct {
 	void *schedule_config;
 	ph_layer_cfg *layers;
 	int nlayers;
+	ph_placement place;      /* [run] devices, rank by rank */
 } ph_config;
 
 /* Read the INI file, apply overrides, and return the raw plugin path the

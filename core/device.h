@@ -5,7 +5,7 @@
  * the first time a run names a CUDA device, so a CPU-only run never loads
  * the CUDA runtime, cuBLAS or cuDNN, and a binary built with CUDA still
  * starts on a machine without a GPU.  The module exports one symbol,
- * ph_cuda_backend(), returning the ops below (fio's ioengine ops, in short).
+ * ph_cuda_backend_ops(), returning the ops below (fio's ioengine ops, in short).
  *
  * A "rank state" is one pipeline rank's view of its GPU: the device
  * ordinal, a stream, and the cuBLAS, cuBLASLt and cuDNN handles bound to
@@ -21,7 +21,7 @@
 
 #include "optim.h"
 
-#define PH_CUDA_BACKEND_SYMBOL "ph_cuda_backend"
+#define PH_CUDA_BACKEND_SYMBOL "ph_cuda_backend_ops"
 #define PH_CUDA_BACKEND_FILE "pipehost-cuda.so"
 
 enum { PH_COPY_H2D = 0, PH_COPY_D2H = 1, PH_COPY_D2D = 2 };
@@ -61,14 +61,15 @@ typedef struct ph_device_ops {
 	int (*event_wait)(void *rs, void *ev, ph_err *err);
 
 	/* The optimizer step of one tensor on the GPU, the same arithmetic as
-	 * ph_optim_update (optim.c) after scaling g by grad_scale (clipping);
-	 * then g is zeroed for the next step. */
+	 * ph_optim_update (optim.c); then g is zeroed for the next step. */
 	int (*optim_update)(void *rs, const ph_optim_config *c, int64_t t, double lr, float *w, float *g, float *s,
-			    int64_t n, int decay, float grad_scale, ph_err *err);
+			    int64_t n, int decay, ph_err *err);
 	/* sum(g^2) in double, in a fixed order; waits for the result. */
 	int (*sumsq)(void *rs, const float *g, int64_t n, double *out, ph_err *err);
 	/* Tied copies on one GPU: a = a + b; b = a. */
 	int (*tie_sum)(void *rs, float *a, float *b, int64_t n, ph_err *err);
+	/* Clipping: g = (float)(g * scale), as the CPU does it. */
+	int (*scale)(void *rs, float *g, int64_t n, double scale, ph_err *err);
 } ph_device_ops;
 
 typedef const ph_device_ops *(*ph_cuda_backend_fn)(void);

@@ -11,6 +11,12 @@
  * exception is a split backward: the receiver's W may run after the sender's,
  * so there the receiver copies its input into its own slot at the forward.
  *
+ * On CUDA (core/device.h) the same layout lives in GPU memory; each rank
+ * queues its work on its own stream, a link also carries an event per
+ * micro-batch (recorded by the sender, waited on by the receiver's stream),
+ * and every rank waits for its stream at the end of a job.  Parameters and
+ * optimizer state keep a host mirror for init, checkpoints and weights.
+ *
  * Recomputation (`[run] recompute`): a lean slot keeps only the chunk's last
  * output and its saved bytes; the inner layers write shared work buffers,
  * which are rebuilt by rerunning the forward just before the backward (and
@@ -24,6 +30,7 @@
 
 #include <cblas.h>
 
+#include "device.h"
 #include "engine.h"
 #include "trace.h"
 #include "optim.h"
@@ -62,10 +69,12 @@ typedef struct {
 	const float **y;     /* [m] sender output */
 	float **dy;          /* [m] sender's slot for the gradient */
 	uint8_t *act, *grad; /* [m] posted flags */
+	void **act_ev, **grad_ev; /* CUDA: [m] events the receiver's stream waits on */
 } link_t;
 
 typedef struct {
-	float *w, *g, *s;
+	float *w, *g, *s;    /* where the layer computes (GPU memory on CUDA) */
+	float *hw, *hs;      /* host mirrors of w and s (the same arrays on the CPU) */
 	float *pw[PH_MAX_PARAMS], *pg[PH_MAX_PARAMS];
 } lparams_t;
 
@@ -84,6 +93,13 @@ struct ph_engine {
 	float *data_x;       /* [batch, in] */
 	int32_t *data_y;
 	double *loss_mb, *correct_mb;
+	/* CUDA: NULL dev means every rank is on the CPU */
+	const ph_device_ops *dev;
+	void **rs;           /* [ranks] rank states */
+	float *d_data_x;     /* the batch on the GPU */
+	int32_t *d_data_y;
+	float *d_loss;       /* [m][mbsize][2]: each micro-batch's loss-layer output */
+	float *h_loss;
 	/* eval lists: F only, R micro-batches per round */
 	ph_op **eval_ops;
 	int *eval_nops;
@@ -151,8 +167,10 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 	ctx->scratch = ch->scratch;
 	ctx->saved = saved;
 	ctx->device = PH_DEV_CPU;
+	if (e->dev)
+		e->dev->fill_ctx(e->rs[ch->rank], ctx);
 	if (layer == e->model->n - 1) {
-		ctx->targets = e->data_y + (size_t)mb * e->mbsize * e->tps;
+		ctx->targets = (e->dev ? e->d_data_y : e->data_y) + (size_t)mb * e->mbsize * e->tps;
 		ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->tps));
 	}
 }
@@ -212,10 +230,16 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 	sl->mb = mb;
 	ch->mb_slot[mb] = s;
 	if (c == 0) {
-		ch->mb_x[mb] = e->data_x + (size_t)mb * e->mbsize * e->in_numel;
+		ch->mb_x[mb] = (e->dev ? e->d_data_x : e->data_x) + (size_t)mb * e->mbsize * e->in_numel;
 	} else if (sl->x_own) {
-		memcpy(sl->x_own, ch->mb_x[mb],
-		       (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * batch_of(e, mb) * sizeof(float));
+		size_t bytes = (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * batch_of(e, mb) * sizeof(float);
+		if (e->dev) {
+			int rc = e->dev->copy(e->rs[ch->rank], sl->x_own, ch->mb_x[mb], bytes, PH_COPY_D2D, err);
+			if (rc)
+				return rc;
+		} else {
+			memcpy(sl->x_own, ch->mb_x[mb], bytes);
+		}
 		ch->mb_x[mb] = sl->x_own;
 	}
 	int rc = forward_layers(e, c, mb, sl, NULL, err);
@@ -223,15 +247,23 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 		return rc;
 	const float *x = sl->y[ch->b - 1 - ch->a];
 	if (ch->b == e->model->n) {
-		/* the loss layer's [loss, correct] per sample, summed in sample order */
-		double loss = 0, correct = 0;
+		/* the loss layer's [loss, correct] per sample, summed in sample
+		 * order; on the GPU, kept aside and summed after the job */
 		int n = batch_of(e, mb);
-		for (int i = 0; i < n; i++) {
-			loss += x[2 * i];
-			correct += x[2 * i + 1];
+		if (e->dev) {
+			int rc2 = e->dev->copy(e->rs[ch->rank], e->d_loss + (size_t)mb * e->mbsize * 2, x,
+					       (size_t)n * 2 * sizeof(float), PH_COPY_D2D, err);
+			if (rc2)
+				return rc2;
+		} else {
+			double loss = 0, correct = 0;
+			for (int i = 0; i < n; i++) {
+				loss += x[2 * i];
+				correct += x[2 * i + 1];
+			}
+			e->loss_mb[mb] = loss;
+			e->correct_mb[mb] = correct;
 		}
-		e->loss_mb[mb] = loss;
-		e->correct_mb[mb] = correct;
 		if (!e->training) {
 			sl->mb = -1; /* nothing downstream reads the last chunk in evaluation */
 			ch->mb_slot[mb] = -1;
@@ -360,6 +392,11 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 		slot_t *sl = &ch->slots[ch->mb_slot[mb]];
 		lk->y[mb] = sl->y[ch->b - 1 - ch->a];
 		lk->dy[mb] = sl->dy_out;
+		if (e->dev) {
+			int rc = e->dev->event_record(e->rs[ch->rank], lk->act_ev[mb], err);
+			if (rc)
+				return rc;
+		}
 		link_post(lk, lk->act, mb);
 		return PH_OK;
 	}
@@ -369,13 +406,24 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 			return PH_EINTERNAL;
 		ch->mb_x[mb] = lk->y[mb];
 		ch->mb_dx[mb] = lk->dy[mb];
+		return e->dev ? e->dev->event_wait(e->rs[ch->rank], lk->act_ev[mb], err) : PH_OK;
+	}
+	case PH_OP_SEND_GRAD: {
+		link_t *lk = &e->links[c - 1];
+		if (e->dev) {
+			int rc = e->dev->event_record(e->rs[ch->rank], lk->grad_ev[mb], err);
+			if (rc)
+				return rc;
+		}
+		link_post(lk, lk->grad, mb);
 		return PH_OK;
 	}
-	case PH_OP_SEND_GRAD:
-		link_post(&e->links[c - 1], e->links[c - 1].grad, mb);
-		return PH_OK;
-	case PH_OP_RECV_GRAD:
-		return link_wait(e, &e->links[c], e->links[c].grad, mb) ? PH_EINTERNAL : PH_OK;
+	case PH_OP_RECV_GRAD: {
+		link_t *lk = &e->links[c];
+		if (link_wait(e, lk, lk->grad, mb))
+			return PH_EINTERNAL;
+		return e->dev ? e->dev->event_wait(e->rs[ch->rank], lk->grad_ev[mb], err) : PH_OK;
+	}
 	}
 	return ph_fail(err, PH_EINTERNAL, "unknown op %d", o->kind);
 }
@@ -390,6 +438,20 @@ static int do_update(ph_engine *e, int rank)
 			lparams_t *P = &e->params[l];
 			int spp = ph_optim_state_per_param(oc);
 			int64_t off = 0;
+			if (e->dev) {
+				ph_err err = { { 0 } };
+				for (int p = 0, rc = 0; p < L->meta.nparams; p++) {
+					int64_t n = ph_shape_numel(&L->meta.params[p].shape);
+					if ((e->clip_scale != 1.0 && (rc = e->dev->scale(e->rs[rank], P->pg[p], n, e->clip_scale, &err))) ||
+					    (rc = e->dev->optim_update(e->rs[rank], oc, e->t, e->lr, P->pw[p], P->pg[p],
+								       P->s + off * spp, n, !L->meta.params[p].no_decay, &err))) {
+						set_error(e, rank, &err);
+						return rc;
+					}
+					off += n;
+				}
+				continue; /* optim_update zeroed the gradients */
+			}
 			for (int p = 0; p < L->meta.nparams; p++) {
 				int64_t n = ph_shape_numel(&L->meta.params[p].shape);
 				float *g = P->pg[p];
@@ -447,8 +509,10 @@ static void *worker_main(void *arg)
 		if (job == JOB_EXIT)
 			break;
 		ph_err err = { { 0 } };
-		int rc = PH_OK;
-		if (job == JOB_TRAIN || job == JOB_EVAL) {
+		int rc = e->dev ? e->dev->bind(e->rs[w->rank], &err) : PH_OK;
+		if (rc) {
+			/* reported below */
+		} else if (job == JOB_TRAIN || job == JOB_EVAL) {
 			const ph_op *ops = job == JOB_TRAIN ? e->plan->ops[w->rank] : e->eval_ops[w->rank];
 			int n = job == JOB_TRAIN ? e->plan->nops[w->rank] : e->eval_nops[w->rank];
 			for (int k = 0; k < n && !rc && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE); k++) {
@@ -460,6 +524,10 @@ static void *worker_main(void *arg)
 		} else if (job == JOB_UPDATE) {
 			rc = do_update(e, w->rank);
 		}
+		/* a job ends when the GPU has done it: the next job may reuse
+		 * any buffer, and the host reads losses and weights */
+		if (e->dev && !rc)
+			rc = e->dev->sync(e->rs[w->rank], &err);
 		if (rc && err.msg[0])
 			set_error(e, w->rank, &err);
 		else if (rc)
@@ -521,6 +589,33 @@ static void *zalloc(size_t bytes)
 	return calloc(1, bytes ? bytes : 1);
 }
 
+/* Zeroed memory where rank computes: host memory, or its GPU's. */
+static void *balloc(ph_engine *e, int rank, size_t bytes)
+{
+	if (!e->dev)
+		return zalloc(bytes);
+	void *p = NULL;
+	ph_err err = { { 0 } };
+	if (e->dev->alloc(e->rs[rank], bytes, &p, &err)) {
+		if (!e->err_set) {
+			e->err = err; /* the GPU's own words, for the caller to pass on */
+			e->err_set = 1;
+		}
+		return NULL;
+	}
+	return p;
+}
+
+static void bfree(ph_engine *e, int rank, void *p)
+{
+	if (!p)
+		return;
+	if (e->dev)
+		e->dev->free(e->rs[rank], p);
+	else
+		free(p);
+}
+
 /* Evaluation runs forward only, R micro-batches a round, chunks in order
  * on each rank; R is bounded by the slots training already sized. */
 static int make_eval_lists(ph_engine *e, ph_err *err)
@@ -578,9 +673,9 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 			if (in > gmax)
 				gmax = in;
 		}
-		ch->scratch = zalloc(scratch);
-		ch->gbuf[0] = zalloc(gmax * e->mbsize * sizeof(float));
-		ch->gbuf[1] = zalloc(gmax * e->mbsize * sizeof(float));
+		ch->scratch = balloc(e, ch->rank, scratch);
+		ch->gbuf[0] = balloc(e, ch->rank, gmax * e->mbsize * sizeof(float));
+		ch->gbuf[1] = balloc(e, ch->rank, gmax * e->mbsize * sizeof(float));
 		ch->mb_slot = malloc((size_t)e->m * sizeof *ch->mb_slot);
 		ch->mb_x = calloc((size_t)e->m, sizeof *ch->mb_x);
 		ch->mb_dx = calloc((size_t)e->m, sizeof *ch->mb_dx);
@@ -600,8 +695,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				ph_layer *L = &m->layers[l];
 				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
 				size_t sb = L->meta.saved_bytes * e->mbsize;
-				ch->work_y[l - ch->a] = zalloc(yb);
-				ch->work_saved[l - ch->a] = zalloc(sb);
+				ch->work_y[l - ch->a] = balloc(e, ch->rank, yb);
+				ch->work_saved[l - ch->a] = balloc(e, ch->rank, sb);
 				if (!ch->work_y[l - ch->a] || !ch->work_saved[l - ch->a])
 					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s", L->cfg->name);
 				ch->act_bytes += yb + sb;
@@ -625,9 +720,9 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				}
 				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
 				size_t sb = sl->lean ? 0 : L->meta.saved_bytes * e->mbsize;
-				sl->y[l - ch->a] = zalloc(yb);
+				sl->y[l - ch->a] = balloc(e, ch->rank, yb);
 				/* a lean slot's last layer keeps its output, not its saved bytes */
-				sl->saved[l - ch->a] = sl->lean ? ch->work_saved[l - ch->a] : zalloc(sb);
+				sl->saved[l - ch->a] = sl->lean ? ch->work_saved[l - ch->a] : balloc(e, ch->rank, sb);
 				if (!sl->y[l - ch->a] || !sl->saved[l - ch->a])
 					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
 						       L->cfg->name);
@@ -638,7 +733,7 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				for (int l = ch->a; l + 1 < ch->b; l++) {
 					size_t out = (size_t)ph_shape_numel(&m->layers[l].meta.out) * e->mbsize;
-					if (!(sl->dy[l - ch->a] = zalloc(out * sizeof(float))))
+					if (!(sl->dy[l - ch->a] = balloc(e, ch->rank, out * sizeof(float))))
 						return ph_fail(err, PH_ENOMEM, "out of memory for gradients of layer %s",
 							       m->layers[l].cfg->name);
 					ch->act_bytes += out * sizeof(float);
@@ -646,17 +741,100 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 			}
 			if (e->split && c > 0) {
 				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
-				if (!(sl->x_own = zalloc(in)))
+				if (!(sl->x_own = balloc(e, ch->rank, in)))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				ch->act_bytes += in;
 			}
 			if (c + 1 < p->nchunks) {
 				size_t out = (size_t)ph_shape_numel(&m->layers[ch->b - 1].meta.out) * e->mbsize;
-				if (!(sl->dy_out = zalloc(out * sizeof(float))))
+				if (!(sl->dy_out = balloc(e, ch->rank, out * sizeof(float))))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				ch->act_bytes += out * sizeof(float);
 			}
 		}
+	}
+	return PH_OK;
+}
+
+/* The rank that computes layer l. */
+static int layer_rank(const ph_engine *e, int l)
+{
+	for (int c = 0; c < e->plan->nchunks; c++)
+		if (l >= e->plan->first[c] && l < e->plan->first[c + 1])
+			return c % e->plan->ranks;
+	return 0;
+}
+
+/* The host copy of parameter tensor q of layer l. */
+static float *host_param(ph_engine *e, int l, int q)
+{
+	lparams_t *P = &e->params[l];
+	return P->hw + (P->pw[q] - P->w);
+}
+
+/* Every rank on a GPU: load the backend, check that each layer has a CUDA
+ * twin, and open each rank's stream and handles. */
+static int open_devices(ph_engine *e, ph_err *err)
+{
+	const ph_config *c = e->cfg;
+	const ph_placement *pl = &c->place;
+	if (!(e->dev = ph_cuda_backend(err)))
+		return PH_EUNSUPPORTED;
+	for (int r = 1; r < e->plan->ranks; r++)
+		if (pl->ordinal[r] != pl->ordinal[0])
+			return ph_fail(err, PH_EUNSUPPORTED,
+				       "[run] devices = %s puts ranks on different GPUs (cuda:%d, cuda:%d); links between "
+				       "GPUs (NCCL) are not built yet: place every rank on one GPU",
+				       c->run.devices, pl->ordinal[0], pl->ordinal[r]);
+	for (int l = 0; l < e->model->n; l++) {
+		const ph_layer *L = &e->model->layers[l];
+		if (!(L->ops->devices & PH_DEV_CUDA))
+			return ph_fail(err, PH_EUNSUPPORTED,
+				       "layer %s (%s) has no CUDA implementation, and [run] devices = %s puts it on a GPU; "
+				       "use devices = cpu, or a layer plugin built with CUDA",
+				       L->cfg->name, L->ops->head.name, c->run.devices);
+	}
+	if (!(e->rs = calloc((size_t)e->plan->ranks, sizeof *e->rs)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int r = 0; r < e->plan->ranks; r++) {
+		int rc = e->dev->open(pl->ordinal[r], c->run.precision, &e->rs[r], err);
+		if (rc)
+			return rc;
+	}
+	return e->dev->bind(e->rs[0], err);
+}
+
+int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
+{
+	if (!e->dev)
+		return PH_OK;
+	int spp = ph_optim_state_per_param(&e->cfg->optim);
+	for (int l = 0; l < e->model->n; l++) {
+		lparams_t *P = &e->params[l];
+		size_t n = (size_t)e->model->layers[l].param_numel;
+		void *rs = e->rs[layer_rank(e, l)];
+		int rc;
+		if ((rc = e->dev->copy(rs, P->w, P->hw, n * sizeof(float), PH_COPY_H2D, err)) ||
+		    (rc = e->dev->copy(rs, P->s, P->hs, n * spp * sizeof(float), PH_COPY_H2D, err)))
+			return rc;
+	}
+	return PH_OK;
+}
+
+/* Bring the host mirrors up to date (weights, or optimizer state too). */
+static int download_tensors(ph_engine *e, int state, ph_err *err)
+{
+	if (!e->dev)
+		return PH_OK;
+	int spp = ph_optim_state_per_param(&e->cfg->optim);
+	for (int l = 0; l < e->model->n; l++) {
+		lparams_t *P = &e->params[l];
+		size_t n = (size_t)e->model->layers[l].param_numel;
+		void *rs = e->rs[layer_rank(e, l)];
+		int rc = state ? e->dev->copy(rs, P->hs, P->s, n * spp * sizeof(float), PH_COPY_D2H, err)
+			       : e->dev->copy(rs, P->hw, P->w, n * sizeof(float), PH_COPY_D2H, err);
+		if (rc)
+			return rc;
 	}
 	return PH_OK;
 }
@@ -681,6 +859,10 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv_job, NULL);
 	pthread_cond_init(&e->cv_done, NULL);
+	int rc0;
+
+	if (c->place.cuda && (rc0 = open_devices(e, err)))
+		return rc0;
 
 	/* BLAS threads: share the cores among the ranks. */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -697,28 +879,37 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 		ph_layer *L = &m->layers[l];
 		lparams_t *P = &e->params[l];
 		size_t n = (size_t)L->param_numel;
-		P->w = zalloc(n * sizeof(float));
-		P->g = zalloc(n * sizeof(float));
-		P->s = zalloc(n * spp * sizeof(float));
-		if (!P->w || !P->g || !P->s)
-			return ph_fail(err, PH_ENOMEM, "out of memory for the parameters of layer %s", L->cfg->name);
+		int r = layer_rank(e, l);
+		P->w = balloc(e, r, n * sizeof(float));
+		P->g = balloc(e, r, n * sizeof(float));
+		P->s = balloc(e, r, n * spp * sizeof(float));
+		P->hw = e->dev ? zalloc(n * sizeof(float)) : P->w;
+		P->hs = e->dev ? zalloc(n * spp * sizeof(float)) : P->s;
+		if (!P->w || !P->g || !P->s || !P->hw || !P->hs)
+			return ph_fail(err, PH_ENOMEM, "out of memory for the parameters of layer %s%s%s", L->cfg->name,
+				       e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
 		int64_t off = 0;
 		for (int q = 0; q < L->meta.nparams; q++) {
 			int64_t k = ph_shape_numel(&L->meta.params[q].shape);
 			P->pw[q] = P->w + off;
 			P->pg[q] = P->g + off;
-			init_tensor(P->pw[q], k, &L->meta.params[q], (uint64_t)c->run.seed, l, q);
+			init_tensor(P->hw + off, k, &L->meta.params[q], (uint64_t)c->run.seed, l, q);
 			off += k;
 		}
 	}
 	for (int k = 0; k < m->nties; k++) {
 		const ph_tie *t = &m->ties[k];
-		memcpy(e->params[t->dst_layer].pw[t->dst_param], e->params[t->src_layer].pw[t->src_param],
+		memcpy(host_param(e, t->dst_layer, t->dst_param), host_param(e, t->src_layer, t->src_param),
 		       (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape) * sizeof(float));
 	}
+	if ((rc0 = ph_engine_upload_tensors(e, err)))
+		return rc0;
 	int rc = alloc_chunks(e, err);
-	if (rc)
+	if (rc) {
+		if (e->err_set)
+			ph_fail(err, rc, "%s: %s", err->msg, e->err.msg);
 		return rc;
+	}
 	e->links = calloc((size_t)(p->nchunks > 1 ? p->nchunks - 1 : 1), sizeof *e->links);
 	if (!e->links)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -730,8 +921,14 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 		lk->dy = calloc((size_t)e->m, sizeof *lk->dy);
 		lk->act = calloc((size_t)e->m, 1);
 		lk->grad = calloc((size_t)e->m, 1);
-		if (!lk->y || !lk->dy || !lk->act || !lk->grad)
+		lk->act_ev = calloc((size_t)e->m, sizeof *lk->act_ev);
+		lk->grad_ev = calloc((size_t)e->m, sizeof *lk->grad_ev);
+		if (!lk->y || !lk->dy || !lk->act || !lk->grad || !lk->act_ev || !lk->grad_ev)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
+		for (int mb = 0; e->dev && mb < e->m; mb++)
+			if ((rc = e->dev->event_create(e->rs[0], &lk->act_ev[mb], err)) ||
+			    (rc = e->dev->event_create(e->rs[0], &lk->grad_ev[mb], err)))
+				return rc;
 	}
 	size_t B = (size_t)e->mbsize * e->m;
 	e->data_x = zalloc(B * e->in_numel * sizeof(float));
@@ -740,6 +937,16 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	e->correct_mb = calloc((size_t)e->m, sizeof(double));
 	if (!e->data_x || !e->data_y || !e->loss_mb || !e->correct_mb)
 		return ph_fail(err, PH_ENOMEM, "out of memory for the input batch");
+	if (e->dev) {
+		int last = (p->nchunks - 1) % p->ranks;
+		e->d_data_x = balloc(e, 0, B * e->in_numel * sizeof(float));
+		e->d_data_y = balloc(e, last, B * e->tps * sizeof(int32_t));
+		e->d_loss = balloc(e, last, B * 2 * sizeof(float));
+		e->h_loss = zalloc(B * 2 * sizeof(float));
+		if (!e->d_data_x || !e->d_data_y || !e->d_loss || !e->h_loss)
+			return ph_fail(err, PH_ENOMEM, "out of GPU memory for the input batch%s%s", e->err_set ? ": " : "",
+				       e->err_set ? e->err.msg : "");
+	}
 	if ((rc = make_eval_lists(e, err)))
 		return rc;
 	e->threads = calloc((size_t)p->ranks, sizeof *e->threads);
@@ -755,6 +962,46 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	return PH_OK;
 }
 
+/* GPU: the loss layer's outputs of nmb micro-batches, summed per
+ * micro-batch in sample order, as the CPU path does in run_forward. */
+static int gather_losses(ph_engine *e, int nmb, ph_err *err)
+{
+	if (!e->dev)
+		return PH_OK;
+	int last = (e->plan->nchunks - 1) % e->plan->ranks;
+	int rc = e->dev->copy(e->rs[last], e->h_loss, e->d_loss, (size_t)nmb * e->mbsize * 2 * sizeof(float),
+			      PH_COPY_D2H, err);
+	if (rc)
+		return rc;
+	for (int mb = 0; mb < nmb; mb++) {
+		const float *x = e->h_loss + (size_t)mb * e->mbsize * 2;
+		double loss = 0, correct = 0;
+		for (int i = 0; i < batch_of(e, mb); i++) {
+			loss += x[2 * i];
+			correct += x[2 * i + 1];
+		}
+		e->loss_mb[mb] = loss;
+		e->correct_mb[mb] = correct;
+	}
+	return PH_OK;
+}
+
+/* GPU: the batch in host memory goes to the first rank (inputs) and the
+ * last (targets). */
+static int upload_batch(ph_engine *e, size_t samples, ph_err *err)
+{
+	if (!e->dev)
+		return PH_OK;
+	int last = (e->plan->nchunks - 1) % e->plan->ranks, rc;
+	if ((rc = e->dev->bind(e->rs[0], err)) ||
+	    (rc = e->dev->copy(e->rs[0], e->d_data_x, e->data_x, samples * e->in_numel * sizeof(float), PH_COPY_H2D,
+			       err)) ||
+	    (rc = e->dev->copy(e->rs[last], e->d_data_y, e->data_y, samples * e->tps * sizeof(int32_t), PH_COPY_H2D,
+			       err)))
+		return rc;
+	return PH_OK;
+}
+
 static void collect(ph_engine *e, int nmb, ph_stats *st)
 {
 	/* micro-batch order, so the sum is the same for every schedule */
@@ -763,6 +1010,48 @@ static void collect(ph_engine *e, int nmb, ph_stats *st)
 		st->correct += e->correct_mb[mb];
 		st->targets += (int64_t)batch_of(e, mb) * e->tps;
 	}
+}
+
+/* After a GPU step: tied gradients summed, the clip norm (per tensor in
+ * layer order, a tied copy once, as on the CPU), then the update job. */
+static int finish_step_gpu(ph_engine *e, int64_t step, double lr, ph_err *err)
+{
+	int rc;
+	for (int k = 0; k < e->model->nties; k++) {
+		const ph_tie *t = &e->model->ties[k];
+		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
+		if ((rc = e->dev->tie_sum(e->rs[layer_rank(e, t->src_layer)], e->params[t->src_layer].pg[t->src_param],
+					  e->params[t->dst_layer].pg[t->dst_param], n, err)))
+			return rc;
+	}
+	e->clip_scale = 1.0;
+	if (e->cfg->optim.clip > 0) {
+		double total = 0;
+		for (int l = 0; l < e->model->n; l++) {
+			const ph_layer *L = &e->model->layers[l];
+			for (int q = 0; q < L->meta.nparams; q++) {
+				int copy = 0;
+				for (int k = 0; k < e->model->nties; k++)
+					copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
+				double ss = 0;
+				if (!copy && (rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
+								 ph_shape_numel(&L->meta.params[q].shape), &ss, err)))
+					return rc;
+				total += ss;
+			}
+		}
+		double norm = sqrt(total);
+		if (norm > e->cfg->optim.clip)
+			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
+	}
+	/* the tie sums ran on the main thread's queue of one rank; the
+	 * update runs on every rank's own stream */
+	for (int r = 0; r < e->plan->ranks; r++)
+		if ((rc = e->dev->sync(e->rs[r], err)))
+			return rc;
+	e->lr = lr;
+	e->t = step + 1;
+	return dispatch(e, JOB_UPDATE, err);
 }
 
 int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr, ph_stats *st,
@@ -775,11 +1064,13 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	e->step = step;
 	e->active_mbs = e->m;
 	e->last_batch = e->mbsize;
-	int rc = dispatch(e, JOB_TRAIN, err);
-	if (rc)
+	int rc;
+	if ((rc = upload_batch(e, B, err)) || (rc = dispatch(e, JOB_TRAIN, err)) || (rc = gather_losses(e, e->m, err)))
 		return rc;
 	memset(st, 0, sizeof *st);
 	collect(e, e->m, st);
+	if (e->dev)
+		return finish_step_gpu(e, step, lr, err);
 	/* Tied copies: both get the sum of their gradients (in one fixed order),
 	 * so the same update keeps them bitwise equal. */
 	for (int k = 0; k < e->model->nties; k++) {
@@ -834,7 +1125,8 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 		ph_data_gather(ds, idx, (int)n, e->data_x, e->data_y);
 		e->active_mbs = (int)((n + e->mbsize - 1) / e->mbsize);
 		e->last_batch = (int)(n - (int64_t)(e->active_mbs - 1) * e->mbsize);
-		rc = dispatch(e, JOB_EVAL, err);
+		if (!(rc = upload_batch(e, (size_t)n, err)) && !(rc = dispatch(e, JOB_EVAL, err)))
+			rc = gather_losses(e, e->active_mbs, err);
 		for (int c = 0; c < e->plan->nchunks; c++) {
 			chunk_t *ch = &e->chunks[c];
 			for (int s = 0; s < ch->nslots; s++)
@@ -851,7 +1143,9 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 
 int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 {
-	int total = 0;
+	int total = 0, rc = download_tensors(e, 0, err);
+	if (rc)
+		return rc;
 	for (int l = 0; l < e->model->n; l++)
 		total += e->model->layers[l].meta.nparams;
 	ph_tensor_ref *t = calloc((size_t)(total ? total : 1), sizeof *t);
@@ -863,7 +1157,7 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 		for (int q = 0; q < L->meta.nparams; q++, k++) {
 			snprintf(t[k].name, sizeof t[k].name, "%s.%s", L->cfg->name, L->meta.params[q].name);
 			t[k].shape = L->meta.params[q].shape;
-			t[k].data = e->params[l].pw[q];
+			t[k].data = host_param(e, l, q);
 		}
 	}
 	*refs = t;
@@ -873,7 +1167,9 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 
 int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 {
-	int spp = ph_optim_state_per_param(&e->cfg->optim), total = 0;
+	int spp = ph_optim_state_per_param(&e->cfg->optim), total = 0, rc = download_tensors(e, 1, err);
+	if (rc)
+		return rc;
 	for (int l = 0; l < e->model->n; l++)
 		total += e->model->layers[l].meta.nparams * spp;
 	ph_tensor_ref *t = calloc((size_t)(total ? total : 1), sizeof *t);
@@ -890,7 +1186,7 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 				snprintf(t[k].name, sizeof t[k].name, "%s.%s.%s", L->cfg->name, L->meta.params[q].name,
 					 spp == 1 ? "momentum" : j == 0 ? "adam_m" : "adam_v");
 				t[k].shape = L->meta.params[q].shape;
-				t[k].data = e->params[l].s + off * spp + (int64_t)j * numel;
+				t[k].data = e->params[l].hs + off * spp + (int64_t)j * numel;
 			}
 			off += numel;
 		}
@@ -957,6 +1253,9 @@ void ph_engine_destroy(ph_engine *e)
 		for (int r = 0; r < e->nthreads_started; r++)
 			pthread_join(e->threads[r], NULL);
 	}
+	ph_err quiet = { { 0 } };
+	if (e->dev && e->rs && e->rs[0])
+		e->dev->bind(e->rs[0], &quiet);
 	if (e->chunks)
 		for (int c = 0; c < e->plan->nchunks; c++) {
 			chunk_t *ch = &e->chunks[c];
@@ -965,28 +1264,28 @@ void ph_engine_destroy(ph_engine *e)
 					if (ch->slots[s].lean && l + 1 < ch->b - ch->a)
 						continue; /* the chunk's work buffers */
 					if (ch->slots[s].y)
-						free(ch->slots[s].y[l]);
+						bfree(e, ch->rank, ch->slots[s].y[l]);
 					if (ch->slots[s].saved && !ch->slots[s].lean)
-						free(ch->slots[s].saved[l]);
+						bfree(e, ch->rank, ch->slots[s].saved[l]);
 				}
 				for (int l = 0; ch->slots[s].dy && l < ch->b - ch->a; l++)
-					free(ch->slots[s].dy[l]);
+					bfree(e, ch->rank, ch->slots[s].dy[l]);
 				free(ch->slots[s].dy);
 				free(ch->slots[s].y);
 				free(ch->slots[s].saved);
-				free(ch->slots[s].dy_out);
-				free(ch->slots[s].x_own);
+				bfree(e, ch->rank, ch->slots[s].dy_out);
+				bfree(e, ch->rank, ch->slots[s].x_own);
 			}
 			for (int l = 0; ch->work_y && l < ch->b - ch->a; l++) {
-				free(ch->work_y[l]);
-				free(ch->work_saved[l]);
+				bfree(e, ch->rank, ch->work_y[l]);
+				bfree(e, ch->rank, ch->work_saved[l]);
 			}
 			free(ch->work_y);
 			free(ch->work_saved);
 			free(ch->slots);
-			free(ch->scratch);
-			free(ch->gbuf[0]);
-			free(ch->gbuf[1]);
+			bfree(e, ch->rank, ch->scratch);
+			bfree(e, ch->rank, ch->gbuf[0]);
+			bfree(e, ch->rank, ch->gbuf[1]);
 			free(ch->mb_slot);
 			free(ch->mb_x);
 			free(ch->mb_dx);
@@ -998,13 +1297,26 @@ void ph_engine_destroy(ph_engine *e)
 			free(e->links[k].dy);
 			free(e->links[k].act);
 			free(e->links[k].grad);
+			for (int mb = 0; e->dev && mb < e->m; mb++) {
+				if (e->links[k].act_ev)
+					e->dev->event_destroy(e->links[k].act_ev[mb]);
+				if (e->links[k].grad_ev)
+					e->dev->event_destroy(e->links[k].grad_ev[mb]);
+			}
+			free(e->links[k].act_ev);
+			free(e->links[k].grad_ev);
 		}
 	free(e->links);
 	if (e->params)
 		for (int l = 0; l < e->model->n; l++) {
-			free(e->params[l].w);
-			free(e->params[l].g);
-			free(e->params[l].s);
+			int r = e->plan ? layer_rank(e, l) : 0;
+			if (e->dev) {
+				free(e->params[l].hw);
+				free(e->params[l].hs);
+			}
+			bfree(e, r, e->params[l].w);
+			bfree(e, r, e->params[l].g);
+			bfree(e, r, e->params[l].s);
 		}
 	free(e->params);
 	if (e->eval_ops)
@@ -1016,6 +1328,16 @@ void ph_engine_destroy(ph_engine *e)
 	free(e->data_y);
 	free(e->loss_mb);
 	free(e->correct_mb);
+	if (e->dev) {
+		int last = (e->plan->nchunks - 1) % e->plan->ranks;
+		bfree(e, 0, e->d_data_x);
+		bfree(e, last, e->d_data_y);
+		bfree(e, last, e->d_loss);
+		free(e->h_loss);
+		for (int r = 0; e->rs && r < e->plan->ranks; r++)
+			e->dev->close(e->rs[r]);
+		free(e->rs);
+	}
 	free(e->threads);
 	free(e->workers);
 	free(e);

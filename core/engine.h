@@ -38,6 +38,11 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
  * them for a checkpoint, read into them to resume. */
 int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
 
+/* After writing into the tensors of ph_engine_tensors or
+ * ph_engine_state_tensors (an init file, a checkpoint): copy them to the
+ * GPU.  Nothing to do on the CPU, where those are the live arrays. */
+int ph_engine_upload_tensors(ph_engine *e, ph_err *err);
+
 /* Bytes of activation memory rank holds: its chunks' slots (as many as the
  * plan keeps micro-batches in flight) and, with recomputation, the shared
  * work buffers. */

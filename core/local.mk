@@ -15,7 +15,8 @@ core_libphcore_la_SOURCES = \
 	core/train.c core/train.h \
 	core/checkpoint.c core/checkpoint.h \
 	core/trace.c core/trace.h \
-	core/simulate.c core/simulate.h
+	core/simulate.c core/simulate.h \
+	core/device.c core/device.h
 core_libphcore_la_CFLAGS = $(AM_CFLAGS) $(INIH_CFLAGS) $(CJSON_CFLAGS) $(ZLIB_CFLAGS) $(BLAS_CFLAGS)
 core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(ZLIB_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
 
@@ -23,3 +24,17 @@ bin_PROGRAMS += core/pipehost
 core_pipehost_SOURCES = core/main.c
 core_pipehost_CFLAGS = $(AM_CFLAGS)
 core_pipehost_LDADD = core/libphcore.la
+
+# The CUDA backend: a module the host dlopens when a rank runs on a GPU, so
+# that CPU runs never load the CUDA libraries (core/device.h).
+EXTRA_DIST += core/cuda/backend.cu core/cuda/kernels.cuh
+if PH_CUDA
+backenddir = $(pkglibdir)/backends
+backend_LTLIBRARIES = core/cuda/pipehost-cuda.la
+core_cuda_pipehost_cuda_la_SOURCES = core/device.h
+core_cuda_pipehost_cuda_la_LDFLAGS = -module -avoid-version -shared -export-symbols-regex '^ph_cuda_backend_ops$$'
+core_cuda_pipehost_cuda_la_LIBADD = core/cuda/backend.lo $(CUDA_LIBS) -lcublas -lcudnn -lstdc++ -lm
+core/cuda/backend.lo: $(top_srcdir)/core/cuda/backend.cu $(top_srcdir)/core/cuda/kernels.cuh $(top_srcdir)/core/device.h \
+	$(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/plugin.h
+CLEANFILES += core/cuda/backend.lo core/cuda/.libs/backend.o
+endif

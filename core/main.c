@@ -307,7 +307,7 @@ static int run(const cli_t *cli, ph_err *err)
 			goto out;
 		rc = ph_safetensors_read(cfg.run.init, t, nt, err);
 		free(t);
-		if (rc)
+		if (rc || (rc = ph_engine_upload_tensors(engine, err)))
 			goto out;
 		printf("initial weights read from %s\n", cfg.run.init);
 	}

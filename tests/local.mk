@@ -5,6 +5,7 @@ TESTS_ENVIRONMENT_DIRS = \
 	PH_PARTITIONER_DIR=$(abs_top_builddir)/plugins/partitioners/.libs \
 	PIPEHOST_PLUGIN_PATH=$(abs_top_builddir)/plugins/layers/.libs:$(abs_top_builddir)/plugins/schedules/.libs:$(abs_top_builddir)/plugins/partitioners/.libs \
 	PIPEHOST=$(abs_top_builddir)/core/pipehost \
+	PIPEHOST_CUDA_BACKEND=$(abs_top_builddir)/core/cuda/.libs/pipehost-cuda.so \
 	TEST_PLUGIN_DIR=$(abs_top_builddir)/tests/plugins/.libs \
 	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir)
 AM_TESTS_ENVIRONMENT = export $(TESTS_ENVIRONMENT_DIRS);

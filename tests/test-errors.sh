@@ -81,8 +81,19 @@ else
 	not_ok "--allow-writable-plugins: $(cat "$tmp/err")"
 fi
 
-expect_error "a device this build cannot run" "devices = cuda:0: this pipehost runs ranks on the CPU only" \
-	-c "$tiny" --set run.devices=cuda:0
+# Which line depends on the build and the machine; each names the device and
+# says what to do.  cuda:99 exists nowhere.
+expect_error "a GPU that is not there" \
+	"devices = cuda:99: (this pipehost was built without CUDA|no CUDA device is visible|rank 0 asks for cuda:99 but only)" \
+	-c "$tiny" --set run.devices=cuda:99
+expect_error "a device name that is not one" "devices = gpu0: 'gpu0' is not a device; write cpu, auto, cuda, or cuda:N" \
+	-c "$tiny" --set run.devices=gpu0
+expect_error "a device list of the wrong length" "devices = cuda:0,cuda:0,cuda:0 lists 3 devices for 2 ranks" \
+	-c "$tiny" --set run.stages=2 --set run.devices=cuda:0,cuda:0,cuda:0
+expect_error "CPU and GPU ranks mixed" "--set: \\[run\\] devices = cpu,cuda:0 mixes CPU and GPU ranks" \
+	-c "$tiny" --set run.stages=2 --set run.devices=cpu,cuda:0
+expect_error "bf16 on the CPU" "precision = bf16 needs a CUDA device" \
+	-c "$tiny" --set run.precision=bf16
 
 expect_error "unknown command-line option" "unknown option --bogus" --bogus
 expect_error "--set without a section" "--set steps=3: expected section.key=value" -c "$tiny" --set steps=3

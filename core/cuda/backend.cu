@@ -1,0 +1,358 @@
+/* The CUDA backend module (pipehost-cuda.so): the device ops of
+ * core/device.h and the GPU services of <pipehost/device.h>.
+ *
+ * Loaded by the host only when a rank is placed on a GPU.  One "rank state"
+ * per pipeline rank: its GPU, its stream, and cuBLAS and cuDNN handles bound
+ * to that stream (handles are not shared between threads).  Everything is
+ * queued on the rank's stream; only D2H copies and sumsq wait. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pipehost/device.h>
+
+extern "C" {
+#include "device.h"
+}
+
+#include "kernels.cuh"
+
+struct rank_state {
+	int ordinal;
+	int precision;
+	cudaStream_t stream;
+	cublasHandle_t blas;
+	cudnnHandle_t dnn;
+	double *partial;      /* sumsq: per-block partial sums, device */
+	double *result_host;  /* sumsq: pinned host result */
+};
+
+#define TRY(err, call)                                                                             \
+	do {                                                                                       \
+		cudaError_t e_ = (call);                                                           \
+		if (e_ != cudaSuccess)                                                             \
+			return ph_fail((err), PH_EINTERNAL, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
+	} while (0)
+
+/* ---------------------------------------------------------------- */
+/* GPU services for layers (ph_gpu_api)                              */
+
+static const char *blas_status(cublasStatus_t s)
+{
+	switch (s) {
+	case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialised";
+	case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+	case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+	case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+	case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+	case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+	default: return "error";
+	}
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
+ * operands and the M/N roles; the transposes carry over unchanged.
+ * fp32 computes in fp32 without TF32 (CUBLAS_COMPUTE_32F_PEDANTIC would also
+ * refuse tensor cores; 32F with the default math mode already does), so it
+ * tracks the CPU twin to rounding; bf16 rounds the inputs to bf16 inside the
+ * kernel and accumulates in fp32 on tensor cores. */
+static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc, int batch,
+		    ph_err *err)
+{
+	cublasHandle_t h = (cublasHandle_t)ctx->blas;
+	cublasComputeType_t ct = ctx->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+	cublasStatus_t s = cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+						      N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa,
+						      &beta, C, CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return ph_fail(err, PH_EINTERNAL, "cuBLAS gemm %dx%dx%d (batch %d): %s", M, N, K, batch, blas_status(s));
+	return PH_OK;
+}
+
+/* Not fused yet: the product, then one pass for the epilogue.  cuBLASLt's
+ * BIAS / GELU_AUX_BIAS epilogues are the next step, once measured. */
+static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
+		       const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
+{
+	float *out = epi == PH_EPI_BIAS_GELU ? aux : C;
+	int rc = svc_gemm(ctx, ta, tb, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, out, ldc, 0, 1, err);
+	if (rc || epi == PH_EPI_NONE)
+		return rc;
+	cudaStream_t st = (cudaStream_t)ctx->stream;
+	k_bias_epilogue<<<ph_k_blocks((int64_t)M * N), 256, 0, st>>>(out, C, bias, M, N, ldc, epi == PH_EPI_BIAS_GELU);
+	TRY(err, cudaGetLastError());
+	return PH_OK;
+}
+
+static const ph_gpu_api gpu_api = { sizeof(ph_gpu_api), svc_gemm, svc_gemm_ex };
+
+/* ---------------------------------------------------------------- */
+/* Device ops                                                         */
+
+static int op_count(int *n, ph_err *err)
+{
+	int c = 0;
+	cudaError_t e = cudaGetDeviceCount(&c);
+	if (e != cudaSuccess) {
+		/* no driver, no device: a CPU machine, not an error */
+		(void)cudaGetLastError();
+		c = 0;
+	}
+	*n = c;
+	return PH_OK;
+}
+
+static int op_describe(int ordinal, char *name, size_t len, size_t *total, ph_err *err)
+{
+	cudaDeviceProp p;
+	TRY(err, cudaGetDeviceProperties(&p, ordinal));
+	snprintf(name, len, "%s", p.name);
+	*total = p.totalGlobalMem;
+	return PH_OK;
+}
+
+static void op_close(void *v)
+{
+	rank_state *r = (rank_state *)v;
+	if (!r)
+		return;
+	cudaSetDevice(r->ordinal);
+	if (r->stream)
+		cudaStreamSynchronize(r->stream);
+	if (r->dnn)
+		cudnnDestroy(r->dnn);
+	if (r->blas)
+		cublasDestroy(r->blas);
+	if (r->partial)
+		cudaFree(r->partial);
+	if (r->result_host)
+		cudaFreeHost(r->result_host);
+	if (r->stream)
+		cudaStreamDestroy(r->stream);
+	free(r);
+}
+
+static int op_open(int ordinal, int precision, void **out, ph_err *err)
+{
+	rank_state *r = (rank_state *)calloc(1, sizeof *r);
+	if (!r)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	*out = NULL;
+	r->ordinal = ordinal;
+	r->precision = precision;
+	cudaError_t e;
+	if ((e = cudaSetDevice(ordinal)) != cudaSuccess ||
+	    (e = cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (e = cudaMalloc(&r->partial, PH_K_SUMSQ_BLOCKS * sizeof(double))) != cudaSuccess ||
+	    (e = cudaMallocHost(&r->result_host, sizeof(double))) != cudaSuccess) {
+		op_close(r);
+		return ph_fail(err, PH_EINTERNAL, "cuda:%d: %s", ordinal, cudaGetErrorString(e));
+	}
+	cublasStatus_t bs = cublasCreate(&r->blas);
+	if (bs != CUBLAS_STATUS_SUCCESS || cublasSetStream(r->blas, r->stream) != CUBLAS_STATUS_SUCCESS) {
+		op_close(r);
+		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuBLAS handle: %s", ordinal, blas_status(bs));
+	}
+	cudnnStatus_t ds = cudnnCreate(&r->dnn);
+	if (ds != CUDNN_STATUS_SUCCESS || cudnnSetStream(r->dnn, r->stream) != CUDNN_STATUS_SUCCESS) {
+		op_close(r);
+		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuDNN handle: %s", ordinal,
+			       cudnnGetErrorString(ds));
+	}
+	*out = r;
+	return PH_OK;
+}
+
+static int op_bind(void *v, ph_err *err)
+{
+	TRY(err, cudaSetDevice(((rank_state *)v)->ordinal));
+	return PH_OK;
+}
+
+static void op_fill_ctx(void *v, ph_ctx *ctx)
+{
+	rank_state *r = (rank_state *)v;
+	ctx->device = PH_DEV_CUDA;
+	ctx->stream = r->stream;
+	ctx->blas = r->blas;
+	ctx->dnn = r->dnn;
+	ctx->gpu = &gpu_api;
+	ctx->precision = r->precision;
+}
+
+static int op_alloc(void *v, size_t bytes, void **p, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	*p = NULL;
+	if (!bytes)
+		bytes = 1;
+	cudaError_t e = cudaMalloc(p, bytes);
+	if (e != cudaSuccess) {
+		size_t freeb = 0, total = 0;
+		(void)cudaGetLastError();
+		cudaMemGetInfo(&freeb, &total);
+		*p = NULL;
+		return ph_fail(err, PH_ENOMEM, "cuda:%d: cannot allocate %.1f MiB (%.1f MiB free of %.1f): %s",
+			       r->ordinal, bytes / 1048576.0, freeb / 1048576.0, total / 1048576.0, cudaGetErrorString(e));
+	}
+	/* zeroed, and ordered before anything later on this stream */
+	TRY(err, cudaMemsetAsync(*p, 0, bytes, r->stream));
+	return PH_OK;
+}
+
+static void op_free(void *v, void *p)
+{
+	if (p) {
+		cudaSetDevice(((rank_state *)v)->ordinal);
+		cudaFree(p);
+	}
+}
+
+static int op_copy(void *v, void *dst, const void *src, size_t bytes, int dir, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	if (!bytes)
+		return PH_OK;
+	TRY(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, r->stream));
+	/* H2D from pageable memory returns once src is staged; D2H must land */
+	if (dir == PH_COPY_D2H || dir == PH_COPY_H2D)
+		TRY(err, cudaStreamSynchronize(r->stream));
+	return PH_OK;
+}
+
+static int op_zero(void *v, void *p, size_t bytes, ph_err *err)
+{
+	TRY(err, cudaMemsetAsync(p, 0, bytes, ((rank_state *)v)->stream));
+	return PH_OK;
+}
+
+static int op_sync(void *v, ph_err *err)
+{
+	TRY(err, cudaStreamSynchronize(((rank_state *)v)->stream));
+	return PH_OK;
+}
+
+static int op_event_create(void *v, void **ev, ph_err *err)
+{
+	cudaEvent_t e;
+	TRY(err, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+	*ev = e;
+	return PH_OK;
+}
+
+static void op_event_destroy(void *ev)
+{
+	if (ev)
+		cudaEventDestroy((cudaEvent_t)ev);
+}
+
+static int op_event_record(void *v, void *ev, ph_err *err)
+{
+	TRY(err, cudaEventRecord((cudaEvent_t)ev, ((rank_state *)v)->stream));
+	return PH_OK;
+}
+
+static int op_event_wait(void *v, void *ev, ph_err *err)
+{
+	TRY(err, cudaStreamWaitEvent(((rank_state *)v)->stream, (cudaEvent_t)ev, 0));
+	return PH_OK;
+}
+
+/* The step-wide scalars exactly as optim.c computes them, in double and
+ * rounded once, so the per-element arithmetic matches the CPU's. */
+static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double lr, float *w, float *g, float *s,
+			   int64_t n, int decay, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	if (!n)
+		return PH_OK;
+	unsigned blocks = ph_k_blocks(n);
+	if (c->type == PH_OPTIM_ADAMW) {
+		if (t < 1)
+			t = 1;
+		ph_k_adamw_args a;
+		double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
+		a.step_size = (float)(lr / bc1);
+		a.bc2_sqrt = (float)sqrt(bc2);
+		a.b1 = (float)c->beta1;
+		a.b2 = (float)c->beta2;
+		a.one_b1 = (float)(1.0 - c->beta1);
+		a.one_b2 = (float)(1.0 - c->beta2);
+		a.eps = (float)c->eps;
+		a.keep = (float)(1.0 - lr * (decay ? c->weight_decay : 0.0));
+		k_adamw<<<blocks, 256, 0, r->stream>>>(a, w, g, s, s + n, n);
+	} else {
+		ph_k_sgd_args a;
+		a.lr = (float)lr;
+		a.mom = (float)c->momentum;
+		a.wd = decay ? (float)c->weight_decay : 0.f;
+		a.nesterov = c->nesterov;
+		k_sgd<<<blocks, 256, 0, r->stream>>>(a, w, g, s, n);
+	}
+	TRY(err, cudaGetLastError());
+	TRY(err, cudaMemsetAsync(g, 0, (size_t)n * sizeof(float), r->stream));
+	return PH_OK;
+}
+
+static int op_sumsq(void *v, const float *g, int64_t n, double *out, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	k_sumsq_partial<<<PH_K_SUMSQ_BLOCKS, 256, 0, r->stream>>>(g, n, r->partial);
+	k_sumsq_final<<<1, PH_K_SUMSQ_BLOCKS, 0, r->stream>>>(r->partial, r->partial);
+	TRY(err, cudaGetLastError());
+	TRY(err, cudaMemcpyAsync(r->result_host, r->partial, sizeof(double), cudaMemcpyDeviceToHost, r->stream));
+	TRY(err, cudaStreamSynchronize(r->stream));
+	*out = *r->result_host;
+	return PH_OK;
+}
+
+static int op_tie_sum(void *v, float *a, float *b, int64_t n, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	k_tie_sum<<<ph_k_blocks(n), 256, 0, r->stream>>>(a, b, n);
+	TRY(err, cudaGetLastError());
+	return PH_OK;
+}
+
+/* Clipping scales gradients before the update, in double then rounded, as
+ * the CPU does: g = (float)(g * scale). */
+static int op_scale(void *v, float *g, int64_t n, double scale, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	k_scale<<<ph_k_blocks(n), 256, 0, r->stream>>>(g, n, scale);
+	TRY(err, cudaGetLastError());
+	return PH_OK;
+}
+
+static const ph_device_ops cuda_ops = {
+	sizeof(ph_device_ops),
+	op_count,
+	op_describe,
+	op_open,
+	op_close,
+	op_bind,
+	op_fill_ctx,
+	op_alloc,
+	op_free,
+	op_copy,
+	op_zero,
+	op_sync,
+	op_event_create,
+	op_event_destroy,
+	op_event_record,
+	op_event_wait,
+	op_optim_update,
+	op_sumsq,
+	op_tie_sum,
+	op_scale,
+};
+
+extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)
+{
+	return &cuda_ops;
+}
