@@ -43,7 +43,10 @@ typedef struct {
 	float **dy;          /* split backward only: each inner layer's output
 			      * gradient, kept from I to W */
 	float *x_own;        /* split backward, chunks > 0: a copy of the input,
-			      * since W may run after the sender freed its slot */
+			      * since W may run after the sender freed its slot;
+			      * and the input received from another GPU */
+	float *dx_own;       /* input gradient computed here before it is copied
+			      * to a sender on another GPU */
 	int lean;            /* recompute: inner layers' y and saved are the
 			      * chunk's shared work buffers, rebuilt before backward */
 } slot_t;
@@ -99,6 +102,7 @@ struct ph_engine {
 	float *d_data_x;     /* the batch on the GPU */
 	int32_t *d_data_y;
 	float *d_loss;       /* [m][mbsize][2]: each micro-batch's loss-layer output */
+	float **tie_tmp;     /* [nties]: room on the first copy's GPU for a copy on another */
 	float *h_loss;
 	/* eval lists: F only, R micro-batches per round */
 	ph_op **eval_ops;
@@ -173,6 +177,16 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 		ctx->targets = (e->dev ? e->d_data_y : e->data_y) + (size_t)mb * e->mbsize * e->tps;
 		ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->tps));
 	}
+}
+
+/* Is chunk c's predecessor on another GPU?  Then the link copies (peer
+ * copies on the copy engines) instead of handing buffers over in place. */
+static int cross_gpu_in(const ph_engine *e, int c)
+{
+	if (!e->dev || c == 0)
+		return 0;
+	const int *ord = e->cfg->place.ordinal;
+	return ord[c % e->plan->ranks] != ord[(c - 1) % e->plan->ranks];
 }
 
 /* Does micro-batch mb drop its inner activations after the forward? */
@@ -299,7 +313,8 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		ph_layer *L = &e->model->layers[l];
 		const float *x = l == ch->a ? ch->mb_x[mb] : sl->y[l - 1 - ch->a];
 		dy = layer_dy(e, ch, sl, l, dy);
-		float *dx = l == ch->a ? ch->mb_dx[mb] : split ? sl->dy[l - 1 - ch->a] : ch->gbuf[t];
+		float *dx = l == ch->a ? (sl->dx_own && ch->mb_dx[mb] ? sl->dx_own : ch->mb_dx[mb])
+				       : split ? sl->dy[l - 1 - ch->a] : ch->gbuf[t];
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
@@ -314,6 +329,13 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 				       mb, e2.msg);
 		dy = dx;
 		t ^= 1;
+	}
+	if (sl->dx_own && ch->mb_dx[mb]) {
+		/* to the sender's GPU; SEND_GRAD's event follows on this stream */
+		size_t bytes = (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * batch_of(e, mb) * sizeof(float);
+		int rc = e->dev->copy(e->rs[ch->rank], ch->mb_dx[mb], sl->dx_own, bytes, PH_COPY_D2D, err);
+		if (rc)
+			return rc;
 	}
 	if (!split) {
 		sl->mb = -1;
@@ -739,9 +761,15 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 					ch->act_bytes += out * sizeof(float);
 				}
 			}
-			if (e->split && c > 0) {
+			if ((e->split && c > 0) || cross_gpu_in(e, c)) {
 				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
 				if (!(sl->x_own = balloc(e, ch->rank, in)))
+					return ph_fail(err, PH_ENOMEM, "out of memory");
+				ch->act_bytes += in;
+			}
+			if (cross_gpu_in(e, c)) {
+				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
+				if (!(sl->dx_own = balloc(e, ch->rank, in)))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				ch->act_bytes += in;
 			}
@@ -780,12 +808,6 @@ static int open_devices(ph_engine *e, ph_err *err)
 	const ph_placement *pl = &c->place;
 	if (!(e->dev = ph_cuda_backend(err)))
 		return PH_EUNSUPPORTED;
-	for (int r = 1; r < e->plan->ranks; r++)
-		if (pl->ordinal[r] != pl->ordinal[0])
-			return ph_fail(err, PH_EUNSUPPORTED,
-				       "[run] devices = %s puts ranks on different GPUs (cuda:%d, cuda:%d); links between "
-				       "GPUs (NCCL) are not built yet: place every rank on one GPU",
-				       c->run.devices, pl->ordinal[0], pl->ordinal[r]);
 	for (int l = 0; l < e->model->n; l++) {
 		const ph_layer *L = &e->model->layers[l];
 		if (!(L->ops->devices & PH_DEV_CUDA))
@@ -904,6 +926,20 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	}
 	if ((rc0 = ph_engine_upload_tensors(e, err)))
 		return rc0;
+	if (e->dev && m->nties) {
+		if (!(e->tie_tmp = calloc((size_t)m->nties, sizeof *e->tie_tmp)))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		for (int k = 0; k < m->nties; k++) {
+			const ph_tie *t = &m->ties[k];
+			int rs = layer_rank(e, t->src_layer), rd = layer_rank(e, t->dst_layer);
+			if (c->place.ordinal[rs] == c->place.ordinal[rd])
+				continue;
+			size_t n = (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape);
+			if (!(e->tie_tmp[k] = balloc(e, rs, n * sizeof(float))))
+				return ph_fail(err, PH_ENOMEM, "out of GPU memory for the tied copy in layer %s%s%s",
+					       m->layers[t->dst_layer].cfg->name, e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
+		}
+	}
 	int rc = alloc_chunks(e, err);
 	if (rc) {
 		if (e->err_set)
@@ -925,9 +961,10 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 		lk->grad_ev = calloc((size_t)e->m, sizeof *lk->grad_ev);
 		if (!lk->y || !lk->dy || !lk->act || !lk->grad || !lk->act_ev || !lk->grad_ev)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
+		/* recorded by the sender of each: chunk k sends activations, k+1 gradients */
 		for (int mb = 0; e->dev && mb < e->m; mb++)
-			if ((rc = e->dev->event_create(e->rs[0], &lk->act_ev[mb], err)) ||
-			    (rc = e->dev->event_create(e->rs[0], &lk->grad_ev[mb], err)))
+			if ((rc = e->dev->event_create(e->rs[k % p->ranks], &lk->act_ev[mb], err)) ||
+			    (rc = e->dev->event_create(e->rs[(k + 1) % p->ranks], &lk->grad_ev[mb], err)))
 				return rc;
 	}
 	size_t B = (size_t)e->mbsize * e->m;
@@ -1020,9 +1057,19 @@ static int finish_step_gpu(ph_engine *e, int64_t step, double lr, ph_err *err)
 	for (int k = 0; k < e->model->nties; k++) {
 		const ph_tie *t = &e->model->ties[k];
 		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		if ((rc = e->dev->tie_sum(e->rs[layer_rank(e, t->src_layer)], e->params[t->src_layer].pg[t->src_param],
-					  e->params[t->dst_layer].pg[t->dst_param], n, err)))
+		void *rs = e->rs[layer_rank(e, t->src_layer)];
+		float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
+		if (e->tie_tmp && e->tie_tmp[k]) {
+			/* the copy on another GPU: bring it over, sum, send it back */
+			size_t bytes = (size_t)n * sizeof(float);
+			if ((rc = e->dev->sync(e->rs[layer_rank(e, t->dst_layer)], err)) ||
+			    (rc = e->dev->copy(rs, e->tie_tmp[k], gd, bytes, PH_COPY_D2D, err)) ||
+			    (rc = e->dev->tie_sum(rs, gs, e->tie_tmp[k], n, err)) ||
+			    (rc = e->dev->copy(rs, gd, e->tie_tmp[k], bytes, PH_COPY_D2D, err)))
+				return rc;
+		} else if ((rc = e->dev->tie_sum(rs, gs, gd, n, err))) {
 			return rc;
+		}
 	}
 	e->clip_scale = 1.0;
 	if (e->cfg->optim.clip > 0) {
@@ -1275,6 +1322,7 @@ void ph_engine_destroy(ph_engine *e)
 				free(ch->slots[s].saved);
 				bfree(e, ch->rank, ch->slots[s].dy_out);
 				bfree(e, ch->rank, ch->slots[s].x_own);
+				bfree(e, ch->rank, ch->slots[s].dx_own);
 			}
 			for (int l = 0; ch->work_y && l < ch->b - ch->a; l++) {
 				bfree(e, ch->rank, ch->work_y[l]);
@@ -1334,6 +1382,9 @@ void ph_engine_destroy(ph_engine *e)
 		bfree(e, last, e->d_data_y);
 		bfree(e, last, e->d_loss);
 		free(e->h_loss);
+		for (int k = 0; e->tie_tmp && k < e->model->nties; k++)
+			bfree(e, layer_rank(e, e->model->ties[k].src_layer), e->tie_tmp[k]);
+		free(e->tie_tmp);
 		for (int r = 0; e->rs && r < e->plan->ranks; r++)
 			e->dev->close(e->rs[r]);
 		free(e->rs);

@@ -316,6 +316,11 @@ void ph_registry_print(FILE *f, const ph_registry *r)
 			if ((int)e->kind != k)
 				continue;
 			fprintf(f, "  %-14s %s\n", e->head->name, e->head->help ? e->head->help : "");
+			if (e->kind == PH_KIND_LAYER) {
+				uint32_t d = ((const ph_layer_ops *)e->head)->devices;
+				fprintf(f, "  %-14s devices: %s%s\n", "", d & PH_DEV_CPU ? "cpu" : "",
+					d & PH_DEV_CUDA ? (d & PH_DEV_CPU ? ", cuda" : "cuda") : "");
+			}
 			fprintf(f, "  %-14s from %s\n", "", r->files[e->file]);
 			if (e->head->options)
 				ph_options_print(f, e->head->options, "      ");

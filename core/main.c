@@ -107,7 +107,16 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			break;
 		}
 		case 'h': usage(stdout); exit(0);
-		case 'V': printf("pipehost %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, PH_ABI_MAJOR, PH_ABI_MINOR); exit(0);
+		case 'V':
+			/* the backends this build has: tests and scripts read it */
+			printf("pipehost %s (plugin ABI %d.%d; backends: cpu%s)\n", PACKAGE_VERSION, PH_ABI_MAJOR, PH_ABI_MINOR,
+#ifdef PH_WITH_CUDA
+			       ", cuda"
+#else
+			       ""
+#endif
+			);
+			exit(0);
 		case ':': return ph_fail(err, PH_EINVAL, "%s needs a value; see pipehost --help", argv[optind - 1]);
 		default: return ph_fail(err, PH_EINVAL, "unknown option %s; see pipehost --help", argv[optind - 1]);
 		}

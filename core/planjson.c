@@ -65,26 +65,14 @@ static int add_shape(cJSON *o, const char *k, const ph_shape *s)
 	return 1;
 }
 
-/* Rank r's device: the r-th entry of [run] devices (comma-separated,
- * repeating when shorter than the ranks), "cpu" when empty. */
+/* Rank r's device as the placement resolved it ("auto" included). */
 static void rank_device(const ph_config *c, int r, char *buf, size_t len)
 {
-	const char *s = c->run.devices;
-	int n = 1;
-	for (const char *q = s; *q; q++)
-		n += *q == ',';
-	int want = r % n;
-	for (int i = 0; i < want; i++)
-		s = strchr(s, ',') + 1;
-	size_t l = strcspn(s, ",");
-	while (l && (*s == ' ' || *s == '\t'))
-		s++, l--;
-	while (l && (s[l - 1] == ' ' || s[l - 1] == '\t'))
-		l--;
-	if (!l)
+	int d = c->place.ordinal && r < c->place.ranks ? c->place.ordinal[r] : -1;
+	if (d < 0)
 		snprintf(buf, len, "cpu");
 	else
-		snprintf(buf, len, "%.*s", (int)(l < len ? l : len - 1), s);
+		snprintf(buf, len, "cuda:%d", d);
 }
 
 static const char *cost_name(int cost)

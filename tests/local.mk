@@ -18,3 +18,4 @@ include $(srcdir)/tests/core.mk
 include $(srcdir)/tests/partition.mk
 include $(srcdir)/tests/simulate.mk
 include $(srcdir)/tests/reliability.mk
+include $(srcdir)/tests/cuda.mk

@@ -185,10 +185,15 @@ static void op_fill_ctx(void *v, ph_ctx *ctx)
 	ctx->precision = r->precision;
 }
 
+/* The main thread serves ranks of several GPUs (uploads, tied gradients,
+ * the clip norm): every op that queues work makes the rank's GPU current. */
+#define ON_DEVICE(err, r) TRY(err, cudaSetDevice((r)->ordinal))
+
 static int op_alloc(void *v, size_t bytes, void **p, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
 	*p = NULL;
+	ON_DEVICE(err, r);
 	if (!bytes)
 		bytes = 1;
 	cudaError_t e = cudaMalloc(p, bytes);
@@ -218,6 +223,10 @@ static int op_copy(void *v, void *dst, const void *src, size_t bytes, int dir, p
 	rank_state *r = (rank_state *)v;
 	if (!bytes)
 		return PH_OK;
+	ON_DEVICE(err, r);
+	/* cudaMemcpyDefault: the pointers say which memory; between two GPUs
+	 * it is a peer copy on the copy engines (staged by the driver where
+	 * the GPUs have no peer access) */
 	TRY(err, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, r->stream));
 	/* H2D from pageable memory returns once src is staged; D2H must land */
 	if (dir == PH_COPY_D2H || dir == PH_COPY_H2D)
@@ -227,6 +236,7 @@ static int op_copy(void *v, void *dst, const void *src, size_t bytes, int dir, p
 
 static int op_zero(void *v, void *p, size_t bytes, ph_err *err)
 {
+	ON_DEVICE(err, (rank_state *)v);
 	TRY(err, cudaMemsetAsync(p, 0, bytes, ((rank_state *)v)->stream));
 	return PH_OK;
 }
@@ -239,6 +249,9 @@ static int op_sync(void *v, ph_err *err)
 
 static int op_event_create(void *v, void **ev, ph_err *err)
 {
+	/* an event belongs to the GPU current at its creation, and is
+	 * recorded only on that GPU's streams */
+	ON_DEVICE(err, (rank_state *)v);
 	cudaEvent_t e;
 	TRY(err, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 	*ev = e;
@@ -253,6 +266,7 @@ static void op_event_destroy(void *ev)
 
 static int op_event_record(void *v, void *ev, ph_err *err)
 {
+	ON_DEVICE(err, (rank_state *)v);
 	TRY(err, cudaEventRecord((cudaEvent_t)ev, ((rank_state *)v)->stream));
 	return PH_OK;
 }
@@ -271,6 +285,7 @@ static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double 
 	rank_state *r = (rank_state *)v;
 	if (!n)
 		return PH_OK;
+	ON_DEVICE(err, r);
 	unsigned blocks = ph_k_blocks(n);
 	if (c->type == PH_OPTIM_ADAMW) {
 		if (t < 1)
@@ -302,6 +317,7 @@ static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double 
 static int op_sumsq(void *v, const float *g, int64_t n, double *out, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
+	ON_DEVICE(err, r);
 	k_sumsq_partial<<<PH_K_SUMSQ_BLOCKS, 256, 0, r->stream>>>(g, n, r->partial);
 	k_sumsq_final<<<1, PH_K_SUMSQ_BLOCKS, 0, r->stream>>>(r->partial, r->partial);
 	TRY(err, cudaGetLastError());
@@ -314,6 +330,7 @@ static int op_sumsq(void *v, const float *g, int64_t n, double *out, ph_err *err
 static int op_tie_sum(void *v, float *a, float *b, int64_t n, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
+	ON_DEVICE(err, r);
 	k_tie_sum<<<ph_k_blocks(n), 256, 0, r->stream>>>(a, b, n);
 	TRY(err, cudaGetLastError());
 	return PH_OK;
@@ -324,6 +341,7 @@ static int op_tie_sum(void *v, float *a, float *b, int64_t n, ph_err *err)
 static int op_scale(void *v, float *g, int64_t n, double scale, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
+	ON_DEVICE(err, r);
 	k_scale<<<ph_k_blocks(n), 256, 0, r->stream>>>(g, n, scale);
 	TRY(err, cudaGetLastError());
 	return PH_OK;

@@ -26,6 +26,9 @@
  * the input half (dx) each run the attention core backward to get d(qkv);
  * backward() runs the same code once with both outputs, so the results are
  * bitwise the same either way.
+ *
+ * On a GPU (PH_WITH_CUDA builds) the hooks hand over to attention_cuda.cu,
+ * with the same saved layout; the core is attention_ops.cuh.
  */
 #include <limits.h>
 #include <math.h>
@@ -36,6 +39,17 @@
 #include <pipehost/plugin.h>
 #define TF_WANT_ATTENTION 1
 #include "transformer_ops.h"
+#include "cuda_glue.h"
+
+#ifdef PH_WITH_CUDA
+/* attention_cuda.cu: the same layer on the GPU; the geometry as plain values
+ * (rate, scale: tf_attn_geom's dropout fields) */
+int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale, int max_batch,
+			   float *const *params, const float *x, float *y, ph_err *err);
+int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale, int max_batch,
+			    float *const *params, float *const *grads, const float *x, const float *dy,
+			    float *dx, ph_err *err);
+#endif
 
 typedef struct {
 	int64_t heads;
@@ -129,6 +143,13 @@ static int attention_meta(const void *state, ph_layer_meta *m, ph_err *err)
 			 sizeof(float);
 	m->scratch_bytes = ((size_t)s->max_batch * s->g.T * 4 * s->g.d +
 			    2 * (size_t)s->g.T * s->g.T) * sizeof(float);
+#ifdef PH_WITH_CUDA
+	/* The GPU batches the heads of a sample: datt and dqkv as on the CPU,
+	 * then dP [heads, T, T], and Pd [heads, T, T] when there is dropout. */
+	m->device_scratch_bytes = ((size_t)s->max_batch * s->g.T * 4 * s->g.d +
+				   (size_t)s->g.H * s->g.T * s->g.T * (s->g.rate > 0.0f ? 2 : 1)) *
+				  sizeof(float);
+#endif
 	add_param(m, "qkv_weight", 3 * (int64_t)s->g.d, s->g.d);
 	add_param(m, "qkv_bias", 3 * (int64_t)s->g.d, 0);
 	add_param(m, "proj_weight", s->g.d, s->g.d);
@@ -160,6 +181,11 @@ static int attention_forward(void *state, const ph_ctx *ctx, float *const *param
 			     const float *x, float *y, ph_err *err)
 {
 	const attention_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return attention_cuda_forward(ctx, s->g.T, s->g.d, s->g.H, s->g.rate, s->g.scale, s->max_batch,
+					      params, x, y, err);
+#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
@@ -198,6 +224,11 @@ static int attention_bwd(const attention_state *s, const ph_ctx *ctx, float *con
 			 float *const *grads, const float *x, const float *dy, float *dx,
 			 ph_err *err)
 {
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return attention_cuda_backward(ctx, s->g.T, s->g.d, s->g.H, s->g.rate, s->g.scale, s->max_batch,
+					       params, grads, x, dy, dx, err);
+#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
@@ -256,7 +287,7 @@ static const ph_layer_ops attention_ops = {
 	.head = PH_HEAD(ph_layer_ops, "attention",
 			"causal multi-head self-attention over [T, d] with qkv and output projections",
 			attention_options, attention_config),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = attention_create,
 	.destroy = attention_destroy,

@@ -39,6 +39,9 @@
  *
  * Determinism: no threads of our own; every sum runs in a fixed order, and
  * the group size depends on max_batch only, not on the call.
+ *
+ * On a GPU (PH_WITH_CUDA builds) the hooks hand over to conv2d_cuda.cu
+ * (cuDNN; its workspace is the device scratch, CONV2D_CUDA_WORKSPACE).
  */
 #include <limits.h>
 #include <math.h>
@@ -47,6 +50,9 @@
 
 #include <cblas.h>
 #include <pipehost/plugin.h>
+
+#include "conv2d_state.h"
+#include "cuda_glue.h"
 
 typedef struct {
 	int64_t filters, kernel, stride, padding;
@@ -65,17 +71,7 @@ static const ph_option conv2d_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	int C, H, W;     /* input */
-	int F, k, s, p;
-	int OH, OW;      /* output */
-	int ckk;         /* rows of the column matrix: C*k*k */
-	int ohw;         /* columns per sample of the column matrix: P = OH*OW */
-	int bias;
-	int max_batch;
-	int group;       /* G: samples per gemm, 1..max(max_batch, 1) */
-	size_t scratch;  /* bytes: (CKK + F) * G * P floats */
-} conv2d_state;
+/* conv2d_state: conv2d_state.h, shared with the CUDA twin (conv2d_cuda.cu). */
 
 /* Most scratch bytes worth spending on wide gemms; past it the group shrinks. */
 #ifndef CONV2D_SCRATCH_CAP
@@ -141,6 +137,10 @@ static int conv2d_create(const void *config, const ph_shape *in, int max_batch,
 
 static void conv2d_destroy(void *state)
 {
+#ifdef PH_WITH_CUDA
+	if (state)
+		conv2d_cuda_release(state);
+#endif
 	free(state);
 }
 
@@ -169,6 +169,10 @@ static int conv2d_meta(const void *state, ph_layer_meta *m, ph_err *err)
 		bd->no_decay = 1;
 	}
 	m->scratch_bytes = s->scratch;
+#ifdef PH_WITH_CUDA
+	/* On a GPU: cuDNN's workspace instead of im2col's columns. */
+	m->device_scratch_bytes = CONV2D_CUDA_WORKSPACE;
+#endif
 	return PH_OK;
 }
 
@@ -364,6 +368,10 @@ static int conv2d_forward(void *state, const ph_ctx *ctx, float *const *params,
 			  const float *x, float *y, ph_err *err)
 {
 	const conv2d_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return conv2d_cuda_forward(state, ctx, params, x, y, err);
+#endif
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
@@ -422,6 +430,10 @@ static int conv2d_backward_weight(void *state, const ph_ctx *ctx, float *const *
 				  const float *dy, ph_err *err)
 {
 	const conv2d_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return conv2d_cuda_backward_weight(state, ctx, grads, x, dy, err);
+#endif
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
@@ -454,6 +466,10 @@ static int conv2d_backward_input(void *state, const ph_ctx *ctx, float *const *p
 				 ph_err *err)
 {
 	const conv2d_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return conv2d_cuda_backward_input(state, ctx, params, dy, dx, err);
+#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || !dx)
 		return rc;
@@ -489,7 +505,7 @@ static const ph_layer_ops conv2d_ops = {
 	.head = PH_HEAD(ph_layer_ops, "conv2d",
 			"2-D convolution over [channels, height, width] (im2col + gemm)",
 			conv2d_options, conv2d_config),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = conv2d_create,
 	.destroy = conv2d_destroy,

@@ -19,6 +19,13 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
+#include "cuda_glue.h"
+
+#ifdef PH_WITH_CUDA /* dropout_cuda.cu */
+int dropout_cuda_apply(const ph_ctx *ctx, float rate, float scale, const float *in, float *out,
+		       int64_t n, ph_err *err);
+int dropout_cuda_copy(const ph_ctx *ctx, const float *in, float *out, int64_t n, ph_err *err);
+#endif
 
 typedef struct {
 	double rate;
@@ -101,6 +108,12 @@ static int dropout_forward(void *state, const ph_ctx *ctx, float *const *params,
 		return ph_fail(err, PH_EINTERNAL, "dropout: batch %d outside [0, %d] given at create",
 			       ctx->batch, s->max_batch);
 	const int64_t n = ctx->batch * s->numel;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return !ctx->training || s->rate == 0.0f
+			       ? dropout_cuda_copy(ctx, x, y, n, err)
+			       : dropout_cuda_apply(ctx, s->rate, s->scale, x, y, n, err);
+#endif
 	if (!ctx->training || s->rate == 0.0f) {
 		if (y != x)
 			memcpy(y, x, (size_t)n * sizeof *y);
@@ -122,6 +135,12 @@ static int dropout_backward(void *state, const ph_ctx *ctx, float *const *params
 	if (!dx)
 		return PH_OK;
 	const int64_t n = ctx->batch * s->numel;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return !ctx->training || s->rate == 0.0f
+			       ? dropout_cuda_copy(ctx, dy, dx, n, err)
+			       : dropout_cuda_apply(ctx, s->rate, s->scale, dy, dx, n, err);
+#endif
 	if (!ctx->training || s->rate == 0.0f) {
 		if (dx != dy)
 			memcpy(dx, dy, (size_t)n * sizeof *dx);
@@ -135,7 +154,7 @@ static const ph_layer_ops dropout_ops = {
 	.head = PH_HEAD(ph_layer_ops, "dropout",
 			"inverted dropout; the mask is keyed by (seed, step, micro-batch, layer)",
 			dropout_options, dropout_config),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = dropout_create,
 	.destroy = dropout_destroy,

@@ -8,6 +8,11 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
+#include "cuda_glue.h"
+
+#ifdef PH_WITH_CUDA /* flatten_cuda.cu: dst = src, n floats, skipped when dst == src */
+int flatten_cuda_copy(const ph_ctx *ctx, const float *src, float *dst, int64_t n, ph_err *err);
+#endif
 
 typedef struct {
 	int64_t numel;  /* per sample */
@@ -53,6 +58,10 @@ static int flatten_forward(void *state, const ph_ctx *ctx, float *const *params,
 	if (ctx->batch < 0 || ctx->batch > s->max_batch)
 		return ph_fail(err, PH_EINTERNAL, "flatten: batch %d outside [0, %d] given at create",
 			       ctx->batch, s->max_batch);
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return flatten_cuda_copy(ctx, x, y, ctx->batch * s->numel, err);
+#endif
 	if (y != x)
 		memcpy(y, x, (size_t)(ctx->batch * s->numel) * sizeof *y);
 	return PH_OK;
@@ -66,6 +75,10 @@ static int flatten_backward(void *state, const ph_ctx *ctx, float *const *params
 	if (ctx->batch < 0 || ctx->batch > s->max_batch)
 		return ph_fail(err, PH_EINTERNAL, "flatten: batch %d outside [0, %d] given at create",
 			       ctx->batch, s->max_batch);
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return dx ? flatten_cuda_copy(ctx, dy, dx, ctx->batch * s->numel, err) : PH_OK;
+#endif
 	if (dx && dx != dy)
 		memcpy(dx, dy, (size_t)(ctx->batch * s->numel) * sizeof *dx);
 	return PH_OK;
@@ -74,7 +87,7 @@ static int flatten_backward(void *state, const ph_ctx *ctx, float *const *params
 static const ph_layer_ops flatten_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "flatten",
 			      "reshape each sample to one dimension ([C,H,W] -> [C*H*W])"),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = flatten_create,
 	.destroy = flatten_destroy,

@@ -11,7 +11,14 @@
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
+#include "cuda_glue.h"
 #include "transformer_ops.h"
+
+#ifdef PH_WITH_CUDA /* gelu_cuda.cu */
+int gelu_cuda_forward(const ph_ctx *ctx, const float *x, float *y, int64_t n, ph_err *err);
+int gelu_cuda_backward(const ph_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n,
+		       ph_err *err);
+#endif
 
 typedef struct {
 	ph_shape shape;
@@ -61,6 +68,10 @@ static int gelu_forward(void *state, const ph_ctx *ctx, float *const *params, co
 	if (ctx->batch < 0 || ctx->batch > s->max_batch)
 		return ph_fail(err, PH_EINTERNAL, "gelu: batch %d outside [0, %d] given at create",
 			       ctx->batch, s->max_batch);
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return gelu_cuda_forward(ctx, x, y, ctx->batch * s->numel, err);
+#endif
 	tf_gelu_forward(x, y, ctx->batch * s->numel);
 	return PH_OK;
 }
@@ -73,6 +84,10 @@ static int gelu_backward(void *state, const ph_ctx *ctx, float *const *params,
 	if (ctx->batch < 0 || ctx->batch > s->max_batch)
 		return ph_fail(err, PH_EINTERNAL, "gelu: batch %d outside [0, %d] given at create",
 			       ctx->batch, s->max_batch);
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return gelu_cuda_backward(ctx, x, dy, dx, ctx->batch * s->numel, err);
+#endif
 	if (dx)
 		tf_gelu_backward(x, dy, dx, ctx->batch * s->numel);
 	return PH_OK;
@@ -81,7 +96,7 @@ static int gelu_backward(void *state, const ph_ctx *ctx, float *const *params,
 static const ph_layer_ops gelu_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "gelu",
 			      "GELU activation, tanh approximation (GPT-2)"),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = gelu_create,
 	.destroy = gelu_destroy,

@@ -44,6 +44,9 @@
  * (every weight gradient needs it); the weight half adds the parameter
  * gradients, the input half only finishes dx through ln1.  backward() runs
  * the same code once with both, so the results are bitwise the same.
+ *
+ * On a GPU (PH_WITH_CUDA builds) the hooks hand over to gpt_block_cuda.cu,
+ * with the same saved layout, keys and sites (gpt_block_state.h).
  */
 #include <limits.h>
 #include <math.h>
@@ -54,11 +57,8 @@
 #include <pipehost/plugin.h>
 #define TF_WANT_ATTENTION 1
 #include "transformer_ops.h"
-
-#define GPT_LN_EPS 1e-5f
-#define GPT_SITE_ATTN 0x6770742d61747470ull   /* "gpt-attp" */
-#define GPT_SITE_RESID1 0x6770742d72657331ull /* "gpt-res1" */
-#define GPT_SITE_RESID2 0x6770742d72657332ull /* "gpt-res2" */
+#include "cuda_glue.h"
+#include "gpt_block_state.h" /* GPT_LN_EPS, GPT_SITE_*; the CUDA twin's entry points */
 
 typedef struct {
 	int64_t heads;
@@ -178,6 +178,14 @@ static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	m->bwd_flops = 2.0 * m->fwd_flops;
 	m->saved_bytes = saved_floats(s) * sizeof(float);
 	m->scratch_bytes = scratch_floats(s) * sizeof(float);
+#ifdef PH_WITH_CUDA
+	/* The GPU batches the heads of a sample: backward's [R, d] and [R, rd]
+	 * buffers as on the CPU, then dP [heads, T, T], and Pd [heads, T, T]
+	 * when there is dropout (forward needs [R, d] and Pd). */
+	m->device_scratch_bytes = ((size_t)s->max_batch * s->g.T * s->g.d * (7 + (size_t)s->r) +
+				   (size_t)s->g.H * s->g.T * s->g.T * (s->g.rate > 0.0f ? 2 : 1)) *
+				  sizeof(float);
+#endif
 	const int64_t D = s->g.d, rd = (int64_t)s->r * s->g.d;
 	add_param(m, "ln_weight", 2, 2, D, PH_INIT_ONES, 0, 1);
 	add_param(m, "ln_bias", 2, 2, D, PH_INIT_ZEROS, 0, 1);
@@ -224,6 +232,16 @@ static gpt_saved saved_views(const gpt_state *s, const ph_ctx *ctx)
 	return v;
 }
 
+#ifdef PH_WITH_CUDA
+/* The geometry for gpt_block_cuda.cu. */
+static gpt_block_dims cuda_dims(const gpt_state *s)
+{
+	gpt_block_dims g = { .T = s->g.T, .d = s->g.d, .H = s->g.H, .hd = s->g.hd, .r = s->r,
+			     .max_batch = s->max_batch, .rate = s->g.rate, .scale = s->g.scale };
+	return g;
+}
+#endif
+
 static uint64_t site_key(const ph_ctx *ctx, uint64_t site)
 {
 	return ph_mix64(ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer) ^ site);
@@ -262,6 +280,12 @@ static int gpt_forward(void *state, const ph_ctx *ctx, float *const *params, con
 		       float *y, ph_err *err)
 {
 	const gpt_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx)) {
+		const gpt_block_dims g = cuda_dims(s);
+		return gpt_block_cuda_forward(&g, ctx, params, x, y, err);
+	}
+#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
@@ -312,6 +336,12 @@ static void add_colsum(float *acc, const float *m, int rows, int n)
 static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 		   float *const *grads, const float *x, const float *dy, float *dx, ph_err *err)
 {
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx)) {
+		const gpt_block_dims g = cuda_dims(s);
+		return gpt_block_cuda_backward(&g, ctx, params, grads, x, dy, dx, err);
+	}
+#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
@@ -409,7 +439,7 @@ static const ph_layer_ops gpt_block_ops = {
 	.head = PH_HEAD(ph_layer_ops, "gpt_block",
 			"GPT-2 pre-LN transformer block over [T, d]: causal attention and a gelu MLP",
 			gpt_block_options, gpt_block_config),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = gpt_create,
 	.destroy = gpt_destroy,

@@ -15,7 +15,17 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
+#include "cuda_glue.h"
 #include "transformer_ops.h"
+
+#ifdef PH_WITH_CUDA /* layernorm_cuda.cu; rows = batch * rows per sample */
+int layernorm_cuda_forward(const ph_ctx *ctx, int64_t rows, int C, float eps, float *const *params,
+			   const float *x, float *y, ph_err *err);
+int layernorm_cuda_backward_input(const ph_ctx *ctx, int64_t rows, int C, float *const *params,
+				  const float *x, const float *dy, float *dx, ph_err *err);
+int layernorm_cuda_backward_weight(const ph_ctx *ctx, int64_t rows, int C, float *const *grads,
+				   const float *x, const float *dy, ph_err *err);
+#endif
 
 typedef struct {
 	double eps;
@@ -108,6 +118,10 @@ static int layernorm_forward(void *state, const ph_ctx *ctx, float *const *param
 	if (rc || ctx->batch == 0)
 		return rc;
 	const int64_t rows = ctx->batch * s->rows;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return layernorm_cuda_forward(ctx, rows, s->C, s->eps, params, x, y, err);
+#endif
 	float *mean = ctx->saved, *rstd = mean + rows;
 	tf_layernorm_forward(x, y, params[0], params[1], rows, s->C, s->eps, mean, rstd);
 	return PH_OK;
@@ -122,6 +136,10 @@ static int layernorm_backward_input(void *state, const ph_ctx *ctx, float *const
 	if (rc || ctx->batch == 0 || !dx)
 		return rc;
 	const int64_t rows = ctx->batch * s->rows;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return layernorm_cuda_backward_input(ctx, rows, s->C, params, x, dy, dx, err);
+#endif
 	const float *mean = ctx->saved, *rstd = mean + rows;
 	tf_layernorm_backward_input(x, dy, params[0], mean, rstd, rows, s->C, dx);
 	return PH_OK;
@@ -136,6 +154,10 @@ static int layernorm_backward_weight(void *state, const ph_ctx *ctx, float *cons
 	if (rc || ctx->batch == 0)
 		return rc;
 	const int64_t rows = ctx->batch * s->rows;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return layernorm_cuda_backward_weight(ctx, rows, s->C, grads, x, dy, err);
+#endif
 	const float *mean = ctx->saved, *rstd = mean + rows;
 	tf_layernorm_backward_weight(x, dy, mean, rstd, rows, s->C, grads[0], grads[1]);
 	return PH_OK;
@@ -153,7 +175,7 @@ static const ph_layer_ops layernorm_ops = {
 	.head = PH_HEAD(ph_layer_ops, "layernorm",
 			"layer normalisation over the last dimension, learned gain and bias",
 			layernorm_options, layernorm_config),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = layernorm_create,
 	.destroy = layernorm_destroy,

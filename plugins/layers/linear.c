@@ -8,6 +8,7 @@
  * Every leading dimension (batch included) is folded into "rows", so the same
  * layer serves an MLP ([in]) and a transformer ([T, C]): rows = B * prod(...).
  * Both products go to one cblas_sgemm each; the bias is a plain loop.
+ * On a GPU (PH_WITH_CUDA builds) the hooks hand over to linear_cuda.cu.
  */
 #include <limits.h>
 #include <math.h>
@@ -16,6 +17,18 @@
 
 #include <cblas.h>
 #include <pipehost/plugin.h>
+
+#include "cuda_glue.h"
+
+#ifdef PH_WITH_CUDA
+/* linear_cuda.cu: the same products through the host's GEMM */
+int linear_cuda_forward(const ph_ctx *ctx, int64_t lead, int in, int units, int bias, int max_batch,
+			float *const *params, const float *x, float *y, ph_err *err);
+int linear_cuda_backward_input(const ph_ctx *ctx, int64_t lead, int in, int units, int max_batch,
+			       float *const *params, const float *dy, float *dx, ph_err *err);
+int linear_cuda_backward_weight(const ph_ctx *ctx, int64_t lead, int in, int units, int bias, int max_batch,
+				float *const *grads, const float *x, const float *dy, ph_err *err);
+#endif
 
 typedef struct {
 	int64_t units;
@@ -120,6 +133,11 @@ static int linear_forward(void *state, const ph_ctx *ctx, float *const *params,
 			  const float *x, float *y, ph_err *err)
 {
 	const linear_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return linear_cuda_forward(ctx, s->lead, s->in_f, s->units, s->bias, s->max_batch, params, x, y,
+					   err);
+#endif
 	int rc = check_batch(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
@@ -144,6 +162,11 @@ static int linear_backward_input(void *state, const ph_ctx *ctx, float *const *p
 				 ph_err *err)
 {
 	const linear_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return linear_cuda_backward_input(ctx, s->lead, s->in_f, s->units, s->max_batch, params, dy, dx,
+						  err);
+#endif
 	int rc = check_batch(s, ctx, err);
 	if (rc || ctx->batch == 0 || !dx)
 		return rc;
@@ -163,6 +186,11 @@ static int linear_backward_weight(void *state, const ph_ctx *ctx, float *const *
 				  const float *dy, ph_err *err)
 {
 	const linear_state *s = state;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return linear_cuda_backward_weight(ctx, s->lead, s->in_f, s->units, s->bias, s->max_batch, grads,
+						   x, dy, err);
+#endif
 	int rc = check_batch(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
@@ -194,7 +222,7 @@ static const ph_layer_ops linear_ops = {
 	.head = PH_HEAD(ph_layer_ops, "linear",
 			"fully connected layer over the last dimension: y = x W^T + b",
 			linear_options, linear_config),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = linear_create,
 	.destroy = linear_destroy,

@@ -16,7 +16,7 @@ plugins_layers_relu_la_SOURCES = plugins/layers/relu.c
 plugins_layers_relu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/conv2d.la
-plugins_layers_conv2d_la_SOURCES = plugins/layers/conv2d.c
+plugins_layers_conv2d_la_SOURCES = plugins/layers/conv2d.c plugins/layers/conv2d_state.h plugins/layers/cuda_glue.h
 plugins_layers_conv2d_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_conv2d_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_conv2d_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
@@ -70,7 +70,58 @@ plugins_layers_attention_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_attention_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/gpt_block.la
-plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/transformer_ops.h
+plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/gpt_block_state.h plugins/layers/transformer_ops.h
 plugins_layers_gpt_block_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_gpt_block_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
+
+# CUDA twins (NAME_cuda.cu beside NAME.c), linked into the same module when
+# configure found nvcc, cuBLAS and cuDNN.  The host passes them its GEMM
+# service (include/pipehost/device.h), so only conv2d links a CUDA library
+# beyond the runtime (cuDNN).
+CUDA_TWIN_DEPS = $(top_srcdir)/plugins/layers/cuda_common.cuh $(top_srcdir)/plugins/layers/cuda_ops.cuh \
+	$(top_srcdir)/plugins/layers/attention_ops.cuh $(top_srcdir)/plugins/layers/cuda_glue.h \
+	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/rng.h
+EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins/layers/attention_ops.cuh \
+	plugins/layers/cuda_glue.h \
+	plugins/layers/linear_cuda.cu \
+	plugins/layers/relu_cuda.cu \
+	plugins/layers/conv2d_cuda.cu \
+	plugins/layers/maxpool2d_cuda.cu \
+	plugins/layers/flatten_cuda.cu \
+	plugins/layers/dropout_cuda.cu \
+	plugins/layers/softmax_xent_cuda.cu \
+	plugins/layers/embedding_cuda.cu \
+	plugins/layers/layernorm_cuda.cu \
+	plugins/layers/gelu_cuda.cu \
+	plugins/layers/seq_xent_cuda.cu \
+	plugins/layers/attention_cuda.cu \
+	plugins/layers/gpt_block_cuda.cu
+if PH_CUDA
+plugins_layers_linear_la_LIBADD += plugins/layers/linear_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/linear_cuda.lo: plugins/layers/linear_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_relu_la_LIBADD = plugins/layers/relu_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/relu_cuda.lo: plugins/layers/relu_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_conv2d_la_LIBADD += plugins/layers/conv2d_cuda.lo $(CUDA_LAYER_LIBS) $(CUDA_LIBS) -lcudnn
+plugins/layers/conv2d_cuda.lo: plugins/layers/conv2d_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_maxpool2d_la_LIBADD = plugins/layers/maxpool2d_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/maxpool2d_cuda.lo: plugins/layers/maxpool2d_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_flatten_la_LIBADD = plugins/layers/flatten_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/flatten_cuda.lo: plugins/layers/flatten_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_dropout_la_LIBADD = plugins/layers/dropout_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/dropout_cuda.lo: plugins/layers/dropout_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_softmax_xent_la_LIBADD += plugins/layers/softmax_xent_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/softmax_xent_cuda.lo: plugins/layers/softmax_xent_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_embedding_la_LIBADD += plugins/layers/embedding_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/embedding_cuda.lo: plugins/layers/embedding_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_layernorm_la_LIBADD += plugins/layers/layernorm_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/layernorm_cuda.lo: plugins/layers/layernorm_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_gelu_la_LIBADD += plugins/layers/gelu_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/gelu_cuda.lo: plugins/layers/gelu_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_seq_xent_la_LIBADD += plugins/layers/seq_xent_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/seq_xent_cuda.lo: plugins/layers/seq_xent_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_attention_la_LIBADD += plugins/layers/attention_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/attention_cuda.lo: plugins/layers/attention_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_gpt_block_la_LIBADD += plugins/layers/gpt_block_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/gpt_block_cuda.lo: plugins/layers/gpt_block_cuda.cu $(CUDA_TWIN_DEPS)
+endif

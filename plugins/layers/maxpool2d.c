@@ -16,6 +16,14 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
+#include "cuda_glue.h"
+
+#ifdef PH_WITH_CUDA /* maxpool2d_cuda.cu; the argmax goes to / comes from ctx->saved */
+int maxpool2d_cuda_forward(const ph_ctx *ctx, int C, int H, int W, int size, int stride, int OH,
+			   int OW, const float *x, float *y, ph_err *err);
+int maxpool2d_cuda_backward(const ph_ctx *ctx, int C, int H, int W, int size, int stride, int OH,
+			    int OW, const float *dy, float *dx, ph_err *err);
+#endif
 
 typedef struct {
 	int64_t size, stride;
@@ -94,6 +102,11 @@ static int maxpool2d_forward(void *state, const ph_ctx *ctx, float *const *param
 	if (ctx->batch < 0 || ctx->batch > s->max_batch)
 		return ph_fail(err, PH_EINTERNAL, "maxpool2d: batch %d outside [0, %d] given at create",
 			       ctx->batch, s->max_batch);
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return maxpool2d_cuda_forward(ctx, s->C, s->H, s->W, s->size, s->stride, s->OH, s->OW,
+					      x, y, err);
+#endif
 	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->C * s->OH * s->OW;
 	int32_t *arg = ctx->saved;  /* may be NULL when the host keeps nothing (eval) */
 	for (int b = 0; b < ctx->batch; b++) {
@@ -141,6 +154,11 @@ static int maxpool2d_backward(void *state, const ph_ctx *ctx, float *const *para
 	if (!ctx->saved && ctx->batch > 0)
 		return ph_fail(err, PH_EINTERNAL,
 			       "maxpool2d: backward without the saved argmax from forward");
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return maxpool2d_cuda_backward(ctx, s->C, s->H, s->W, s->size, s->stride, s->OH, s->OW,
+					       dy, dx, err);
+#endif
 	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->C * s->OH * s->OW;
 	const int32_t *arg = ctx->saved;
 	memset(dx, 0, (size_t)ctx->batch * in_n * sizeof *dx);
@@ -158,7 +176,7 @@ static const ph_layer_ops maxpool2d_ops = {
 	.head = PH_HEAD(ph_layer_ops, "maxpool2d",
 			"2-D max pooling over [channels, height, width], no padding",
 			maxpool2d_options, maxpool2d_config),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = maxpool2d_create,
 	.destroy = maxpool2d_destroy,

@@ -9,6 +9,13 @@
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
+#include "cuda_glue.h"
+
+#ifdef PH_WITH_CUDA /* relu_cuda.cu */
+int relu_cuda_forward(const ph_ctx *ctx, const float *x, float *y, int64_t n, ph_err *err);
+int relu_cuda_backward(const ph_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n,
+		       ph_err *err);
+#endif
 
 typedef struct {
 	ph_shape shape;
@@ -59,6 +66,10 @@ static int relu_forward(void *state, const ph_ctx *ctx, float *const *params,
 		return ph_fail(err, PH_EINTERNAL, "relu: batch %d outside [0, %d] given at create",
 			       ctx->batch, s->max_batch);
 	const int64_t n = ctx->batch * s->numel;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return relu_cuda_forward(ctx, x, y, n, err);
+#endif
 	for (int64_t i = 0; i < n; i++)
 		y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 	return PH_OK;
@@ -75,6 +86,10 @@ static int relu_backward(void *state, const ph_ctx *ctx, float *const *params,
 	if (!dx)
 		return PH_OK;
 	const int64_t n = ctx->batch * s->numel;
+#ifdef PH_WITH_CUDA
+	if (ph_on_cuda(ctx))
+		return relu_cuda_backward(ctx, y, dy, dx, n, err);
+#endif
 	for (int64_t i = 0; i < n; i++)
 		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 	return PH_OK;
@@ -82,7 +97,7 @@ static int relu_backward(void *state, const ph_ctx *ctx, float *const *params,
 
 static const ph_layer_ops relu_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "relu", "rectified linear unit: y = max(x, 0)"),
-	.devices = PH_DEV_CPU,
+	.devices = PH_LAYER_DEVICES,
 	.flags = 0,
 	.create = relu_create,
 	.destroy = relu_destroy,

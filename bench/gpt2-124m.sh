@@ -1,0 +1,137 @@
+#!/bin/sh
+# GPT-2 small (124M) on one GPU in bf16: pipehost against PyTorch.
+#
+#   pipehost     bench/gpt2-124m.ini: 1 rank on cuda:0, then 4 ranks all on
+#                cuda:0 (1F1B), batch 8 x 1024 tokens in M micro-batches
+#   PyTorch      bench/gpt2_124m_torch.py, the same model, eager and
+#                torch.compile, bf16 autocast, AdamW(fused=True), the same
+#                micro-batches (gradient accumulation)
+#
+# pipehost prints no tokens/s (its progress line and metrics give
+# samples/s, a sample being one sequence of T tokens, averaged from the
+# start), so tokens/s come from the metrics file's elapsed_s: the time
+# from the end of warm-up step WARMUP+1 to the end of the last step, over
+# STEPS steps of 8 x 1024 tokens; PyTorch's the same way (its script times
+# STEPS steps after WARMUP between two torch.cuda.synchronize()).
+# TFLOP/s = tokens/s x 855,383,040 FLOPs per token: 6 N + 12 L T d with
+# N = 123,689,472 (every parameter in a matrix product: all but the position
+# table, the tied token table once), L = 12, T = 1024, d = 768 (see
+# bench/gpt2_124m_torch.py).
+#
+#     bench/gpt2-124m.sh [BUILD_DIR]
+#
+# Environment: PYTHON (an interpreter with torch; default python3), STEPS
+# (timed, default 20), WARMUP (default 5), M (micro-batches, default 8),
+# TORCH_MB (PyTorch's micro-batches, default M).  Exits 77 with one line
+# when there is no GPU; without torch it still times pipehost.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$top}
+bin="$build/pipehost"
+ini="$top/bench/gpt2-124m.ini"
+py=${PYTHON:-python3}
+steps=${STEPS:-20}
+warm=${WARMUP:-5}
+m=${M:-8}
+tmb=${TORCH_MB:-$m}
+tokens=$((8 * 1024)) # per step
+fpt=855383040        # FLOPs per token
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+[ -x "$bin" ] || { echo "gpt2-124m.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
+ngpu=0
+command -v nvidia-smi >/dev/null 2>&1 && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "$ngpu" -lt 1 ]; then
+	echo "gpt2-124m.sh: no GPU (nvidia-smi -L lists none); this benchmark needs one"
+	exit 77
+fi
+torch=yes
+if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+	torch=no
+	echo "($py cannot import torch or sees no GPU through it: the PyTorch rows are n/a; set PYTHON)"
+fi
+
+# fortunes (Debian's package) or, without it, the C sources as text
+data=""
+if [ ! -d /usr/share/games/fortunes ]; then
+	data="--set data.path=$top/core"
+	echo "(no /usr/share/games/fortunes: training on $top/core's text instead; throughput is the same)"
+fi
+
+# pipehost with $1 ranks on cuda:0 -> "tokens/s step_ms"
+ph_run() {
+	# shellcheck disable=SC2086 # $data is a list of options
+	if ! "$bin" -c "$ini" $data --set run.stages="$1" --set run.devices=cuda:0 --set run.micro_batches="$m" \
+		--set schedule.type=1f1b --set run.steps=$((steps + warm)) --set run.log_every=1 \
+		--set "run.metrics=$tmp/m$1.jsonl" </dev/null >"$tmp/ph$1.log" 2>&1; then
+		echo "gpt2-124m.sh: pipehost on $1 rank(s) failed:" >&2
+		tail -5 "$tmp/ph$1.log" >&2
+		echo "failed failed"
+		return
+	fi
+	grep '"step"' "$tmp/m$1.jsonl" | grep -v '"eval"' | sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' |
+		awk -v warm="$warm" -v steps="$steps" -v tok="$tokens" '
+			{ t[NR] = $1 }
+			END {
+				if (NR != warm + steps || t[NR] <= t[warm]) { print "failed failed"; exit }
+				dt = t[NR] - t[warm]
+				printf "%.0f %.1f\n", steps * tok / dt, 1000 * dt / steps
+			}'
+}
+
+# PyTorch in mode $1 -> "tokens/s step_ms"
+pt_run() {
+	if [ "$torch" = no ]; then
+		echo "n/a n/a"
+		return
+	fi
+	if ! "$py" "$top/bench/gpt2_124m_torch.py" --mode "$1" --micro-batches "$tmb" --steps "$steps" \
+		--warmup "$warm" </dev/null >"$tmp/pt-$1.log" 2>&1; then
+		echo "gpt2-124m.sh: PyTorch $1 failed:" >&2
+		tail -5 "$tmp/pt-$1.log" >&2
+		echo "failed failed"
+		return
+	fi
+	r=$(sed -n 's/^torch-[a-z]* tokens\/s=\([0-9.]*\) .*step_ms=\([0-9.]*\) .*/\1 \2/p' "$tmp/pt-$1.log")
+	if [ -z "$r" ]; then
+		echo "gpt2-124m.sh: no tokens/s line from PyTorch $1:" >&2
+		tail -3 "$tmp/pt-$1.log" >&2
+		r="failed failed"
+	fi
+	echo "$r"
+}
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+tv=n/a
+[ "$torch" = yes ] && tv=$("$py" -c 'import torch; print(torch.__version__)')
+echo "GPU: ${gpu:-unknown}; PyTorch $tv; bf16; batch 8 x 1024 tokens, pipehost in $m micro-batches, PyTorch in $tmb;"
+echo "mean over $steps steps after $warm warm-up; TFLOP/s at 855.4 MFLOP per token (6N + 12LTd)"
+echo
+
+r=$(ph_run 1) && p1=${r% *} p1ms=${r#* }
+r=$(ph_run 4) && p4=${r% *} p4ms=${r#* }
+r=$(pt_run eager) && te=${r% *} tems=${r#* }
+r=$(pt_run compile) && tc=${r% *} tcms=${r#* }
+
+# row NAME TOKENS/S STEP_MS: tokens/s, TFLOP/s, ms and the ratio to pipehost's 1 rank
+row() {
+	awk -v n="$1" -v t="$2" -v ms="$3" -v f="$fpt" -v ref="$p1" 'BEGIN {
+		if (t !~ /^[0-9.]+$/) { printf "| %s | %s | | | |\n", n, t; exit }
+		r = ref ~ /^[0-9.]+$/ ? sprintf("%.2f", t / ref) : ""
+		printf "| %s | %.0f | %.1f | %s | %s |\n", n, t, t * f / 1e12, ms, r }'
+}
+# ratio A B: A / B, or n/a
+ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else printf "n/a" }'
+}
+
+printf '| run | tokens/s | TFLOP/s | ms/step | vs pipehost 1 rank |\n|---|---:|---:|---:|---:|\n'
+row "pipehost, 1 rank on cuda:0" "$p1" "$p1ms"
+row "pipehost, 4 ranks on cuda:0 (1F1B)" "$p4" "$p4ms"
+row "PyTorch eager" "$te" "$tems"
+row "PyTorch torch.compile" "$tc" "$tcms"
+echo
+echo "pipehost / PyTorch eager:   $(ratio "$p1" "$te")"
+echo "pipehost / torch.compile:   $(ratio "$p1" "$tc")"
+echo "4 ranks / 1 rank (one GPU): $(ratio "$p4" "$p1")"

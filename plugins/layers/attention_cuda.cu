@@ -1,0 +1,113 @@
+/*
+ * attention_cuda.cu: the CUDA twin of attention.c (causal multi-head
+ * self-attention with its qkv and output projections).
+ *
+ *   x [B, T, d]  ->  y [B, T, d];  R = B*T rows
+ *   qkv = x qkv_weight^T + qkv_bias          [R, 3d]
+ *   P, att = the core (attention_ops.cuh)     [B, H, T, T], [R, d]
+ *   y   = att proj_weight^T + proj_bias       [R, d]
+ *
+ * Saved, as the CPU layer lays it out: qkv [B, T, 3d], P [B, H, T, T]
+ * (pre-dropout), att [B, T, d], region after region.
+ *
+ * Device scratch (meta.device_scratch_bytes, set by attention.c):
+ *   forward:  Pd [H, T, T]                         (dropout only)
+ *   backward: datt [R, d], dqkv [R, 3d], dP [H, T, T], Pd [H, T, T] (dropout only)
+ *
+ * Bias gradients are column sums with a fixed order (ph_k_colsum_acc): no
+ * atomics, so a run repeats bit for bit on the same GPU.
+ */
+#include "attention_ops.cuh"
+#include "cuda_ops.cuh"
+
+static int check_call(const ph_ctx *ctx, int max_batch, ph_err *err)
+{
+	if (ctx->batch < 0 || ctx->batch > max_batch)
+		return ph_fail(err, PH_EINTERNAL, "attention: batch %d outside [0, %d] given at create", ctx->batch,
+			       max_batch);
+	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
+		return ph_fail(err, PH_EINTERNAL, "attention: called without saved or scratch space");
+	if (ctx->batch > 0 && !ctx->gpu)
+		return ph_fail(err, PH_EINTERNAL, "attention: no GPU services in the call context");
+	return PH_OK;
+}
+
+static ph_attn_geom make_geom(int T, int d, int H, float rate, float scale)
+{
+	ph_attn_geom g = { T, d, H, d / H, rate, scale };
+	return g;
+}
+
+extern "C" int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale,
+				      int max_batch, float *const *params, const float *x, float *y, ph_err *err)
+{
+	int rc = check_call(ctx, max_batch, err);
+	if (rc || ctx->batch == 0)
+		return rc;
+	const ph_attn_geom g = make_geom(T, d, H, rate, scale);
+	const int B = ctx->batch, R = B * T;
+	float *qkv = (float *)ctx->saved;             /* [R, 3d] */
+	float *P = qkv + (size_t)R * 3 * d;           /* [B, H, T, T] */
+	float *att = P + (size_t)B * H * T * T;       /* [R, d] */
+	const int drop = ctx->training && rate > 0.0f;
+	const uint64_t key = ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer);
+
+	/* qkv = x W^T + b: preload the bias, the GEMM accumulates onto it */
+	if ((rc = ph_attn_bias_rows(ctx, qkv, params[1], R, 3 * d, err)))
+		return rc;
+	if ((rc = ph_gemm(ctx, 0, 1, R, 3 * d, d, 1.0f, x, d, params[0], d, 1.0f, qkv, 3 * d, err)))
+		return rc;
+	if ((rc = ph_attn_forward(ctx, &g, B, drop, key, qkv, P, att, (float *)ctx->scratch, err)))
+		return rc;
+	/* y = att proj^T + b */
+	if ((rc = ph_attn_bias_rows(ctx, y, params[3], R, d, err)))
+		return rc;
+	return ph_gemm(ctx, 0, 1, R, d, d, 1.0f, att, d, params[2], d, 1.0f, y, d, err);
+}
+
+/*
+ * The whole backward; grads NULL skips the weight half, dx NULL the input
+ * half.  Both halves run the same core backward (d qkv feeds both), so
+ * backward() == backward_input() then backward_weight(), bit for bit.
+ *   datt [R, d]  = dy proj_weight
+ *   dproj_weight += dy^T att;   dproj_bias += colsum dy
+ *   dqkv [R, 3d] = core backward(datt)
+ *   dqkv_weight  += dqkv^T x;   dqkv_bias  += colsum dqkv
+ *   dx [R, d]    = dqkv qkv_weight
+ */
+extern "C" int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale,
+				       int max_batch, float *const *params, float *const *grads, const float *x,
+				       const float *dy, float *dx, ph_err *err)
+{
+	int rc = check_call(ctx, max_batch, err);
+	if (rc || ctx->batch == 0 || (!grads && !dx))
+		return rc;
+	const ph_attn_geom g = make_geom(T, d, H, rate, scale);
+	const int B = ctx->batch, R = B * T;
+	const float *qkv = (const float *)ctx->saved;
+	const float *P = qkv + (size_t)R * 3 * d;
+	const float *att = P + (size_t)B * H * T * T;
+	const int drop = ctx->training && rate > 0.0f;
+	const uint64_t key = ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer);
+	float *datt = (float *)ctx->scratch;          /* [R, d] */
+	float *dqkv = datt + (size_t)R * d;           /* [R, 3d] */
+	float *tmp = dqkv + (size_t)R * 3 * d;        /* [H, T, T] (x2 with dropout) */
+
+	if ((rc = ph_gemm(ctx, 0, 0, R, d, d, 1.0f, dy, d, params[2], d, 0.0f, datt, d, err)))
+		return rc;
+	if (grads) {
+		if ((rc = ph_gemm(ctx, 1, 0, d, d, R, 1.0f, dy, d, att, d, 1.0f, grads[2], d, err)))
+			return rc;
+		PH_CUDA_TRY(err, ph_k_colsum_acc(PH_STREAM(ctx), dy, R, d, grads[3]));
+	}
+	if ((rc = ph_attn_backward(ctx, &g, B, drop, key, qkv, P, datt, dqkv, tmp, err)))
+		return rc;
+	if (grads) {
+		if ((rc = ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, x, d, 1.0f, grads[0], d, err)))
+			return rc;
+		PH_CUDA_TRY(err, ph_k_colsum_acc(PH_STREAM(ctx), dqkv, R, 3 * d, grads[1]));
+	}
+	if (dx)
+		return ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[0], d, 0.0f, dx, d, err);
+	return PH_OK;
+}

@@ -1,0 +1,476 @@
+/*
+ * cuda_ops.cuh: CUDA kernels shared by the transformer layers' twins
+ * (layernorm, gelu, dropout, gpt_block, ...): the GPU side of
+ * transformer_ops.h.  Header-only, every kernel and wrapper static, so each
+ * module that includes it stays self-contained.  Every wrapper launches on
+ * `s`, never synchronises, and returns cudaGetLastError().  n == 0 or
+ * rows == 0 launches nothing and returns cudaSuccess.
+ *
+ * Semantics (those of the CPU code; "bitwise" = the same bits as the CPU
+ * code given the same inputs, on x86-64 where gcc does not contract a*b+c):
+ *
+ *   ph_k_layernorm_fwd(s, x, g, b, y, mean, rstd, rows, d, eps)
+ *       y = (x - mean) * rstd * g + b per row of d; rstd = 1/sqrtf(var + eps),
+ *       two-pass population variance in float; mean/rstd [rows] written when
+ *       non-NULL (the CPU layers save them).  eps: the layernorm layer's
+ *       option (1e-5 by default); gpt_block uses GPT_LN_EPS = 1e-5f.
+ *       Bitwise = tf_layernorm_forward (same 8-lane sum order).  y may alias x.
+ *   ph_k_layernorm_bwd(s, dy, x, g, mean, rstd, dx, dg, db, rows, d, scratch)
+ *       dg += sum_rows dy * xhat, db += sum_rows dy (deterministic fixed tree,
+ *       NOT the CPU's row order: last-bit differences), then
+ *       dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat))  (bitwise =
+ *       tf_layernorm_backward_input).  mean, rstd: the forward's (required).
+ *       dx may be NULL (skipped); dg and db
+ *       may be NULL (skipped).  dx may alias dy.  scratch: needs 0 floats,
+ *       pass NULL.  The halves alone: ph_k_layernorm_bwd_input (dx) and
+ *       ph_k_layernorm_bwd_weight (dg, db).
+ *   ph_k_gelu_fwd(s, x, y, n)        y = gelu_tanh(x)        bitwise = tf_gelu
+ *   ph_k_gelu_bwd(s, x, dy, dx, n)   dx = dy * gelu'(x)      bitwise = tf_gelu_grad;
+ *                                    dx may alias dy
+ *   ph_k_add(s, a, b, y, n)          y = a + b; y may alias a or b
+ *   ph_k_colsum_acc(s, x, rows, cols, out)
+ *       out[j] += sum_i x[i][j]; deterministic fixed tree (row i goes into
+ *       partial sum i % 128 in row order, then a fixed tree over the 128),
+ *       not the CPU add_colsum's row order: last-bit differences.
+ *   ph_k_dropout_fwd(s, key, p, x, y, n)
+ *       y[i] = u_i >= p ? x[i] * scale : 0 (a dropped inf/NaN gives 0, as in
+ *       dropout.c), u_i = ph_rng_uniform(key, i),
+ *       i = 0..n-1 over the whole micro-batch; scale = (float)(1/(1 - (double)p)).
+ *       The CPU layers compute scale from their double option:
+ *       (float)(1/(1 - rate_double)), which can differ from the float-p
+ *       formula in the last bit; to match them bitwise pass their scale:
+ *   ph_k_dropout_fwd_ex(s, key, p, scale, x, y, n)   same with the scale given
+ *   ph_k_dropout_bwd(s, key, p, dy, dx, n) / ph_k_dropout_bwd_ex(..., scale, ...)
+ *       dx[i] = u_i >= p ? dy[i] * scale : 0 (the same mask); dx may alias dy.
+ *   ph_k_dropout_add(s, key, drop, p, scale, base, in, out, n)
+ *       gpt_block's resid_drop: out[i] = (base ? base[i] : 0) + M(i) * in[i],
+ *       M(i) = drop ? (u_i >= p ? scale : 0) : 1; drop == 0 gives
+ *       out = base + in (or a copy of in).  out may alias in or base.  Bitwise.
+ *
+ * The keys are the CPU's: ph_rng_key(seed, step, microbatch, layer) for the
+ * dropout layer, ph_mix64(that ^ SITE) for gpt_block's sites.  Device helpers
+ * for other kernels: ph_d_expf (= tf_expf), ph_d_gelu, ph_d_gelu_grad.
+ *
+ * Bitwise agreement needs IEEE float ops on the device: every product and
+ * sum here is written with __fmul_rn/__fadd_rn/... so nvcc never fuses it
+ * into an FMA, but do not build with --use_fast_math (it flushes denormals).
+ */
+#ifndef PH_LAYERS_CUDA_OPS_CUH
+#define PH_LAYERS_CUDA_OPS_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <pipehost/rng.h>
+#include "cuda_common.cuh"
+
+/* ------------------------------------------------------------------ */
+/* Element-wise math, bit for bit transformer_ops.h's.                  */
+
+/* tf_expf: Cephes' polynomial, round-to-nearest by the 1.5*2^23 trick. */
+static __device__ __forceinline__ float ph_d_expf(float x)
+{
+	x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+	float n = __fsub_rn(__fadd_rn(__fmul_rn(x, 1.44269504088896341f), 12582912.0f), 12582912.0f);
+	float r = __fadd_rn(__fsub_rn(x, __fmul_rn(n, 0.693359375f)), __fmul_rn(n, 2.12194440e-4f));
+	float p = 1.9875691500e-4f;
+	p = __fadd_rn(__fmul_rn(p, r), 1.3981999507e-3f);
+	p = __fadd_rn(__fmul_rn(p, r), 8.3334519073e-3f);
+	p = __fadd_rn(__fmul_rn(p, r), 4.1665795894e-2f);
+	p = __fadd_rn(__fmul_rn(p, r), 1.6666665459e-1f);
+	p = __fadd_rn(__fmul_rn(p, r), 5.0000001201e-1f);
+	p = __fadd_rn(__fadd_rn(__fmul_rn(__fmul_rn(p, r), r), r), 1.0f);
+	return __fmul_rn(p, __int_as_float(((int)n + 127) << 23));
+}
+
+/* tf_gelu: x sigmoid(2y), y = k (x + a x^3) */
+static __device__ __forceinline__ float ph_d_gelu(float x)
+{
+	float y = __fmul_rn(0.7978845608f, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x)));
+	return __fdiv_rn(x, __fadd_rn(1.0f, ph_d_expf(__fmul_rn(-2.0f, y))));
+}
+
+/* tf_gelu_grad: s + 2 x s (1 - s) k (1 + 3 a x^2), s = sigmoid(2y) */
+static __device__ __forceinline__ float ph_d_gelu_grad(float x)
+{
+	float y = __fmul_rn(0.7978845608f, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x)));
+	float s = __fdiv_rn(1.0f, __fadd_rn(1.0f, ph_d_expf(__fmul_rn(-2.0f, y))));
+	float t = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), s), __fsub_rn(1.0f, s)), 0.7978845608f);
+	float q = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(3.0f * 0.044715f, x), x));
+	return __fadd_rn(s, __fmul_rn(t, q));
+}
+
+/* ------------------------------------------------------------------ */
+/* Layer normalisation.                                                */
+/*                                                                     */
+/* Row statistics: 8 threads per row (4 rows per warp), thread j sums    */
+/* elements j, j+8, ... of the first d & ~7, the three xor-shuffles     */
+/* combine them as ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)), and every       */
+/* thread adds the tail in index order: tf_row_sum's order exactly.     */
+
+#define PH_LN_THREADS 256
+
+/* the 8 lanes of this thread's row group within the warp */
+static __device__ __forceinline__ unsigned ph_ln_group_mask(void)
+{
+	return 0xffu << (threadIdx.x & 24);
+}
+
+static __device__ __forceinline__ float ph_ln_tree8(unsigned mask, float a)
+{
+	a = __fadd_rn(a, __shfl_xor_sync(mask, a, 1));
+	a = __fadd_rn(a, __shfl_xor_sync(mask, a, 2));
+	a = __fadd_rn(a, __shfl_xor_sync(mask, a, 4));
+	return a;
+}
+
+/*
+ * x, y [rows, d]; g, b [d]; mean, rstd [rows] (or NULL).
+ * Block: PH_LN_THREADS threads = PH_LN_THREADS/8 rows; grid: rows*8 threads.
+ */
+static __global__ void ph_layernorm_fwd_kernel(const float *x, const float *g, const float *b,
+					       float *y, float *mean, float *rstd, int rows, int d,
+					       float eps)
+{
+	const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+	if (row >= rows) /* whole groups of 8 leave together */
+		return;
+	const unsigned mask = ph_ln_group_mask();
+	const int j = threadIdx.x & 7, d8 = d & ~7;
+	const float *xr = x + row * d;
+	const float invC = __fdiv_rn(1.0f, (float)d);
+
+	float a = 0.0f;
+	for (int k = j; k < d8; k += 8)
+		a = __fadd_rn(a, xr[k]);
+	float s = ph_ln_tree8(mask, a);
+	for (int k = d8; k < d; k++)
+		s = __fadd_rn(s, xr[k]);
+	const float m = __fmul_rn(s, invC);
+
+	a = 0.0f;
+	for (int k = j; k < d8; k += 8) {
+		float t = __fsub_rn(xr[k], m);
+		a = __fadd_rn(a, __fmul_rn(t, t));
+	}
+	float v = ph_ln_tree8(mask, a);
+	for (int k = d8; k < d; k++) {
+		float t = __fsub_rn(xr[k], m);
+		v = __fadd_rn(v, __fmul_rn(t, t));
+	}
+	const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fmul_rn(v, invC), eps)));
+	if (j == 0) {
+		if (mean)
+			mean[row] = m;
+		if (rstd)
+			rstd[row] = rs;
+	}
+	__syncwarp(mask); /* every read of the row above is done: y may alias x */
+	float *yr = y + row * d;
+	for (int k = j; k < d; k += 8)
+		yr[k] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[k], m), rs), g[k]), b[k]);
+}
+
+/*
+ * dx = rstd * ((dy*g - mean(dy*g)) - xhat * mean(dy*g * xhat)), per row.
+ * dy, x, dx [rows, d]; g [d]; mean, rstd [rows].  Same launch shape as fwd.
+ */
+static __global__ void ph_layernorm_bwd_input_kernel(const float *dy, const float *x, const float *g,
+						     const float *mean, const float *rstd, float *dx,
+						     int rows, int d)
+{
+	const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+	if (row >= rows)
+		return;
+	const unsigned mask = ph_ln_group_mask();
+	const int j = threadIdx.x & 7, d8 = d & ~7;
+	const float *xr = x + row * d, *dyr = dy + row * d;
+	const float invC = __fdiv_rn(1.0f, (float)d);
+	const float m = mean[row], rs = rstd[row];
+
+	float ag = 0.0f, agx = 0.0f;
+	for (int k = j; k < d8; k += 8) {
+		float gk = __fmul_rn(dyr[k], g[k]);
+		ag = __fadd_rn(ag, gk);
+		agx = __fadd_rn(agx, __fmul_rn(gk, __fmul_rn(__fsub_rn(xr[k], m), rs)));
+	}
+	float sg = ph_ln_tree8(mask, ag), sgx = ph_ln_tree8(mask, agx);
+	for (int k = d8; k < d; k++) {
+		float gk = __fmul_rn(dyr[k], g[k]);
+		sg = __fadd_rn(sg, gk);
+		sgx = __fadd_rn(sgx, __fmul_rn(gk, __fmul_rn(__fsub_rn(xr[k], m), rs)));
+	}
+	const float mg = __fmul_rn(sg, invC), mgx = __fmul_rn(sgx, invC);
+	__syncwarp(mask); /* dx may alias dy */
+	float *dxr = dx + row * d;
+	for (int k = j; k < d; k += 8) {
+		float xhat = __fmul_rn(__fsub_rn(xr[k], m), rs);
+		float gk = __fmul_rn(dyr[k], g[k]);
+		dxr[k] = __fmul_rn(rs, __fsub_rn(__fsub_rn(gk, mg), __fmul_rn(xhat, mgx)));
+	}
+}
+
+/*
+ * Column sums, deterministic: a block of (PH_CS_COLS, PH_CS_ROWS) threads
+ * owns PH_CS_COLS adjacent columns (one 32-byte sector per row: a warp
+ * reads 4 rows x 8 columns, fully used sectors, and d/8 blocks keep the
+ * GPU busy); thread (tx, ty) sums rows ty, ty + PH_CS_ROWS, ... of column
+ * PH_CS_COLS * blockIdx.x + tx in row order, then a fixed tree over ty.
+ * Grid: ceil(cols / PH_CS_COLS) blocks.
+ *
+ * ph_colsum_kernel:    x [rows, cols]              out[j] += sum_i x[i][j]
+ * ph_ln_dgdb_kernel:   dy, x [rows, d]; mean, rstd [rows]
+ *                      dg[j] += sum_i dy[i][j] * xhat[i][j], db[j] += sum_i dy[i][j]
+ */
+#define PH_CS_COLS 8
+#define PH_CS_ROWS 128
+
+/* the tree over ty of v; the result is valid in threads with ty == 0 */
+static __device__ __forceinline__ float ph_block_colsum(float v, float (*sm)[PH_CS_COLS])
+{
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	sm[ty][tx] = v;
+	__syncthreads();
+	for (int h = PH_CS_ROWS / 2; h > 0; h >>= 1) {
+		if (ty < h)
+			sm[ty][tx] = __fadd_rn(sm[ty][tx], sm[ty + h][tx]);
+		__syncthreads();
+	}
+	float r = sm[0][tx];
+	__syncthreads(); /* sm may be reused */
+	return r;
+}
+
+static __global__ void ph_colsum_kernel(const float *x, int rows, int cols, float *out)
+{
+	__shared__ float sm[PH_CS_ROWS][PH_CS_COLS];
+	const int64_t c = (int64_t)blockIdx.x * PH_CS_COLS + threadIdx.x;
+	float a = 0.0f;
+	if (c < cols)
+		for (int64_t i = threadIdx.y; i < rows; i += PH_CS_ROWS)
+			a = __fadd_rn(a, x[i * cols + c]);
+	a = ph_block_colsum(a, sm);
+	if (threadIdx.y == 0 && c < cols)
+		out[c] = __fadd_rn(out[c], a);
+}
+
+static __global__ void ph_ln_dgdb_kernel(const float *dy, const float *x, const float *mean,
+					 const float *rstd, float *dg, float *db, int rows, int d)
+{
+	__shared__ float sm[PH_CS_ROWS][PH_CS_COLS];
+	const int64_t c = (int64_t)blockIdx.x * PH_CS_COLS + threadIdx.x;
+	float ag = 0.0f, ab = 0.0f;
+	if (c < d)
+		for (int64_t i = threadIdx.y; i < rows; i += PH_CS_ROWS) {
+			const float dv = dy[i * d + c];
+			ag = __fadd_rn(ag, __fmul_rn(dv, __fmul_rn(__fsub_rn(x[i * d + c], mean[i]), rstd[i])));
+			ab = __fadd_rn(ab, dv);
+		}
+	ag = ph_block_colsum(ag, sm);
+	ab = ph_block_colsum(ab, sm);
+	if (threadIdx.y == 0 && c < d) {
+		if (dg)
+			dg[c] = __fadd_rn(dg[c], ag);
+		if (db)
+			db[c] = __fadd_rn(db[c], ab);
+	}
+}
+
+/* ph_blocks caps the grid for grid-stride kernels; the row kernels need one
+ * thread group per row, so their grid is exact. */
+static inline unsigned ph_ln_grid(int rows)
+{
+	return (unsigned)(((int64_t)rows * 8 + PH_LN_THREADS - 1) / PH_LN_THREADS);
+}
+
+static inline cudaError_t ph_k_layernorm_fwd(cudaStream_t s, const float *x, const float *g,
+					     const float *b, float *y, float *mean, float *rstd,
+					     int rows, int d, float eps)
+{
+	if (rows <= 0 || d <= 0)
+		return cudaSuccess;
+	ph_layernorm_fwd_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
+									   rows, d, eps);
+	return cudaGetLastError();
+}
+
+static inline cudaError_t ph_k_layernorm_bwd_input(cudaStream_t s, const float *dy, const float *x,
+						   const float *g, const float *mean,
+						   const float *rstd, float *dx, int rows, int d)
+{
+	if (rows <= 0 || d <= 0 || !dx)
+		return cudaSuccess;
+	ph_layernorm_bwd_input_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd,
+										 dx, rows, d);
+	return cudaGetLastError();
+}
+
+static inline cudaError_t ph_k_layernorm_bwd_weight(cudaStream_t s, const float *dy, const float *x,
+						    const float *mean, const float *rstd, float *dg,
+						    float *db, int rows, int d)
+{
+	if (rows <= 0 || d <= 0 || (!dg && !db))
+		return cudaSuccess;
+	ph_ln_dgdb_kernel<<<(unsigned)((d + PH_CS_COLS - 1) / PH_CS_COLS), dim3(PH_CS_COLS, PH_CS_ROWS), 0,
+			    s>>>(dy, x, mean, rstd, dg, db, rows, d);
+	return cudaGetLastError();
+}
+
+/* Weight half first, then the input half: dx may alias dy, as on the CPU. */
+static inline cudaError_t ph_k_layernorm_bwd(cudaStream_t s, const float *dy, const float *x,
+					     const float *g, const float *mean, const float *rstd,
+					     float *dx, float *dg, float *db, int rows, int d,
+					     float *scratch)
+{
+	(void)scratch; /* needs none */
+	cudaError_t e = ph_k_layernorm_bwd_weight(s, dy, x, mean, rstd, dg, db, rows, d);
+	if (e != cudaSuccess)
+		return e;
+	return ph_k_layernorm_bwd_input(s, dy, x, g, mean, rstd, dx, rows, d);
+}
+
+/* ------------------------------------------------------------------ */
+/* Element-wise kernels: x, y, ... [n], grid-stride.                   */
+
+static __global__ void ph_gelu_fwd_kernel(const float *x, float *y, int64_t n)
+{
+	PH_GRID_STRIDE(i, n)
+		y[i] = ph_d_gelu(x[i]);
+}
+
+static __global__ void ph_gelu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n)
+{
+	PH_GRID_STRIDE(i, n)
+		dx[i] = __fmul_rn(dy[i], ph_d_gelu_grad(x[i]));
+}
+
+static __global__ void ph_add_kernel(const float *a, const float *b, float *y, int64_t n)
+{
+	PH_GRID_STRIDE(i, n)
+		y[i] = __fadd_rn(a[i], b[i]);
+}
+
+static inline cudaError_t ph_k_gelu_fwd(cudaStream_t s, const float *x, float *y, int64_t n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	ph_gelu_fwd_kernel<<<ph_blocks(n), 256, 0, s>>>(x, y, n);
+	return cudaGetLastError();
+}
+
+static inline cudaError_t ph_k_gelu_bwd(cudaStream_t s, const float *x, const float *dy, float *dx,
+					int64_t n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	ph_gelu_bwd_kernel<<<ph_blocks(n), 256, 0, s>>>(x, dy, dx, n);
+	return cudaGetLastError();
+}
+
+static inline cudaError_t ph_k_add(cudaStream_t s, const float *a, const float *b, float *y,
+				   int64_t n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	ph_add_kernel<<<ph_blocks(n), 256, 0, s>>>(a, b, y, n);
+	return cudaGetLastError();
+}
+
+static inline cudaError_t ph_k_colsum_acc(cudaStream_t s, const float *x, int rows, int cols,
+					  float *out)
+{
+	if (rows <= 0 || cols <= 0)
+		return cudaSuccess;
+	ph_colsum_kernel<<<(unsigned)((cols + PH_CS_COLS - 1) / PH_CS_COLS), dim3(PH_CS_COLS, PH_CS_ROWS), 0,
+			   s>>>(x, rows, cols, out);
+	return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------ */
+/* Dropout.  Thread q handles elements 4q .. 4q+3, the four draws of     */
+/* one Philox call: u_i = ph_rng_uniform(key, i) exactly.               */
+/*                                                                     */
+/* mode PH_DROP_SELECT (the dropout layer):                             */
+/*     out[i] = u_i >= p ? in[i] * scale : 0        (a dropped NaN is 0) */
+/* mode PH_DROP_RESID (gpt_block's resid_drop):                         */
+/*     out[i] = (base ? base[i] : 0) + M(i) * in[i],                    */
+/*     M(i) = drop ? (u_i >= p ? scale : 0) : 1     (0 * NaN is NaN)     */
+/* in, base, out [n]; out may alias in or base (each element is read,   */
+/* then written, by one thread).                                        */
+enum { PH_DROP_SELECT = 0, PH_DROP_RESID = 1 };
+
+static __global__ void ph_dropout_kernel(int mode, uint64_t key, int drop, float p, float scale,
+					 const float *base, const float *in, float *out, int64_t n)
+{
+	const int64_t quads = (n + 3) >> 2;
+	PH_GRID_STRIDE(q, quads) {
+		ph_philox4 r = { { 0, 0, 0, 0 } };
+		if (drop)
+			r = ph_philox4x32(key, 0, (uint64_t)q);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const int64_t i = 4 * q + k;
+			if (i >= n)
+				break;
+			const int keep = !drop || ph_u01(r.v[k]) >= p;
+			float v;
+			if (mode == PH_DROP_SELECT) {
+				v = keep ? __fmul_rn(in[i], scale) : 0.0f;
+			} else {
+				v = drop ? __fmul_rn(keep ? scale : 0.0f, in[i]) : in[i];
+				if (base)
+					v = __fadd_rn(base[i], v);
+			}
+			out[i] = v;
+		}
+	}
+}
+
+static inline cudaError_t ph_k_dropout_launch(cudaStream_t s, int mode, uint64_t key, int drop,
+					      float p, float scale, const float *base,
+					      const float *in, float *out, int64_t n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	ph_dropout_kernel<<<ph_blocks((n + 3) / 4), 256, 0, s>>>(mode, key, drop, p, scale, base, in,
+								  out, n);
+	return cudaGetLastError();
+}
+
+static inline cudaError_t ph_k_dropout_add(cudaStream_t s, uint64_t key, int drop, float p,
+					   float scale, const float *base, const float *in,
+					   float *out, int64_t n)
+{
+	return ph_k_dropout_launch(s, PH_DROP_RESID, key, drop, p, scale, base, in, out, n);
+}
+
+static inline float ph_dropout_scale(float p)
+{
+	return (float)(1.0 / (1.0 - (double)p));
+}
+
+static inline cudaError_t ph_k_dropout_fwd_ex(cudaStream_t s, uint64_t key, float p, float scale,
+					      const float *x, float *y, int64_t n)
+{
+	return ph_k_dropout_launch(s, PH_DROP_SELECT, key, 1, p, scale, NULL, x, y, n);
+}
+
+static inline cudaError_t ph_k_dropout_bwd_ex(cudaStream_t s, uint64_t key, float p, float scale,
+					      const float *dy, float *dx, int64_t n)
+{
+	return ph_k_dropout_launch(s, PH_DROP_SELECT, key, 1, p, scale, NULL, dy, dx, n);
+}
+
+static inline cudaError_t ph_k_dropout_fwd(cudaStream_t s, uint64_t key, float p, const float *x,
+					   float *y, int64_t n)
+{
+	return ph_k_dropout_fwd_ex(s, key, p, ph_dropout_scale(p), x, y, n);
+}
+
+static inline cudaError_t ph_k_dropout_bwd(cudaStream_t s, uint64_t key, float p, const float *dy,
+					   float *dx, int64_t n)
+{
+	return ph_k_dropout_bwd_ex(s, key, p, ph_dropout_scale(p), dy, dx, n);
+}
+
+#endif /* PH_LAYERS_CUDA_OPS_CUH */

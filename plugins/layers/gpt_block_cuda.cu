@@ -1,0 +1,200 @@
+/*
+ * gpt_block_cuda.cu: the CUDA twin of gpt_block.c, one GPT-2 pre-LN block.
+ *
+ *   x [B, T, d] -> y [B, T, d];  R = B*T rows, n = R*d, rd = r*d
+ *   h1  = ln1(x)                                  [R, d]
+ *   qkv = h1 Wqkv^T + b_qkv                       [R, 3d]
+ *   P, att = causal attention core (attention_ops.cuh)
+ *   x1  = x + drop1(att Wproj^T + b_proj)         [R, d]
+ *   h2  = ln2(x1)
+ *   u   = h2 Wfc^T + b_fc                         [R, rd]
+ *   g   = gelu(u)
+ *   y   = x1 + drop2(g Wfcproj^T + b_fcproj)
+ *
+ * Parameters, saved layout, dropout keys and element indices are exactly
+ * gpt_block.c's (see its header); the element-wise kernels come from
+ * cuda_ops.cuh (bitwise the CPU's), the products from the host's GEMM.
+ *
+ * Device scratch (gpt_block.c's meta sets device_scratch_bytes):
+ *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
+ *   backward: dx1, dbr, dh, dh1 [R, d] each, dgu [R, rd], dqkv [R, 3d],
+ *             then dP [H, T, T] and Pd [H, T, T] (dropout only)
+ */
+#include "attention_ops.cuh"
+#include "cuda_ops.cuh"
+#include "gpt_block_state.h"
+
+enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS };
+
+static int check_call(const gpt_block_dims *g, const ph_ctx *ctx, ph_err *err)
+{
+	if (ctx->batch < 0 || ctx->batch > g->max_batch)
+		return ph_fail(err, PH_EINTERNAL, "gpt_block: batch %d outside [0, %d] given at create", ctx->batch,
+			       g->max_batch);
+	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
+		return ph_fail(err, PH_EINTERNAL, "gpt_block: called without saved or scratch space");
+	if (ctx->batch > 0 && !ctx->gpu)
+		return ph_fail(err, PH_EINTERNAL, "gpt_block: no GPU services in the call context");
+	return PH_OK;
+}
+
+/* The saved regions of this micro-batch, gpt_block.c's saved_views(). */
+typedef struct {
+	float *h1, *mean1, *rstd1, *qkv, *P, *att, *x1, *h2, *mean2, *rstd2, *u, *g;
+} gpt_saved;
+
+static gpt_saved saved_views(const gpt_block_dims *g, const ph_ctx *ctx)
+{
+	const size_t B = (size_t)ctx->batch, T = g->T, d = g->d, H = g->H, r = g->r;
+	const size_t R = B * T;
+	gpt_saved v;
+	v.h1 = (float *)ctx->saved;
+	v.mean1 = v.h1 + R * d;
+	v.rstd1 = v.mean1 + R;
+	v.qkv = v.rstd1 + R;
+	v.P = v.qkv + R * 3 * d;
+	v.att = v.P + B * H * T * T;
+	v.x1 = v.att + R * d;
+	v.h2 = v.x1 + R * d;
+	v.mean2 = v.h2 + R * d;
+	v.rstd2 = v.mean2 + R;
+	v.u = v.rstd2 + R;
+	v.g = v.u + R * r * d;
+	return v;
+}
+
+static uint64_t site_key(const ph_ctx *ctx, uint64_t site)
+{
+	return ph_mix64(ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer) ^ site);
+}
+
+static ph_attn_geom attn_geom(const gpt_block_dims *g)
+{
+	ph_attn_geom a = { g->T, g->d, g->H, g->hd, g->rate, g->scale };
+	return a;
+}
+
+#define TRY(call)                         \
+	do {                              \
+		if ((rc = (call)) != PH_OK) \
+			return rc;        \
+	} while (0)
+
+extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
+				      const float *x, float *y, ph_err *err)
+{
+	int rc = check_call(g, ctx, err);
+	if (rc || ctx->batch == 0)
+		return rc;
+	const cudaStream_t st = PH_STREAM(ctx);
+	const int T = g->T, d = g->d, rd = g->r * d, R = ctx->batch * T;
+	const int64_t n = (int64_t)R * d;
+	const gpt_saved v = saved_views(g, ctx);
+	const ph_attn_geom ag = attn_geom(g);
+	const int drop = ctx->training && g->rate > 0.0f;
+	const float *lnw = params[P_LNW], *lnb = params[P_LNB], *bias = params[P_BIAS];
+	float *tmp = (float *)ctx->scratch, *pd = tmp + n; /* [R, d], then [H, T, T] */
+
+	/* attention branch */
+	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
+	TRY(ph_attn_bias_rows(ctx, v.qkv, bias, R, 3 * d, err));
+	TRY(ph_gemm(ctx, 0, 1, R, 3 * d, d, 1.0f, v.h1, d, params[P_QKV], d, 1.0f, v.qkv, 3 * d, err));
+	TRY(ph_attn_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, pd, err));
+	TRY(ph_attn_bias_rows(ctx, tmp, bias + 3 * d, R, d, err));
+	TRY(ph_gemm(ctx, 0, 1, R, d, d, 1.0f, v.att, d, params[P_PROJ], d, 1.0f, tmp, d, err));
+	PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID1), drop, g->rate, g->scale, x, tmp, v.x1,
+					  n));
+
+	/* MLP branch */
+	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, v.h2, v.mean2, v.rstd2, R, d, GPT_LN_EPS));
+	TRY(ph_attn_bias_rows(ctx, v.u, bias + 4 * d, R, rd, err));
+	TRY(ph_gemm(ctx, 0, 1, R, rd, d, 1.0f, v.h2, d, params[P_FC], d, 1.0f, v.u, rd, err));
+	PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, v.g, (int64_t)R * rd));
+	TRY(ph_attn_bias_rows(ctx, tmp, bias + 4 * d + rd, R, d, err));
+	TRY(ph_gemm(ctx, 0, 1, R, d, rd, 1.0f, v.g, rd, params[P_FCPROJ], rd, 1.0f, tmp, d, err));
+	PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale, v.x1, tmp, y,
+					  n));
+	return PH_OK;
+}
+
+/*
+ * The whole backward, gpt_block.c's gpt_bwd(): grads NULL skips the weight
+ * half, dx NULL the end of the input half; the chain of input gradients in
+ * between runs the same either way, so backward() == I then W bit for bit.
+ * Without dropout the residual masks are the identity: the branch gradient
+ * IS the residual gradient, read in place instead of copied (same bits).
+ */
+extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
+				       float *const *grads, const float *x, const float *dy, float *dx, ph_err *err)
+{
+	int rc = check_call(g, ctx, err);
+	if (rc || ctx->batch == 0 || (!grads && !dx))
+		return rc;
+	const cudaStream_t st = PH_STREAM(ctx);
+	const int T = g->T, d = g->d, rd = g->r * d, R = ctx->batch * T;
+	const int64_t n = (int64_t)R * d;
+	const gpt_saved v = saved_views(g, ctx);
+	const ph_attn_geom ag = attn_geom(g);
+	const int drop = ctx->training && g->rate > 0.0f;
+	const float *lnw = params[P_LNW];
+	float *dx1 = (float *)ctx->scratch;     /* [R, d] */
+	float *dbr = dx1 + n;                   /* [R, d]: d(branch) = mask * d(residual) */
+	float *dh = dbr + n;                    /* [R, d]: dh2, then datt */
+	float *dh1 = dh + n;                    /* [R, d] */
+	float *dgu = dh1 + n;                   /* [R, rd]: dg, then du in place */
+	float *dqkv = dgu + (size_t)R * rd;     /* [R, 3d] */
+	float *tmp = dqkv + (size_t)R * 3 * d;  /* [H, T, T] (x2 with dropout) */
+	const float *db;
+
+	/* ---- MLP branch: y = x1 + drop2(g Wfcproj^T + b_fcproj) ---- */
+	db = dy;
+	if (drop) {
+		PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), 1, g->rate, g->scale, NULL, dy,
+						  dbr, n));
+		db = dbr;
+	}
+	if (grads) {
+		TRY(ph_gemm(ctx, 1, 0, d, rd, R, 1.0f, db, d, v.g, rd, 1.0f, grads[P_FCPROJ], rd, err));
+		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
+	}
+	TRY(ph_gemm(ctx, 0, 0, R, rd, d, 1.0f, db, d, params[P_FCPROJ], rd, 0.0f, dgu, rd, err));
+	PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
+	if (grads) {
+		TRY(ph_gemm(ctx, 1, 0, rd, d, R, 1.0f, dgu, rd, v.h2, d, 1.0f, grads[P_FC], d, err));
+		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));
+	}
+	TRY(ph_gemm(ctx, 0, 0, R, d, rd, 1.0f, dgu, rd, params[P_FC], d, 0.0f, dh, d, err));
+	if (grads)
+		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh, v.x1, v.mean2, v.rstd2, grads[P_LNW] + d,
+							   grads[P_LNB] + d, R, d));
+	PH_CUDA_TRY(err, ph_k_layernorm_bwd_input(st, dh, v.x1, lnw + d, v.mean2, v.rstd2, dx1, R, d));
+	PH_CUDA_TRY(err, ph_k_add(st, dx1, dy, dx1, n)); /* dx1 += dy: the residual */
+
+	/* ---- attention branch: x1 = x + drop1(att Wproj^T + b_proj) ---- */
+	db = dx1;
+	if (drop) {
+		PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID1), 1, g->rate, g->scale, NULL, dx1,
+						  dbr, n));
+		db = dbr;
+	}
+	if (grads) {
+		TRY(ph_gemm(ctx, 1, 0, d, d, R, 1.0f, db, d, v.att, d, 1.0f, grads[P_PROJ], d, err));
+		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 3 * d));
+	}
+	TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
+	TRY(ph_attn_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh, dqkv, tmp,
+			     err));
+	if (grads) {
+		TRY(ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, v.h1, d, 1.0f, grads[P_QKV], d, err));
+		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dqkv, R, 3 * d, grads[P_BIAS]));
+	}
+	TRY(ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[P_QKV], d, 0.0f, dh1, d, err));
+	if (grads)
+		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh1, x, v.mean1, v.rstd1, grads[P_LNW], grads[P_LNB], R,
+							   d));
+	if (dx) {
+		PH_CUDA_TRY(err, ph_k_layernorm_bwd_input(st, dh1, x, lnw, v.mean1, v.rstd1, dx, R, d));
+		PH_CUDA_TRY(err, ph_k_add(st, dx, dx1, dx, n)); /* dx += dx1 */
+	}
+	return PH_OK;
+}

@@ -1,0 +1,203 @@
+/* seq_xent's CUDA twin (seq_xent.c).
+ *
+ *   x [B, T, V] logits, targets [B, T] int32  ->  y [B, 2] = [loss, correct]
+ *   saved: smax [B*T] then slog [B*T] (row max, log of the row's sum): the CPU's layout
+ *   forward, one block per row r = b*T + t:
+ *     m = max_k x_rk (first index on ties), sum = sum_k expf(x_rk - m) (tf_expf,
+ *     float partial sums per thread combined in double by a fixed tree),
+ *     ls = log(sum) in double; row loss (double)m + ls - x_r[t_r] and hit
+ *     argmax == t_r go to device scratch; then one warp per sample adds its
+ *     T rows (fixed tree) into y.
+ *   backward (bit for bit the CPU's, given the saved m and ls):
+ *     dx_rk = expf((x_rk - m) - ls) * loss_scale, minus loss_scale's 1 at k = t_r:
+ *     dx_rt = (expf((x_rt - m) - ls) - 1) * loss_scale
+ *
+ * Device scratch: B*T doubles (row losses) then B*T int32 (row hits).
+ * Sums run in another order than the CPU's, so m is exact but ls, the loss
+ * and hence the gradient may differ from the CPU in the last bits.
+ * A target outside [0, V) (the CPU refuses the call; a kernel cannot
+ * report it) gives a NaN loss, no hit, and a NaN gradient row.
+ */
+#include <limits.h>
+#include <math.h>
+
+#include "cuda_ops.cuh"
+
+#define SQ_THREADS 256
+#define SQ_WARPS (SQ_THREADS / 32)
+
+/* The row max over the non-NaN logits and its first index (all NaN: (NaN, 0)),
+ * what seq_xent.c's vectorised row_max() gives; every thread gets the pair.
+ * (Where a NaN leads the row, the CPU's m depends on how gcc vectorised
+ * the reduction; the loss and the gradient of such a row are NaN anyway.) */
+static __device__ float sq_row_max(const float *xr, int V, int *arg)
+{
+	__shared__ float wm[SQ_WARPS];
+	__shared__ int wa[SQ_WARPS];
+	float m = 0.0f;
+	int a = INT_MAX; /* none yet */
+	for (int k = threadIdx.x; k < V; k += SQ_THREADS) {
+		const float v = xr[k];
+		if (v == v && (a == INT_MAX || v > m)) {
+			m = v;
+			a = k;
+		}
+	}
+	/* (max value, lowest index) is a total order: any combining order gives the same */
+	for (int off = 16; off > 0; off >>= 1) {
+		const float om = __shfl_xor_sync(0xffffffffu, m, off);
+		const int oa = __shfl_xor_sync(0xffffffffu, a, off);
+		if (oa != INT_MAX && (a == INT_MAX || om > m || (om == m && oa < a))) {
+			m = om;
+			a = oa;
+		}
+	}
+	if ((threadIdx.x & 31) == 0) {
+		wm[threadIdx.x >> 5] = m;
+		wa[threadIdx.x >> 5] = a;
+	}
+	__syncthreads();
+	m = wm[0];
+	a = wa[0];
+	for (int w = 1; w < SQ_WARPS; w++)
+		if (wa[w] != INT_MAX && (a == INT_MAX || wm[w] > m || (wm[w] == m && wa[w] < a))) {
+			m = wm[w];
+			a = wa[w];
+		}
+	__syncthreads(); /* wm, wa are reused by the next row */
+	if (a == INT_MAX) { /* all NaN */
+		m = xr[0];
+		a = 0;
+	}
+	*arg = a;
+	return m;
+}
+
+/* sum_k expf(x_k - m): float per thread, double across, fixed order; every thread gets it */
+static __device__ double sq_row_sumexp(const float *xr, int V, float m)
+{
+	__shared__ double ws[SQ_WARPS];
+	float a = 0.0f;
+	for (int k = threadIdx.x; k < V; k += SQ_THREADS)
+		a = __fadd_rn(a, ph_d_expf(__fsub_rn(xr[k], m)));
+	double s = a;
+	for (int off = 16; off > 0; off >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, off);
+	if ((threadIdx.x & 31) == 0)
+		ws[threadIdx.x >> 5] = s;
+	__syncthreads();
+	s = 0.0;
+	for (int w = 0; w < SQ_WARPS; w++)
+		s += ws[w];
+	__syncthreads();
+	return s;
+}
+
+/* x [rows, V], targets [rows] -> smax, slog, rloss, rhit [rows]; one block per row */
+static __global__ void sq_rows_kernel(const float *x, const int32_t *targets, float *smax, float *slog,
+				      double *rloss, int *rhit, int rows, int V)
+{
+	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+		const float *xr = x + (int64_t)r * V;
+		int arg;
+		const float m = sq_row_max(xr, V, &arg);
+		const double ls = log(sq_row_sumexp(xr, V, m));
+		if (threadIdx.x == 0) {
+			const int t = targets[r];
+			smax[r] = m;
+			slog[r] = (float)ls;
+			if (t >= 0 && t < V) {
+				rloss[r] = (double)m + ls - xr[t];
+				rhit[r] = arg == t;
+			} else {
+				rloss[r] = __longlong_as_double(0x7ff8000000000000ll); /* NaN: bad target */
+				rhit[r] = 0;
+			}
+		}
+	}
+}
+
+/* rloss, rhit [B, T] -> y [B, 2]; one warp per sample */
+static __global__ void sq_sample_kernel(const double *rloss, const int *rhit, float *y, int B, int T)
+{
+	const int b = (int)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+	if (b >= B) /* whole warps leave together */
+		return;
+	double l = 0.0;
+	int h = 0;
+	for (int t = threadIdx.x & 31; t < T; t += 32) {
+		l += rloss[(int64_t)b * T + t];
+		h += rhit[(int64_t)b * T + t];
+	}
+	for (int off = 16; off > 0; off >>= 1) {
+		l += __shfl_xor_sync(0xffffffffu, l, off);
+		h += __shfl_xor_sync(0xffffffffu, h, off);
+	}
+	if ((threadIdx.x & 31) == 0) {
+		y[2 * b] = (float)l;
+		y[2 * b + 1] = (float)h;
+	}
+}
+
+/* x, dx [rows, V]; smax, slog, targets [rows]; one block per row */
+static __global__ void sq_bwd_kernel(const float *x, const int32_t *targets, const float *smax,
+				     const float *slog, float *dx, int rows, int V, float scale)
+{
+	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+		const float *xr = x + (int64_t)r * V;
+		float *dxr = dx + (int64_t)r * V;
+		const float m = smax[r], ls = slog[r];
+		const int t = targets[r];
+		const int bad = t < 0 || t >= V;
+		for (int k = threadIdx.x; k < V; k += SQ_THREADS) {
+			const float p = ph_d_expf(__fsub_rn(__fsub_rn(xr[k], m), ls));
+			dxr[k] = bad ? __int_as_float(0x7fffffff)
+				     : __fmul_rn(k == t ? __fsub_rn(p, 1.0f) : p, scale);
+		}
+	}
+}
+
+static unsigned sq_grid(int rows)
+{
+	return (unsigned)(rows < 65535 * 8 ? rows : 65535 * 8);
+}
+
+extern "C" int seq_xent_cuda_forward(const ph_ctx *ctx, int T, int V, const float *x, float *y,
+				     ph_err *err)
+{
+	const int64_t rows = (int64_t)ctx->batch * T;
+	if (rows <= 0)
+		return PH_OK;
+	if (rows > INT_MAX)
+		return ph_fail(err, PH_EUNSUPPORTED, "seq_xent: %lld rows in one call; at most %d on CUDA",
+			       (long long)rows, INT_MAX);
+	if (!ctx->scratch)
+		return ph_fail(err, PH_EINTERNAL, "seq_xent: no device scratch for the row losses");
+	float *smax = (float *)ctx->saved, *slog = smax + rows;
+	double *rloss = (double *)ctx->scratch;
+	int *rhit = (int *)(rloss + rows);
+	cudaStream_t st = PH_STREAM(ctx);
+	sq_rows_kernel<<<sq_grid((int)rows), SQ_THREADS, 0, st>>>(x, ctx->targets, smax, slog, rloss, rhit,
+								  (int)rows, V);
+	PH_CUDA_CHECK_LAUNCH(err, "seq_xent: forward (rows)");
+	sq_sample_kernel<<<(unsigned)(((int64_t)ctx->batch * 32 + 255) / 256), 256, 0, st>>>(
+		rloss, rhit, y, ctx->batch, T);
+	PH_CUDA_CHECK_LAUNCH(err, "seq_xent: forward (samples)");
+	return PH_OK;
+}
+
+extern "C" int seq_xent_cuda_backward(const ph_ctx *ctx, int T, int V, const float *x, float *dx,
+				      ph_err *err)
+{
+	const int64_t rows = (int64_t)ctx->batch * T;
+	if (rows <= 0 || !dx)
+		return PH_OK;
+	if (rows > INT_MAX)
+		return ph_fail(err, PH_EUNSUPPORTED, "seq_xent: %lld rows in one call; at most %d on CUDA",
+			       (long long)rows, INT_MAX);
+	const float *smax = (const float *)ctx->saved, *slog = smax + rows;
+	sq_bwd_kernel<<<sq_grid((int)rows), SQ_THREADS, 0, PH_STREAM(ctx)>>>(
+		x, ctx->targets, smax, slog, dx, (int)rows, V, ctx->loss_scale);
+	PH_CUDA_CHECK_LAUNCH(err, "seq_xent: backward");
+	return PH_OK;
+}

@@ -1,0 +1,136 @@
+/* softmax_xent's CUDA twin (softmax_xent.c).  One warp per sample row:
+ *
+ *   x [B, K] logits, targets [B] int32  ->  y [B, 2] = [loss, correct]
+ *   loss = logsumexp(x_b) - x_b[t_b],  logsumexp = m + log(sum_k exp((double)x_bk - m))
+ *   correct = argmax(x_b) == t_b (first max on ties)
+ *   backward: dx_b = (float)((exp((double)x_bk - m) / sum - (k == t_b)) * (double)loss_scale)
+ *
+ * The row max and its index are the CPU's sequential scan (strict >, start at
+ * x[0]): with x[0] NaN it is (NaN, 0), else the largest non-NaN value at its
+ * first index.  The sum runs in double: lane l adds k = l, l+32, ... in
+ * order, then a fixed xor tree (deterministic; the CPU sums in index order,
+ * so the last bits may differ).  exp is CUDA's double exp.
+ *
+ * Targets live on the device and are not checked against K before the
+ * launch (that would need a synchronisation): a target outside [0, K) gives
+ * a NaN loss, correct 0, and a NaN gradient row, where the CPU refuses the
+ * call with PH_EINVAL.
+ */
+#include <limits.h>
+#include <math.h>
+
+#include "cuda_common.cuh"
+
+#define SX_THREADS 256 /* 8 rows per block */
+
+/* Row max and its index, as row_max() in softmax_xent.c; every lane of the
+ * warp returns the same pair. */
+static __device__ float sx_row_max(const float *xr, int K, int *arg)
+{
+	const int lane = threadIdx.x & 31;
+	float m = 0.0f;
+	int a = INT_MAX; /* none yet */
+	for (int k = lane; k < K; k += 32) {
+		const float v = xr[k];
+		if (v == v && (a == INT_MAX || v > m)) {
+			m = v;
+			a = k;
+		}
+	}
+	for (int off = 16; off > 0; off >>= 1) {
+		const float om = __shfl_xor_sync(0xffffffffu, m, off);
+		const int oa = __shfl_xor_sync(0xffffffffu, a, off);
+		if (oa != INT_MAX && (a == INT_MAX || om > m || (om == m && oa < a))) {
+			m = om;
+			a = oa;
+		}
+	}
+	const float x0 = xr[0];
+	if (x0 != x0) { /* a leading NaN sticks in the sequential scan */
+		m = x0;
+		a = 0;
+	}
+	*arg = a;
+	return m;
+}
+
+/* sum_k exp((double)x_k - m), the same value in every lane */
+static __device__ double sx_row_sumexp(const float *xr, int K, float m)
+{
+	double s = 0.0;
+	for (int k = threadIdx.x & 31; k < K; k += 32)
+		s += exp((double)xr[k] - m);
+	for (int off = 16; off > 0; off >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, off);
+	return s;
+}
+
+/* x [B, K], targets [B], y [B, 2] */
+static __global__ void sx_fwd_kernel(const float *x, const int32_t *targets, float *y, int B, int K)
+{
+	const int b = (int)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+	if (b >= B) /* whole warps leave together */
+		return;
+	const float *xr = x + (int64_t)b * K;
+	int arg;
+	const float m = sx_row_max(xr, K, &arg);
+	const double lse = (double)m + log(sx_row_sumexp(xr, K, m));
+	if ((threadIdx.x & 31) == 0) {
+		const int t = targets[b];
+		if (t >= 0 && t < K) {
+			y[2 * b] = (float)(lse - xr[t]);
+			y[2 * b + 1] = arg == t ? 1.0f : 0.0f;
+		} else {
+			y[2 * b] = __int_as_float(0x7fffffff); /* NaN: bad target */
+			y[2 * b + 1] = 0.0f;
+		}
+	}
+}
+
+/* x, dx [B, K], targets [B] */
+static __global__ void sx_bwd_kernel(const float *x, const int32_t *targets, float *dx, int B, int K,
+				     double scale)
+{
+	const int b = (int)(((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+	if (b >= B)
+		return;
+	const float *xr = x + (int64_t)b * K;
+	float *dxr = dx + (int64_t)b * K;
+	int arg;
+	const float m = sx_row_max(xr, K, &arg);
+	const double sum = sx_row_sumexp(xr, K, m);
+	const int t = targets[b];
+	const int bad = t < 0 || t >= K;
+	__syncwarp(); /* every read of the row is done: dx may alias x */
+	for (int k = threadIdx.x & 31; k < K; k += 32) {
+		const double p = exp((double)xr[k] - m) / sum;
+		dxr[k] = bad ? __int_as_float(0x7fffffff) : (float)((p - (k == t)) * scale);
+	}
+}
+
+static unsigned sx_grid(int B)
+{
+	return (unsigned)(((int64_t)B * 32 + SX_THREADS - 1) / SX_THREADS);
+}
+
+extern "C" int softmax_xent_cuda_forward(const ph_ctx *ctx, int K, const float *x, float *y,
+					 ph_err *err)
+{
+	if (ctx->batch <= 0)
+		return PH_OK;
+	sx_fwd_kernel<<<sx_grid(ctx->batch), SX_THREADS, 0, PH_STREAM(ctx)>>>(x, ctx->targets, y,
+									    ctx->batch, K);
+	PH_CUDA_CHECK_LAUNCH(err, "softmax_xent: forward");
+	return PH_OK;
+}
+
+extern "C" int softmax_xent_cuda_backward(const ph_ctx *ctx, int K, const float *x, float *dx,
+					  ph_err *err)
+{
+	if (ctx->batch <= 0 || !dx)
+		return PH_OK;
+	sx_bwd_kernel<<<sx_grid(ctx->batch), SX_THREADS, 0, PH_STREAM(ctx)>>>(
+		x, ctx->targets, dx, ctx->batch, K, (double)ctx->loss_scale);
+	PH_CUDA_CHECK_LAUNCH(err, "softmax_xent: backward");
+	return PH_OK;
+}

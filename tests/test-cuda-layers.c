@@ -1,0 +1,939 @@
+/*
+ * The CUDA twins of the layer plugins against their CPU code.
+ *
+ * For every layer type with a CUDA twin, each case below builds one instance
+ * on the CPU and one on cuda:0 (through the host's CUDA backend,
+ * core/device.h: open, alloc, copy, fill_ctx, sync), gives both the same
+ * parameters, inputs, dy and targets from a fixed seed, and compares what
+ * the GPU returns with what the CPU returns: y, dx and every parameter
+ * gradient, within the tolerances of the table below.  Then, on the GPU
+ * alone, the contract of plugin.h:
+ *  - forward and backward are deterministic (a second run gives the same
+ *    bits), y and dx are overwritten (they start as NaN, then as 12345),
+ *    parameter gradients accumulate: a second backward gives 2x (within the
+ *    tolerance: a layer that adds rows one by one rounds differently the
+ *    second time);
+ *  - backward with dx = NULL gives the same parameter gradients, bitwise;
+ *  - where the layer has the split backward, backward_input leaves the
+ *    gradients alone and backward_input + backward_weight give bitwise the
+ *    dx and gradients of backward;
+ *  - nothing is written past the end of any buffer (256 canary bytes after
+ *    each: y, dx, gradients, and saved and scratch at the sizes meta gave);
+ *  - under bf16 the linear layer's y shows bf16 rounding (the precision
+ *    reached the GEMM), and every layer claims PH_DEV_CUDA in `devices`.
+ * Every case runs twice: ctx.precision = PH_PREC_FP32, then PH_PREC_BF16.
+ *
+ * Tolerances (the CPU result is the reference; "max" is the largest |cpu|
+ * of the tensor being compared):
+ *
+ *   element i passes when |gpu_i - cpu_i| <= rtol * |cpu_i| + atol * max
+ *   the tensor passes when ||gpu - cpu||_2 <= ntol * ||cpu||_2
+ *
+ *   | precision | layers                       | rtol | atol | ntol |
+ *   |-----------|------------------------------|------|------|------|
+ *   | fp32      | all                          | 1e-4 | 1e-5 | 1e-5 |
+ *   | bf16      | all but the two below        | 2e-2 | 2e-2 | 2e-2 |
+ *   | bf16      | attention, gpt_block (deep)  | 5e-2 | 5e-2 | 3e-2 |
+ *
+ * fp32: the backend's GEMM is fp32 without TF32 and the twins use IEEE
+ * float arithmetic, but sums run in another order (GEMM tiles, tree
+ * reductions for bias and layernorm gradients, warp reductions) and
+ * exp/tanh may round differently.  Reordering a sum of K terms moves it by
+ * about sqrt(K) u |terms| (u = 2^-24 = 6e-8); K here is at most 128 (the
+ * MLP's fc_proj) and the chains are a few operations deep, so differences
+ * stay near 1e-6 of a tensor's scale.  rtol 1e-4 and atol 1e-5 leave 10 to
+ * 100x of room and still catch what matters: TF32 sneaking in (a 10-bit
+ * mantissa: ~1e-3 relative, also above ntol) and every real bug (a wrong
+ * index, a missing term, scale or mask: errors ~1e-1 of the scale).
+ * bf16: the backend rounds GEMM inputs to bf16 (u = 2^-9 = 2e-3) and
+ * accumulates in fp32, so one product is off by ~3e-3 of its norm; where
+ * products chain (attention: scores, softmax, P.V, projection; gpt_block:
+ * six products deep on the backward's longest path) the errors add up to
+ * ~1e-2 and the largest element error over a few thousand elements is ~4
+ * standard deviations, hence the wider "deep" row.  The layers without a
+ * GEMM compute in fp32 under bf16 too and pass its rows with room to spare.
+ * These numbers are derived, not measured: PH_TEST_VERBOSE=1 prints, per
+ * tensor, the worst element as a fraction of its bound and the norm error,
+ * to tune them on a GPU.
+ *
+ * Skips (exit 77, one line on stdout): the build has no CUDA, the backend
+ * cannot be loaded on a machine without an NVIDIA driver, or no GPU is
+ * visible.  A backend that does not load where /proc/driver/nvidia lists a
+ * GPU is a failure, not a skip.
+ *
+ * The driver is first asked in a child process: a process whose parent
+ * initialised CUDA before fork() cannot use the GPU, and Check forks each
+ * test (so that a crash or a sticky CUDA error in one twin does not take
+ * the others with it).  Each test opens its own rank state.  CK_FORK=no
+ * runs everything in one process (for cuda-gdb or compute-sanitizer).
+ */
+#include <check.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <pipehost/device.h>
+#include <pipehost/plugin.h>
+#include "device.h"
+#include "options.h"
+
+#ifndef PH_LAYER_DIR
+#define PH_LAYER_DIR "plugins/layers/.libs"
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Tolerances: see the table at the top.                               */
+
+typedef struct {
+	const char *name;
+	double rtol, atol, ntol;
+} tol_row;
+
+enum { TOL_FP32 = 0, TOL_BF16 = 1, TOL_BF16_DEEP = 2 };
+
+static const tol_row tol_table[] = {
+	[TOL_FP32] = { "fp32", 1e-4, 1e-5, 1e-5 },
+	[TOL_BF16] = { "bf16", 2e-2, 2e-2, 2e-2 },
+	[TOL_BF16_DEEP] = { "bf16, chained products", 5e-2, 5e-2, 3e-2 },
+};
+
+#define CANARY 256          /* bytes after each device buffer */
+#define CANARY_BYTE 0xA5
+
+/* ------------------------------------------------------------------ */
+/* Test randomness: splitmix64, fixed seed per case (test-layers.c's).  */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s)
+{
+	rng_state = s;
+}
+
+static uint64_t rng_next(void)
+{
+	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi). */
+static float urand(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)((rng_next() >> 40) * (1.0 / 16777216.0));
+}
+
+/* ------------------------------------------------------------------ */
+/* Loading and configuring plugins (as test-layers.c does).            */
+
+static const ph_layer_ops *load_layer(const char *name)
+{
+	const char *dir = getenv("PH_LAYER_DIR");
+	if (!dir || !*dir)
+		dir = PH_LAYER_DIR;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s.so", dir, name);
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(h, "dlopen %s: %s (set PH_LAYER_DIR to the built plugins)", path, dlerror());
+	ph_plugin_fn fn = (ph_plugin_fn)dlsym(h, PH_PLUGIN_SYMBOL);
+	ck_assert_msg(fn, "%s: no %s symbol", path, PH_PLUGIN_SYMBOL);
+	const ph_plugin *pl = fn();
+	ck_assert_int_eq(pl->abi_major, PH_ABI_MAJOR);
+	ck_assert_int_le(pl->abi_minor, PH_ABI_MINOR);
+	ck_assert_ptr_nonnull(pl->layers);
+	for (const ph_layer_ops *const *l = pl->layers; *l; l++)
+		if (strcmp((*l)->head.name, name) == 0)
+			return *l; /* the handle stays open for the test's life */
+	ck_abort_msg("%s provides no layer named %s", path, name);
+	return NULL;
+}
+
+/* Defaults, then key/value pairs (NULL-terminated list), as the host does. */
+static void *make_config(const ph_layer_ops *ops, const char *const *kv)
+{
+	void *cfg = calloc(1, ops->head.config_size + 1);
+	ph_err e = { { 0 } };
+	int rc = ph_options_defaults(ops->head.options, cfg, &e);
+	ck_assert_msg(rc == PH_OK, "%s defaults: %s", ops->head.name, e.msg);
+	for (; kv && kv[0]; kv += 2) {
+		rc = ph_options_set(ops->head.options, cfg, kv[0], kv[1], &e);
+		ck_assert_msg(rc == PH_OK, "%s %s = %s: %s", ops->head.name, kv[0], kv[1], e.msg);
+	}
+	return cfg;
+}
+
+#define KV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+/* A shape as a static initializer: S(3, 4) is [3, 4] per sample. */
+#define S(...) { (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), { __VA_ARGS__ } }
+
+/* ------------------------------------------------------------------ */
+/* The cases.                                                          */
+
+enum {
+	X_UNIFORM = 0, /* U(-1, 1) */
+	X_AWAY,        /* +-U(0.1, 1): clear of relu's kink */
+	X_DISTINCT,    /* distinct values 0.05 apart: no maxpool ties */
+	X_WIDE,        /* U(-4, 4): gelu's and layernorm's tails */
+	X_IDS          /* token ids 0 .. vocab-1, as floats */
+};
+
+typedef struct {
+	const char *type;
+	const char *const *kv;
+	ph_shape in;
+	int batch;
+	int eval;         /* 1: ctx.training = 0 */
+	int x_kind;
+	int vocab;        /* X_IDS */
+	float pscale;     /* parameters U(-1, 1) times this; 0 means 1 */
+	int deep;         /* chained products: the deep bf16 row */
+	int bf16_shows;   /* under bf16, y must differ from fp32 (a GEMM is there) */
+	const char *what;
+} gpu_case;
+
+static const gpu_case cases[] = {
+	{ "linear", KV("units", "4"), S(6), 3, .what = "vector input" },
+	{ "linear", KV("units", "5", "bias", "no"), S(3, 4), 2, .what = "[T, C] input, no bias" },
+	{ "linear", KV("units", "33"), S(5, 70), 3, .bf16_shows = 1, .what = "odd sizes past a GEMM tile" },
+	{ "relu", NULL, S(2, 3, 4), 2, .x_kind = X_AWAY, .what = "small" },
+	{ "relu", NULL, S(4000), 3, .x_kind = X_AWAY, .what = "many blocks" },
+	{ "conv2d", KV("filters", "4", "kernel", "3", "stride", "2", "padding", "1"), S(3, 9, 8), 3,
+	  .what = "stride 2, padding 1" },
+	{ "conv2d", KV("filters", "8", "kernel", "3", "padding", "1"), S(16, 16, 16), 5,
+	  .what = "3x3 same, 5 samples" },
+	{ "conv2d", KV("filters", "3", "kernel", "2", "bias", "no"), S(2, 5, 6), 1,
+	  .what = "2x2, no padding, no bias, one sample" },
+	{ "conv2d", KV("filters", "32", "kernel", "3", "padding", "1"), S(1, 28, 28), 4,
+	  .what = "fashion-mnist's conv1" },
+	{ "maxpool2d", NULL, S(2, 6, 7), 2, .x_kind = X_DISTINCT, .what = "2x2, odd width" },
+	{ "maxpool2d", KV("size", "3", "stride", "2"), S(2, 7, 8), 2, .x_kind = X_DISTINCT,
+	  .what = "3x3 stride 2: overlapping windows" },
+	{ "flatten", NULL, S(2, 3, 4), 3, .what = "[2, 3, 4]" },
+	{ "dropout", KV("rate", "0.3"), S(5, 4), 3, .what = "rate 0.3" },
+	{ "dropout", KV("rate", "0.25"), S(1000), 4, .what = "rate 0.25, 4000 draws" },
+	{ "dropout", KV("rate", "0.25"), S(1000), 4, .eval = 1, .what = "evaluation: identity" },
+	{ "softmax_xent", NULL, S(5), 4, .what = "5 classes" },
+	{ "softmax_xent", NULL, S(10), 32, .what = "fashion-mnist's loss" },
+	{ "embedding", KV("vocab", "11", "dim", "8"), S(16), 2, .x_kind = X_IDS, .vocab = 11,
+	  .what = "repeated ids" },
+	{ "embedding", KV("vocab", "256", "dim", "128"), S(128), 4, .x_kind = X_IDS, .vocab = 256,
+	  .what = "gpt-fortunes' shape" },
+	{ "layernorm", NULL, S(3, 8), 2, .what = "rows of 8" },
+	{ "layernorm", KV("eps", "1e-5"), S(5, 96), 2, .x_kind = X_WIDE, .what = "rows of 96" },
+	{ "gelu", NULL, S(4, 5), 2, .x_kind = X_WIDE, .what = "small" },
+	{ "gelu", NULL, S(3, 1000), 2, .x_kind = X_WIDE, .what = "many blocks" },
+	{ "attention", KV("heads", "2"), S(4, 6), 2, .pscale = 0.5f, .deep = 1, .what = "2 heads, T = 4" },
+	{ "attention", KV("heads", "3", "dropout", "0.3"), S(5, 6), 2, .pscale = 0.5f, .deep = 1,
+	  .what = "dropout 0.3" },
+	{ "attention", KV("heads", "4"), S(33, 32), 2, .pscale = 0.5f, .deep = 1,
+	  .what = "T = 33, past a 32-wide tile" },
+	{ "attention", KV("heads", "4", "dropout", "0.1"), S(33, 32), 2, .eval = 1, .pscale = 0.5f,
+	  .deep = 1, .what = "evaluation: no dropout" },
+	{ "gpt_block", KV("heads", "2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1, .what = "d = 8" },
+	{ "gpt_block", KV("heads", "2", "dropout", "0.2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1,
+	  .what = "dropout 0.2 at three sites" },
+	{ "gpt_block", KV("heads", "4"), S(17, 32), 2, .pscale = 0.5f, .deep = 1,
+	  .what = "T = 17, d = 32" },
+	{ "gpt_block", KV("heads", "4", "dropout", "0.1", "mlp_ratio", "2"), S(17, 32), 2,
+	  .pscale = 0.5f, .deep = 1, .what = "mlp_ratio 2, dropout 0.1" },
+	{ "seq_xent", NULL, S(3, 5), 2, .what = "T = 3, V = 5" },
+	{ "seq_xent", NULL, S(16, 50), 3, .what = "T = 16, V = 50" },
+	{ "seq_xent", NULL, S(8, 300), 2, .what = "V = 300, a row wider than a block" },
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* Every layer type with a CUDA twin. */
+static const char *const cuda_layers[] = { "linear",    "relu",      "conv2d",       "maxpool2d", "flatten",
+					   "dropout",   "softmax_xent", "embedding", "layernorm", "gelu",
+					   "attention", "gpt_block", "seq_xent" };
+#define NLAYERS ((int)(sizeof cuda_layers / sizeof cuda_layers[0]))
+
+/* ------------------------------------------------------------------ */
+/* The GPU: one rank state per test, opened by the fixture.            */
+
+static const ph_device_ops *dev;
+static void *rs;
+static int precision; /* PH_PREC_* of this test */
+
+typedef struct {
+	void *p;
+	size_t bytes; /* without the canary */
+	char name[48];
+} dbuf;
+
+static dbuf dbufs[64];
+static int ndbufs;
+
+static void h2d(void *dst, const void *src, size_t bytes)
+{
+	ph_err e = { { 0 } };
+	int rc = dev->copy(rs, dst, src, bytes, PH_COPY_H2D, &e);
+	ck_assert_msg(rc == PH_OK, "copy to the GPU (%zu bytes): %s", bytes, e.msg);
+}
+
+static void d2h(void *dst, const void *src, size_t bytes)
+{
+	ph_err e = { { 0 } };
+	int rc = dev->copy(rs, dst, src, bytes, PH_COPY_D2H, &e);
+	ck_assert_msg(rc == PH_OK, "copy from the GPU (%zu bytes): %s", bytes, e.msg);
+}
+
+static void dsync(const char *label, const char *after)
+{
+	ph_err e = { { 0 } };
+	int rc = dev->sync(rs, &e);
+	ck_assert_msg(rc == PH_OK, "%s: after %s: %s", label, after, e.msg);
+}
+
+/* Device memory for `bytes` (NULL for 0), with canary bytes after it. */
+static void *dalloc(size_t bytes, const char *name)
+{
+	if (!bytes)
+		return NULL;
+	ck_assert_int_lt(ndbufs, (int)(sizeof dbufs / sizeof dbufs[0]));
+	void *p = NULL;
+	ph_err e = { { 0 } };
+	int rc = dev->alloc(rs, bytes + CANARY, &p, &e);
+	ck_assert_msg(rc == PH_OK && p, "alloc %zu bytes for %s: %s", bytes, name, e.msg);
+	unsigned char pat[CANARY];
+	memset(pat, CANARY_BYTE, sizeof pat);
+	h2d((char *)p + bytes, pat, CANARY);
+	dbuf *b = &dbufs[ndbufs++];
+	b->p = p;
+	b->bytes = bytes;
+	snprintf(b->name, sizeof b->name, "%s", name);
+	return p;
+}
+
+static void check_canaries(const char *label)
+{
+	unsigned char got[CANARY];
+	for (int i = 0; i < ndbufs; i++) {
+		d2h(got, (char *)dbufs[i].p + dbufs[i].bytes, CANARY);
+		for (int k = 0; k < CANARY; k++)
+			ck_assert_msg(got[k] == CANARY_BYTE,
+				      "%s: wrote past the end of %s (%zu bytes): byte +%d is 0x%02x",
+				      label, dbufs[i].name, dbufs[i].bytes, k, got[k]);
+	}
+}
+
+static void dfree_all(void)
+{
+	for (int i = 0; i < ndbufs; i++)
+		dev->free(rs, dbufs[i].p);
+	ndbufs = 0;
+}
+
+static void fill_const(float *dst_dev, int64_t n, float v)
+{
+	if (!n)
+		return;
+	float *h = malloc((size_t)n * sizeof(float));
+	for (int64_t i = 0; i < n; i++)
+		h[i] = v;
+	h2d(dst_dev, h, (size_t)n * sizeof(float));
+	free(h);
+}
+
+static void open_rank(int prec)
+{
+	ph_err e = { { 0 } };
+	precision = prec;
+	dev = ph_cuda_backend(&e);
+	ck_assert_msg(dev, "the CUDA backend: %s", e.msg);
+	rs = NULL;
+	int rc = dev->open(0, prec, &rs, &e);
+	ck_assert_msg(rc == PH_OK && rs, "open cuda:0 (%s): %s", tol_table[prec ? TOL_BF16 : TOL_FP32].name,
+		      e.msg);
+	rc = dev->bind(rs, &e);
+	ck_assert_msg(rc == PH_OK, "bind cuda:0: %s", e.msg);
+	ndbufs = 0;
+}
+
+static void setup_fp32(void)
+{
+	open_rank(PH_PREC_FP32);
+}
+
+static void setup_bf16(void)
+{
+	open_rank(PH_PREC_BF16);
+}
+
+static void teardown_rank(void)
+{
+	if (dev && rs) {
+		dfree_all();
+		dev->close(rs);
+	}
+	rs = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Comparison.                                                         */
+
+/* gpu against the cpu reference within `t`; returns the norm error. */
+static double expect_close(const char *label, const char *what, const float *gpu, const float *cpu, int64_t n,
+			   const tol_row *t)
+{
+	double scale = 0, num = 0, den = 0, worst = 0;
+	for (int64_t i = 0; i < n; i++)
+		scale = fmax(scale, fabs((double)cpu[i]));
+	int64_t bad = 0, first = -1, wi = -1, differ = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double g = gpu[i], c = cpu[i], d = fabs(g - c);
+		double lim = t->rtol * fabs(c) + t->atol * scale;
+		differ += memcmp(&gpu[i], &cpu[i], sizeof(float)) != 0;
+		if (!(d <= lim)) { /* NaN fails too */
+			bad++;
+			if (first < 0)
+				first = i;
+		}
+		double ratio = d != d ? INFINITY : lim > 0 ? d / lim : (d > 0 ? INFINITY : 0);
+		if (ratio > worst)
+			worst = ratio, wi = i;
+		num += (g - c) * (g - c);
+		den += c * c;
+	}
+	double nerr = den > 0 ? sqrt(num) / sqrt(den) : (num > 0 ? INFINITY : 0);
+	if (num != num)
+		nerr = NAN;
+	if (getenv("PH_TEST_VERBOSE"))
+		fprintf(stderr, "%s: %-18s worst %.3g of the bound (at %lld), norm error %.3g (ntol %.3g), "
+				"%lld of %lld not bitwise\n",
+			label, what, worst, (long long)wi, nerr, t->ntol, (long long)differ, (long long)n);
+	if (bad) {
+		int64_t i = wi >= 0 ? wi : first;
+		ck_abort_msg("%s: %s[%lld] gpu %.9g, cpu %.9g: |diff| %.3g > %.3g = %g*|cpu| + %g*%.4g "
+			     "(%lld of %lld elements out, first at %lld; tolerance row \"%s\")",
+			     label, what, (long long)i, (double)gpu[i], (double)cpu[i],
+			     fabs((double)gpu[i] - cpu[i]), t->rtol * fabs((double)cpu[i]) + t->atol * scale,
+			     t->rtol, t->atol, scale, (long long)bad, (long long)n, (long long)first, t->name);
+	}
+	ck_assert_msg(nerr <= t->ntol, "%s: %s: ||gpu - cpu|| / ||cpu|| = %.3g > %.3g (tolerance row \"%s\")",
+		      label, what, nerr, t->ntol, t->name);
+	return nerr;
+}
+
+static void expect_bitwise(const char *label, const char *what, const float *a, const float *b, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+			ck_abort_msg("%s: %s: element %lld is %.9g, then %.9g", label, what, (long long)i,
+				     (double)a[i], (double)b[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* One case: the CPU reference, then the GPU.                          */
+
+typedef struct {
+	void *cfg, *state;
+	ph_layer_meta meta;
+	int64_t nx, ny, pn[PH_MAX_PARAMS];
+	float *x, *y, *r, *dx;
+	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
+	int32_t *targets;
+	int64_t nt;
+	ph_ctx ctx;
+} host_inst;
+
+static void fill_inputs(const gpu_case *c, float *x, int64_t n)
+{
+	switch (c->x_kind) {
+	case X_AWAY:
+		for (int64_t i = 0; i < n; i++)
+			x[i] = (rng_next() & 1 ? 1.0f : -1.0f) * urand(0.1f, 1.0f);
+		break;
+	case X_DISTINCT: {
+		int64_t *perm = malloc((size_t)n * sizeof *perm);
+		for (int64_t i = 0; i < n; i++)
+			perm[i] = i;
+		for (int64_t i = n - 1; i > 0; i--) {
+			int64_t j = (int64_t)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
+			perm[i] = perm[j], perm[j] = t;
+		}
+		for (int64_t i = 0; i < n; i++)
+			x[i] = (float)(perm[i] - n / 2) * 0.05f;
+		free(perm);
+		break;
+	}
+	case X_WIDE:
+		for (int64_t i = 0; i < n; i++)
+			x[i] = urand(-4, 4);
+		break;
+	case X_IDS:
+		for (int64_t i = 0; i < n; i++)
+			x[i] = (float)(rng_next() % (uint64_t)c->vocab);
+		break;
+	default:
+		for (int64_t i = 0; i < n; i++)
+			x[i] = urand(-1, 1);
+	}
+}
+
+static ph_ctx base_ctx(const gpu_case *c)
+{
+	return (ph_ctx){ .batch = c->batch, .training = !c->eval, .seed = 1234, .step = 7, .microbatch = 3,
+			 .layer = 2, .device = PH_DEV_CPU, .loss_scale = 0.25f };
+}
+
+static void host_open(host_inst *H, const ph_layer_ops *ops, const gpu_case *c)
+{
+	memset(H, 0, sizeof *H);
+	ph_err e = { { 0 } };
+	H->cfg = make_config(ops, c->kv);
+	int rc = ops->create(H->cfg, &c->in, c->batch, &H->state, &e);
+	ck_assert_msg(rc == PH_OK, "%s create: %s", c->type, e.msg);
+	rc = ops->meta(H->state, &H->meta, &e);
+	ck_assert_msg(rc == PH_OK, "%s meta: %s", c->type, e.msg);
+	H->nx = c->batch * ph_shape_numel(&c->in);
+	H->ny = c->batch * ph_shape_numel(&H->meta.out);
+	H->x = calloc(H->nx, sizeof(float));
+	H->dx = calloc(H->nx, sizeof(float));
+	H->y = calloc(H->ny, sizeof(float));
+	H->r = calloc(H->ny, sizeof(float));
+	fill_inputs(c, H->x, H->nx);
+	for (int64_t i = 0; i < H->ny; i++)
+		H->r[i] = urand(-1, 1);
+	float k = c->pscale ? c->pscale : 1.0f;
+	for (int p = 0; p < H->meta.nparams; p++) {
+		H->pn[p] = ph_shape_numel(&H->meta.params[p].shape);
+		H->params[p] = malloc((size_t)H->pn[p] * sizeof(float));
+		H->grads[p] = calloc((size_t)H->pn[p], sizeof(float));
+		for (int64_t i = 0; i < H->pn[p]; i++)
+			H->params[p][i] = urand(-1, 1) * k;
+	}
+	H->ctx = base_ctx(c);
+	if (H->meta.scratch_bytes)
+		H->ctx.scratch = malloc(H->meta.scratch_bytes);
+	if (H->meta.saved_bytes)
+		H->ctx.saved = malloc(H->meta.saved_bytes * c->batch);
+	if (H->meta.targets_per_sample) {
+		H->nt = (int64_t)c->batch * H->meta.targets_per_sample;
+		H->targets = calloc((size_t)H->nt, sizeof(int32_t));
+		int64_t K = c->in.d[c->in.ndim - 1]; /* classes: the last dimension */
+		for (int64_t i = 0; i < H->nt; i++)
+			H->targets[i] = (int32_t)(rng_next() % (uint64_t)K);
+		H->ctx.targets = H->targets;
+	}
+}
+
+static void host_close(host_inst *H, const ph_layer_ops *ops)
+{
+	ops->destroy(H->state);
+	for (int p = 0; p < H->meta.nparams; p++)
+		free(H->params[p]), free(H->grads[p]);
+	free(H->x), free(H->y), free(H->r), free(H->dx), free(H->targets), free(H->cfg);
+	free(H->ctx.scratch), free(H->ctx.saved);
+}
+
+/* The device twin of a host instance: its own layer state (as a GPU rank
+ * creates its layers), the same parameters and inputs on cuda:0. */
+typedef struct {
+	void *state;
+	float *x, *y, *dy, *dx;
+	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
+	ph_ctx ctx;
+} dev_inst;
+
+static void dev_open(dev_inst *D, const ph_layer_ops *ops, const gpu_case *c, const host_inst *H, int loss)
+{
+	memset(D, 0, sizeof *D);
+	ph_err e = { { 0 } };
+	int rc = ops->create(H->cfg, &c->in, c->batch, &D->state, &e);
+	ck_assert_msg(rc == PH_OK, "%s create (GPU instance): %s", c->type, e.msg);
+	ph_layer_meta m;
+	rc = ops->meta(D->state, &m, &e);
+	ck_assert_msg(rc == PH_OK, "%s meta (GPU instance): %s", c->type, e.msg);
+	ck_assert(memcmp(&m.out, &H->meta.out, sizeof m.out) == 0 && m.nparams == H->meta.nparams);
+
+	char name[48];
+	for (int p = 0; p < m.nparams; p++) {
+		snprintf(name, sizeof name, "param %s", m.params[p].name);
+		D->params[p] = dalloc((size_t)H->pn[p] * sizeof(float), name);
+		h2d(D->params[p], H->params[p], (size_t)H->pn[p] * sizeof(float));
+		snprintf(name, sizeof name, "grad %s", m.params[p].name);
+		D->grads[p] = dalloc((size_t)H->pn[p] * sizeof(float), name);
+	}
+	D->x = dalloc((size_t)H->nx * sizeof(float), "x");
+	h2d(D->x, H->x, (size_t)H->nx * sizeof(float));
+	D->y = dalloc((size_t)H->ny * sizeof(float), "y");
+	D->dx = dalloc((size_t)H->nx * sizeof(float), "dx");
+	if (!loss) {
+		D->dy = dalloc((size_t)H->ny * sizeof(float), "dy");
+		h2d(D->dy, H->r, (size_t)H->ny * sizeof(float));
+	}
+	D->ctx = base_ctx(c);
+	size_t scratch = m.device_scratch_bytes ? m.device_scratch_bytes : m.scratch_bytes;
+	D->ctx.scratch = dalloc(scratch, "scratch (meta's device_scratch_bytes or scratch_bytes)");
+	D->ctx.saved = dalloc(m.saved_bytes * c->batch, "saved (meta's saved_bytes x batch)");
+	if (H->nt) {
+		int32_t *t = dalloc((size_t)H->nt * sizeof(int32_t), "targets");
+		h2d(t, H->targets, (size_t)H->nt * sizeof(int32_t));
+		D->ctx.targets = t;
+	}
+	dev->fill_ctx(rs, &D->ctx);
+	D->ctx.device = PH_DEV_CUDA;
+	ck_assert_msg(D->ctx.gpu, "fill_ctx left ctx.gpu NULL: layers have no GEMM service");
+	ck_assert_msg(D->ctx.gpu->struct_size >= sizeof(ph_gpu_api), "ctx.gpu is an older ph_gpu_api (%u bytes)",
+		      D->ctx.gpu->struct_size);
+	ck_assert_msg(D->ctx.precision == precision, "fill_ctx gave precision %d; the rank was opened with %d",
+		      D->ctx.precision, precision);
+}
+
+static void zero_grads(dev_inst *D, const host_inst *H)
+{
+	ph_err e = { { 0 } };
+	for (int p = 0; p < H->meta.nparams; p++) {
+		int rc = dev->zero(rs, D->grads[p], (size_t)H->pn[p] * sizeof(float), &e);
+		ck_assert_msg(rc == PH_OK, "zero: %s", e.msg);
+	}
+}
+
+static void read_grads(dev_inst *D, const host_inst *H, float **out)
+{
+	for (int p = 0; p < H->meta.nparams; p++)
+		d2h(out[p], D->grads[p], (size_t)H->pn[p] * sizeof(float));
+}
+
+static void gpu_fwd(const char *label, const ph_layer_ops *ops, dev_inst *D)
+{
+	ph_err e = { { 0 } };
+	int rc = ops->forward(D->state, &D->ctx, D->params, D->x, D->y, &e);
+	ck_assert_msg(rc == PH_OK, "%s: forward: %s", label, e.msg);
+	dsync(label, "forward");
+}
+
+static void gpu_bwd(const char *label, const ph_layer_ops *ops, dev_inst *D, float *dx)
+{
+	ph_err e = { { 0 } };
+	int rc = ops->backward(D->state, &D->ctx, D->params, D->grads, D->x, D->y, D->dy, dx, &e);
+	ck_assert_msg(rc == PH_OK, "%s: backward: %s", label, e.msg);
+	dsync(label, "backward");
+}
+
+static float **grad_bufs(const host_inst *H)
+{
+	float **g = calloc(PH_MAX_PARAMS, sizeof *g);
+	for (int p = 0; p < H->meta.nparams; p++)
+		g[p] = malloc((size_t)H->pn[p] * sizeof(float));
+	return g;
+}
+
+static void free_grad_bufs(float **g)
+{
+	for (int p = 0; p < PH_MAX_PARAMS; p++)
+		free(g[p]);
+	free(g);
+}
+
+static void run_case(int idx)
+{
+	const gpu_case *c = &cases[idx];
+	const int bf16 = precision == PH_PREC_BF16;
+	const tol_row *tol = &tol_table[!bf16 ? TOL_FP32 : c->deep ? TOL_BF16_DEEP : TOL_BF16];
+	char label[200];
+	snprintf(label, sizeof label, "%s case %d (%s), %s", c->type, idx, c->what, bf16 ? "bf16" : "fp32");
+
+	const ph_layer_ops *ops = load_layer(c->type);
+	/* Before any device pointer reaches it: a CPU-only layer would
+	 * dereference them on the host. */
+	ck_assert_msg(ops->devices & PH_DEV_CUDA, "%s: devices = 0x%x lacks PH_DEV_CUDA; is its CUDA twin linked in?",
+		      label, ops->devices);
+	const int loss = (ops->flags & PH_LAYER_LOSS) != 0;
+
+	/* The CPU reference: forward, then backward from zero gradients. */
+	rng_seed(1000 + (uint64_t)idx);
+	host_inst H;
+	host_open(&H, ops, c);
+	ph_err e = { { 0 } };
+	int rc = ops->forward(H.state, &H.ctx, H.params, H.x, H.y, &e);
+	ck_assert_msg(rc == PH_OK, "%s: CPU forward: %s", label, e.msg);
+	for (int64_t i = 0; i < H.nx; i++)
+		H.dx[i] = NAN;
+	rc = ops->backward(H.state, &H.ctx, H.params, H.grads, H.x, H.y, loss ? NULL : H.r, H.dx, &e);
+	ck_assert_msg(rc == PH_OK, "%s: CPU backward: %s", label, e.msg);
+
+	/* The GPU. */
+	dev_inst D;
+	dev_open(&D, ops, c, &H, loss);
+	float *gy = malloc((size_t)H.ny * sizeof(float)), *gy2 = malloc((size_t)H.ny * sizeof(float));
+	float *gdx = malloc((size_t)H.nx * sizeof(float)), *gdx2 = malloc((size_t)H.nx * sizeof(float));
+	float **g1 = grad_bufs(&H), **g2 = grad_bufs(&H), **two = grad_bufs(&H);
+
+	/* forward: y overwritten (it starts as NaN) and close to the CPU's */
+	fill_const(D.y, H.ny, NAN);
+	gpu_fwd(label, ops, &D);
+	d2h(gy, D.y, (size_t)H.ny * sizeof(float));
+	double ynorm = expect_close(label, "y", gy, H.y, H.ny, tol);
+	if (bf16 && c->bf16_shows)
+		ck_assert_msg(ynorm > tol_table[TOL_FP32].ntol,
+			      "%s: under bf16, y is within %.3g of the fp32 CPU result: the precision did not reach "
+			      "the GEMM (ctx.precision %d)",
+			      label, ynorm, D.ctx.precision);
+	/* again, over 12345s: the same bits */
+	fill_const(D.y, H.ny, 12345.0f);
+	gpu_fwd(label, ops, &D);
+	d2h(gy2, D.y, (size_t)H.ny * sizeof(float));
+	expect_bitwise(label, "two forwards differ on the GPU (not deterministic, or y accumulates)", gy, gy2, H.ny);
+
+	/* backward from zero gradients, dx NaN: close to the CPU's */
+	zero_grads(&D, &H);
+	fill_const(D.dx, H.nx, NAN);
+	gpu_bwd(label, ops, &D, D.dx);
+	d2h(gdx, D.dx, (size_t)H.nx * sizeof(float));
+	read_grads(&D, &H, g1);
+	expect_close(label, "dx", gdx, H.dx, H.nx, tol);
+	for (int p = 0; p < H.meta.nparams; p++) {
+		char what[64];
+		snprintf(what, sizeof what, "d%s", H.meta.params[p].name);
+		expect_close(label, what, g1[p], H.grads[p], H.pn[p], tol);
+	}
+
+	/* a second backward, dx over 12345s: dx the same bits, gradients 2x */
+	fill_const(D.dx, H.nx, 12345.0f);
+	gpu_bwd(label, ops, &D, D.dx);
+	d2h(gdx2, D.dx, (size_t)H.nx * sizeof(float));
+	expect_bitwise(label, "a second backward gives another dx (not deterministic, or dx accumulates)", gdx,
+		       gdx2, H.nx);
+	read_grads(&D, &H, g2);
+	for (int p = 0; p < H.meta.nparams; p++) {
+		char what[96];
+		snprintf(what, sizeof what, "d%s after two backwards (must be 2x: +=)", H.meta.params[p].name);
+		for (int64_t i = 0; i < H.pn[p]; i++)
+			two[p][i] = 2.0f * g1[p][i];
+		expect_close(label, what, g2[p], two[p], H.pn[p], tol);
+	}
+
+	/* from zero again: the same bits (deterministic) */
+	zero_grads(&D, &H);
+	gpu_bwd(label, ops, &D, D.dx);
+	read_grads(&D, &H, g2);
+	for (int p = 0; p < H.meta.nparams; p++) {
+		char what[96];
+		snprintf(what, sizeof what, "d%s differs between two backwards from zero (not deterministic)",
+			 H.meta.params[p].name);
+		expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
+	}
+
+	/* dx = NULL: accepted, the same gradients */
+	zero_grads(&D, &H);
+	gpu_bwd(label, ops, &D, NULL);
+	read_grads(&D, &H, g2);
+	for (int p = 0; p < H.meta.nparams; p++) {
+		char what[96];
+		snprintf(what, sizeof what, "d%s with dx = NULL differs from with dx", H.meta.params[p].name);
+		expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
+	}
+
+	/* the split backward, I then W as ZB-H1 runs them: bitwise backward's */
+	if (ph_layer_has_split_backward(ops)) {
+		zero_grads(&D, &H);
+		fill_const(D.dx, H.nx, NAN);
+		rc = ops->backward_input(D.state, &D.ctx, D.params, D.x, D.y, D.dy, D.dx, &e);
+		ck_assert_msg(rc == PH_OK, "%s: backward_input: %s", label, e.msg);
+		dsync(label, "backward_input");
+		read_grads(&D, &H, g2);
+		for (int p = 0; p < H.meta.nparams; p++)
+			for (int64_t i = 0; i < H.pn[p]; i++)
+				ck_assert_msg(g2[p][i] == 0.0f, "%s: backward_input changed d%s[%lld] to %g", label,
+					      H.meta.params[p].name, (long long)i, (double)g2[p][i]);
+		rc = ops->backward_weight(D.state, &D.ctx, D.params, D.grads, D.x, D.y, D.dy, &e);
+		ck_assert_msg(rc == PH_OK, "%s: backward_weight: %s", label, e.msg);
+		dsync(label, "backward_weight");
+		d2h(gdx2, D.dx, (size_t)H.nx * sizeof(float));
+		expect_bitwise(label, "backward_input's dx differs from backward's", gdx, gdx2, H.nx);
+		read_grads(&D, &H, g2);
+		for (int p = 0; p < H.meta.nparams; p++) {
+			char what[96];
+			snprintf(what, sizeof what, "backward_weight's d%s differs from backward's",
+				 H.meta.params[p].name);
+			expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
+		}
+	}
+
+	check_canaries(label);
+
+	free_grad_bufs(g1), free_grad_bufs(g2), free_grad_bufs(two);
+	free(gy), free(gy2), free(gdx), free(gdx2);
+	ops->destroy(D.state);
+	dfree_all();
+	host_close(&H, ops);
+}
+
+START_TEST(test_case_fp32)
+{
+	ck_assert_int_eq(precision, PH_PREC_FP32);
+	run_case(_i);
+}
+END_TEST
+
+START_TEST(test_case_bf16)
+{
+	ck_assert_int_eq(precision, PH_PREC_BF16);
+	run_case(_i);
+}
+END_TEST
+
+/* A CUDA build's layer claims the GPU (PH_LAYER_DEVICES, cuda_glue.h) and
+ * keeps the CPU. */
+START_TEST(test_devices)
+{
+	const char *name = cuda_layers[_i];
+	const ph_layer_ops *ops = load_layer(name);
+	ck_assert_msg((ops->devices & (PH_DEV_CPU | PH_DEV_CUDA)) == (PH_DEV_CPU | PH_DEV_CUDA),
+		      "%s: devices = 0x%x; a CUDA build's layer must claim PH_DEV_CPU | PH_DEV_CUDA (0x%x)", name,
+		      ops->devices, PH_DEV_CPU | PH_DEV_CUDA);
+	int covered = 0;
+	for (int i = 0; i < NCASES; i++)
+		covered |= strcmp(cases[i].type, name) == 0;
+	ck_assert_msg(covered, "%s has no case in this suite", name);
+}
+END_TEST
+
+static Suite *cuda_suite(void)
+{
+	Suite *s = suite_create("cuda-layers");
+	TCase *tc;
+
+	tc = tcase_create("devices");
+	tcase_add_loop_test(tc, test_devices, 0, NLAYERS);
+	suite_add_tcase(s, tc);
+
+	/* Each test opens cuda:0 (context, cuBLAS and cuDNN handles): give it
+	 * time beyond Check's default 4 s. */
+	tc = tcase_create("fp32");
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, setup_fp32, teardown_rank);
+	tcase_add_loop_test(tc, test_case_fp32, 0, NCASES);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("bf16");
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, setup_bf16, teardown_rank);
+	tcase_add_loop_test(tc, test_case_bf16, 0, NCASES);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/* ------------------------------------------------------------------ */
+/* Whether to run at all.                                              */
+
+/* Does the kernel list an NVIDIA GPU (driver loaded)? */
+static int nvidia_driver_lists_gpu(void)
+{
+	DIR *d = opendir("/proc/driver/nvidia/gpus");
+	if (!d)
+		return 0;
+	int n = 0;
+	for (struct dirent *de; (de = readdir(d));)
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n > 0;
+}
+
+/* What the probe child reports. */
+typedef struct {
+	int n;                  /* GPUs; -1: the backend did not load */
+	char why[PH_ERR_MAX];   /* the backend's reason */
+	char name[128];         /* cuda:0's name */
+} probe_result;
+
+/* In a child process, so that this one never initialises CUDA (see the
+ * top): load the backend and count the GPUs.  Returns the count, -1 when
+ * the backend did not load, -2 when the child died; why gets the reason,
+ * name the first GPU's name. */
+static int probe(char *why, size_t wlen, char *name, size_t nlen)
+{
+	int fd[2];
+	snprintf(why, wlen, "the probe failed");
+	name[0] = 0;
+	if (pipe(fd))
+		return -2;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -2;
+	if (pid == 0) {
+		close(fd[0]);
+		probe_result r;
+		memset(&r, 0, sizeof r);
+		ph_err e = { { 0 } };
+		const ph_device_ops *ops = ph_cuda_backend(&e);
+		r.n = -1;
+		if (ops) {
+			if (ops->count(&r.n, &e))
+				r.n = 0;
+			size_t total = 0;
+			if (r.n > 0 && ops->describe(0, r.name, sizeof r.name, &total, &e) != PH_OK)
+				snprintf(r.name, sizeof r.name, "?");
+		}
+		snprintf(r.why, sizeof r.why, "%s", e.msg);
+		ssize_t w = write(fd[1], &r, sizeof r);
+		_exit(w == (ssize_t)sizeof r ? 0 : 1);
+	}
+	close(fd[1]);
+	probe_result r;
+	size_t got = 0;
+	while (got < sizeof r) {
+		ssize_t k = read(fd[0], (char *)&r + got, sizeof r - got);
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	close(fd[0]);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	if (got != sizeof r) {
+		snprintf(why, wlen, "the probe process died (%s %d) loading the CUDA backend",
+			 WIFSIGNALED(status) ? "signal" : "exit status",
+			 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+		return -2;
+	}
+	r.why[sizeof r.why - 1] = 0;
+	r.name[sizeof r.name - 1] = 0;
+	snprintf(why, wlen, "%s", r.why);
+	snprintf(name, nlen, "%s", r.name);
+	return r.n;
+}
+
+int main(void)
+{
+	char why[PH_ERR_MAX + 64], name[128];
+	int n = probe(why, sizeof why, name, sizeof name);
+	if (n == -1) {
+		/* a CPU-only build, or a CUDA build on a machine without a GPU
+		 * (the CUDA libraries absent): nothing to test */
+		if (strstr(why, "without CUDA") || !nvidia_driver_lists_gpu()) {
+			printf("SKIP: test-cuda-layers: %s\n", why);
+			return 77;
+		}
+		printf("FAIL: test-cuda-layers: the kernel lists an NVIDIA GPU but the CUDA backend did not load: %s\n",
+		       why);
+		return EXIT_FAILURE;
+	}
+	if (n == -2) {
+		printf("FAIL: test-cuda-layers: %s\n", why);
+		return EXIT_FAILURE;
+	}
+	if (n == 0) {
+		printf("SKIP: test-cuda-layers: no CUDA device is visible (the backend loaded; the driver counts 0 GPUs)\n");
+		return 77;
+	}
+	printf("test-cuda-layers: %d CUDA device(s); comparing %d cases x {fp32, bf16} with the CPU on cuda:0 (%s)\n",
+	       n, NCASES, name);
+	fflush(stdout);
+	SRunner *sr = srunner_create(cuda_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

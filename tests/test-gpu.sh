@@ -1,0 +1,105 @@
+#!/bin/sh
+# Whole jobs on one GPU (tests/fixtures/tiny.ini: conv, relu, maxpool,
+# flatten, linear, dropout, softmax_xent; 20 AdamW steps, batch 32):
+#  - 1 rank on cuda:0 against 4 ranks all on cuda:0 (1F1B, 8 micro-batches):
+#    the saved weights must be byte-identical, as they are on the CPU
+#    (DESIGN.md): the kernels are deterministic and every stage adds its
+#    micro-batches' gradients in the order 0..m-1 whatever the schedule, so
+#    no tolerance is needed; on a mismatch the message says how many floats
+#    differ and by how much.  Likewise 2 ranks (GPipe, an explicit device
+#    list), ZB-H1 (the split backward), interleaved, and recomputation;
+#  - the CPU against the GPU on the same job: the first step's loss (the
+#    initial weights' forward) within 1e-5 relative, the last step's within
+#    1e-3 (AdamW amplifies last-bit differences in tiny gradients, so the
+#    runs drift apart a little over 20 steps), and the weights not
+#    byte-identical (else the job never reached the GPU);
+#  - bf16: 1 against 4 ranks byte-identical, the first loss within 2e-2 of
+#    fp32's, the last loss a finite number;
+#  - a device the machine lacks is refused with one line.
+# Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
+# without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
+# test: bench/fashion-mnist-gpu.sh runs it.
+# shellcheck disable=SC2154 # make check sets top_srcdir
+. "$top_srcdir/tests/lib.sh"
+# shellcheck source=tests/gpu-lib.sh
+. "$top_srcdir/tests/gpu-lib.sh"
+need_gpus 1
+
+gpu="--set run.devices=cuda:0 --set run.micro_batches=8"
+
+# shellcheck disable=SC2086 # $gpu is a list of options
+if train g1 $gpu --set run.stages=1 --set schedule.type=1f1b; then
+	ok "reference: 1 rank on cuda:0, 8 micro-batches (loss $(loss_at g1 1) -> $(loss_at g1 last))"
+else
+	not_ok "1 rank on cuda:0: run failed: $(tail -3 "$tmp/g1.log")"
+fi
+
+# name, description, options: each must give g1's weights
+while read -r name desc opts; do
+	desc=$(echo "$desc" | tr _ ' ')
+	# shellcheck disable=SC2086 # $gpu and $opts are lists of options
+	if train "$name" $gpu $opts; then
+		same_weights "$desc" g1 "$name"
+	else
+		not_ok "$desc: run failed: $(tail -3 "$tmp/$name.log")"
+	fi
+done <<'EOF'
+g4 4_ranks_on_cuda:0,_1F1B --set run.stages=4 --set schedule.type=1f1b
+g2 2_ranks_(cuda:0,cuda:0),_GPipe --set run.stages=2 --set run.devices=cuda:0,cuda:0 --set schedule.type=gpipe
+gz ZB-H1_(split_backward),_2_ranks --set run.stages=2 --set schedule.type=zb-h1
+gi interleaved,_2_ranks_x_2_chunks --set run.stages=2 --set run.chunks=2 --set schedule.type=interleaved
+gr recompute_=_yes,_1F1B,_3_ranks --set run.stages=3 --set run.recompute=yes --set schedule.type=1f1b
+EOF
+
+# CPU against GPU
+if train c1 --set run.devices=cpu --set run.micro_batches=8 --set run.stages=1; then
+	a=$(loss_at g1 1) b=$(loss_at c1 1)
+	if rel_within "$a" "$b" 1e-5; then
+		ok "first step's loss: GPU $a, CPU $b (within 1e-5)"
+	else
+		not_ok "first step's loss: GPU $a, CPU $b: relative difference $(rel_diff "$a" "$b") > 1e-5"
+	fi
+	a=$(loss_at g1 last) b=$(loss_at c1 last)
+	if rel_within "$a" "$b" 1e-3; then
+		ok "last step's loss: GPU $a, CPU $b (within 1e-3)"
+	else
+		not_ok "last step's loss: GPU $a, CPU $b: relative difference $(rel_diff "$a" "$b") > 1e-3"
+	fi
+	if cmp -s "$tmp/g1.st" "$tmp/c1.st"; then
+		not_ok "GPU weights byte-identical to the CPU's: did the job run on the GPU at all?"
+	else
+		ok "GPU weights differ from the CPU's in the last bits ($(weights_diff "$tmp/c1.st" "$tmp/g1.st"))"
+	fi
+else
+	not_ok "the same job on the CPU: run failed: $(tail -3 "$tmp/c1.log")"
+fi
+
+# bf16
+bf="$gpu --set run.precision=bf16"
+# shellcheck disable=SC2086
+if train b1 $bf --set run.stages=1 --set schedule.type=1f1b; then
+	a=$(loss_at b1 1) b=$(loss_at g1 1)
+	if rel_within "$a" "$b" 2e-2; then
+		ok "bf16: first step's loss $a, fp32's $b (within 2e-2)"
+	else
+		not_ok "bf16: first step's loss $a, fp32's $b: relative difference $(rel_diff "$a" "$b") > 2e-2"
+	fi
+	a=$(loss_at b1 last)
+	if is_number "$a"; then
+		ok "bf16: last step's loss $a (fp32: $(loss_at g1 last))"
+	else
+		not_ok "bf16: last step's loss is '$a'"
+	fi
+	# shellcheck disable=SC2086
+	if train b4 $bf --set run.stages=4 --set schedule.type=1f1b; then
+		same_weights "bf16, 4 ranks on cuda:0, 1F1B" b1 b4
+	else
+		not_ok "bf16, 4 ranks on cuda:0: run failed: $(tail -3 "$tmp/b4.log")"
+	fi
+else
+	not_ok "bf16, 1 rank on cuda:0: run failed: $(tail -3 "$tmp/b1.log")"
+fi
+
+expect_error "a GPU the machine lacks" 'asks for cuda:63' -c "$fixtures/tiny.ini" --set run.stages=1 \
+	--set run.devices=cuda:63
+finish
