@@ -28,7 +28,7 @@ static void load_cuda(void)
 		 "rebuild with --with-cuda=DIR or use devices = cpu");
 #else
 	const char *env = getenv("PIPEHOST_CUDA_BACKEND");
-	char path[200];
+	char path[4096]; /* an install prefix or build tree may be long */
 	if (env && *env)
 		snprintf(path, sizeof path, "%s", env);
 	else

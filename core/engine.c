@@ -547,9 +547,17 @@ static void *worker_main(void *arg)
 			rc = do_update(e, w->rank);
 		}
 		/* a job ends when the GPU has done it: the next job may reuse
-		 * any buffer, and the host reads losses and weights */
-		if (e->dev && !rc)
-			rc = e->dev->sync(e->rs[w->rank], &err);
+		 * any buffer, and the host reads losses and weights; after a
+		 * failure too, so nothing is left in flight (the first error
+		 * is the one reported) */
+		if (e->dev) {
+			ph_err e3 = { { 0 } };
+			int rc3 = e->dev->sync(e->rs[w->rank], &e3);
+			if (!rc && rc3) {
+				rc = rc3;
+				err = e3;
+			}
+		}
 		if (rc && err.msg[0])
 			set_error(e, w->rank, &err);
 		else if (rc)
@@ -689,8 +697,11 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 		size_t scratch = 0, gmax = 0;
 		for (int l = ch->a; l < ch->b; l++) {
 			ph_layer *L = &m->layers[l];
-			if (L->meta.scratch_bytes > scratch)
-				scratch = L->meta.scratch_bytes;
+			/* on a GPU a layer may ask for another amount (ABI 1.2) */
+			size_t need = e->dev && L->meta.device_scratch_bytes ? L->meta.device_scratch_bytes
+									    : L->meta.scratch_bytes;
+			if (need > scratch)
+				scratch = need;
 			size_t in = (size_t)ph_shape_numel(&L->in);
 			if (in > gmax)
 				gmax = in;
@@ -942,8 +953,12 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	}
 	int rc = alloc_chunks(e, err);
 	if (rc) {
-		if (e->err_set)
-			ph_fail(err, rc, "%s: %s", err->msg, e->err.msg);
+		if (e->err_set) {
+			/* err->msg cannot be both the format's argument and its output */
+			char what[sizeof err->msg];
+			snprintf(what, sizeof what, "%s", err->msg);
+			ph_fail(err, rc, "%s: %s", what, e->err.msg);
+		}
 		return rc;
 	}
 	e->links = calloc((size_t)(p->nchunks > 1 ? p->nchunks - 1 : 1), sizeof *e->links);
@@ -1326,7 +1341,8 @@ void ph_engine_destroy(ph_engine *e)
 			}
 			for (int l = 0; ch->work_y && l < ch->b - ch->a; l++) {
 				bfree(e, ch->rank, ch->work_y[l]);
-				bfree(e, ch->rank, ch->work_saved[l]);
+				if (ch->work_saved) /* NULL when its calloc failed */
+					bfree(e, ch->rank, ch->work_saved[l]);
 			}
 			free(ch->work_y);
 			free(ch->work_saved);

@@ -154,12 +154,16 @@ static int op_open(int ordinal, int precision, void **out, ph_err *err)
 		return ph_fail(err, PH_EINTERNAL, "cuda:%d: %s", ordinal, cudaGetErrorString(e));
 	}
 	cublasStatus_t bs = cublasCreate(&r->blas);
-	if (bs != CUBLAS_STATUS_SUCCESS || cublasSetStream(r->blas, r->stream) != CUBLAS_STATUS_SUCCESS) {
+	if (bs == CUBLAS_STATUS_SUCCESS)
+		bs = cublasSetStream(r->blas, r->stream);
+	if (bs != CUBLAS_STATUS_SUCCESS) {
 		op_close(r);
 		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuBLAS handle: %s", ordinal, blas_status(bs));
 	}
 	cudnnStatus_t ds = cudnnCreate(&r->dnn);
-	if (ds != CUDNN_STATUS_SUCCESS || cudnnSetStream(r->dnn, r->stream) != CUDNN_STATUS_SUCCESS) {
+	if (ds == CUDNN_STATUS_SUCCESS)
+		ds = cudnnSetStream(r->dnn, r->stream);
+	if (ds != CUDNN_STATUS_SUCCESS) {
 		op_close(r);
 		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuDNN handle: %s", ordinal,
 			       cudnnGetErrorString(ds));
@@ -206,7 +210,12 @@ static int op_alloc(void *v, size_t bytes, void **p, ph_err *err)
 			       r->ordinal, bytes / 1048576.0, freeb / 1048576.0, total / 1048576.0, cudaGetErrorString(e));
 	}
 	/* zeroed, and ordered before anything later on this stream */
-	TRY(err, cudaMemsetAsync(*p, 0, bytes, r->stream));
+	e = cudaMemsetAsync(*p, 0, bytes, r->stream);
+	if (e != cudaSuccess) {
+		cudaFree(*p);
+		*p = NULL;
+		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cudaMemsetAsync: %s", r->ordinal, cudaGetErrorString(e));
+	}
 	return PH_OK;
 }
 
