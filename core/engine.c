@@ -1064,6 +1064,16 @@ static void collect(ph_engine *e, int nmb, ph_stats *st)
 	}
 }
 
+/* Is tie k's source tied to another copy too?  Then the running sum left
+ * tie k's copy with a partial sum, and it gets the whole one after. */
+static int shares_source(const ph_model *m, int k)
+{
+	for (int j = 0; j < m->nties; j++)
+		if (j != k && m->ties[j].src_layer == m->ties[k].src_layer && m->ties[j].src_param == m->ties[k].src_param)
+			return 1;
+	return 0;
+}
+
 /* After a GPU step: tied gradients summed, the clip norm (per tensor in
  * layer order, a tied copy once, as on the CPU), then the update job. */
 static int finish_step_gpu(ph_engine *e, int64_t step, double lr, ph_err *err)
@@ -1085,6 +1095,15 @@ static int finish_step_gpu(ph_engine *e, int64_t step, double lr, ph_err *err)
 		} else if ((rc = e->dev->tie_sum(rs, gs, gd, n, err))) {
 			return rc;
 		}
+	}
+	for (int k = 0; k < e->model->nties; k++) {
+		const ph_tie *t = &e->model->ties[k];
+		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
+		if (shares_source(e->model, k) &&
+		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], e->params[t->dst_layer].pg[t->dst_param],
+				       e->params[t->src_layer].pg[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
+				       err)))
+			return rc;
 	}
 	e->clip_scale = 1.0;
 	if (e->cfg->optim.clip > 0) {
@@ -1133,7 +1152,7 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	collect(e, e->m, st);
 	if (e->dev)
 		return finish_step_gpu(e, step, lr, err);
-	/* Tied copies: both get the sum of their gradients (in one fixed order),
+	/* Tied copies: all get the sum of their gradients (in one fixed order),
 	 * so the same update keeps them bitwise equal. */
 	for (int k = 0; k < e->model->nties; k++) {
 		const ph_tie *t = &e->model->ties[k];
@@ -1143,6 +1162,14 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 			gs[i] = gs[i] + gd[i];
 			gd[i] = gs[i];
 		}
+	}
+	/* with several copies of one tensor, the earlier ones hold a partial sum */
+	for (int k = 0; k < e->model->nties; k++) {
+		const ph_tie *t = &e->model->ties[k];
+		if (shares_source(e->model, k))
+			memcpy(e->params[t->dst_layer].pg[t->dst_param], e->params[t->src_layer].pg[t->src_param],
+			       (size_t)ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape) *
+				       sizeof(float));
 	}
 	e->clip_scale = 1.0;
 	if (e->cfg->optim.clip > 0) {

@@ -30,3 +30,12 @@ finish() {
 	echo "$((n - failed)) passed, $failed failed"
 	[ "$failed" -eq 0 ]
 }
+
+# tensor_bytes FILE NAME: the raw bytes of one tensor of a safetensors file
+tensor_bytes() {
+	hlen=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+	range=$(head -c $((8 + hlen)) "$1" | tail -c "$hlen" |
+		sed -n "s/.*\"$2\":{[^}]*\"data_offsets\":\[\([0-9]*\),\([0-9]*\)\].*/\1 \2/p")
+	set -- "$1" $range
+	tail -c +$((8 + hlen + $2 + 1)) "$1" | head -c $(($3 - $2))
+}

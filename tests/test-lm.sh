@@ -13,15 +13,6 @@ fi
 head -c 60000 "$src" >"$tmp/corpus.txt"
 run() { "$PIPEHOST" -c "$lm" --set "data.path=$tmp/corpus.txt" "$@"; }
 
-# tensor_bytes FILE NAME: the raw bytes of one tensor of a safetensors file
-tensor_bytes() {
-	hlen=$(od -An -tu8 -N8 "$1" | tr -d ' ')
-	range=$(head -c $((8 + hlen)) "$1" | tail -c "$hlen" |
-		sed -n "s/.*\"$2\":{[^}]*\"data_offsets\":\[\([0-9]*\),\([0-9]*\)\].*/\1 \2/p")
-	set -- "$1" $range
-	tail -c +$((8 + hlen + $2 + 1)) "$1" | head -c $(($3 - $2))
-}
-
 if run --save-weights "$tmp/ref.st" --set run.metrics="$tmp/m.jsonl" --set run.log_every=1 >"$tmp/out" 2>&1; then
 	ok "2-stage 1f1b LM trains 20 steps"
 else

@@ -57,4 +57,26 @@ if cmp -s "$ref" "$tmp/other.safetensors"; then
 else
 	ok "another seed gives other weights"
 fi
+# Three copies of one weight on three stages: each copy gets the sum of all
+# three gradients, so they stay bitwise equal (and equal to a 1-stage run).
+tied="$fixtures/tied3.ini"
+if "$PIPEHOST" -c "$tied" --save-weights "$tmp/t3.st" >"$tmp/out" 2>&1 &&
+	"$PIPEHOST" -c "$tied" --set run.stages=1 --save-weights "$tmp/t1.st" >>"$tmp/out" 2>&1; then
+	tensor_bytes "$tmp/t3.st" a.weight >"$tmp/wa"
+	tensor_bytes "$tmp/t3.st" b.weight >"$tmp/wb"
+	tensor_bytes "$tmp/t3.st" c.weight >"$tmp/wc"
+	if [ "$(wc -c <"$tmp/wa")" -eq $((16 * 16 * 4)) ] && cmp -s "$tmp/wa" "$tmp/wb" && cmp -s "$tmp/wa" "$tmp/wc"; then
+		ok "three tied copies of a.weight on three stages are bitwise equal after training"
+	else
+		not_ok "tied copies differ: a/b $(cmp "$tmp/wa" "$tmp/wb" 2>&1 | head -1); a/c $(cmp "$tmp/wa" "$tmp/wc" 2>&1 | head -1)"
+	fi
+	if cmp -s "$tmp/t3.st" "$tmp/t1.st"; then
+		ok "three tied copies: 3 stages give the weights of 1 stage, byte for byte"
+	else
+		not_ok "three tied copies: 3 stages and 1 stage differ"
+	fi
+else
+	not_ok "tied3.ini failed: $(tail -3 "$tmp/out")"
+fi
+
 finish
