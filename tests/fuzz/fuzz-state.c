@@ -18,6 +18,11 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 	(void)e, (void)refs, (void)n;
 	return ph_fail(err, PH_EINTERNAL, "no engine in the fuzzer");
 }
+int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
+{
+	(void)e;
+	return ph_fail(err, PH_EINTERNAL, "no engine in the fuzzer");
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
