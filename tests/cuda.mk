@@ -14,7 +14,7 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/test-cuda-layers
 TESTS += tests/test-cuda-layers
-tests_test_cuda_layers_SOURCES = tests/test-cuda-layers.c
+tests_test_cuda_layers_SOURCES = tests/test-cuda-layers.c tests/layer-harness.h
 tests_test_cuda_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
 	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
 tests_test_cuda_layers_LDADD = core/libphcore.la $(CHECK_LIBS) -ldl -lm
