@@ -37,7 +37,9 @@ typedef struct ph_device_ops {
 	/* One rank's stream and handles on GPU `ordinal`. */
 	int (*open)(int ordinal, int precision, void **rank_state, ph_err *err);
 	void (*close)(void *rs);
-	/* Make the rank's GPU current on the calling thread. */
+	/* Make the rank's GPU current on the calling thread: a worker does it
+	 * before its layers launch kernels.  The ops below set the GPU
+	 * themselves, so any thread may call them for any rank. */
 	int (*bind)(void *rs, ph_err *err);
 	/* Fill ctx->stream, blas, dnn, gpu and precision for a layer call. */
 	void (*fill_ctx)(void *rs, ph_ctx *ctx);

@@ -189,6 +189,19 @@ static int cross_gpu_in(const ph_engine *e, int c)
 	return ord[c % e->plan->ranks] != ord[(c - 1) % e->plan->ranks];
 }
 
+/* Micro-batch mb's loss-layer output x, [loss, correct] per sample, summed
+ * in sample order (the same sum for every schedule). */
+static void sum_loss(ph_engine *e, int mb, const float *x)
+{
+	double loss = 0, correct = 0;
+	for (int i = 0; i < batch_of(e, mb); i++) {
+		loss += x[2 * i];
+		correct += x[2 * i + 1];
+	}
+	e->loss_mb[mb] = loss;
+	e->correct_mb[mb] = correct;
+}
+
 /* Does micro-batch mb drop its inner activations after the forward? */
 static int recomputed(const ph_engine *e, int mb)
 {
@@ -270,13 +283,7 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 			if (rc2)
 				return rc2;
 		} else {
-			double loss = 0, correct = 0;
-			for (int i = 0; i < n; i++) {
-				loss += x[2 * i];
-				correct += x[2 * i + 1];
-			}
-			e->loss_mb[mb] = loss;
-			e->correct_mb[mb] = correct;
+			sum_loss(e, mb, x);
 		}
 		if (!e->training) {
 			sl->mb = -1; /* nothing downstream reads the last chunk in evaluation */
@@ -834,7 +841,7 @@ static int open_devices(ph_engine *e, ph_err *err)
 		if (rc)
 			return rc;
 	}
-	return e->dev->bind(e->rs[0], err);
+	return PH_OK;
 }
 
 int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
@@ -1025,16 +1032,8 @@ static int gather_losses(ph_engine *e, int nmb, ph_err *err)
 			      PH_COPY_D2H, err);
 	if (rc)
 		return rc;
-	for (int mb = 0; mb < nmb; mb++) {
-		const float *x = e->h_loss + (size_t)mb * e->mbsize * 2;
-		double loss = 0, correct = 0;
-		for (int i = 0; i < batch_of(e, mb); i++) {
-			loss += x[2 * i];
-			correct += x[2 * i + 1];
-		}
-		e->loss_mb[mb] = loss;
-		e->correct_mb[mb] = correct;
-	}
+	for (int mb = 0; mb < nmb; mb++)
+		sum_loss(e, mb, e->h_loss + (size_t)mb * e->mbsize * 2);
 	return PH_OK;
 }
 
@@ -1045,8 +1044,7 @@ static int upload_batch(ph_engine *e, size_t samples, ph_err *err)
 	if (!e->dev)
 		return PH_OK;
 	int last = (e->plan->nchunks - 1) % e->plan->ranks, rc;
-	if ((rc = e->dev->bind(e->rs[0], err)) ||
-	    (rc = e->dev->copy(e->rs[0], e->d_data_x, e->data_x, samples * e->in_numel * sizeof(float), PH_COPY_H2D,
+	if ((rc = e->dev->copy(e->rs[0], e->d_data_x, e->data_x, samples * e->in_numel * sizeof(float), PH_COPY_H2D,
 			       err)) ||
 	    (rc = e->dev->copy(e->rs[last], e->d_data_y, e->data_y, samples * e->tps * sizeof(int32_t), PH_COPY_H2D,
 			       err)))
@@ -1087,8 +1085,7 @@ static int finish_step_gpu(ph_engine *e, int64_t step, double lr, ph_err *err)
 		if (e->tie_tmp && e->tie_tmp[k]) {
 			/* the copy on another GPU: bring it over, sum, send it back */
 			size_t bytes = (size_t)n * sizeof(float);
-			if ((rc = e->dev->sync(e->rs[layer_rank(e, t->dst_layer)], err)) ||
-			    (rc = e->dev->copy(rs, e->tie_tmp[k], gd, bytes, PH_COPY_D2D, err)) ||
+			if ((rc = e->dev->copy(rs, e->tie_tmp[k], gd, bytes, PH_COPY_D2D, err)) ||
 			    (rc = e->dev->tie_sum(rs, gs, e->tie_tmp[k], n, err)) ||
 			    (rc = e->dev->copy(rs, gd, e->tie_tmp[k], bytes, PH_COPY_D2D, err)))
 				return rc;
@@ -1342,9 +1339,6 @@ void ph_engine_destroy(ph_engine *e)
 		for (int r = 0; r < e->nthreads_started; r++)
 			pthread_join(e->threads[r], NULL);
 	}
-	ph_err quiet = { { 0 } };
-	if (e->dev && e->rs && e->rs[0])
-		e->dev->bind(e->rs[0], &quiet);
 	if (e->chunks)
 		for (int c = 0; c < e->plan->nchunks; c++) {
 			chunk_t *ch = &e->chunks[c];
