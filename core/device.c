@@ -187,3 +187,12 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *er
 		}
 	return PH_OK;
 }
+
+void ph_placement_name(const ph_placement *pl, int rank, char *buf, size_t len)
+{
+	int d = pl->ordinal && rank < pl->ranks ? pl->ordinal[rank] : -1;
+	if (d < 0)
+		snprintf(buf, len, "cpu");
+	else
+		snprintf(buf, len, "cuda:%d", d);
+}

@@ -92,6 +92,8 @@ typedef struct {
  * cannot serve fails with one line saying what to do. */
 int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *err);
 void ph_placement_free(ph_placement *pl);
+/* Rank r's device as placed: "cpu" or "cuda:N" (for the plan). */
+void ph_placement_name(const ph_placement *pl, int rank, char *buf, size_t len);
 
 /* The CUDA backend, loaded on first use; NULL with a reason when this
  * pipehost was built without CUDA or the module cannot be loaded. */

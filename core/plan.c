@@ -439,7 +439,9 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 		else
 			snprintf(range, sizeof range, "%s..%s (%d-%d)", m->layers[a].cfg->name, m->layers[b].cfg->name, a, b);
 		double mem = 4.0 * (double)params * (2 + spp) + ph_plan_activation_bytes(p, m, c, k) + scratch;
-		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10.1f\n", k, k % p->ranks, "cpu", range,
+		char dev[16];
+		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);
+		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10.1f\n", k, k % p->ranks, dev, range,
 			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], mem / (1024.0 * 1024.0));
 	}
 }

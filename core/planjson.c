@@ -65,16 +65,6 @@ static int add_shape(cJSON *o, const char *k, const ph_shape *s)
 	return 1;
 }
 
-/* Rank r's device as the placement resolved it ("auto" included). */
-static void rank_device(const ph_config *c, int r, char *buf, size_t len)
-{
-	int d = c->place.ordinal && r < c->place.ranks ? c->place.ordinal[r] : -1;
-	if (d < 0)
-		snprintf(buf, len, "cpu");
-	else
-		snprintf(buf, len, "cuda:%d", d);
-}
-
 static const char *cost_name(int cost)
 {
 	return cost == PH_COST_PARAMS ? "params" : cost == PH_COST_PROFILE ? "profile" : "flops";
@@ -121,7 +111,7 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 			break;
 		cJSON_AddItemToArray(stages, st);
 		char dev[64];
-		rank_device(c, k % p->ranks, dev, sizeof dev);
+		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);
 		ok = add_int(st, "chunk", k) && add_int(st, "rank", k % p->ranks) && add_str(st, "device", dev) &&
 		     add_int(st, "first", a) && add_int(st, "last", b) &&
 		     add_str(st, "first_name", m->layers[a].cfg->name) && add_str(st, "last_name", m->layers[b].cfg->name) &&
