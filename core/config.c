@@ -19,6 +19,9 @@ const ph_option ph_run_options[] = {
 	PH_OPT_STRING_(ph_run_cfg, devices, "devices", "cpu",
 		       "device of each rank: cpu, auto (the GPUs round-robin, else the CPU), cuda, or a list cuda:0,cuda:0,cuda:1 "
 		       "with one entry per rank (ranks may share a GPU)"),
+	PH_OPT_INT_(ph_run_cfg, replicas, "replicas", "0", 0, 4096,
+		    "data-parallel copies R of the pipeline, each on batch / R samples, gradients summed before every step; "
+		    "0 = one per process (mpirun -np N: N)"),
 	PH_OPT_CHOICE_(ph_run_cfg, precision, "precision", "fp32", "fp32|bf16",
 		       "CUDA matrix products: fp32, or bf16 on tensor cores with fp32 accumulation and fp32 master weights"),
 	PH_OPT_INT_(ph_run_cfg, threads, "threads", "1", 0, 256, "BLAS threads per rank (0 = cores / ranks); bitwise reproducibility holds for equal values"),
@@ -390,9 +393,21 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 	{
 		/* where each rank runs: a bad list, or a GPU that is not there,
 		 * stops here, before anything is allocated */
+		if (c->comm.size < 1)
+			c->comm.size = 1; /* a caller that set no processes: one */
+		ph_ini_entry *re = ph_ini_find(&c->ini, "run", "replicas");
+		if (c->run.replicas == 0)
+			c->run.replicas = c->comm.size;
+		else if (c->run.replicas % c->comm.size)
+			return where_fail(c, re ? re->line : 0, PH_EINVAL, err,
+					  "[run] replicas = %lld does not divide among %d processes (mpirun -np %d); use a "
+					  "multiple of %d, or 0 for one per process",
+					  (long long)c->run.replicas, c->comm.size, c->comm.size, c->comm.size);
+		int local = ph_config_local_replicas(c);
 		ph_ini_entry *e = ph_ini_find(&c->ini, "run", "devices");
 		ph_err e2 = { { 0 } };
-		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, &e2)))
+		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, local,
+					     c->comm.local_rank * local * (int)c->run.stages, &e2)))
 			return where_fail(c, e ? e->line : 0, rc, err, "[run] %s", e2.msg);
 		if (c->run.precision == PH_PREC_BF16 && !c->place.cuda) {
 			ph_ini_entry *pe = ph_ini_find(&c->ini, "run", "precision");
@@ -402,10 +417,16 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 					  c->run.devices);
 		}
 	}
-	if (c->run.batch % c->run.micro_batches) {
-		int64_t m = c->run.micro_batches, b = c->run.batch;
+	if (c->run.batch % (c->run.micro_batches * c->run.replicas)) {
+		int64_t m = c->run.micro_batches * c->run.replicas, b = c->run.batch;
 		int64_t lo = b / m * m, hi = lo + m;
 		ph_ini_entry *e = ph_ini_find(&c->ini, "run", "batch");
+		if (c->run.replicas > 1)
+			return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
+					  "[run] batch = %lld does not split into %lld replicas of %lld equal micro-batches; "
+					  "use batch = %lld or %lld",
+					  (long long)b, (long long)c->run.replicas, (long long)c->run.micro_batches,
+					  (long long)(lo ? lo : hi), (long long)hi);
 		return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
 				  "[run] batch = %lld does not split into %lld equal micro-batches; use batch = %lld or %lld",
 				  (long long)b, (long long)m, (long long)(lo ? lo : hi), (long long)hi);

@@ -5,6 +5,7 @@
 
 #include <pipehost/plugin.h>
 
+#include "comm.h"
 #include "device.h"
 #include "inifile.h"
 #include "loader.h"
@@ -30,6 +31,9 @@ typedef struct {
 	int recompute;           /* PH_RECOMPUTE_* */
 	char init[PH_STR_MAX];   /* safetensors file to load the initial weights from */
 	int precision;           /* PH_PREC_* (plugin.h) */
+	int64_t replicas;        /* R data-parallel pipelines over all processes;
+				  * 0 (the default) = one per process.  Resolved
+				  * to R by ph_config_resolve */
 } ph_run_cfg;
 
 enum { PH_RECOMPUTE_NO = 0, PH_RECOMPUTE_YES = 1, PH_RECOMPUTE_EXCEPT_LAST = 2 };
@@ -95,8 +99,16 @@ typedef struct {
 	void *schedule_config;
 	ph_layer_cfg *layers;
 	int nlayers;
-	ph_placement place;      /* [run] devices, rank by rank */
+	ph_placement place;      /* [run] devices, rank by rank of this process's replicas */
+	ph_comm comm;            /* the processes of an mpirun job; set by main
+				  * after ph_config_read, before ph_config_resolve */
 } ph_config;
+
+/* This process's replicas: R divided among the processes. */
+static inline int ph_config_local_replicas(const ph_config *c)
+{
+	return (int)(c->run.replicas / c->comm.size);
+}
 
 /* Read the INI file, apply overrides, and return the raw plugin path the
  * registry must load before ph_config_resolve (it may come from [run]). */

@@ -93,9 +93,11 @@ static int gpu_count(int *n, ph_err *err)
 	return ops->count(n, err);
 }
 
-int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *err)
+int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, int replicas, int first, ph_err *err)
 {
 	memset(pl, 0, sizeof *pl);
+	int per_replica = ranks;
+	ranks *= replicas; /* from here on: every rank of every replica */
 	pl->ranks = ranks;
 	pl->ordinal = malloc((size_t)(ranks > 0 ? ranks : 1) * sizeof *pl->ordinal);
 	if (!pl->ordinal)
@@ -113,7 +115,7 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *er
 		if (gpu_count(&n, &quiet) || n <= 0)
 			n = 0;
 		for (int r = 0; r < ranks; r++)
-			pl->ordinal[r] = n ? r % n : -1;
+			pl->ordinal[r] = n ? (first + r) % n : -1;
 		pl->cuda = n > 0;
 		return PH_OK;
 	}
@@ -146,14 +148,19 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *er
 			break;
 		p = end + 1;
 	}
-	if (entries != 1 && entries != ranks) {
+	if (entries != 1 && entries != per_replica && entries != ranks) {
 		ph_placement_free(pl);
+		if (replicas > 1)
+			return ph_fail(err, PH_EINVAL,
+				       "devices = %s lists %d devices for %d ranks in each of %d replicas; give one per "
+				       "rank (%d, shared by the replicas), one per rank of every replica (%d), or one for all",
+				       spec, entries, per_replica, replicas, per_replica, ranks);
 		return ph_fail(err, PH_EINVAL,
 			       "devices = %s lists %d devices for %d ranks; give one per rank, or one for all", spec,
 			       entries, ranks);
 	}
 	for (int r = 0; r < ranks; r++) {
-		pl->ordinal[r] = devs[entries == 1 ? 0 : r];
+		pl->ordinal[r] = devs[entries == 1 ? 0 : entries == per_replica ? r % per_replica : r];
 		pl->cuda |= pl->ordinal[r] >= 0;
 	}
 	if (!pl->cuda)
@@ -183,7 +190,7 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *er
 					       "CUDA_VISIBLE_DEVICES empty); use devices = cpu or auto",
 					       spec);
 			return ph_fail(err, PH_EINVAL, "devices = %s: rank %d asks for cuda:%d but only %d GPU%s visible (cuda:0..cuda:%d)",
-				       spec, r, want, n, n == 1 ? " is" : "s are", n - 1);
+				       spec, r % per_replica, want, n, n == 1 ? " is" : "s are", n - 1);
 		}
 	return PH_OK;
 }

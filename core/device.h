@@ -72,25 +72,46 @@ typedef struct ph_device_ops {
 	int (*tie_sum)(void *rs, float *a, float *b, int64_t n, ph_err *err);
 	/* Clipping: g = (float)(g * scale), as the CPU does it. */
 	int (*scale)(void *rs, float *g, int64_t n, double scale, ph_err *err);
+
+	/* NCCL, between processes only (mpirun; core/comm.h): the ranks of one
+	 * process may share a GPU, which one NCCL communicator refuses, so
+	 * in-process hand-offs and sums use the ops above.  One communicator
+	 * per pipeline rank spans that rank's GPU in every process.  NULL
+	 * where the backend was built without NCCL. */
+	/* Process 0 makes the id (PH_NCCL_ID_BYTES) and sends it to the others. */
+	int (*nccl_unique_id)(void *id, ph_err *err);
+	/* Join communicator `id` as member `member` of `members`, on the rank's
+	 * GPU; every member calls it at the same time. */
+	int (*nccl_open)(void *rs, const void *id, int members, int member, void **comm, ph_err *err);
+	void (*nccl_close)(void *comm);
+	/* g = the sum of every member's g, queued on the rank's stream. */
+	int (*nccl_sum)(void *rs, void *comm, float *g, int64_t n, ph_err *err);
 } ph_device_ops;
+
+#define PH_NCCL_ID_BYTES 128
 
 typedef const ph_device_ops *(*ph_cuda_backend_fn)(void);
 
 /* What `[run] devices` asks for, rank by rank. */
 typedef struct {
-	int ranks;
+	int ranks;       /* pipeline ranks times this process's replicas */
 	int cuda;        /* any rank on a GPU */
-	int *ordinal;    /* [ranks]: -1 = CPU, else the CUDA device */
+	int *ordinal;    /* [replica][rank]: -1 = CPU, else the CUDA device */
 } ph_placement;
 
-/* Parse `[run] devices` for `ranks` ranks:
+/* Parse `[run] devices` for `ranks` ranks in each of this process's
+ * `replicas` pipelines:
  *   cpu                  every rank on the CPU
- *   auto                 the GPUs round-robin, or the CPU where there is none
+ *   auto                 the GPUs round-robin, or the CPU where there is none;
+ *                        counting starts at GPU `first` (under mpirun, the
+ *                        process's place on its node times its ranks)
  *   cuda                 every rank on cuda:0
- *   cuda:0,cuda:0,cuda:1 one entry per rank (a single entry serves all)
+ *   cuda:0,cuda:0,cuda:1 one entry per rank (the replicas share it), one per
+ *                        rank of every replica, replica by replica, or a
+ *                        single entry for all
  * "auto" and cuda:N ask the backend how many GPUs exist; a request it
  * cannot serve fails with one line saying what to do. */
-int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, ph_err *err);
+int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, int replicas, int first, ph_err *err);
 void ph_placement_free(ph_placement *pl);
 /* Rank r's device as placed: "cpu" or "cuda:N" (for the plan). */
 void ph_placement_name(const ph_placement *pl, int rank, char *buf, size_t len);

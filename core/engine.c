@@ -126,6 +126,19 @@ struct ph_engine {
 	int *nev, *ev_cap;
 	ph_err err;
 	int err_set;
+	/* Data parallelism (`[run] replicas`): this process's copies of the
+	 * pipeline, each a whole engine with its own threads, layer states and
+	 * weights.  The first one, the handle callers hold, drives the rest and
+	 * sums their gradients before every step (see "Replicas" below). */
+	ph_engine **rep;     /* [nrep] (rep[0] is this one); NULL in the others */
+	int nrep;
+	int replica;         /* this copy's index among all R replicas */
+	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place */
+	ph_model *own_model; /* replicas > 0: layer states of their own */
+	float **red_tmp;     /* rep[0] on GPUs: [ranks] room for another copy's gradient */
+	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
+	float *gathered;     /* rep[0] under mpirun on the CPU: every process's gradients */
+	size_t gathered_n;
 	pthread_t *threads;
 	worker_t *workers;
 	int nthreads_started;
@@ -166,7 +179,9 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 	ctx->training = e->training;
 	ctx->seed = (uint64_t)e->cfg->run.seed;
 	ctx->step = (uint64_t)e->step;
-	ctx->microbatch = (uint64_t)mb;
+	/* replicas draw different dropout masks: their micro-batches are
+	 * numbered on after each other's, as one long pipeline's would be */
+	ctx->microbatch = (uint64_t)e->replica * (uint64_t)e->m + (uint64_t)mb;
 	ctx->layer = (uint64_t)layer;
 	ctx->scratch = ch->scratch;
 	ctx->saved = saved;
@@ -175,7 +190,7 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 		e->dev->fill_ctx(e->rs[ch->rank], ctx);
 	if (layer == e->model->n - 1) {
 		ctx->targets = (e->dev ? e->d_data_y : e->data_y) + (size_t)mb * e->mbsize * e->tps;
-		ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->tps));
+		ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->cfg->run.replicas * e->tps));
 	}
 }
 
@@ -185,7 +200,7 @@ static int cross_gpu_in(const ph_engine *e, int c)
 {
 	if (!e->dev || c == 0)
 		return 0;
-	const int *ord = e->cfg->place.ordinal;
+	const int *ord = e->ordinal;
 	return ord[c % e->plan->ranks] != ord[(c - 1) % e->plan->ranks];
 }
 
@@ -577,7 +592,9 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int dispatch(ph_engine *e, int job, ph_err *err)
+/* Start a job on every rank; dispatch_wait waits for it.  Replicas run
+ * their jobs at the same time: start all, then wait for all. */
+static void dispatch_start(ph_engine *e, int job)
 {
 	int P = e->plan->ranks;
 	for (int c = 0; c + 1 < e->plan->nchunks; c++) {
@@ -591,6 +608,12 @@ static int dispatch(ph_engine *e, int job, ph_err *err)
 	e->err_set = 0;
 	e->generation++;
 	pthread_cond_broadcast(&e->cv_job);
+	pthread_mutex_unlock(&e->mu);
+}
+
+static int dispatch_wait(ph_engine *e, ph_err *err)
+{
+	pthread_mutex_lock(&e->mu);
 	while (e->pending > 0)
 		pthread_cond_wait(&e->cv_done, &e->mu);
 	pthread_mutex_unlock(&e->mu);
@@ -602,6 +625,12 @@ static int dispatch(ph_engine *e, int job, ph_err *err)
 		return PH_EINTERNAL;
 	}
 	return PH_OK;
+}
+
+static int dispatch(ph_engine *e, int job, ph_err *err)
+{
+	dispatch_start(e, job);
+	return dispatch_wait(e, err);
 }
 
 static void init_tensor(float *w, int64_t n, const ph_param_desc *d, uint64_t seed, int layer, int p)
@@ -823,7 +852,6 @@ static float *host_param(ph_engine *e, int l, int q)
 static int open_devices(ph_engine *e, ph_err *err)
 {
 	const ph_config *c = e->cfg;
-	const ph_placement *pl = &c->place;
 	if (!(e->dev = ph_cuda_backend(err)))
 		return PH_EUNSUPPORTED;
 	for (int l = 0; l < e->model->n; l++) {
@@ -837,14 +865,14 @@ static int open_devices(ph_engine *e, ph_err *err)
 	if (!(e->rs = calloc((size_t)e->plan->ranks, sizeof *e->rs)))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	for (int r = 0; r < e->plan->ranks; r++) {
-		int rc = e->dev->open(pl->ordinal[r], c->run.precision, &e->rs[r], err);
+		int rc = e->dev->open(e->ordinal[r], c->run.precision, &e->rs[r], err);
 		if (rc)
 			return rc;
 	}
 	return PH_OK;
 }
 
-int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
+static int upload_one(ph_engine *e, ph_err *err)
 {
 	if (!e->dev)
 		return PH_OK;
@@ -879,7 +907,8 @@ static int download_tensors(ph_engine *e, int state, ph_err *err)
 	return PH_OK;
 }
 
-int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, ph_err *err)
+/* One pipeline: this process's replica `local`. */
+static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, int local, ph_err *err)
 {
 	ph_engine *e = calloc(1, sizeof *e);
 	if (!e)
@@ -888,6 +917,8 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	e->model = m;
 	e->plan = p;
 	e->cfg = c;
+	e->replica = c->comm.rank * ph_config_local_replicas(c) + local;
+	e->ordinal = c->place.ordinal + (size_t)local * p->ranks;
 	e->m = p->m;
 	e->mbsize = m->max_batch;
 	e->in_numel = (int)ph_shape_numel(&m->input);
@@ -904,11 +935,11 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 	if (c->place.cuda && (rc0 = open_devices(e, err)))
 		return rc0;
 
-	/* BLAS threads: share the cores among the ranks. */
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	/* BLAS threads: share the cores among the ranks of every replica. */
+	long cores = sysconf(_SC_NPROCESSORS_ONLN), busy = (long)p->ranks * ph_config_local_replicas(c);
 	int threads = (int)c->run.threads;
 	if (threads <= 0)
-		threads = (int)(cores / p->ranks) > 0 ? (int)(cores / p->ranks) : 1;
+		threads = (int)(cores / busy) > 0 ? (int)(cores / busy) : 1;
 	openblas_set_num_threads(threads);
 
 	int spp = ph_optim_state_per_param(&c->optim);
@@ -942,7 +973,7 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 		memcpy(host_param(e, t->dst_layer, t->dst_param), host_param(e, t->src_layer, t->src_param),
 		       (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape) * sizeof(float));
 	}
-	if ((rc0 = ph_engine_upload_tensors(e, err)))
+	if ((rc0 = upload_one(e, err)))
 		return rc0;
 	if (e->dev && m->nties) {
 		if (!(e->tie_tmp = calloc((size_t)m->nties, sizeof *e->tie_tmp)))
@@ -950,7 +981,7 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 		for (int k = 0; k < m->nties; k++) {
 			const ph_tie *t = &m->ties[k];
 			int rs = layer_rank(e, t->src_layer), rd = layer_rank(e, t->dst_layer);
-			if (c->place.ordinal[rs] == c->place.ordinal[rd])
+			if (e->ordinal[rs] == e->ordinal[rd])
 				continue;
 			size_t n = (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape);
 			if (!(e->tie_tmp[k] = balloc(e, rs, n * sizeof(float))))
@@ -1072,9 +1103,9 @@ static int shares_source(const ph_model *m, int k)
 	return 0;
 }
 
-/* After a GPU step: tied gradients summed, the clip norm (per tensor in
- * layer order, a tied copy once, as on the CPU), then the update job. */
-static int finish_step_gpu(ph_engine *e, int64_t step, double lr, ph_err *err)
+/* After a GPU step: tied gradients summed, and the clip norm (per tensor
+ * in layer order, a tied copy once, as on the CPU). */
+static int prepare_update_gpu(ph_engine *e, ph_err *err)
 {
 	int rc;
 	for (int k = 0; k < e->model->nties; k++) {
@@ -1127,13 +1158,12 @@ static int finish_step_gpu(ph_engine *e, int64_t step, double lr, ph_err *err)
 	for (int r = 0; r < e->plan->ranks; r++)
 		if ((rc = e->dev->sync(e->rs[r], err)))
 			return rc;
-	e->lr = lr;
-	e->t = step + 1;
-	return dispatch(e, JOB_UPDATE, err);
+	return PH_OK;
 }
 
-int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr, ph_stats *st,
-			 ph_err *err)
+/* One replica's share of the batch in, and its forward and backward
+ * passes started; train_wait waits for them and sums the losses. */
+static int train_begin(ph_engine *e, int64_t step, const float *x, const int32_t *y, ph_err *err)
 {
 	size_t B = (size_t)e->mbsize * e->m;
 	memcpy(e->data_x, x, B * e->in_numel * sizeof(float));
@@ -1142,13 +1172,24 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	e->step = step;
 	e->active_mbs = e->m;
 	e->last_batch = e->mbsize;
-	int rc;
-	if ((rc = upload_batch(e, B, err)) || (rc = dispatch(e, JOB_TRAIN, err)) || (rc = gather_losses(e, e->m, err)))
+	int rc = upload_batch(e, B, err);
+	if (rc)
 		return rc;
-	memset(st, 0, sizeof *st);
-	collect(e, e->m, st);
+	dispatch_start(e, JOB_TRAIN);
+	return PH_OK;
+}
+
+static int train_wait(ph_engine *e, ph_err *err)
+{
+	int rc = dispatch_wait(e, err);
+	return rc ? rc : gather_losses(e, e->m, err);
+}
+
+/* Everything the update job needs: tied copies summed, the clip scale. */
+static int prepare_update(ph_engine *e, ph_err *err)
+{
 	if (e->dev)
-		return finish_step_gpu(e, step, lr, err);
+		return prepare_update_gpu(e, err);
 	/* Tied copies: all get the sum of their gradients (in one fixed order),
 	 * so the same update keeps them bitwise equal. */
 	for (int k = 0; k < e->model->nties; k++) {
@@ -1187,9 +1228,310 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 		if (norm > e->cfg->optim.clip)
 			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
 	}
-	e->lr = lr;
-	e->t = step + 1;
-	return dispatch(e, JOB_UPDATE, err);
+	return PH_OK;
+}
+
+/* ---- Replicas: data parallelism over R copies of the pipeline ----------
+ *
+ * Replica r of R trains on samples [r B/R, (r+1) B/R) of each batch, its
+ * micro-batches numbered r m .. r m + m - 1 for the RNG, and its loss scaled
+ * by 1/B as one pipeline's would be.  Before every update the replicas'
+ * gradients are summed, left to right in replica order, and every replica
+ * gets the sum: the same update keeps their weights bitwise equal.  The sum
+ * is the same for every schedule, partition and placement of the replicas
+ * over processes; it differs from R = 1 in the last bits only, because
+ * float addition does not associate.
+ *
+ * In one process the sum is plain memory (CPU) or peer copies and a kernel
+ * (GPU).  Across processes (mpirun): on the CPU every process gathers every
+ * replica's gradient (MPI) and sums them in the same order; on GPUs one NCCL
+ * communicator per pipeline rank sums each process's share. */
+
+/* A failure in any process stops every process at the same step. */
+static int agree(ph_engine *e, int rc, ph_err *err)
+{
+	const ph_comm *cm = &e->cfg->comm;
+	if (cm->size == 1)
+		return rc;
+	int any = rc != PH_OK;
+	ph_err e2 = { { 0 } };
+	int rc2 = cm->ops->max_int(&any, &e2);
+	if (rc)
+		return rc;
+	if (rc2) {
+		*err = e2;
+		return rc2;
+	}
+	if (any)
+		return ph_fail(err, PH_EINTERNAL, "another process of this mpirun job failed (its message comes first)");
+	return PH_OK;
+}
+
+/* The step's loss over every replica, summed in replica order. */
+static int replica_stats(ph_engine *e, ph_stats *st, ph_err *err)
+{
+	const ph_comm *cm = &e->cfg->comm;
+	int R = e->nrep, total = R * cm->size;
+	double *mine = calloc((size_t)R * 3, sizeof *mine), *all = calloc((size_t)total * 3, sizeof *all);
+	int rc = PH_OK;
+	if (!mine || !all) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int r = 0; r < R; r++) {
+		ph_stats one;
+		memset(&one, 0, sizeof one);
+		collect(e->rep[r], e->m, &one);
+		mine[3 * r] = one.loss_sum;
+		mine[3 * r + 1] = one.correct;
+		mine[3 * r + 2] = (double)one.targets;
+	}
+	if (cm->size > 1)
+		rc = cm->ops->allgather(mine, all, (size_t)R * 3 * sizeof *mine, err);
+	else
+		memcpy(all, mine, (size_t)R * 3 * sizeof *mine);
+	memset(st, 0, sizeof *st);
+	for (int r = 0; !rc && r < total; r++) {
+		st->loss_sum += all[3 * r];
+		st->correct += all[3 * r + 1];
+		st->targets += (int64_t)all[3 * r + 2];
+	}
+out:
+	free(mine);
+	free(all);
+	return rc;
+}
+
+static int64_t largest_layer(const ph_engine *e)
+{
+	int64_t n = 0;
+	for (int l = 0; l < e->model->n; l++)
+		if (e->model->layers[l].param_numel > n)
+			n = e->model->layers[l].param_numel;
+	return n;
+}
+
+/* CPU: g = g_0 + g_1 + ... + g_{R-1}, element by element, into every
+ * replica of this process. */
+static int reduce_cpu(ph_engine *e, ph_err *err)
+{
+	const ph_comm *cm = &e->cfg->comm;
+	int R = e->nrep, total = R * cm->size;
+	const float **src = calloc((size_t)total, sizeof *src);
+	if (!src)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	float *pack = NULL;
+	int rc = PH_OK;
+	if (cm->size > 1 && !e->gathered) {
+		/* room for the largest layer: every replica's, and this
+		 * process's packed for sending */
+		e->gathered_n = (size_t)largest_layer(e);
+		e->gathered = malloc(((size_t)total + (size_t)R) * (e->gathered_n ? e->gathered_n : 1) * sizeof(float));
+		if (!e->gathered) {
+			free(src);
+			return ph_fail(err, PH_ENOMEM, "out of memory for the gradients of %d replicas", total);
+		}
+	}
+	if (cm->size > 1)
+		pack = e->gathered + (size_t)total * e->gathered_n;
+	for (int l = 0; l < e->model->n && !rc; l++) {
+		size_t n = (size_t)e->model->layers[l].param_numel;
+		if (!n)
+			continue;
+		if (cm->size == 1) {
+			for (int r = 0; r < R; r++)
+				src[r] = e->rep[r]->params[l].g;
+		} else {
+			for (int r = 0; r < R; r++)
+				memcpy(pack + (size_t)r * n, e->rep[r]->params[l].g, n * sizeof(float));
+			if ((rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
+				break;
+			for (int r = 0; r < total; r++)
+				src[r] = e->gathered + (size_t)r * n;
+		}
+		float *dst = e->params[l].g;
+		if (dst != src[0])
+			memcpy(dst, src[0], n * sizeof(float));
+		for (int r = 1; r < total; r++) {
+			const float *g = src[r];
+			for (size_t i = 0; i < n; i++)
+				dst[i] = dst[i] + g[i];
+		}
+		for (int r = 1; r < R; r++)
+			memcpy(e->rep[r]->params[l].g, dst, n * sizeof(float));
+	}
+	free(src);
+	return rc;
+}
+
+/* GPU: the same sum, queued on replica 0's stream of each rank: another
+ * replica's gradient is copied over (a peer copy when it is on another
+ * GPU) and added; across processes NCCL adds the processes' sums; then
+ * every replica gets the result back. */
+static int reduce_gpu(ph_engine *e, ph_err *err)
+{
+	int rc;
+	for (int l = 0; l < e->model->n; l++) {
+		int64_t n = e->model->layers[l].param_numel;
+		if (!n)
+			continue;
+		int k = layer_rank(e, l);
+		void *rs = e->rs[k];
+		float *g0 = e->params[l].g;
+		size_t bytes = (size_t)n * sizeof(float);
+		for (int r = 1; r < e->nrep; r++)
+			if ((rc = e->dev->copy(rs, e->red_tmp[k], e->rep[r]->params[l].g, bytes, PH_COPY_D2D, err)) ||
+			    (rc = e->dev->tie_sum(rs, g0, e->red_tmp[k], n, err)))
+				return rc;
+		if (e->nccl && (rc = e->dev->nccl_sum(rs, e->nccl[k], g0, n, err)))
+			return rc;
+		for (int r = 1; r < e->nrep; r++)
+			if ((rc = e->dev->copy(rs, e->rep[r]->params[l].g, g0, bytes, PH_COPY_D2D, err)))
+				return rc;
+	}
+	/* the other replicas' update jobs run on their own streams */
+	for (int k = 0; k < e->plan->ranks; k++)
+		if ((rc = e->dev->sync(e->rs[k], err)))
+			return rc;
+	return PH_OK;
+}
+
+int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr, ph_stats *st,
+			 ph_err *err)
+{
+	int R = e->nrep, started = 0, rc = PH_OK;
+	size_t per = (size_t)e->mbsize * e->m; /* samples per replica */
+	ph_err later = { { 0 } };
+	for (; started < R && !rc; started++) {
+		ph_engine *q = e->rep[started];
+		size_t off = (size_t)q->replica * per;
+		if ((rc = train_begin(q, step, x + off * e->in_numel, y + off * e->tps, err)))
+			break;
+	}
+	for (int r = 0; r < started; r++) {
+		int rc2 = train_wait(e->rep[r], rc ? &later : err);
+		if (!rc)
+			rc = rc2;
+	}
+	if ((rc = agree(e, rc, err)) || (rc = replica_stats(e, st, err)))
+		return rc;
+	if (R > 1 || e->cfg->comm.size > 1) {
+		rc = e->dev ? reduce_gpu(e, err) : reduce_cpu(e, err);
+		if ((rc = agree(e, rc, err)))
+			return rc;
+	}
+	for (int r = 0; r < R; r++) {
+		ph_engine *q = e->rep[r];
+		if ((rc = prepare_update(q, err)))
+			return rc;
+		q->lr = lr;
+		q->t = step + 1;
+	}
+	for (int r = 0; r < R; r++)
+		dispatch_start(e->rep[r], JOB_UPDATE);
+	for (int r = 0; r < R; r++) {
+		int rc2 = dispatch_wait(e->rep[r], rc ? &later : err);
+		if (!rc)
+			rc = rc2;
+	}
+	return rc;
+}
+
+int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
+{
+	/* the weights and state were written into replica 0's host copies:
+	 * the other replicas start from the same */
+	int spp = ph_optim_state_per_param(&e->cfg->optim);
+	for (int r = 1; r < e->nrep; r++)
+		for (int l = 0; l < e->model->n; l++) {
+			size_t n = (size_t)e->model->layers[l].param_numel;
+			memcpy(e->rep[r]->params[l].hw, e->params[l].hw, n * sizeof(float));
+			memcpy(e->rep[r]->params[l].hs, e->params[l].hs, n * spp * sizeof(float));
+		}
+	for (int r = 0; r < e->nrep; r++) {
+		int rc = upload_one(e->rep[r], err);
+		if (rc)
+			return rc;
+	}
+	return PH_OK;
+}
+
+/* GPUs with replicas: room on replica 0's GPU of each rank for another
+ * replica's gradient; under mpirun, one NCCL communicator per rank. */
+static int open_reduction(ph_engine *e, ph_err *err)
+{
+	const ph_comm *cm = &e->cfg->comm;
+	int P = e->plan->ranks, rc;
+	if (e->nrep > 1) {
+		if (!(e->red_tmp = calloc((size_t)P, sizeof *e->red_tmp)))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		for (int k = 0; k < P; k++) {
+			int64_t n = 0;
+			for (int l = 0; l < e->model->n; l++)
+				if (layer_rank(e, l) == k && e->model->layers[l].param_numel > n)
+					n = e->model->layers[l].param_numel;
+			if (n && !(e->red_tmp[k] = balloc(e, k, (size_t)n * sizeof(float))))
+				return ph_fail(err, PH_ENOMEM, "out of GPU memory for summing the replicas' gradients%s%s",
+					       e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
+		}
+	}
+	if (cm->size == 1)
+		return PH_OK;
+	rc = e->dev->nccl_open ? PH_OK
+			       : ph_fail(err, PH_EUNSUPPORTED,
+					 "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend "
+					 "was built without it; install NCCL and rebuild (configure prints NCCL yes)");
+	if ((rc = agree(e, rc, err)))
+		return rc;
+	if (!(e->nccl = calloc((size_t)P, sizeof *e->nccl)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int k = 0; k < P; k++) {
+		unsigned char id[PH_NCCL_ID_BYTES] = { 0 };
+		rc = cm->rank == 0 ? e->dev->nccl_unique_id(id, err) : PH_OK;
+		if ((rc = agree(e, rc, err)) || (rc = cm->ops->bcast(id, sizeof id, 0, err)) ||
+		    (rc = e->dev->nccl_open(e->rs[k], id, cm->size, cm->rank, &e->nccl[k], err)))
+			return rc;
+	}
+	return PH_OK;
+}
+
+int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, ph_err *err)
+{
+	int R = ph_config_local_replicas(c);
+	*out = NULL;
+	int rc = create_one(out, m, p, c, 0, err);
+	ph_engine *e = *out;
+	if (!e)
+		return rc;
+	if (!(e->rep = calloc((size_t)R, sizeof *e->rep)))
+		return rc ? rc : ph_fail(err, PH_ENOMEM, "out of memory");
+	e->rep[0] = e;
+	e->nrep = 1;
+	if (rc)
+		return rc;
+	for (int r = 1; r < R; r++) {
+		/* layer states of its own: a layer may keep per-call state
+		 * (cuDNN descriptors made on first use), and replicas run at
+		 * the same time */
+		ph_model *own = calloc(1, sizeof *own);
+		if (!own)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		if ((rc = ph_model_build(own, c, &m->input, m->max_batch, err))) {
+			ph_model_free(own);
+			free(own);
+			return rc;
+		}
+		rc = create_one(&e->rep[r], own, p, c, r, err);
+		if (e->rep[r])
+			e->rep[r]->own_model = own, e->nrep++;
+		else
+			ph_model_free(own), free(own);
+		if (rc)
+			return rc;
+	}
+	if (e->dev && (R > 1 || c->comm.size > 1))
+		return open_reduction(e, err);
+	return PH_OK;
 }
 
 int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *st, ph_err *err)
@@ -1320,10 +1662,8 @@ int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err)
 	return rc;
 }
 
-void ph_engine_destroy(ph_engine *e)
+static void destroy_one(ph_engine *e)
 {
-	if (!e)
-		return;
 	if (e->ev)
 		for (int r = 0; r < e->plan->ranks; r++)
 			free(e->ev[r]);
@@ -1422,11 +1762,36 @@ void ph_engine_destroy(ph_engine *e)
 		for (int k = 0; e->tie_tmp && k < e->model->nties; k++)
 			bfree(e, layer_rank(e, e->model->ties[k].src_layer), e->tie_tmp[k]);
 		free(e->tie_tmp);
+		for (int k = 0; e->red_tmp && k < e->plan->ranks; k++)
+			bfree(e, k, e->red_tmp[k]);
+		free(e->red_tmp);
+		for (int k = 0; e->nccl && k < e->plan->ranks; k++)
+			if (e->nccl[k])
+				e->dev->nccl_close(e->nccl[k]);
+		free(e->nccl);
 		for (int r = 0; e->rs && r < e->plan->ranks; r++)
 			e->dev->close(e->rs[r]);
 		free(e->rs);
 	}
+	free(e->gathered);
 	free(e->threads);
 	free(e->workers);
 	free(e);
+}
+
+void ph_engine_destroy(ph_engine *e)
+{
+	if (!e)
+		return;
+	ph_engine **rep = e->rep;
+	for (int r = 1; r < e->nrep; r++) {
+		ph_model *own = rep[r]->own_model;
+		destroy_one(rep[r]);
+		if (own) {
+			ph_model_free(own);
+			free(own);
+		}
+	}
+	destroy_one(e);
+	free(rep);
 }

@@ -16,7 +16,8 @@ core_libphcore_la_SOURCES = \
 	core/checkpoint.c core/checkpoint.h \
 	core/trace.c core/trace.h \
 	core/simulate.c core/simulate.h \
-	core/device.c core/device.h
+	core/device.c core/device.h \
+	core/comm.c core/comm.h
 core_libphcore_la_CFLAGS = $(AM_CFLAGS) $(INIH_CFLAGS) $(CJSON_CFLAGS) $(ZLIB_CFLAGS) $(BLAS_CFLAGS)
 core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(ZLIB_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
 
@@ -33,8 +34,23 @@ backenddir = $(pkglibdir)/backends
 backend_LTLIBRARIES = core/cuda/pipehost-cuda.la
 core_cuda_pipehost_cuda_la_SOURCES = core/device.h
 core_cuda_pipehost_cuda_la_LDFLAGS = -module -avoid-version -shared -export-symbols-regex '^ph_cuda_backend_ops$$'
-core_cuda_pipehost_cuda_la_LIBADD = core/cuda/backend.lo $(CUDA_LIBS) -lcublas -lcudnn -lstdc++ -lm
+core_cuda_pipehost_cuda_la_LIBADD = core/cuda/backend.lo $(CUDA_LIBS) -lcublas -lcudnn $(NCCL_LIBS) -lstdc++ -lm
+# Its own recipe, not .cu.lo: only the backend calls NCCL (PH_NCCL_DEFS, NCCL_LIBS; configure).
 core/cuda/backend.lo: $(top_srcdir)/core/cuda/backend.cu $(top_srcdir)/core/cuda/kernels.cuh $(top_srcdir)/core/device.h \
 	$(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/plugin.h
+	$(AM_V_GEN)$(SHELL) $(top_srcdir)/scripts/nvcc-lt.sh $@ $(NVCC) $(NVCC_ALL_FLAGS) $(PH_NCCL_DEFS) -c $(top_srcdir)/core/cuda/backend.cu
 CLEANFILES += core/cuda/backend.lo core/cuda/.libs/backend.o
+endif
+
+# The MPI module: dlopened by core/comm.c only under mpirun, so neither
+# libphcore nor the pipehost binary links MPI (core/comm.h).  Installed
+# beside the CUDA backend; its own dir variable so it builds without CUDA.
+EXTRA_DIST += core/mpi/comm_mpi.c
+if PH_MPI
+mpimoduledir = $(pkglibdir)/backends
+mpimodule_LTLIBRARIES = core/mpi/pipehost-mpi.la
+core_mpi_pipehost_mpi_la_SOURCES = core/mpi/comm_mpi.c core/comm.h
+core_mpi_pipehost_mpi_la_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+core_mpi_pipehost_mpi_la_LDFLAGS = -module -avoid-version -shared -export-symbols-regex '^ph_mpi_comm_ops$$' $(AM_LDFLAGS)
+core_mpi_pipehost_mpi_la_LIBADD = $(MPI_LIBS)
 endif

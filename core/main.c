@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "config.h"
 #include "engine.h"
 #include "options.h"
@@ -223,7 +224,7 @@ static int save_weights(ph_engine *e, const char *path, ph_err *err)
 	return rc;
 }
 
-static int run(const cli_t *cli, ph_err *err)
+static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 {
 	ph_registry reg;
 	memset(&reg, 0, sizeof reg);
@@ -255,6 +256,7 @@ static int run(const cli_t *cli, ph_err *err)
 	memset(&test, 0, sizeof test);
 	if ((rc = ph_config_read(&cfg, cli->config, cli->overrides, cli->noverrides, err)))
 		goto out;
+	cfg.comm = *comm;
 	plugin_path(cli, ph_config_plugin_path(&cfg), path, sizeof path);
 	if ((rc = ph_registry_load_path(&reg, path, err)))
 		goto out;
@@ -265,7 +267,7 @@ static int run(const cli_t *cli, ph_err *err)
 	ph_shape in;
 	if ((rc = data_shape(&cfg, &in, err)))
 		goto out;
-	int mbsize = (int)(cfg.run.batch / cfg.run.micro_batches);
+	int mbsize = (int)(cfg.run.batch / (cfg.run.micro_batches * cfg.run.replicas));
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)))
 		goto out;
 	if (cfg.part.cost == PH_COST_PROFILE) {
@@ -320,7 +322,9 @@ static int run(const cli_t *cli, ph_err *err)
 			goto out;
 		printf("initial weights read from %s\n", cfg.run.init);
 	}
-	if (cli->trace && (rc = ph_engine_trace(engine, err)))
+	/* only process 0 writes files: the processes hold the same weights */
+	int writer = ph_comm_writer(comm);
+	if (cli->trace && writer && (rc = ph_engine_trace(engine, err)))
 		goto out;
 	ph_train_ckpt ck = { cfg.checkpoint.dir, cfg.checkpoint.every, cfg.checkpoint.keep, cli->resume };
 	ph_train_result res;
@@ -340,13 +344,13 @@ static int run(const cli_t *cli, ph_err *err)
 		printf(" %d: %.2f MiB%s", r, ph_engine_activation_bytes(engine, r) / (1024.0 * 1024.0),
 		       r + 1 < plan.ranks ? "," : "");
 	printf("%s\n", cfg.run.recompute ? " (recompute on)" : "");
-	if (cli->trace) {
+	if (cli->trace && writer) {
 		if ((rc = ph_engine_write_trace(engine, cli->trace, err)))
 			goto out;
 		printf("trace written to %s\n", cli->trace);
 	}
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
-	if (wpath[0])
+	if (wpath[0] && writer)
 		rc = save_weights(engine, wpath, err);
 out:
 	free(cost_f);
@@ -366,13 +370,26 @@ int main(int argc, char **argv)
 	cli_t cli;
 	memset(&cli, 0, sizeof cli);
 	ph_err err = { { 0 } };
+	ph_comm comm = { 0, 1, 0, NULL };
 	int rc = parse_cli(argc, argv, &cli, &err);
+	/* under mpirun: join the other processes; only process 0 prints
+	 * progress (errors still reach stderr from every process) */
+	if (!rc && !(rc = ph_comm_init(&comm, &err)) && !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
+		rc = ph_fail(&err, PH_EIO, "process %d: cannot silence its output (/dev/null)", comm.rank);
 	if (!rc)
-		rc = run(&cli, &err);
+		rc = run(&cli, &comm, &err);
 	if (rc) {
 		fflush(stdout);
-		fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "failed");
+		if (comm.size > 1)
+			fprintf(stderr, "pipehost: process %d of %d: %s\n", comm.rank, comm.size,
+				err.msg[0] ? err.msg : "failed");
+		else
+			fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "failed");
+		/* the others may be waiting for this one: stop them all */
+		if (comm.size > 1)
+			comm.ops->abort(1);
 		return 1;
 	}
+	ph_comm_finalize(&comm);
 	return 0;
 }

@@ -95,7 +95,8 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		 add_str(root, "cuts", c->part.cuts == PH_CUTS_MARKED ? "marked" : "all") &&
 		 add_int(root, "p", p->ranks) && add_int(root, "v", p->v) && add_int(root, "chunks", p->nchunks) &&
 		 add_int(root, "m", p->m) && add_int(root, "micro_batch", m->max_batch) &&
-		 add_int(root, "batch", (int64_t)m->max_batch * p->m) &&
+		 add_int(root, "batch", (int64_t)m->max_batch * p->m * (c->run.replicas > 1 ? c->run.replicas : 1)) &&
+		 add_int(root, "replicas", c->run.replicas > 1 ? c->run.replicas : 1) &&
 		 add_str(root, "optimizer", c->optim.type == PH_OPTIM_ADAMW ? "adamw" : "sgd") &&
 		 add_int(root, "optimizer_state_per_param", spp) &&
 		 add_int(root, "memory_limit_bytes", (int64_t)(c->part.memory_gib * 1024.0 * 1024.0 * 1024.0)) &&

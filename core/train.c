@@ -141,7 +141,10 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	int64_t *perm = NULL;
 	FILE *metrics = NULL;
 	int rc = PH_OK;
-	if (ckdir && (rc = ph_checkpoint_prepare(ckdir, err)))
+	/* under mpirun only process 0 writes checkpoints and metrics; the
+	 * others hold the same weights (core/engine.c, replicas) */
+	int writer = ph_comm_writer(&c->comm);
+	if (ckdir && writer && (rc = ph_checkpoint_prepare(ckdir, err)))
 		goto out;
 	if ((ckdir || resume) && (rc = ph_checkpoint_identity(c, e, n, total, &id, err)))
 		goto out;
@@ -178,7 +181,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		goto out;
 	}
 	/* A resumed run continues its metrics file. */
-	if (c->run.metrics[0] && !(metrics = fopen(c->run.metrics, start > 0 ? "a" : "w"))) {
+	if (c->run.metrics[0] && writer && !(metrics = fopen(c->run.metrics, start > 0 ? "a" : "w"))) {
 		rc = ph_fail(err, PH_EIO, "cannot write metrics file %s; check [run] metrics", c->run.metrics);
 		goto out;
 	}
@@ -231,10 +234,15 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, metrics, res, err)))
 				goto out;
 		}
-		int stop = ckdir && stop_signal && !last;
+		/* a signal stops every process at the same step (mpirun sends
+		 * it to all, but they may see it a step apart) */
+		int signalled = stop_signal;
+		if (ckdir && c->comm.size > 1 && (rc = c->comm.ops->max_int(&signalled, err)))
+			goto out;
+		int stop = ckdir && signalled && !last;
 		if (ckdir && ((every && (s + 1) % every == 0) || last || stop)) {
-			if ((rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep, res->checkpoint,
-						     sizeof res->checkpoint, err)))
+			if (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
+							       res->checkpoint, sizeof res->checkpoint, err)))
 				goto out;
 			saved_at = s + 1;
 			if (!stop) {
@@ -244,8 +252,10 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			}
 		}
 		/* A signal during that save: this step is saved already. */
-		if (ckdir && stop_signal && !last) {
-			if (saved_at != s + 1 &&
+		if (c->comm.size == 1)
+			signalled = stop_signal; /* one that came during the save */
+		if (ckdir && signalled && !last) {
+			if (writer && saved_at != s + 1 &&
 			    (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep, res->checkpoint,
 						     sizeof res->checkpoint, err)))
 				goto out;

@@ -6,6 +6,7 @@ TESTS_ENVIRONMENT_DIRS = \
 	PIPEHOST_PLUGIN_PATH=$(abs_top_builddir)/plugins/layers/.libs:$(abs_top_builddir)/plugins/schedules/.libs:$(abs_top_builddir)/plugins/partitioners/.libs \
 	PIPEHOST=$(abs_top_builddir)/core/pipehost \
 	PIPEHOST_CUDA_BACKEND=$(abs_top_builddir)/core/cuda/.libs/pipehost-cuda.so \
+	PIPEHOST_MPI_MODULE=$(abs_top_builddir)/core/mpi/.libs/pipehost-mpi.so \
 	TEST_PLUGIN_DIR=$(abs_top_builddir)/tests/plugins/.libs \
 	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir)
 AM_TESTS_ENVIRONMENT = export $(TESTS_ENVIRONMENT_DIRS);
@@ -19,3 +20,6 @@ include $(srcdir)/tests/partition.mk
 include $(srcdir)/tests/simulate.mk
 include $(srcdir)/tests/reliability.mk
 include $(srcdir)/tests/cuda.mk
+include $(srcdir)/tests/parallel.mk
+# helpers for tests that run under mpirun (ph_mpirun, ph_have_mpi)
+EXTRA_DIST += tests/mpi-lib.sh

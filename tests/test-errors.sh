@@ -95,6 +95,20 @@ expect_error "CPU and GPU ranks mixed" "--set: \\[run\\] devices = cpu,cuda:0 mi
 expect_error "bf16 on the CPU" "precision = bf16 needs a CUDA device" \
 	-c "$tiny" --set run.precision=bf16
 
+# data parallelism: replicas split the batch; a device list covers them
+expect_error "batch not split among replicas" \
+	"batch = 32 does not split into 3 replicas of 4 equal micro-batches; use batch = 24 or 36" \
+	-c "$tiny" --set run.replicas=3
+expect_error "a device list of the wrong length for the replicas" \
+	"devices = cpu,cpu,cpu lists 3 devices for 2 ranks in each of 2 replicas" \
+	-c "$tiny" --set run.stages=2 --set run.replicas=2 --set run.devices=cpu,cpu,cpu
+# started by a launcher, with no MPI module to join the others (the wording
+# depends on whether this pipehost was built with MPI)
+export OMPI_COMM_WORLD_SIZE=2 PIPEHOST_MPI_MODULE="$tmp/none.so"
+expect_error "mpirun without the MPI module" "started by mpirun with 2 processes \\(OMPI_COMM_WORLD_SIZE\\), but" \
+	-c "$tiny"
+unset OMPI_COMM_WORLD_SIZE PIPEHOST_MPI_MODULE
+
 expect_error "unknown command-line option" "unknown option --bogus" --bogus
 expect_error "--set without a section" "--set steps=3: expected section.key=value" -c "$tiny" --set steps=3
 

@@ -15,6 +15,7 @@
 #    byte-identical (else the job never reached the GPU);
 #  - bf16: 1 against 4 ranks byte-identical, the first loss within 2e-2 of
 #    fp32's, the last loss a finite number;
+#  - 2 replicas on cuda:0: 3 ranks against 1 rank byte-identical;
 #  - a device the machine lacks is refused with one line.
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
 # without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
@@ -50,6 +51,17 @@ gz ZB-H1_(split_backward),_2_ranks --set run.stages=2 --set schedule.type=zb-h1
 gi interleaved,_2_ranks_x_2_chunks --set run.stages=2 --set run.chunks=2 --set schedule.type=interleaved
 gr recompute_=_yes,_1F1B,_3_ranks --set run.stages=3 --set run.recompute=yes --set schedule.type=1f1b
 EOF
+
+# Replicas on one GPU: the gradient sum (a copy and a kernel, in replica
+# order) is as deterministic as the rest: 2 replicas of 1 rank and of
+# 3 ranks (GPipe) give the same bits.
+# shellcheck disable=SC2086
+if train d1 $gpu --set run.replicas=2 --set run.stages=1 && train d3 $gpu --set run.replicas=2 --set run.stages=3 \
+	--set schedule.type=gpipe; then
+	same_weights "2 replicas on cuda:0: 3 ranks (GPipe) against 1 rank" d1 d3
+else
+	not_ok "2 replicas on cuda:0: run failed: $(tail -3 "$tmp/d1.log") $(tail -3 "$tmp/d3.log")"
+fi
 
 # CPU against GPU
 if train c1 --set run.devices=cpu --set run.micro_batches=8 --set run.stages=1; then

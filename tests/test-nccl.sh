@@ -2,11 +2,11 @@
 # Pipelines across GPUs: tests/fixtures/tiny.ini (1F1B, 8 micro-batches) on
 # 2 and 4 ranks spread over cuda:0 and cuda:1 must save weights
 # byte-identical to 1 rank on cuda:0, as test-gpu.sh asks of ranks sharing
-# one GPU: the links between GPUs (NCCL send/recv or peer copies) move bytes
-# and change no arithmetic.  Where mpirun exists and pipehost --version
-# names MPI (or PH_TEST_MPI=1), the same with one process per rank:
-#     mpirun -np 2 pipehost -c tiny.ini --set run.stages=2 --set run.devices=cuda:0,cuda:1
-# where MPI rank 0 is assumed to write --save-weights.
+# one GPU: the links between GPUs (peer copies) move bytes and change no
+# arithmetic.  Then data parallelism: 2 replicas over cuda:0 and cuda:1
+# against both on cuda:0, and, where Open MPI and the MPI module are
+# (tests/mpi-lib.sh), one replica per process with NCCL between them:
+#     mpirun -np 2 pipehost -c tiny.ini --set run.devices=auto
 # Skips (exit 77) unless nvidia-smi -L lists 2 GPUs and pipehost runs a job
 # on cuda:0; a run that fails saying "without NCCL" skips that check alone.
 # shellcheck disable=SC2154 # make check sets top_srcdir
@@ -41,18 +41,28 @@ n4 cuda:0,cuda:1,cuda:0,cuda:1
 n4b cuda:0,cuda:0,cuda:1,cuda:1
 EOF
 
-# one process per rank
-if ! command -v mpirun >/dev/null 2>&1; then
-	ok "mpirun -np 2 # SKIP no mpirun on PATH"
-elif ! "$PIPEHOST" --version 2>&1 | grep -qi mpi && [ "${PH_TEST_MPI:-0}" != 1 ]; then
-	ok "mpirun -np 2 # SKIP pipehost --version names no MPI support (PH_TEST_MPI=1 runs it anyway)"
+# Replicas on two GPUs of one process (peer copies and a kernel), then one
+# replica per process under mpirun (NCCL sums the two gradients; a sum of
+# two floats is the same either way round, so the bits must match too).
+# shellcheck disable=SC2086
+if train r0 $common --set run.replicas=2 --set run.devices=cuda:0 &&
+	train r01 $common --set run.replicas=2 --set run.devices=cuda:0,cuda:1; then
+	same_weights "2 replicas on cuda:0 and cuda:1 against both on cuda:0" r0 r01
 else
-	# Open MPI refuses root without these; MPICH ignores them
+	not_ok "2 replicas over two GPUs: run failed: $(tail -3 "$tmp/r0.log") $(tail -3 "$tmp/r01.log")"
+fi
+# shellcheck source=tests/mpi-lib.sh
+. "$top_srcdir/tests/mpi-lib.sh"
+if ! ph_have_mpi; then
+	ok "mpirun -np 2 # SKIP $ph_mpi_why"
+else
+	# devices = auto: each process takes the GPU of its place on the node
 	# shellcheck disable=SC2086
-	if OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 \
-		"$PIPEHOST" -c "$fixtures/tiny.ini" $common --set run.stages=2 --set run.devices=cuda:0,cuda:1 \
-		--save-weights "$tmp/mpi.st" </dev/null >"$tmp/mpi.log" 2>&1; then
-		same_weights "mpirun -np 2, one rank per process on cuda:0 and cuda:1" n1 mpi
+	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" $common \
+		--set run.devices=auto --save-weights "$tmp/mpi.st" </dev/null >"$tmp/mpi.log" 2>&1; then
+		same_weights "mpirun -np 2, a replica per process on cuda:0 and cuda:1 (NCCL)" r0 mpi
+	elif grep -q 'without NCCL\|without it' "$tmp/mpi.log"; then
+		ok "mpirun -np 2 # SKIP $(grep -m1 'NCCL' "$tmp/mpi.log")"
 	else
 		not_ok "mpirun -np 2: run failed: $(tail -3 "$tmp/mpi.log")"
 	fi

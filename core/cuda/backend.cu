@@ -9,6 +9,9 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <math.h>
+#ifdef PH_WITH_NCCL
+#include <nccl.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +359,81 @@ static int op_scale(void *v, float *g, int64_t n, double scale, ph_err *err)
 	return PH_OK;
 }
 
+/* ---------------------------------------------------------------- */
+/* NCCL, between processes (core/device.h)                            */
+
+#ifdef PH_WITH_NCCL
+static_assert(sizeof(ncclUniqueId) == PH_NCCL_ID_BYTES, "PH_NCCL_ID_BYTES must match ncclUniqueId");
+
+/* The communicator and the GPU it was made on: destroying it, like any NCCL
+ * call, wants that GPU current. */
+struct nccl_comm {
+	ncclComm_t comm;
+	int ordinal;
+};
+
+#define NCCL_HINT "run with NCCL_DEBUG=WARN for NCCL's reason, and check that every process of a node sees a different GPU"
+
+static int op_nccl_unique_id(void *id, ph_err *err)
+{
+	ncclUniqueId u;
+	ncclResult_t e = ncclGetUniqueId(&u);
+	if (e != ncclSuccess)
+		return ph_fail(err, PH_EIO, "NCCL: cannot make a communicator id: %s (%s); %s", ncclGetErrorString(e),
+			       ncclGetLastError(NULL), NCCL_HINT);
+	memcpy(id, &u, sizeof u);
+	return PH_OK;
+}
+
+static int op_nccl_open(void *v, const void *id, int members, int member, void **out, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	*out = NULL;
+	ON_DEVICE(err, r);
+	nccl_comm *c = (nccl_comm *)calloc(1, sizeof *c);
+	if (!c)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	c->ordinal = r->ordinal;
+	ncclUniqueId u;
+	memcpy(&u, id, sizeof u);
+	ncclResult_t e = ncclCommInitRank(&c->comm, members, u, member);
+	if (e != ncclSuccess) {
+		free(c);
+		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: cannot join as member %d of %d: %s (%s); %s", r->ordinal,
+			       member, members, ncclGetErrorString(e), ncclGetLastError(NULL), NCCL_HINT);
+	}
+	*out = c;
+	return PH_OK;
+}
+
+static void op_nccl_close(void *v)
+{
+	nccl_comm *c = (nccl_comm *)v;
+	if (!c)
+		return;
+	cudaSetDevice(c->ordinal);
+	ncclCommDestroy(c->comm);
+	free(c);
+}
+
+static int op_nccl_sum(void *v, void *cv, float *g, int64_t n, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	nccl_comm *c = (nccl_comm *)cv;
+	if (n <= 0)
+		return PH_OK;
+	ON_DEVICE(err, r);
+	ncclResult_t e = ncclAllReduce(g, g, (size_t)n, ncclFloat, ncclSum, c->comm, r->stream);
+	if (e != ncclSuccess)
+		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: sum of %lld floats: %s (%s); %s", r->ordinal, (long long)n,
+			       ncclGetErrorString(e), ncclGetLastError(c->comm), NCCL_HINT);
+	return PH_OK;
+}
+#define NCCL_OPS op_nccl_unique_id, op_nccl_open, op_nccl_close, op_nccl_sum
+#else
+#define NCCL_OPS NULL, NULL, NULL, NULL
+#endif
+
 static const ph_device_ops cuda_ops = {
 	sizeof(ph_device_ops),
 	op_count,
@@ -377,6 +455,7 @@ static const ph_device_ops cuda_ops = {
 	op_sumsq,
 	op_tie_sum,
 	op_scale,
+	NCCL_OPS,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)
