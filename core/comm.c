@@ -109,6 +109,7 @@ int ph_comm_init(ph_comm *c, ph_err *err)
 	c->rank = 0;
 	c->size = 1;
 	c->local_rank = 0;
+	c->threads = 0;
 	c->ops = NULL;
 	const char *var;
 	int n = launcher_size(&var);
@@ -123,8 +124,8 @@ int ph_comm_init(ph_comm *c, ph_err *err)
 	const ph_comm_ops *ops = load_module(n, var, err);
 	if (!ops)
 		return PH_EUNSUPPORTED;
-	int rank = 0, size = 0, local = 0;
-	int rc = ops->init(&rank, &size, &local, err);
+	int rank = 0, size = 0, local = 0, threads = 0;
+	int rc = ops->init(&rank, &size, &local, &threads, err);
 	if (rc)
 		return rc;
 	/* An mpirun of another MPI (MPICH's launching Open MPI's library, say)
@@ -140,6 +141,7 @@ int ph_comm_init(ph_comm *c, ph_err *err)
 	c->rank = rank;
 	c->size = size;
 	c->local_rank = local;
+	c->threads = threads;
 	c->ops = ops;
 	return PH_OK;
 #endif

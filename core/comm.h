@@ -8,8 +8,9 @@
  * without MPI still runs single-process jobs.  The module exports one
  * symbol, ph_mpi_comm_ops(), returning the ops below.
  *
- * Only the main thread calls these (MPI_THREAD_FUNNELED): the workers never
- * talk to other processes. */
+ * Only the main thread calls the collectives.  When a pipeline's ranks are
+ * split over processes, the workers send and receive activations and
+ * gradients themselves (isend, irecv, test: MPI_THREAD_MULTIPLE). */
 #ifndef PH_CORE_COMM_H
 #define PH_CORE_COMM_H
 
@@ -23,9 +24,10 @@
 
 typedef struct ph_comm_ops {
 	uint32_t struct_size;
-	/* MPI_Init_thread (FUNNELED); this process's rank, the process count
-	 * and its rank among the processes on its node (for GPU choice). */
-	int (*init)(int *rank, int *size, int *local_rank, ph_err *err);
+	/* MPI_Init_thread; this process's rank, the process count, its rank
+	 * among the processes on its node (for GPU choice), and whether
+	 * several threads may talk at once (MPI_THREAD_MULTIPLE). */
+	int (*init)(int *rank, int *size, int *local_rank, int *threads, ph_err *err);
 	void (*finalize)(void);
 	/* Every process contributes `bytes` bytes; recv gets all of them in
 	 * process order (size * bytes).  Blocks until all have arrived. */
@@ -36,6 +38,13 @@ typedef struct ph_comm_ops {
 	int (*max_int)(int *v, ph_err *err);
 	/* Stop every process (after this one printed why). */
 	void (*abort)(int code);
+	/* Point to point, from any thread: start sending or receiving one
+	 * message (at most INT_MAX bytes) to or from process `peer`; `test`
+	 * sets *done once it has completed, and then releases req.  The
+	 * buffer must stay untouched until then. */
+	int (*isend)(const void *buf, size_t bytes, int peer, int tag, void **req, ph_err *err);
+	int (*irecv)(void *buf, size_t bytes, int peer, int tag, void **req, ph_err *err);
+	int (*test)(void *req, int *done, ph_err *err);
 } ph_comm_ops;
 
 typedef const ph_comm_ops *(*ph_mpi_comm_fn)(void);
@@ -44,6 +53,7 @@ typedef struct {
 	int rank;                /* this process, 0..size-1 */
 	int size;                /* processes; 1 without mpirun */
 	int local_rank;          /* among the processes on this node */
+	int threads;             /* the workers may send and receive themselves */
 	const ph_comm_ops *ops;  /* NULL for a single process */
 } ph_comm;
 

@@ -396,19 +396,38 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		if (c->comm.size < 1)
 			c->comm.size = 1; /* a caller that set no processes: one */
 		ph_ini_entry *re = ph_ini_find(&c->ini, "run", "replicas");
-		if (c->run.replicas == 0)
-			c->run.replicas = c->comm.size;
-		else if (c->run.replicas % c->comm.size)
+		int64_t N = c->comm.size, R = c->run.replicas ? c->run.replicas : N;
+		c->run.replicas = R;
+		if (R >= N ? R % N : N % R)
 			return where_fail(c, re ? re->line : 0, PH_EINVAL, err,
-					  "[run] replicas = %lld does not divide among %d processes (mpirun -np %d); use a "
-					  "multiple of %d, or 0 for one per process",
-					  (long long)c->run.replicas, c->comm.size, c->comm.size, c->comm.size);
+					  "[run] replicas = %lld does not divide among %lld processes (mpirun -np %lld); use a "
+					  "multiple of %lld (whole pipelines per process), a divisor of it (each pipeline "
+					  "split over processes), or 0 for one per process",
+					  (long long)R, (long long)N, (long long)N, (long long)N);
+		if (R < N && c->run.stages % (N / R))
+			return where_fail(c, re ? re->line : 0, PH_EINVAL, err,
+					  "[run] replicas = %lld on %lld processes splits each pipeline over %lld processes, "
+					  "and its %lld stages do not divide among them; use stages = a multiple of %lld",
+					  (long long)R, (long long)N, (long long)(N / R), (long long)c->run.stages,
+					  (long long)(N / R));
+		if (R < N && !c->comm.threads)
+			return where_fail(c, re ? re->line : 0, PH_EUNSUPPORTED, err,
+					  "[run] replicas = %lld on %lld processes splits each pipeline over processes, "
+					  "whose links need an MPI with MPI_THREAD_MULTIPLE, which this one does not "
+					  "provide; use replicas = %lld (a whole pipeline per process)",
+					  (long long)R, (long long)N, (long long)N);
 		int local = ph_config_local_replicas(c);
 		ph_ini_entry *e = ph_ini_find(&c->ini, "run", "devices");
 		ph_err e2 = { { 0 } };
 		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, local,
 					     c->comm.local_rank * local * (int)c->run.stages, &e2)))
 			return where_fail(c, e ? e->line : 0, rc, err, "[run] %s", e2.msg);
+		if (R < N && c->place.cuda)
+			return where_fail(c, e ? e->line : 0, PH_EUNSUPPORTED, err,
+					  "[run] devices = %s: a pipeline split over processes (replicas = %lld on %lld "
+					  "processes) runs on the CPU only for now; on GPUs give each process whole "
+					  "pipelines (replicas = %lld) with their ranks on the node's GPUs",
+					  c->run.devices, (long long)R, (long long)N, (long long)N);
 		if (c->run.precision == PH_PREC_BF16 && !c->place.cuda) {
 			ph_ini_entry *pe = ph_ini_find(&c->ini, "run", "precision");
 			return where_fail(c, pe ? pe->line : 0, PH_EINVAL, err,

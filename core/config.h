@@ -104,10 +104,21 @@ typedef struct {
 				  * after ph_config_read, before ph_config_resolve */
 } ph_config;
 
-/* This process's replicas: R divided among the processes. */
+/* How the processes share the work (resolved configs only):
+ *   replicas >= processes: each process runs replicas / processes whole
+ *                          pipelines;
+ *   replicas <  processes: each pipeline is split over processes / replicas
+ *                          processes, each running stages / that many of
+ *                          its ranks (CPU only). */
 static inline int ph_config_local_replicas(const ph_config *c)
 {
-	return (int)(c->run.replicas / c->comm.size);
+	return c->run.replicas >= c->comm.size ? (int)(c->run.replicas / c->comm.size) : 1;
+}
+
+/* Processes per pipeline: 1 unless pipelines are split over processes. */
+static inline int ph_config_split(const ph_config *c)
+{
+	return c->run.replicas >= c->comm.size ? 1 : (int)(c->comm.size / c->run.replicas);
 }
 
 /* Read the INI file, apply overrides, and return the raw plugin path the

@@ -49,6 +49,9 @@ typedef struct {
 			      * to a sender on another GPU */
 	int lean;            /* recompute: inner layers' y and saved are the
 			      * chunk's shared work buffers, rebuilt before backward */
+	void *act_req, *grad_req; /* a pipeline split over processes: the
+			      * sends of this slot's output and input gradient,
+			      * finished before the slot is taken again */
 } slot_t;
 
 typedef struct {
@@ -134,6 +137,12 @@ struct ph_engine {
 	int nrep;
 	int replica;         /* this copy's index among all R replicas */
 	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place */
+	/* A pipeline split over processes (mpirun, replicas < processes): this
+	 * process runs ranks [rank_lo, rank_hi) of its replica; the others
+	 * are in processes proc_base + rank / (ranks / span). */
+	int span;            /* processes per pipeline; 1 = whole pipelines */
+	int rank_lo, rank_hi;
+	int proc_base;
 	ph_model *own_model; /* replicas > 0: layer states of their own */
 	float **red_tmp;     /* rep[0] on GPUs: [ranks] room for another copy's gradient */
 	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
@@ -204,6 +213,62 @@ static int cross_gpu_in(const ph_engine *e, int c)
 	return ord[c % e->plan->ranks] != ord[(c - 1) % e->plan->ranks];
 }
 
+/* A pipeline split over processes: does this process run rank r?  Which
+ * process of this replica runs it, and which of replica 0? */
+static int owns(const ph_engine *e, int rank)
+{
+	return rank >= e->rank_lo && rank < e->rank_hi;
+}
+
+static int owner(const ph_engine *e, int rank)
+{
+	return e->proc_base + rank / (e->plan->ranks / e->span);
+}
+
+static int owner0(const ph_engine *e, int rank)
+{
+	return rank / (e->plan->ranks / e->span);
+}
+
+/* Does the link after chunk c cross to another process? */
+static int remote_link(const ph_engine *e, int c)
+{
+	return e->span > 1 && owns(e, c % e->plan->ranks) != owns(e, (c + 1) % e->plan->ranks);
+}
+
+/* Message tags: one per link, micro-batch and direction. */
+static int link_tag(const ph_engine *e, int c, int mb, int grad)
+{
+	return (c * e->m + mb) * 2 + grad;
+}
+
+/* Wait for one message to or from another process, as link_wait does:
+ * polling, so that a failure on another rank of this process stops it. */
+static int msg_wait(ph_engine *e, void **req, ph_err *err)
+{
+	const ph_comm_ops *cm = e->cfg->comm.ops;
+	while (*req) {
+		int done = 0, rc = cm->test(*req, &done, err);
+		if (rc)
+			return rc;
+		if (done) {
+			*req = NULL;
+			break;
+		}
+		if (__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE))
+			return PH_EINTERNAL;
+		sched_yield();
+	}
+	return PH_OK;
+}
+
+/* The slot's earlier sends must be done before it is written again. */
+static int slot_sends_done(ph_engine *e, slot_t *sl, ph_err *err)
+{
+	int rc = msg_wait(e, &sl->act_req, err);
+	return rc ? rc : msg_wait(e, &sl->grad_req, err);
+}
+
 /* Micro-batch mb's loss-layer output x, [loss, correct] per sample, summed
  * in sample order (the same sum for every schedule). */
 static void sum_loss(ph_engine *e, int mb, const float *x)
@@ -257,7 +322,9 @@ static int rematerialize(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
 	return forward_layers(e, c, mb, sl, ch->work_y[ch->b - 1 - ch->a], err);
 }
 
-static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
+/* A free activation slot for micro-batch mb of chunk c: at its forward,
+ * or at its receive when the input comes from another process. */
+static int take_slot(ph_engine *e, int c, int mb, int *out, ph_err *err)
 {
 	chunk_t *ch = &e->chunks[c];
 	/* training: a lean slot exactly when this micro-batch is recomputed;
@@ -269,11 +336,25 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 	if (s == ch->nslots)
 		return ph_fail(err, PH_EINTERNAL, "chunk %d has no free activation slot for micro-batch %d", c, mb);
 	slot_t *sl = &ch->slots[s];
+	int rc = e->span > 1 ? slot_sends_done(e, sl, err) : PH_OK;
+	if (rc)
+		return rc;
 	sl->mb = mb;
 	ch->mb_slot[mb] = s;
+	*out = s;
+	return PH_OK;
+}
+
+static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	int s = ch->mb_slot[mb], rc0;
+	if (s < 0 && (rc0 = take_slot(e, c, mb, &s, err)))
+		return rc0;
+	slot_t *sl = &ch->slots[s];
 	if (c == 0) {
 		ch->mb_x[mb] = (e->dev ? e->d_data_x : e->data_x) + (size_t)mb * e->mbsize * e->in_numel;
-	} else if (sl->x_own) {
+	} else if (sl->x_own && ch->mb_x[mb] != sl->x_own) { /* (received from another process: in place) */
 		size_t bytes = (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * batch_of(e, mb) * sizeof(float);
 		if (e->dev) {
 			int rc = e->dev->copy(e->rs[ch->rank], sl->x_own, ch->mb_x[mb], bytes, PH_COPY_D2D, err);
@@ -352,7 +433,7 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		dy = dx;
 		t ^= 1;
 	}
-	if (sl->dx_own && ch->mb_dx[mb]) {
+	if (sl->dx_own && ch->mb_dx[mb] && ch->mb_dx[mb] != sl->dx_own) {
 		/* to the sender's GPU; SEND_GRAD's event follows on this stream */
 		size_t bytes = (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * batch_of(e, mb) * sizeof(float);
 		int rc = e->dev->copy(e->rs[ch->rank], ch->mb_dx[mb], sl->dx_own, bytes, PH_COPY_D2D, err);
@@ -416,6 +497,78 @@ static void link_post(link_t *lk, uint8_t *flags, int mb)
 	pthread_mutex_unlock(&lk->mu);
 }
 
+/* Links to another process (a pipeline split over processes, CPU): the
+ * sender starts a send and goes on, so, as in-process, only receivers
+ * wait; the buffers are the slots' own and stay untouched until the send
+ * is done (take_slot, and the end of the job).  Chunk c's output goes to
+ * c+1's x_own, taken with its slot at the receive; c+1's input gradient
+ * leaves from its dx_own and lands in c's dy_out. */
+static size_t out_bytes(const ph_engine *e, int c, int mb)
+{
+	const chunk_t *ch = &e->chunks[c];
+	return (size_t)ph_shape_numel(&e->model->layers[ch->b - 1].meta.out) * batch_of(e, mb) * sizeof(float);
+}
+
+static int send_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	return e->cfg->comm.ops->isend(sl->y[ch->b - 1 - ch->a], out_bytes(e, c, mb), owner(e, (c + 1) % e->plan->ranks),
+				       link_tag(e, c, mb, 0), &sl->act_req, err);
+}
+
+static int recv_act(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	int s, rc = take_slot(e, c, mb, &s, err);
+	if (rc)
+		return rc;
+	slot_t *sl = &ch->slots[s];
+	void *req = NULL;
+	if ((rc = e->cfg->comm.ops->irecv(sl->x_own, out_bytes(e, c - 1, mb), owner(e, (c - 1) % e->plan->ranks),
+					  link_tag(e, c - 1, mb, 0), &req, err)) ||
+	    (rc = msg_wait(e, &req, err)))
+		return rc;
+	ch->mb_x[mb] = sl->x_own;
+	ch->mb_dx[mb] = sl->dx_own; /* run_backward writes the gradient there */
+	return PH_OK;
+}
+
+static int send_grad(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	/* the backward has released its slot: find it by the buffer */
+	slot_t *sl = NULL;
+	for (int s = 0; s < ch->nslots && !sl; s++)
+		if (ch->slots[s].dx_own == ch->mb_dx[mb])
+			sl = &ch->slots[s];
+	if (!sl)
+		return ph_fail(err, PH_EINTERNAL, "chunk %d: no slot holds the input gradient of micro-batch %d", c, mb);
+	return e->cfg->comm.ops->isend(sl->dx_own, out_bytes(e, c - 1, mb), owner(e, (c - 1) % e->plan->ranks),
+				       link_tag(e, c - 1, mb, 1), &sl->grad_req, err);
+}
+
+static int recv_grad(ph_engine *e, int c, int mb, ph_err *err)
+{
+	chunk_t *ch = &e->chunks[c];
+	slot_t *sl = &ch->slots[ch->mb_slot[mb]];
+	void *req = NULL;
+	int rc = e->cfg->comm.ops->irecv(sl->dy_out, out_bytes(e, c, mb), owner(e, (c + 1) % e->plan->ranks),
+					 link_tag(e, c, mb, 1), &req, err);
+	return rc ? rc : msg_wait(e, &req, err);
+}
+
+/* The end of a job: every send of this rank's slots has finished. */
+static int rank_sends_done(ph_engine *e, int rank, ph_err *err)
+{
+	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
+		for (int s = 0; s < e->chunks[c].nslots; s++) {
+			int rc = slot_sends_done(e, &e->chunks[c].slots[s], err);
+			if (rc)
+				return rc;
+		}
+	return PH_OK;
+}
+
 static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 {
 	int c = o->chunk, mb = o->mb;
@@ -434,6 +587,8 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	case PH_OP_SEND_ACT: {
 		link_t *lk = &e->links[c];
 		slot_t *sl = &ch->slots[ch->mb_slot[mb]];
+		if (remote_link(e, c))
+			return send_act(e, c, mb, sl, err);
 		lk->y[mb] = sl->y[ch->b - 1 - ch->a];
 		lk->dy[mb] = sl->dy_out;
 		if (e->dev) {
@@ -446,6 +601,8 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	}
 	case PH_OP_RECV_ACT: {
 		link_t *lk = &e->links[c - 1];
+		if (remote_link(e, c - 1))
+			return recv_act(e, c, mb, err);
 		if (link_wait(e, lk, lk->act, mb))
 			return PH_EINTERNAL;
 		ch->mb_x[mb] = lk->y[mb];
@@ -454,6 +611,8 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	}
 	case PH_OP_SEND_GRAD: {
 		link_t *lk = &e->links[c - 1];
+		if (remote_link(e, c - 1))
+			return send_grad(e, c, mb, err);
 		if (e->dev) {
 			int rc = e->dev->event_record(e->rs[ch->rank], lk->grad_ev[mb], err);
 			if (rc)
@@ -464,6 +623,8 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	}
 	case PH_OP_RECV_GRAD: {
 		link_t *lk = &e->links[c];
+		if (remote_link(e, c))
+			return recv_grad(e, c, mb, err);
 		if (link_wait(e, lk, lk->grad, mb))
 			return PH_EINTERNAL;
 		return e->dev ? e->dev->event_wait(e->rs[ch->rank], lk->grad_ev[mb], err) : PH_OK;
@@ -568,6 +729,8 @@ static void *worker_main(void *arg)
 		} else if (job == JOB_UPDATE) {
 			rc = do_update(e, w->rank);
 		}
+		if (!rc && e->span > 1 && (job == JOB_TRAIN || job == JOB_EVAL))
+			rc = rank_sends_done(e, w->rank, &err);
 		/* a job ends when the GPU has done it: the next job may reuse
 		 * any buffer, and the host reads losses and weights; after a
 		 * failure too, so nothing is left in flight (the first error
@@ -596,14 +759,13 @@ static void *worker_main(void *arg)
  * their jobs at the same time: start all, then wait for all. */
 static void dispatch_start(ph_engine *e, int job)
 {
-	int P = e->plan->ranks;
 	for (int c = 0; c + 1 < e->plan->nchunks; c++) {
 		memset(e->links[c].act, 0, (size_t)e->m);
 		memset(e->links[c].grad, 0, (size_t)e->m);
 	}
 	pthread_mutex_lock(&e->mu);
 	e->job = job;
-	e->pending = P;
+	e->pending = e->rank_hi - e->rank_lo; /* this process's ranks */
 	e->abort = 0;
 	e->err_set = 0;
 	e->generation++;
@@ -726,6 +888,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 		ch->a = p->first[c];
 		ch->b = p->first[c + 1];
 		ch->rank = c % p->ranks;
+		if (!owns(e, ch->rank))
+			continue; /* another process runs it: no memory here */
 		ch->nslots = p->slots[c] > 0 ? p->slots[c] : 1;
 		int nl = ch->b - ch->a;
 		if (e->cfg->run.recompute == PH_RECOMPUTE_EXCEPT_LAST)
@@ -808,13 +972,14 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 					ch->act_bytes += out * sizeof(float);
 				}
 			}
-			if ((e->split && c > 0) || cross_gpu_in(e, c)) {
+			int remote_in = c > 0 && remote_link(e, c - 1);
+			if ((e->split && c > 0) || cross_gpu_in(e, c) || remote_in) {
 				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
 				if (!(sl->x_own = balloc(e, ch->rank, in)))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				ch->act_bytes += in;
 			}
-			if (cross_gpu_in(e, c)) {
+			if (cross_gpu_in(e, c) || remote_in) {
 				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
 				if (!(sl->dx_own = balloc(e, ch->rank, in)))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -917,7 +1082,19 @@ static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 	e->model = m;
 	e->plan = p;
 	e->cfg = c;
-	e->replica = c->comm.rank * ph_config_local_replicas(c) + local;
+	e->span = ph_config_split(c);
+	if (e->span > 1) {
+		/* this process's share of its replica's ranks */
+		int per = p->ranks / e->span, part = c->comm.rank % e->span;
+		e->replica = c->comm.rank / e->span;
+		e->proc_base = e->replica * e->span;
+		e->rank_lo = part * per;
+		e->rank_hi = e->rank_lo + per;
+	} else {
+		e->replica = c->comm.rank * ph_config_local_replicas(c) + local;
+		e->rank_lo = 0;
+		e->rank_hi = p->ranks;
+	}
 	e->ordinal = c->place.ordinal + (size_t)local * p->ranks;
 	e->m = p->m;
 	e->mbsize = m->max_batch;
@@ -1043,9 +1220,10 @@ static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 	e->workers = calloc((size_t)p->ranks, sizeof *e->workers);
 	if (!e->threads || !e->workers)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int r = 0; r < p->ranks; r++) {
-		e->workers[r] = (worker_t){ e, r };
-		if (pthread_create(&e->threads[r], NULL, worker_main, &e->workers[r]))
+	for (int r = e->rank_lo; r < e->rank_hi; r++) {
+		int k = r - e->rank_lo;
+		e->workers[k] = (worker_t){ e, r };
+		if (pthread_create(&e->threads[k], NULL, worker_main, &e->workers[k]))
 			return ph_fail(err, PH_ENOMEM, "cannot start the worker thread of rank %d", r);
 		e->nthreads_started++;
 	}
@@ -1085,6 +1263,8 @@ static int upload_batch(ph_engine *e, size_t samples, ph_err *err)
 
 static void collect(ph_engine *e, int nmb, ph_stats *st)
 {
+	if (!owns(e, (e->plan->nchunks - 1) % e->plan->ranks))
+		return; /* the loss layer runs in another process */
 	/* micro-batch order, so the sum is the same for every schedule */
 	for (int mb = 0; mb < nmb; mb++) {
 		st->loss_sum += e->loss_mb[mb];
@@ -1185,6 +1365,60 @@ static int train_wait(ph_engine *e, ph_err *err)
 	return rc ? rc : gather_losses(e, e->m, err);
 }
 
+/* The clip norm's sum of squares when the pipeline is split over
+ * processes: each tensor's from the process of replica 0 that runs it,
+ * added in layer order as one process would. */
+static int split_sumsq(ph_engine *e, double *total, ph_err *err)
+{
+	int T = 0, N = e->cfg->comm.size;
+	for (int l = 0; l < e->model->n; l++)
+		T += e->model->layers[l].meta.nparams;
+	double *mine = calloc((size_t)(T ? T : 1), sizeof *mine), *all = calloc((size_t)N * (T ? T : 1), sizeof *all);
+	int rc = PH_OK;
+	if (!mine || !all) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int l = 0, t = 0; l < e->model->n; l++) {
+		const ph_layer *L = &e->model->layers[l];
+		for (int q = 0; q < L->meta.nparams; q++, t++)
+			if (owns(e, layer_rank(e, l)))
+				mine[t] = ph_sumsq(e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape));
+	}
+	if ((rc = e->cfg->comm.ops->allgather(mine, all, (size_t)T * sizeof *mine, err)))
+		goto out;
+	*total = 0;
+	for (int l = 0, t = 0; l < e->model->n; l++) {
+		const ph_layer *L = &e->model->layers[l];
+		for (int q = 0; q < L->meta.nparams; q++, t++) {
+			int copy = 0;
+			for (int k = 0; k < e->model->nties; k++)
+				copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
+			if (!copy)
+				*total += all[(size_t)owner0(e, layer_rank(e, l)) * T + t];
+		}
+	}
+out:
+	free(mine);
+	free(all);
+	return rc;
+}
+
+int ph_engine_gather(ph_engine *e, ph_err *err)
+{
+	if (e->span == 1)
+		return PH_OK;
+	int spp = ph_optim_state_per_param(&e->cfg->optim);
+	for (int l = 0; l < e->model->n; l++) {
+		size_t n = (size_t)e->model->layers[l].param_numel;
+		int root = owner0(e, layer_rank(e, l)), rc;
+		if ((rc = e->cfg->comm.ops->bcast(e->params[l].hw, n * sizeof(float), root, err)) ||
+		    (rc = e->cfg->comm.ops->bcast(e->params[l].hs, n * spp * sizeof(float), root, err)))
+			return rc;
+	}
+	return PH_OK;
+}
+
 /* Everything the update job needs: tied copies summed, the clip scale. */
 static int prepare_update(ph_engine *e, ph_err *err)
 {
@@ -1196,6 +1430,14 @@ static int prepare_update(ph_engine *e, ph_err *err)
 		const ph_tie *t = &e->model->ties[k];
 		float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
 		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
+		int ps = owner0(e, layer_rank(e, t->src_layer)), pd = owner0(e, layer_rank(e, t->dst_layer)), rc;
+		if (e->span > 1 && ps != pd &&
+		    /* copies in two processes: every process gets both (the
+		     * replicas' sums are equal, so replica 0's will do) and sums
+		     * them alike */
+		    ((rc = e->cfg->comm.ops->bcast(gd, (size_t)n * sizeof(float), pd, err)) ||
+		     (rc = e->cfg->comm.ops->bcast(gs, (size_t)n * sizeof(float), ps, err))))
+			return rc;
 		for (int64_t i = 0; i < n; i++) {
 			gs[i] = gs[i] + gd[i];
 			gd[i] = gs[i];
@@ -1214,7 +1456,12 @@ static int prepare_update(ph_engine *e, ph_err *err)
 		/* tensor by tensor in layer order (the same sum for every
 		 * partition); a tied copy counts once */
 		double total = 0;
-		for (int l = 0; l < e->model->n; l++) {
+		if (e->span > 1) {
+			int rc = split_sumsq(e, &total, err);
+			if (rc)
+				return rc;
+		}
+		for (int l = 0; l < e->model->n && e->span == 1; l++) {
 			const ph_layer *L = &e->model->layers[l];
 			for (int q = 0; q < L->meta.nparams; q++) {
 				int copy = 0;
@@ -1316,7 +1563,7 @@ static int64_t largest_layer(const ph_engine *e)
 static int reduce_cpu(ph_engine *e, ph_err *err)
 {
 	const ph_comm *cm = &e->cfg->comm;
-	int R = e->nrep, total = R * cm->size;
+	int R = e->nrep, total = (int)e->cfg->run.replicas, from = R * cm->size;
 	const float **src = calloc((size_t)total, sizeof *src);
 	if (!src)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -1326,14 +1573,14 @@ static int reduce_cpu(ph_engine *e, ph_err *err)
 		/* room for the largest layer: every replica's, and this
 		 * process's packed for sending */
 		e->gathered_n = (size_t)largest_layer(e);
-		e->gathered = malloc(((size_t)total + (size_t)R) * (e->gathered_n ? e->gathered_n : 1) * sizeof(float));
+		e->gathered = malloc(((size_t)from + (size_t)R) * (e->gathered_n ? e->gathered_n : 1) * sizeof(float));
 		if (!e->gathered) {
 			free(src);
 			return ph_fail(err, PH_ENOMEM, "out of memory for the gradients of %d replicas", total);
 		}
 	}
 	if (cm->size > 1)
-		pack = e->gathered + (size_t)total * e->gathered_n;
+		pack = e->gathered + (size_t)from * e->gathered_n;
 	for (int l = 0; l < e->model->n && !rc; l++) {
 		size_t n = (size_t)e->model->layers[l].param_numel;
 		if (!n)
@@ -1346,8 +1593,11 @@ static int reduce_cpu(ph_engine *e, ph_err *err)
 				memcpy(pack + (size_t)r * n, e->rep[r]->params[l].g, n * sizeof(float));
 			if ((rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
 				break;
+			/* whole pipelines: process-major is replica order; split
+			 * ones: replica r's part that runs layer l */
 			for (int r = 0; r < total; r++)
-				src[r] = e->gathered + (size_t)r * n;
+				src[r] = e->gathered +
+					 (size_t)(e->span > 1 ? r * e->span + owner0(e, layer_rank(e, l)) : r) * n;
 		}
 		float *dst = e->params[l].g;
 		if (dst != src[0])
@@ -1415,7 +1665,7 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	}
 	if ((rc = agree(e, rc, err)) || (rc = replica_stats(e, st, err)))
 		return rc;
-	if (R > 1 || e->cfg->comm.size > 1) {
+	if (e->cfg->run.replicas > 1) {
 		rc = e->dev ? reduce_gpu(e, err) : reduce_cpu(e, err);
 		if ((rc = agree(e, rc, err)))
 			return rc;
@@ -1559,13 +1809,29 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 			chunk_t *ch = &e->chunks[c];
 			for (int s = 0; s < ch->nslots; s++)
 				ch->slots[s].mb = -1;
-			for (int mb = 0; mb < e->m; mb++)
+			for (int mb = 0; ch->mb_slot && mb < e->m; mb++)
 				ch->mb_slot[mb] = -1;
 		}
 		if (!rc)
 			collect(e, e->active_mbs, st);
 	}
 	free(idx);
+	/* split over processes: the loss layer's process has the figures */
+	if (!rc && e->span > 1) {
+		double mine[3] = { st->loss_sum, st->correct, (double)st->targets }, *all;
+		int N = e->cfg->comm.size;
+		if (!(all = calloc((size_t)N * 3, sizeof *all)))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		if (!(rc = e->cfg->comm.ops->allgather(mine, all, sizeof mine, err))) {
+			memset(st, 0, sizeof *st);
+			for (int q = 0; q < e->span; q++) { /* replica 0's processes: one evaluated */
+				st->loss_sum += all[3 * q];
+				st->correct += all[3 * q + 1];
+				st->targets += (int64_t)all[3 * q + 2];
+			}
+		}
+		free(all);
+	}
 	return rc;
 }
 
@@ -1626,6 +1892,8 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 
 double ph_engine_activation_bytes(const ph_engine *e, int rank)
 {
+	if (!owns(e, rank))
+		return -1; /* another process runs it */
 	double total = 0;
 	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
 		total += (double)e->chunks[c].act_bytes;

@@ -43,9 +43,16 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
  * GPU.  Nothing to do on the CPU, where those are the live arrays. */
 int ph_engine_upload_tensors(ph_engine *e, ph_err *err);
 
+/* Under mpirun with each pipeline split over processes, every process
+ * holds only its ranks' weights up to date: bring every layer's weights
+ * and optimizer state to every process before ph_engine_tensors or
+ * ph_engine_state_tensors are read for saving.  Every process calls it
+ * (a collective); nothing to do otherwise. */
+int ph_engine_gather(ph_engine *e, ph_err *err);
+
 /* Bytes of activation memory rank holds: its chunks' slots (as many as the
  * plan keeps micro-batches in flight) and, with recomputation, the shared
- * work buffers. */
+ * work buffers; -1 when another process runs the rank. */
 double ph_engine_activation_bytes(const ph_engine *e, int rank);
 
 /* --trace: record every op (compute, send, receive) of every rank with real

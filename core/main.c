@@ -340,9 +340,13 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		printf("; test accuracy %.2f%% on %lld samples", 100.0 * res.test_accuracy, (long long)res.test_samples);
 	printf("\n");
 	printf("activation memory per rank:");
-	for (int r = 0; r < plan.ranks; r++)
-		printf(" %d: %.2f MiB%s", r, ph_engine_activation_bytes(engine, r) / (1024.0 * 1024.0),
-		       r + 1 < plan.ranks ? "," : "");
+	for (int r = 0; r < plan.ranks; r++) {
+		double b = ph_engine_activation_bytes(engine, r);
+		if (b < 0)
+			printf(" %d: in another process%s", r, r + 1 < plan.ranks ? "," : "");
+		else
+			printf(" %d: %.2f MiB%s", r, b / (1024.0 * 1024.0), r + 1 < plan.ranks ? "," : "");
+	}
 	printf("%s\n", cfg.run.recompute ? " (recompute on)" : "");
 	if (cli->trace && writer) {
 		if ((rc = ph_engine_write_trace(engine, cli->trace, err)))
@@ -350,7 +354,7 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		printf("trace written to %s\n", cli->trace);
 	}
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
-	if (wpath[0] && writer)
+	if (wpath[0] && !(rc = ph_engine_gather(engine, err)) && writer)
 		rc = save_weights(engine, wpath, err);
 out:
 	free(cost_f);
@@ -370,7 +374,7 @@ int main(int argc, char **argv)
 	cli_t cli;
 	memset(&cli, 0, sizeof cli);
 	ph_err err = { { 0 } };
-	ph_comm comm = { 0, 1, 0, NULL };
+	ph_comm comm = { 0, 1, 0, 0, NULL };
 	int rc = parse_cli(argc, argv, &cli, &err);
 	/* under mpirun: join the other processes; only process 0 prints
 	 * progress (errors still reach stderr from every process) */

@@ -420,10 +420,15 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	int spp = ph_optim_state_per_param(&c->optim);
 	fprintf(f, "plan: %d layers, %d rank(s) x %d chunk(s), %d micro-batches of %d, schedule %s, partitioner %s\n",
 		m->n, p->ranks, p->v, p->m, m->max_batch, c->schedule->head.name, c->partitioner->head.name);
-	if (c->run.replicas > 1)
+	int span = c->comm.size > 1 ? ph_config_split(c) : 1;
+	if (c->run.replicas > 1 && span == 1)
 		fprintf(f, "data parallel: %lld replicas of this pipeline (%d per process, %d process%s), gradients summed "
 			"every step\n", (long long)c->run.replicas, ph_config_local_replicas(c), c->comm.size,
 			c->comm.size == 1 ? "" : "es");
+	else if (span > 1)
+		fprintf(f, "processes: %d (mpirun); %lld replica(s), each split over %d processes of %d rank(s)%s\n",
+			c->comm.size, (long long)c->run.replicas, span, p->ranks / span,
+			c->run.replicas > 1 ? "; gradients summed every step" : "");
 	fprintf(f, "  %-5s %-4s %-6s %-34s %10s %6s %9s %10s\n", "chunk", "rank", "device", "layers", "params", "cost",
 		"in-flight", "est. MiB");
 	for (int k = 0; k < p->nchunks; k++) {

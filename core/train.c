@@ -241,8 +241,11 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			goto out;
 		int stop = ckdir && signalled && !last;
 		if (ckdir && ((every && (s + 1) % every == 0) || last || stop)) {
-			if (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
-							       res->checkpoint, sizeof res->checkpoint, err)))
+			/* every process: a pipeline split over processes brings
+			 * its weights together first */
+			if ((rc = ph_engine_gather(e, err)) ||
+			    (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
+								res->checkpoint, sizeof res->checkpoint, err))))
 				goto out;
 			saved_at = s + 1;
 			if (!stop) {
@@ -255,9 +258,10 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		if (c->comm.size == 1)
 			signalled = stop_signal; /* one that came during the save */
 		if (ckdir && signalled && !last) {
-			if (writer && saved_at != s + 1 &&
-			    (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep, res->checkpoint,
-						     sizeof res->checkpoint, err)))
+			if (saved_at != s + 1 &&
+			    ((rc = ph_engine_gather(e, err)) ||
+			     (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
+								 res->checkpoint, sizeof res->checkpoint, err)))))
 				goto out;
 			printf("%sinterrupted at step %lld: checkpoint written to %s; resume with --resume %s\n",
 			       tty ? "\n" : "", (long long)s + 1, res->checkpoint, ckdir);

@@ -4,6 +4,10 @@
 # replica's gradient (MPI) and sum them in replica order, so
 #  - mpirun -np 2 gives the same bits as 2 replicas in one process, and
 #    -np 2 with 4 replicas as 4 in one;
+#  - with fewer replicas than processes each pipeline is split over
+#    processes (MPI messages between stages): the same bits as one process,
+#    for every schedule, with ties across processes, clipping, evaluation
+#    and resume; 2 replicas on 4 processes as 2 replicas in one;
 #  - only process 0 writes: one progress stream, one checkpoint, one file
 #    of weights; resuming under mpirun continues bit for bit;
 #  - a bad request stops every process with one line saying what to do.
@@ -56,6 +60,70 @@ if [ "$(grep -c 'checkpoint: step 10 written' "$tmp/full.out")" -eq 1 ] && [ -d 
 	ok "mpirun -np 2: each checkpoint written once"
 else
 	not_ok "mpirun -np 2 checkpoints: $(grep -c 'checkpoint: step 10' "$tmp/full.out") lines; $(ls "$ck" | tr '\n' ' ')"
+fi
+
+# A pipeline split over processes (replicas < processes): the links between
+# them are MPI messages, and the weights are the single process's, byte
+# for byte, for every schedule.
+"$PIPEHOST" -c "$tiny" --save-weights "$tmp/one.st" >/dev/null 2>&1
+while read -r np name opts; do
+	desc=$(echo "$name" | tr _ ' ')
+	# shellcheck disable=SC2086 # $opts is a list of options
+	if mp "$np" "$PIPEHOST" -c "$tiny" --set run.replicas=1 $opts --save-weights "$tmp/$np-$name.st" \
+		</dev/null >"$tmp/sp.out" 2>"$tmp/sp.err" && cmp -s "$tmp/one.st" "$tmp/$np-$name.st"; then
+		ok "mpirun -np $np, one pipeline split over the processes, $desc: byte-identical to one process"
+	else
+		not_ok "mpirun -np $np, split pipeline, $desc: differs or failed: $(tail -3 "$tmp/sp.err")"
+	fi
+done <<'EOF'
+2 2_stages,_1F1B
+2 4_stages,_GPipe --set run.stages=4 --set schedule.type=gpipe
+4 4_stages,_1F1B --set run.stages=4
+2 interleaved,_2_ranks_x_2_chunks --set schedule.type=interleaved --set run.chunks=2
+2 ZB-H1 --set schedule.type=zb-h1
+3 recompute,_3_stages --set run.stages=3 --set run.recompute=yes
+EOF
+# both at once: 2 replicas, each split over 2 processes
+if mp 4 "$PIPEHOST" -c "$tiny" --set run.replicas=2 --save-weights "$tmp/hy.st" >"$tmp/hy.out" 2>"$tmp/hy.err" &&
+	cmp -s "$tmp/r2.st" "$tmp/hy.st"; then
+	ok "mpirun -np 4, 2 replicas each split over 2 processes: byte-identical to 2 replicas in one process"
+else
+	not_ok "mpirun -np 4, 2 split replicas: differs or failed: $(tail -3 "$tmp/hy.err")"
+fi
+# one weight tied on three stages in three processes, with clipping
+t3="$fixtures/tied3.ini"
+"$PIPEHOST" -c "$t3" --set optimizer.clip=0.05 --save-weights "$tmp/t3.st" >/dev/null 2>&1
+if mp 3 "$PIPEHOST" -c "$t3" --set optimizer.clip=0.05 --set run.replicas=1 --save-weights "$tmp/t3m.st" \
+	>"$tmp/t3.out" 2>"$tmp/t3.err" && cmp -s "$tmp/t3.st" "$tmp/t3m.st"; then
+	ok "mpirun -np 3: a weight tied across three processes, clipped: byte-identical to one process"
+else
+	not_ok "mpirun -np 3, tied weights: differs or failed: $(tail -3 "$tmp/t3.err")"
+fi
+# evaluation through the split pipeline: the same loss and accuracy
+acc() { sed -n 's/.*final loss \([0-9.]*\); test accuracy \([0-9.]*%\) on \([0-9]*\).*/\1 \2 \3/p' "$1"; }
+"$PIPEHOST" -c "$tiny" --set run.eval=yes >"$tmp/ev1.out" 2>&1
+if mp 2 "$PIPEHOST" -c "$tiny" --set run.eval=yes --set run.replicas=1 >"$tmp/ev2.out" 2>"$tmp/ev2.err" &&
+	a=$(acc "$tmp/ev1.out") && [ -n "$a" ] && [ "$a" = "$(acc "$tmp/ev2.out")" ]; then
+	ok "mpirun -np 2, split pipeline: the same final loss, test accuracy and count ($a)"
+else
+	not_ok "mpirun -np 2, split evaluation: '$(acc "$tmp/ev1.out")' against '$(acc "$tmp/ev2.out")' $(tail -2 "$tmp/ev2.err")"
+fi
+# checkpoint and resume through a split pipeline
+ck2="$tmp/ck2"
+if mp 2 "$PIPEHOST" -c "$tiny" --set run.replicas=1 --set checkpoint.dir="$ck2" --set checkpoint.every=10 \
+	--save-weights "$tmp/sfull.st" >"$tmp/sfull.out" 2>"$tmp/sfull.err" &&
+	mp 2 "$PIPEHOST" -c "$tiny" --set run.replicas=1 --resume "$ck2/step-00000010" --save-weights "$tmp/sres.st" \
+		>"$tmp/sres.out" 2>"$tmp/sres.err" && cmp -s "$tmp/one.st" "$tmp/sres.st"; then
+	ok "mpirun -np 2, split pipeline resumed at step 10: byte-identical to one process without a stop"
+else
+	not_ok "mpirun -np 2, split resume: differs or failed: $(tail -2 "$tmp/sfull.err") $(tail -2 "$tmp/sres.err")"
+fi
+if mp 2 "$PIPEHOST" -c "$tiny" --set run.replicas=1 --set run.stages=3 >"$tmp/e3.out" 2>"$tmp/e3.err"; then
+	not_ok "3 stages split over 2 processes: mpirun exited 0"
+elif grep -q "pipehost: process 0 of 2: .*its 3 stages do not divide among them" "$tmp/e3.err"; then
+	ok "3 stages over 2 processes: $(grep -m1 'pipehost: process 0' "$tmp/e3.err")"
+else
+	not_ok "3 stages over 2 processes: $(head -c 600 "$tmp/e3.err")"
 fi
 
 # replicas that do not divide among the processes: every process stops

@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "comm.h"
 
@@ -17,6 +18,11 @@
 #ifndef PH_MPI_CHUNK
 #define PH_MPI_CHUNK ((size_t)256 << 20)
 #endif
+
+/* The workers' point-to-point messages (a pipeline split over processes)
+ * travel on a copy of MPI_COMM_WORLD, apart from the main thread's
+ * collectives. */
+static MPI_Comm links = MPI_COMM_NULL;
 
 /* One line for a failed MPI call: what failed and MPI's words for it. */
 static int mpi_fail(ph_err *err, const char *what, int rc)
@@ -33,8 +39,11 @@ static void comm_finalize(void)
 	int init = 0, fin = 0;
 	MPI_Initialized(&init);
 	MPI_Finalized(&fin);
-	if (init && !fin)
+	if (init && !fin) {
+		if (links != MPI_COMM_NULL)
+			MPI_Comm_free(&links);
 		MPI_Finalize();
+	}
 }
 
 /* This process's rank among those sharing its node's memory: the node's
@@ -50,11 +59,12 @@ static int node_rank(int rank, int *local, ph_err *err)
 	return rc == MPI_SUCCESS ? PH_OK : mpi_fail(err, "MPI_Comm_rank", rc);
 }
 
-static int comm_init(int *rank, int *size, int *local_rank, ph_err *err)
+static int comm_init(int *rank, int *size, int *local_rank, int *threads, ph_err *err)
 {
-	/* only the main thread talks to other processes (comm.h) */
+	/* the main thread's collectives need FUNNELED; a pipeline split over
+	 * processes has every worker send and receive: MULTIPLE */
 	int provided = MPI_THREAD_SINGLE;
-	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
 	if (rc != MPI_SUCCESS)
 		return mpi_fail(err, "MPI_Init_thread", rc);
 	if (provided < MPI_THREAD_FUNNELED) {
@@ -81,6 +91,56 @@ static int comm_init(int *rank, int *size, int *local_rank, ph_err *err)
 		MPI_Finalize();
 		return st;
 	}
+	*threads = provided >= MPI_THREAD_MULTIPLE;
+	if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &links)) == MPI_SUCCESS)
+		rc = MPI_Comm_set_errhandler(links, MPI_ERRORS_RETURN);
+	if (rc != MPI_SUCCESS) {
+		mpi_fail(err, "MPI_Comm_dup", rc);
+		MPI_Finalize();
+		return PH_EIO;
+	}
+	return PH_OK;
+}
+
+/* Point to point: one message of at most INT_MAX bytes (a micro-batch's
+ * activations; the engine checks the size when it plans the links). */
+static int comm_isend(const void *buf, size_t bytes, int dest, int tag, void **req, ph_err *err)
+{
+	MPI_Request *r = malloc(sizeof *r);
+	if (!r)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, dest, tag, links, r);
+	if (rc != MPI_SUCCESS) {
+		free(r);
+		return mpi_fail(err, "MPI_Isend", rc);
+	}
+	*req = r;
+	return PH_OK;
+}
+
+static int comm_irecv(void *buf, size_t bytes, int src, int tag, void **req, ph_err *err)
+{
+	MPI_Request *r = malloc(sizeof *r);
+	if (!r)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int rc = MPI_Irecv(buf, (int)bytes, MPI_BYTE, src, tag, links, r);
+	if (rc != MPI_SUCCESS) {
+		free(r);
+		return mpi_fail(err, "MPI_Irecv", rc);
+	}
+	*req = r;
+	return PH_OK;
+}
+
+static int comm_test(void *req, int *done, ph_err *err)
+{
+	MPI_Request *r = req;
+	MPI_Status st;
+	int rc = MPI_Test(r, done, &st);
+	if (rc != MPI_SUCCESS)
+		return mpi_fail(err, "MPI_Test", rc);
+	if (*done)
+		free(r);
 	return PH_OK;
 }
 
@@ -157,6 +217,9 @@ static const ph_comm_ops ops = {
 	.bcast = comm_bcast,
 	.max_int = comm_max_int,
 	.abort = comm_abort,
+	.isend = comm_isend,
+	.irecv = comm_irecv,
+	.test = comm_test,
 };
 
 const ph_comm_ops *ph_mpi_comm_ops(void);
