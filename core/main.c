@@ -110,11 +110,17 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		case 'h': usage(stdout); exit(0);
 		case 'V':
 			/* the backends this build has: tests and scripts read it */
-			printf("pipehost %s (plugin ABI %d.%d; backends: cpu%s)\n", PACKAGE_VERSION, PH_ABI_MAJOR, PH_ABI_MINOR,
+			printf("pipehost %s (plugin ABI %d.%d; backends: cpu%s; processes: %s)\n", PACKAGE_VERSION, PH_ABI_MAJOR,
+			       PH_ABI_MINOR,
 #ifdef PH_WITH_CUDA
-			       ", cuda"
+			       ", cuda",
 #else
-			       ""
+			       "",
+#endif
+#ifdef PH_WITH_MPI
+			       "mpirun (MPI)"
+#else
+			       "one (built without MPI)"
 #endif
 			);
 			exit(0);
