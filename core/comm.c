@@ -110,6 +110,7 @@ int ph_comm_init(ph_comm *c, ph_err *err)
 	c->size = 1;
 	c->local_rank = 0;
 	c->threads = 0;
+	c->tag_ub = 0;
 	c->ops = NULL;
 	const char *var;
 	int n = launcher_size(&var);
@@ -124,8 +125,8 @@ int ph_comm_init(ph_comm *c, ph_err *err)
 	const ph_comm_ops *ops = load_module(n, var, err);
 	if (!ops)
 		return PH_EUNSUPPORTED;
-	int rank = 0, size = 0, local = 0, threads = 0;
-	int rc = ops->init(&rank, &size, &local, &threads, err);
+	int rank = 0, size = 0, local = 0, threads = 0, tag_ub = 0;
+	int rc = ops->init(&rank, &size, &local, &threads, &tag_ub, err);
 	if (rc)
 		return rc;
 	/* An mpirun of another MPI (MPICH's launching Open MPI's library, say)
@@ -142,6 +143,7 @@ int ph_comm_init(ph_comm *c, ph_err *err)
 	c->size = size;
 	c->local_rank = local;
 	c->threads = threads;
+	c->tag_ub = tag_ub;
 	c->ops = ops;
 	return PH_OK;
 #endif

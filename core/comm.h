@@ -25,9 +25,10 @@
 typedef struct ph_comm_ops {
 	uint32_t struct_size;
 	/* MPI_Init_thread; this process's rank, the process count, its rank
-	 * among the processes on its node (for GPU choice), and whether
-	 * several threads may talk at once (MPI_THREAD_MULTIPLE). */
-	int (*init)(int *rank, int *size, int *local_rank, int *threads, ph_err *err);
+	 * among the processes on its node (for GPU choice), whether several
+	 * threads may talk at once (MPI_THREAD_MULTIPLE), and the largest
+	 * message tag (MPI_TAG_UB). */
+	int (*init)(int *rank, int *size, int *local_rank, int *threads, int *tag_ub, ph_err *err);
 	void (*finalize)(void);
 	/* Every process contributes `bytes` bytes; recv gets all of them in
 	 * process order (size * bytes).  Blocks until all have arrived. */
@@ -54,6 +55,7 @@ typedef struct {
 	int size;                /* processes; 1 without mpirun */
 	int local_rank;          /* among the processes on this node */
 	int threads;             /* the workers may send and receive themselves */
+	int tag_ub;              /* the largest tag a message may carry */
 	const ph_comm_ops *ops;  /* NULL for a single process */
 } ph_comm;
 

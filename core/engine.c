@@ -21,6 +21,7 @@
  * output and its saved bytes; the inner layers write shared work buffers,
  * which are rebuilt by rerunning the forward just before the backward (and
  * again before W).  The counter-based RNG makes it bitwise the same. */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -973,6 +974,23 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				}
 			}
 			int remote_in = c > 0 && remote_link(e, c - 1);
+			if ((remote_in || (c + 1 < p->nchunks && remote_link(e, c))) && s == 0) {
+				/* one MPI message per micro-batch and direction */
+				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
+				size_t out = (size_t)ph_shape_numel(&m->layers[ch->b - 1].meta.out) * e->mbsize * sizeof(float);
+				size_t big = remote_in && in > out ? in : out;
+				int64_t tags = (int64_t)p->nchunks * e->m * 2;
+				if (big > INT_MAX)
+					return ph_fail(err, PH_EUNSUPPORTED,
+						       "the activations between chunks %d and %d are %.2f GiB per micro-batch, "
+						       "more than one MPI message carries (2 GiB); use more micro-batches",
+						       remote_in ? c - 1 : c, remote_in ? c : c + 1, big / 1073741824.0);
+				if (tags - 1 > e->cfg->comm.tag_ub)
+					return ph_fail(err, PH_EUNSUPPORTED,
+						       "the plan's links need MPI tags up to %lld and this MPI allows %d; "
+						       "use fewer micro-batches or chunks",
+						       (long long)(tags - 1), e->cfg->comm.tag_ub);
+			}
 			if ((e->split && c > 0) || cross_gpu_in(e, c) || remote_in) {
 				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
 				if (!(sl->x_own = balloc(e, ch->rank, in)))
@@ -1113,7 +1131,8 @@ static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		return rc0;
 
 	/* BLAS threads: share the cores among the ranks of every replica. */
-	long cores = sysconf(_SC_NPROCESSORS_ONLN), busy = (long)p->ranks * ph_config_local_replicas(c);
+	long cores = sysconf(_SC_NPROCESSORS_ONLN),
+	     busy = (long)(e->rank_hi - e->rank_lo) * ph_config_local_replicas(c); /* this process's ranks */
 	int threads = (int)c->run.threads;
 	if (threads <= 0)
 		threads = (int)(cores / busy) > 0 ? (int)(cores / busy) : 1;
@@ -1494,25 +1513,10 @@ static int prepare_update(ph_engine *e, ph_err *err)
  * replica's gradient (MPI) and sums them in the same order; on GPUs one NCCL
  * communicator per pipeline rank sums each process's share. */
 
-/* A failure in any process stops every process at the same step. */
-static int agree(ph_engine *e, int rc, ph_err *err)
-{
-	const ph_comm *cm = &e->cfg->comm;
-	if (cm->size == 1)
-		return rc;
-	int any = rc != PH_OK;
-	ph_err e2 = { { 0 } };
-	int rc2 = cm->ops->max_int(&any, &e2);
-	if (rc)
-		return rc;
-	if (rc2) {
-		*err = e2;
-		return rc2;
-	}
-	if (any)
-		return ph_fail(err, PH_EINTERNAL, "another process of this mpirun job failed (its message comes first)");
-	return PH_OK;
-}
+/* Failures under mpirun: a process that fails returns its error to main(),
+ * which prints it and aborts every process (core/main.c).  Nothing here
+ * waits for the others to agree: a process stuck in a collective or a
+ * link receive could not answer. */
 
 /* The step's loss over every replica, summed in replica order. */
 static int replica_stats(ph_engine *e, ph_stats *st, ph_err *err)
@@ -1663,13 +1667,10 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 		if (!rc)
 			rc = rc2;
 	}
-	if ((rc = agree(e, rc, err)) || (rc = replica_stats(e, st, err)))
+	if (rc || (rc = replica_stats(e, st, err)))
 		return rc;
-	if (e->cfg->run.replicas > 1) {
-		rc = e->dev ? reduce_gpu(e, err) : reduce_cpu(e, err);
-		if ((rc = agree(e, rc, err)))
-			return rc;
-	}
+	if (e->cfg->run.replicas > 1 && (rc = e->dev ? reduce_gpu(e, err) : reduce_cpu(e, err)))
+		return rc;
 	for (int r = 0; r < R; r++) {
 		ph_engine *q = e->rep[r];
 		if ((rc = prepare_update(q, err)))
@@ -1727,18 +1728,15 @@ static int open_reduction(ph_engine *e, ph_err *err)
 	}
 	if (cm->size == 1)
 		return PH_OK;
-	rc = e->dev->nccl_open ? PH_OK
-			       : ph_fail(err, PH_EUNSUPPORTED,
-					 "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend "
-					 "was built without it; install NCCL and rebuild (configure prints NCCL yes)");
-	if ((rc = agree(e, rc, err)))
-		return rc;
+	if (!e->dev->nccl_open)
+		return ph_fail(err, PH_EUNSUPPORTED,
+			       "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend was built "
+			       "without it; install NCCL and rebuild (configure prints NCCL yes)");
 	if (!(e->nccl = calloc((size_t)P, sizeof *e->nccl)))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	for (int k = 0; k < P; k++) {
 		unsigned char id[PH_NCCL_ID_BYTES] = { 0 };
-		rc = cm->rank == 0 ? e->dev->nccl_unique_id(id, err) : PH_OK;
-		if ((rc = agree(e, rc, err)) || (rc = cm->ops->bcast(id, sizeof id, 0, err)) ||
+		if ((cm->rank == 0 && (rc = e->dev->nccl_unique_id(id, err))) || (rc = cm->ops->bcast(id, sizeof id, 0, err)) ||
 		    (rc = e->dev->nccl_open(e->rs[k], id, cm->size, cm->rank, &e->nccl[k], err)))
 			return rc;
 	}

@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "config.h"
@@ -380,7 +381,7 @@ int main(int argc, char **argv)
 	cli_t cli;
 	memset(&cli, 0, sizeof cli);
 	ph_err err = { { 0 } };
-	ph_comm comm = { 0, 1, 0, 0, NULL };
+	ph_comm comm = { 0, 1, 0, 0, 0, NULL };
 	int rc = parse_cli(argc, argv, &cli, &err);
 	/* under mpirun: join the other processes; only process 0 prints
 	 * progress (errors still reach stderr from every process) */
@@ -390,6 +391,12 @@ int main(int argc, char **argv)
 		rc = run(&cli, &comm, &err);
 	if (rc) {
 		fflush(stdout);
+		/* under mpirun a failure every process shares (a config error)
+		 * is best reported once: process 0 prints and aborts at once,
+		 * which ends the others during this pause; a failure of this
+		 * process alone is printed after it */
+		if (comm.size > 1 && comm.rank != 0)
+			sleep(1);
 		if (comm.size > 1)
 			fprintf(stderr, "pipehost: process %d of %d: %s\n", comm.rank, comm.size,
 				err.msg[0] ? err.msg : "failed");

@@ -10,7 +10,8 @@
 #    and resume; 2 replicas on 4 processes as 2 replicas in one;
 #  - only process 0 writes: one progress stream, one checkpoint, one file
 #    of weights; resuming under mpirun continues bit for bit;
-#  - a bad request stops every process with one line saying what to do.
+#  - a bad request, or a failure in one process at run time, stops every
+#    process with one line saying what to do (mpirun adds its own).
 # Skipped (77) without Open MPI's mpirun or the MPI module.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/mpi-lib.sh"
@@ -124,6 +125,19 @@ elif grep -q "pipehost: process [01] of 2: .*its 3 stages do not divide among th
 	ok "3 stages over 2 processes: $(grep -m1 "pipehost: process" "$tmp/e3.err")"
 else
 	not_ok "3 stages over 2 processes: $(head -c 600 "$tmp/e3.err")"
+fi
+
+# a failure in one process at run time (a target outside the vocabulary, in
+# the loss layer's process) stops every process with its line, no hang
+LC_ALL=C awk 'BEGIN { for (i = 0; i < 20000; i++) printf "%c", i % 700 == 0 ? 200 : 97 + i % 26 }' >"$tmp/high.txt"
+if timeout 120 sh -c '. "$top_srcdir/tests/mpi-lib.sh"; ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH "$@"' sh "$PIPEHOST" \
+	-c "$fixtures/tiny-lm.ini" --set "data.path=$tmp/high.txt" --set "layer embed.vocab=128" \
+	--set "layer head.units=128" --set run.replicas=1 </dev/null >"$tmp/rt.out" 2>"$tmp/rt.err"; then
+	not_ok "a failing process: mpirun exited 0"
+elif grep -q "pipehost: process [0-9] of 2: .*outside \[0, 128)" "$tmp/rt.err"; then
+	ok "a failing process stops the job: $(grep -m1 'pipehost: process' "$tmp/rt.err")"
+else
+	not_ok "a failing process: exit $?, $(head -c 600 "$tmp/rt.err")"
 fi
 
 # replicas that do not divide among the processes: every process stops

@@ -59,7 +59,7 @@ static int node_rank(int rank, int *local, ph_err *err)
 	return rc == MPI_SUCCESS ? PH_OK : mpi_fail(err, "MPI_Comm_rank", rc);
 }
 
-static int comm_init(int *rank, int *size, int *local_rank, int *threads, ph_err *err)
+static int comm_init(int *rank, int *size, int *local_rank, int *threads, int *tag_ub, ph_err *err)
 {
 	/* the main thread's collectives need FUNNELED; a pipeline split over
 	 * processes has every worker send and receive: MULTIPLE */
@@ -92,6 +92,8 @@ static int comm_init(int *rank, int *size, int *local_rank, int *threads, ph_err
 		return st;
 	}
 	*threads = provided >= MPI_THREAD_MULTIPLE;
+	int *ub = NULL, flag = 0;
+	*tag_ub = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag && ub ? *ub : 32767;
 	if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &links)) == MPI_SUCCESS)
 		rc = MPI_Comm_set_errhandler(links, MPI_ERRORS_RETURN);
 	if (rc != MPI_SUCCESS) {
@@ -103,7 +105,7 @@ static int comm_init(int *rank, int *size, int *local_rank, int *threads, ph_err
 }
 
 /* Point to point: one message of at most INT_MAX bytes (a micro-batch's
- * activations; the engine checks the size when it plans the links). */
+ * activations; the engine refuses larger links when it allocates them). */
 static int comm_isend(const void *buf, size_t bytes, int dest, int tag, void **req, ph_err *err)
 {
 	MPI_Request *r = malloc(sizeof *r);
@@ -137,8 +139,10 @@ static int comm_test(void *req, int *done, ph_err *err)
 	MPI_Request *r = req;
 	MPI_Status st;
 	int rc = MPI_Test(r, done, &st);
-	if (rc != MPI_SUCCESS)
+	if (rc != MPI_SUCCESS) {
+		free(r);
 		return mpi_fail(err, "MPI_Test", rc);
+	}
 	if (*done)
 		free(r);
 	return PH_OK;
