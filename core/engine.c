@@ -248,7 +248,7 @@ static int link_tag(const ph_engine *e, int c, int mb, int grad)
 static int msg_wait(ph_engine *e, void **req, ph_err *err)
 {
 	const ph_comm_ops *cm = e->cfg->comm.ops;
-	while (*req) {
+	for (long spins = 0; *req; spins++) {
 		int done = 0, rc = cm->test(*req, &done, err);
 		if (rc)
 			return rc;
@@ -258,7 +258,14 @@ static int msg_wait(ph_engine *e, void **req, ph_err *err)
 		}
 		if (__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE))
 			return PH_EINTERNAL;
-		sched_yield();
+		/* a short wait spins; a long one (a pipeline bubble) sleeps in
+		 * 50 us naps, leaving the core to the ranks that compute */
+		if (spins < 2000) {
+			sched_yield();
+		} else {
+			struct timespec nap = { 0, 50000 };
+			nanosleep(&nap, NULL);
+		}
 	}
 	return PH_OK;
 }

@@ -228,7 +228,10 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 				"\"elapsed_s\":%.3f}\n", (long long)s + 1, (long long)epoch + 1, loss, lr, sps, t);
 			fflush(metrics);
 		}
-		if (c->run.eval && test && (pos == spe - 1 || last)) {
+		/* under mpirun only process 0 reports, so only it evaluates,
+		 * unless its pipeline is split over processes, which then all
+		 * take part */
+		if (c->run.eval && test && (pos == spe - 1 || last) && (writer || ph_config_split(c) > 1)) {
 			if (tty)
 				printf("\n");
 			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, metrics, res, err)))

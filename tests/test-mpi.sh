@@ -109,6 +109,14 @@ if mp 2 "$PIPEHOST" -c "$tiny" --set run.eval=yes --set run.replicas=1 >"$tmp/ev
 else
 	not_ok "mpirun -np 2, split evaluation: '$(acc "$tmp/ev1.out")' against '$(acc "$tmp/ev2.out")' $(tail -2 "$tmp/ev2.err")"
 fi
+# whole pipelines: process 0 alone evaluates, on its replica's weights
+"$PIPEHOST" -c "$tiny" --set run.eval=yes --set run.replicas=2 >"$tmp/ev3.out" 2>&1
+if mp 2 "$PIPEHOST" -c "$tiny" --set run.eval=yes >"$tmp/ev4.out" 2>"$tmp/ev4.err" &&
+	a=$(acc "$tmp/ev3.out") && [ -n "$a" ] && [ "$a" = "$(acc "$tmp/ev4.out")" ]; then
+	ok "mpirun -np 2, a replica each: the same final loss, test accuracy and count as 2 in one process ($a)"
+else
+	not_ok "mpirun -np 2, evaluation: '$(acc "$tmp/ev3.out")' against '$(acc "$tmp/ev4.out")' $(tail -2 "$tmp/ev4.err")"
+fi
 # checkpoint and resume through a split pipeline
 ck2="$tmp/ck2"
 if mp 2 "$PIPEHOST" -c "$tiny" --set run.replicas=1 --set checkpoint.dir="$ck2" --set checkpoint.every=10 \
