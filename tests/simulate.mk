@@ -5,7 +5,7 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test-simulate
 TESTS += tests/test-simulate
 
-tests_test_simulate_SOURCES = tests/test-simulate.c
+tests_test_simulate_SOURCES = tests/test-simulate.c tests/plugin-harness.h
 tests_test_simulate_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
 tests_test_simulate_LDADD = core/libphcore.la $(CHECK_LIBS) $(CJSON_LIBS) -ldl -lm
 endif

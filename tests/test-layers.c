@@ -6,7 +6,7 @@
  * (core/options.c), and driven through its ph_layer_ops exactly as the
  * engine would: create, meta, forward, backward.
  *
- * The gradient check: L = sum(y .* r) for a random r (for the loss layer,
+ * The gradient check (tests/fd-harness.h): L = sum(y .* r) for a random r (for the loss layer,
  * L = the summed loss with loss_scale 1).  backward(dy = r) must give dL/dx
  * and dL/dparams; they are compared with central differences
  * (L(v + eps) - L(v - eps)) / (2 eps), error measured as
@@ -26,230 +26,19 @@
 #include "options.h"
 
 #include "layer-harness.h"
+#include "fd-harness.h"
 
-#define GRAD_INIT 0.375f /* starting value of every parameter gradient */
-
-/* Create with max_batch 4; returns the status, the message in *e. */
-static int try_create(const char *type, const char *const *kv, ph_shape in, ph_err *e)
-{
-	const ph_layer_ops *ops = load_layer(type);
-	void *cfg = make_config(ops, kv);
-	void *state = NULL;
-	memset(e, 0, sizeof *e);
-	int rc = ops->create(cfg, &in, 4, &state, e);
-	if (rc == PH_OK)
-		ops->destroy(state);
-	free(cfg);
-	return rc;
-}
-
-/* ------------------------------------------------------------------ */
-/* A layer instance with every buffer the host would hand it.          */
-
-typedef struct {
-	const ph_layer_ops *ops;
-	void *cfg, *state;
-	ph_layer_meta meta;
-	ph_shape in;
-	int batch;
-	int loss;
-	int64_t nx, ny;                 /* whole micro-batch */
-	float *x, *y, *r, *dx;          /* r: dL/dy for the objective */
-	int64_t pn[PH_MAX_PARAMS];
-	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
-	int32_t *targets;
-	ph_ctx ctx;
-} inst;
-
+/* This file's use of the harness (tests/fd-harness.h): softmax_xent's input
+ * is [K], every element a class; plain central differences; the split
+ * backward (conv2d's) is checked by conv_split_case below, not by gradcheck. */
 static void inst_open(inst *L, const char *type, const char *const *kv, ph_shape in, int batch)
 {
-	memset(L, 0, sizeof *L);
-	L->ops = load_layer(type);
-	ck_assert_int_eq(L->ops->head.struct_size, sizeof(ph_layer_ops));
-	ck_assert(L->ops->devices & PH_DEV_CPU);
-	L->cfg = make_config(L->ops, kv);
-	L->in = in;
-	L->batch = batch;
-	L->loss = (L->ops->flags & PH_LAYER_LOSS) != 0;
-	ph_err e = { { 0 } };
-	int rc = L->ops->create(L->cfg, &in, batch, &L->state, &e);
-	ck_assert_msg(rc == PH_OK, "%s create: %s", type, e.msg);
-	rc = L->ops->meta(L->state, &L->meta, &e);
-	ck_assert_msg(rc == PH_OK, "%s meta: %s", type, e.msg);
-
-	L->nx = batch * ph_shape_numel(&in);
-	L->ny = batch * ph_shape_numel(&L->meta.out);
-	L->x = calloc(L->nx, sizeof(float));
-	L->dx = calloc(L->nx, sizeof(float));
-	L->y = calloc(L->ny, sizeof(float));
-	L->r = calloc(L->ny, sizeof(float));
-	fill_uniform(L->x, L->nx, -1, 1);
-	fill_uniform(L->r, L->ny, -1, 1);
-	for (int i = 0; i < L->meta.nparams; i++) {
-		L->pn[i] = ph_shape_numel(&L->meta.params[i].shape);
-		L->params[i] = calloc(L->pn[i], sizeof(float));
-		L->grads[i] = calloc(L->pn[i], sizeof(float));
-		fill_uniform(L->params[i], L->pn[i], -1, 1);
-	}
-	L->ctx = (ph_ctx){ .batch = batch, .training = 1, .seed = 1234, .step = 7,
-			   .microbatch = 3, .layer = 2, .device = PH_DEV_CPU, .loss_scale = 1.0f };
-	if (L->meta.scratch_bytes)
-		L->ctx.scratch = malloc(L->meta.scratch_bytes);
-	if (L->meta.saved_bytes)
-		L->ctx.saved = malloc(L->meta.saved_bytes * batch);
-	if (L->meta.targets_per_sample) {
-		int64_t nt = (int64_t)batch * L->meta.targets_per_sample;
-		L->targets = calloc(nt, sizeof(int32_t));
-		int64_t K = ph_shape_numel(&in);
-		for (int64_t i = 0; i < nt; i++)
-			L->targets[i] = (int32_t)(rng_next() % (uint64_t)K);
-		L->ctx.targets = L->targets;
-	}
+	inst_open_k(L, type, kv, in, batch, FD_CLASSES_NUMEL);
 }
 
-static void inst_close(inst *L)
-{
-	L->ops->destroy(L->state);
-	for (int i = 0; i < L->meta.nparams; i++) {
-		free(L->params[i]);
-		free(L->grads[i]);
-	}
-	free(L->x), free(L->y), free(L->r), free(L->dx), free(L->targets), free(L->cfg);
-	free(L->ctx.scratch), free(L->ctx.saved);
-}
-
-static void fwd(inst *L)
-{
-	ph_err e = { { 0 } };
-	int rc = L->ops->forward(L->state, &L->ctx, L->params, L->x, L->y, &e);
-	ck_assert_msg(rc == PH_OK, "%s forward: %s", L->ops->head.name, e.msg);
-}
-
-static void bwd(inst *L, float *dx)
-{
-	ph_err e = { { 0 } };
-	int rc = L->ops->backward(L->state, &L->ctx, L->params, L->grads, L->x, L->y,
-				  L->loss ? NULL : L->r, dx, &e);
-	ck_assert_msg(rc == PH_OK, "%s backward: %s", L->ops->head.name, e.msg);
-}
-
-/* The objective, summed in double. */
-static double objective(inst *L)
-{
-	fwd(L);
-	double s = 0;
-	if (L->loss)
-		for (int b = 0; b < L->batch; b++)
-			s += L->y[2 * b];
-	else
-		for (int64_t i = 0; i < L->ny; i++)
-			s += (double)L->y[i] * L->r[i];
-	return s;
-}
-
-/* Central difference of the objective in v[i]; the step actually taken in
- * float is used, not the nominal eps. */
-static double numeric(inst *L, float *v, int64_t i, float eps)
-{
-	float v0 = v[i];
-	float vp = v0 + eps, vm = v0 - eps;
-	v[i] = vp;
-	double lp = objective(L);
-	v[i] = vm;
-	double lm = objective(L);
-	v[i] = v0;
-	return (lp - lm) / ((double)vp - (double)vm);
-}
-
-static double rel_err(double a, double n)
-{
-	double d = fmax(fmax(fabs(a), fabs(n)), 1e-3);
-	return fabs(a - n) / d;
-}
-
-static double worst_seen; /* largest error of the last gradcheck, for tuning */
-
-static void check_tensor(inst *L, const char *what, float *v, int64_t n, const float *analytic,
-			 float eps, double tol)
-{
-	for (int64_t i = 0; i < n; i++) {
-		double a = analytic[i], num = numeric(L, v, i, eps);
-		double err = rel_err(a, num);
-		if (!(err <= tol))
-			ck_abort_msg("%s: d%s[%lld] analytic %.7g, numeric %.7g (error %.3g > %.3g)",
-				     L->ops->head.name, what, (long long)i, a, num, err, tol);
-		if (err > worst_seen)
-			worst_seen = err;
-	}
-}
-
-/*
- * Full gradient check of one instance, plus the contract:
- *  - forward and backward are bitwise deterministic;
- *  - parameter gradients accumulate, dx is overwritten;
- *  - dx = NULL is accepted and gives the same parameter gradients.
- */
 static void gradcheck(inst *L, float eps, double tol)
 {
-	worst_seen = 0;
-	float *y1 = malloc(L->ny * sizeof(float));
-	fwd(L);
-	memcpy(y1, L->y, L->ny * sizeof(float));
-	fwd(L);
-	ck_assert_msg(memcmp(y1, L->y, L->ny * sizeof(float)) == 0,
-		      "%s: two forwards differ", L->ops->head.name);
-
-	/* Analytic: grads start at GRAD_INIT, dx at NaN. */
-	for (int p = 0; p < L->meta.nparams; p++)
-		for (int64_t i = 0; i < L->pn[p]; i++)
-			L->grads[p][i] = GRAD_INIT;
-	for (int64_t i = 0; i < L->nx; i++)
-		L->dx[i] = NAN;
-	bwd(L, L->dx);
-	float *dx_a = malloc(L->nx * sizeof(float));
-	memcpy(dx_a, L->dx, L->nx * sizeof(float));
-	float *g_a[PH_MAX_PARAMS], *g_raw[PH_MAX_PARAMS];
-	for (int p = 0; p < L->meta.nparams; p++) {
-		g_a[p] = malloc(L->pn[p] * sizeof(float));
-		g_raw[p] = malloc(L->pn[p] * sizeof(float));
-		memcpy(g_raw[p], L->grads[p], L->pn[p] * sizeof(float));
-		for (int64_t i = 0; i < L->pn[p]; i++)
-			g_a[p][i] = L->grads[p][i] - GRAD_INIT;
-	}
-
-	/* Again, bitwise; then with dx = NULL: same parameter gradients. */
-	for (int p = 0; p < L->meta.nparams; p++)
-		for (int64_t i = 0; i < L->pn[p]; i++)
-			L->grads[p][i] = GRAD_INIT;
-	for (int64_t i = 0; i < L->nx; i++)
-		L->dx[i] = 12345.0f;
-	bwd(L, L->dx);
-	ck_assert_msg(memcmp(dx_a, L->dx, L->nx * sizeof(float)) == 0,
-		      "%s: two backwards give different dx", L->ops->head.name);
-	for (int p = 0; p < L->meta.nparams; p++) {
-		ck_assert_msg(memcmp(g_raw[p], L->grads[p], L->pn[p] * sizeof(float)) == 0,
-			      "%s: two backwards give different d%s", L->ops->head.name,
-			      L->meta.params[p].name);
-		for (int64_t i = 0; i < L->pn[p]; i++)
-			L->grads[p][i] = GRAD_INIT;
-	}
-	bwd(L, NULL);
-	for (int p = 0; p < L->meta.nparams; p++)
-		ck_assert_msg(memcmp(g_raw[p], L->grads[p], L->pn[p] * sizeof(float)) == 0,
-			      "%s: backward with dx = NULL gives different d%s", L->ops->head.name,
-			      L->meta.params[p].name);
-
-	/* Numeric. */
-	check_tensor(L, "x", L->x, L->nx, dx_a, eps, tol);
-	for (int p = 0; p < L->meta.nparams; p++)
-		check_tensor(L, L->meta.params[p].name, L->params[p], L->pn[p], g_a[p], eps, tol);
-	if (getenv("PH_TEST_VERBOSE"))
-		fprintf(stderr, "%s: worst gradient error %.3g\n", L->ops->head.name, worst_seen);
-
-	for (int p = 0; p < L->meta.nparams; p++)
-		free(g_a[p]), free(g_raw[p]);
-	free(dx_a);
-	free(y1);
+	gradcheck_with(L, &(fd_check){ .eps = eps, .tol = tol });
 }
 
 static void run_gradcheck(const char *type, const char *const *kv, ph_shape in, int batch,

@@ -34,60 +34,20 @@
 #include "simulate.h"
 #include "trace.h"
 
-#define REQUIRE(cond, ...)                         \
-	do {                                       \
-		if (!(cond))                       \
-			ck_abort_msg(__VA_ARGS__); \
-	} while (0)
+#include "plugin-harness.h"
 
 #define EXACT 1e-12
-#define MAX_OPS 32
 
-static const ph_schedule_ops *loaded[MAX_OPS];
-static int nloaded;
-static char load_log[4096];
 static char tmpdir[256];
 
 static void load_plugins(void)
 {
-	const char *dir = getenv("PH_SCHEDULE_DIR");
-	if (!dir || !*dir)
-		dir = "plugins/schedules/.libs";
-	DIR *d = opendir(dir);
-	if (!d) {
-		snprintf(load_log, sizeof load_log, "cannot open %s (set PH_SCHEDULE_DIR)", dir);
-		return;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		size_t len = strlen(e->d_name);
-		if (len < 4 || strcmp(e->d_name + len - 3, ".so"))
-			continue;
-		char path[4096];
-		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-		void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-		if (!h) {
-			size_t l = strlen(load_log);
-			snprintf(load_log + l, sizeof load_log - l, "%s; ", dlerror());
-			continue;
-		}
-		ph_plugin_fn fn = (ph_plugin_fn)dlsym(h, PH_PLUGIN_SYMBOL);
-		const ph_plugin *pl = fn ? fn() : NULL;
-		if (!pl || pl->abi_major != PH_ABI_MAJOR || !pl->schedules)
-			continue;
-		for (const ph_schedule_ops *const *s = pl->schedules; *s && nloaded < MAX_OPS; s++)
-			loaded[nloaded++] = *s;
-	}
-	closedir(d);
+	load_plugins_from("PH_SCHEDULE_DIR", "plugins/schedules/.libs", PLUGIN_SCHEDULES);
 }
 
 static const ph_schedule_ops *find(const char *name)
 {
-	for (int i = 0; i < nloaded; i++)
-		if (strcmp(loaded[i]->head.name, name) == 0)
-			return loaded[i];
-	ck_abort_msg("schedule %s not found among %d loaded (%s)", name, nloaded, load_log);
-	return NULL;
+	return (const ph_schedule_ops *)find_head("schedule", name);
 }
 
 /* The config struct of a plugin, with its defaults; `file` set for table. */
