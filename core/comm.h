@@ -1,6 +1,6 @@
 /* Processes: what the processes of `mpirun -np N pipehost -c run.ini` share.
  *
- * Each process runs whole pipelines (replicas; core/engine.c) and the
+ * Each process runs whole pipelines (replicas; core/engine-replicas.c) and the
  * processes agree on every gradient before each optimizer step.  A run that
  * mpirun did not start is a single process and never touches MPI.  Under
  * mpirun the host loads one module, pipehost-mpi.so (core/mpi/), so the

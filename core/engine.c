@@ -1,26 +1,10 @@
-/* CPU engine.  Memory layout (all owned here):
- *   per layer:  parameters, gradients, optimizer state (one arena each)
- *   per chunk:  `slots` activation slots (the plan's peak in-flight count);
- *               a slot holds every layer's output and saved bytes for one
- *               micro-batch, plus the gradient of the chunk's output;
- *               one scratch buffer and two ping-pong gradient buffers.
- * A link between chunk c and c+1 carries pointers, not data: the receiver
- * reads the sender's output in place and writes its input gradient straight
- * into the sender's slot.  Both stay valid until the sender's backward of
- * that micro-batch, which the schedule orders after the receiver's.  The one
- * exception is a split backward: the receiver's W may run after the sender's,
- * so there the receiver copies its input into its own slot at the forward.
- *
- * On CUDA (core/device.h) the same layout lives in GPU memory; each rank
- * queues its work on its own stream, a link also carries an event per
- * micro-batch (recorded by the sender, waited on by the receiver's stream),
- * and every rank waits for its stream at the end of a job.  Parameters and
- * optimizer state keep a host mirror for init, checkpoints and weights.
- *
- * Recomputation (`[run] recompute`): a lean slot keeps only the chunk's last
- * output and its saved bytes; the inner layers write shared work buffers,
- * which are rebuilt by rerunning the forward just before the backward (and
- * again before W).  The counter-based RNG makes it bitwise the same. */
+/* One pipeline: its memory (activation slots, parameters, the batch), one
+ * worker thread per rank running its lowered action list, the ops they run
+ * (forward, backward, weight, in-process links), the optimizer update,
+ * evaluation, the named tensors for checkpoints and weights, and --trace.
+ * The memory layout is explained with the types in engine-impl.h; links to
+ * other processes are in engine-links.c, the training step over replicas
+ * in engine-replicas.c. */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -31,133 +15,8 @@
 
 #include <cblas.h>
 
-#include "device.h"
-#include "engine.h"
-#include "trace.h"
+#include "engine-impl.h"
 #include "optim.h"
-
-typedef struct {
-	int mb;              /* micro-batch held, -1 when free */
-	float **y;           /* [layers in chunk] outputs */
-	void **saved;        /* [layers in chunk] */
-	float *dy_out;       /* gradient of the chunk's output (not the last chunk) */
-	float **dy;          /* split backward only: each inner layer's output
-			      * gradient, kept from I to W */
-	float *x_own;        /* split backward, chunks > 0: a copy of the input,
-			      * since W may run after the sender freed its slot;
-			      * and the input received from another GPU */
-	float *dx_own;       /* input gradient computed here before it is copied
-			      * to a sender on another GPU */
-	int lean;            /* recompute: inner layers' y and saved are the
-			      * chunk's shared work buffers, rebuilt before backward */
-	void *act_req, *grad_req; /* a pipeline split over processes: the
-			      * sends of this slot's output and input gradient,
-			      * finished before the slot is taken again */
-} slot_t;
-
-typedef struct {
-	int a, b;            /* layers a..b-1 */
-	int rank;
-	int nslots;
-	slot_t *slots;
-	void *scratch;
-	float *gbuf[2];
-	int *mb_slot;        /* [m] */
-	const float **mb_x;  /* [m] input of the chunk for each micro-batch */
-	float **mb_dx;       /* [m] where the chunk's input gradient goes */
-	float **work_y;      /* recompute: inner layers' outputs, shared by lean slots */
-	void **work_saved;
-	size_t act_bytes;    /* activation memory this chunk holds (slots + work) */
-} chunk_t;
-
-typedef struct {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	const float **y;     /* [m] sender output */
-	float **dy;          /* [m] sender's slot for the gradient */
-	uint8_t *act, *grad; /* [m] posted flags */
-	void **act_ev, **grad_ev; /* CUDA: [m] events the receiver's stream waits on */
-} link_t;
-
-typedef struct {
-	float *w, *g, *s;    /* where the layer computes (GPU memory on CUDA) */
-	float *hw, *hs;      /* host mirrors of w and s (the same arrays on the CPU) */
-	float *pw[PH_MAX_PARAMS], *pg[PH_MAX_PARAMS];
-} lparams_t;
-
-enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
-
-typedef struct worker worker_t;
-
-struct ph_engine {
-	ph_model *model;
-	ph_plan *plan;
-	const ph_config *cfg;
-	int mbsize, m, in_numel, tps;
-	chunk_t *chunks;
-	link_t *links;       /* [nchunks - 1] */
-	lparams_t *params;   /* [layers] */
-	float *data_x;       /* [batch, in] */
-	int32_t *data_y;
-	double *loss_mb, *correct_mb;
-	/* CUDA: NULL dev means every rank is on the CPU */
-	const ph_device_ops *dev;
-	void **rs;           /* [ranks] rank states */
-	float *d_data_x;     /* the batch on the GPU */
-	int32_t *d_data_y;
-	float *d_loss;       /* [m][mbsize][2]: each micro-batch's loss-layer output */
-	float **tie_tmp;     /* [nties]: room on the first copy's GPU for a copy on another */
-	float *h_loss;
-	/* eval lists: F only, R micro-batches per round */
-	ph_op **eval_ops;
-	int *eval_nops;
-	int eval_R;
-	/* current job */
-	pthread_mutex_t mu;
-	pthread_cond_t cv_job, cv_done;
-	int job, generation, pending;
-	int active_mbs;      /* micro-batches in this job */
-	int last_batch;      /* samples in the last active micro-batch */
-	int training;
-	int64_t step, t;
-	double lr, clip_scale;
-	int abort;
-	int split;           /* the plan has I/W ops */
-	/* --trace: one event per op, per rank */
-	int tracing;
-	double t_origin;
-	ph_trace_event **ev;
-	int *nev, *ev_cap;
-	ph_err err;
-	int err_set;
-	/* Data parallelism (`[run] replicas`): this process's copies of the
-	 * pipeline, each a whole engine with its own threads, layer states and
-	 * weights.  The first one, the handle callers hold, drives the rest and
-	 * sums their gradients before every step (see "Replicas" below). */
-	ph_engine **rep;     /* [nrep] (rep[0] is this one); NULL in the others */
-	int nrep;
-	int replica;         /* this copy's index among all R replicas */
-	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place */
-	/* A pipeline split over processes (mpirun, replicas < processes): this
-	 * process runs ranks [rank_lo, rank_hi) of its replica; the others
-	 * are in processes proc_base + rank / (ranks / span). */
-	int span;            /* processes per pipeline; 1 = whole pipelines */
-	int rank_lo, rank_hi;
-	int proc_base;
-	ph_model *own_model; /* replicas > 0: layer states of their own */
-	float **red_tmp;     /* rep[0] on GPUs: [ranks] room for another copy's gradient */
-	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
-	float *gathered;     /* rep[0] under mpirun on the CPU: every process's gradients */
-	size_t gathered_n;
-	pthread_t *threads;
-	worker_t *workers;
-	int nthreads_started;
-};
-
-struct worker {
-	ph_engine *e;
-	int rank;
-};
 
 static void set_error(ph_engine *e, int rank, const ph_err *err)
 {
@@ -175,11 +34,6 @@ static void set_error(ph_engine *e, int rank, const ph_err *err)
 		pthread_mutex_unlock(&e->links[c].mu);
 	}
 	(void)rank;
-}
-
-static int batch_of(const ph_engine *e, int mb)
-{
-	return mb == e->active_mbs - 1 ? e->last_batch : e->mbsize;
 }
 
 static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const chunk_t *ch, void *saved)
@@ -212,69 +66,6 @@ static int cross_gpu_in(const ph_engine *e, int c)
 		return 0;
 	const int *ord = e->ordinal;
 	return ord[c % e->plan->ranks] != ord[(c - 1) % e->plan->ranks];
-}
-
-/* A pipeline split over processes: does this process run rank r?  Which
- * process of this replica runs it, and which of replica 0? */
-static int owns(const ph_engine *e, int rank)
-{
-	return rank >= e->rank_lo && rank < e->rank_hi;
-}
-
-static int owner(const ph_engine *e, int rank)
-{
-	return e->proc_base + rank / (e->plan->ranks / e->span);
-}
-
-static int owner0(const ph_engine *e, int rank)
-{
-	return rank / (e->plan->ranks / e->span);
-}
-
-/* Does the link after chunk c cross to another process? */
-static int remote_link(const ph_engine *e, int c)
-{
-	return e->span > 1 && owns(e, c % e->plan->ranks) != owns(e, (c + 1) % e->plan->ranks);
-}
-
-/* Message tags: one per link, micro-batch and direction. */
-static int link_tag(const ph_engine *e, int c, int mb, int grad)
-{
-	return (c * e->m + mb) * 2 + grad;
-}
-
-/* Wait for one message to or from another process, as link_wait does:
- * polling, so that a failure on another rank of this process stops it. */
-static int msg_wait(ph_engine *e, void **req, ph_err *err)
-{
-	const ph_comm_ops *cm = e->cfg->comm.ops;
-	for (long spins = 0; *req; spins++) {
-		int done = 0, rc = cm->test(*req, &done, err);
-		if (rc)
-			return rc;
-		if (done) {
-			*req = NULL;
-			break;
-		}
-		if (__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE))
-			return PH_EINTERNAL;
-		/* a short wait spins; a long one (a pipeline bubble) sleeps in
-		 * 50 us naps, leaving the core to the ranks that compute */
-		if (spins < 2000) {
-			sched_yield();
-		} else {
-			struct timespec nap = { 0, 50000 };
-			nanosleep(&nap, NULL);
-		}
-	}
-	return PH_OK;
-}
-
-/* The slot's earlier sends must be done before it is written again. */
-static int slot_sends_done(ph_engine *e, slot_t *sl, ph_err *err)
-{
-	int rc = msg_wait(e, &sl->act_req, err);
-	return rc ? rc : msg_wait(e, &sl->grad_req, err);
 }
 
 /* Micro-batch mb's loss-layer output x, [loss, correct] per sample, summed
@@ -332,7 +123,7 @@ static int rematerialize(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
 
 /* A free activation slot for micro-batch mb of chunk c: at its forward,
  * or at its receive when the input comes from another process. */
-static int take_slot(ph_engine *e, int c, int mb, int *out, ph_err *err)
+int ph_eng_take_slot(ph_engine *e, int c, int mb, int *out, ph_err *err)
 {
 	chunk_t *ch = &e->chunks[c];
 	/* training: a lean slot exactly when this micro-batch is recomputed;
@@ -344,7 +135,7 @@ static int take_slot(ph_engine *e, int c, int mb, int *out, ph_err *err)
 	if (s == ch->nslots)
 		return ph_fail(err, PH_EINTERNAL, "chunk %d has no free activation slot for micro-batch %d", c, mb);
 	slot_t *sl = &ch->slots[s];
-	int rc = e->span > 1 ? slot_sends_done(e, sl, err) : PH_OK;
+	int rc = e->span > 1 ? ph_eng_slot_sends_done(e, sl, err) : PH_OK;
 	if (rc)
 		return rc;
 	sl->mb = mb;
@@ -357,7 +148,7 @@ static int run_forward(ph_engine *e, int c, int mb, ph_err *err)
 {
 	chunk_t *ch = &e->chunks[c];
 	int s = ch->mb_slot[mb], rc0;
-	if (s < 0 && (rc0 = take_slot(e, c, mb, &s, err)))
+	if (s < 0 && (rc0 = ph_eng_take_slot(e, c, mb, &s, err)))
 		return rc0;
 	slot_t *sl = &ch->slots[s];
 	if (c == 0) {
@@ -505,78 +296,6 @@ static void link_post(link_t *lk, uint8_t *flags, int mb)
 	pthread_mutex_unlock(&lk->mu);
 }
 
-/* Links to another process (a pipeline split over processes, CPU): the
- * sender starts a send and goes on, so, as in-process, only receivers
- * wait; the buffers are the slots' own and stay untouched until the send
- * is done (take_slot, and the end of the job).  Chunk c's output goes to
- * c+1's x_own, taken with its slot at the receive; c+1's input gradient
- * leaves from its dx_own and lands in c's dy_out. */
-static size_t out_bytes(const ph_engine *e, int c, int mb)
-{
-	const chunk_t *ch = &e->chunks[c];
-	return (size_t)ph_shape_numel(&e->model->layers[ch->b - 1].meta.out) * batch_of(e, mb) * sizeof(float);
-}
-
-static int send_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
-{
-	chunk_t *ch = &e->chunks[c];
-	return e->cfg->comm.ops->isend(sl->y[ch->b - 1 - ch->a], out_bytes(e, c, mb), owner(e, (c + 1) % e->plan->ranks),
-				       link_tag(e, c, mb, 0), &sl->act_req, err);
-}
-
-static int recv_act(ph_engine *e, int c, int mb, ph_err *err)
-{
-	chunk_t *ch = &e->chunks[c];
-	int s, rc = take_slot(e, c, mb, &s, err);
-	if (rc)
-		return rc;
-	slot_t *sl = &ch->slots[s];
-	void *req = NULL;
-	if ((rc = e->cfg->comm.ops->irecv(sl->x_own, out_bytes(e, c - 1, mb), owner(e, (c - 1) % e->plan->ranks),
-					  link_tag(e, c - 1, mb, 0), &req, err)) ||
-	    (rc = msg_wait(e, &req, err)))
-		return rc;
-	ch->mb_x[mb] = sl->x_own;
-	ch->mb_dx[mb] = sl->dx_own; /* run_backward writes the gradient there */
-	return PH_OK;
-}
-
-static int send_grad(ph_engine *e, int c, int mb, ph_err *err)
-{
-	chunk_t *ch = &e->chunks[c];
-	/* the backward has released its slot: find it by the buffer */
-	slot_t *sl = NULL;
-	for (int s = 0; s < ch->nslots && !sl; s++)
-		if (ch->slots[s].dx_own == ch->mb_dx[mb])
-			sl = &ch->slots[s];
-	if (!sl)
-		return ph_fail(err, PH_EINTERNAL, "chunk %d: no slot holds the input gradient of micro-batch %d", c, mb);
-	return e->cfg->comm.ops->isend(sl->dx_own, out_bytes(e, c - 1, mb), owner(e, (c - 1) % e->plan->ranks),
-				       link_tag(e, c - 1, mb, 1), &sl->grad_req, err);
-}
-
-static int recv_grad(ph_engine *e, int c, int mb, ph_err *err)
-{
-	chunk_t *ch = &e->chunks[c];
-	slot_t *sl = &ch->slots[ch->mb_slot[mb]];
-	void *req = NULL;
-	int rc = e->cfg->comm.ops->irecv(sl->dy_out, out_bytes(e, c, mb), owner(e, (c + 1) % e->plan->ranks),
-					 link_tag(e, c, mb, 1), &req, err);
-	return rc ? rc : msg_wait(e, &req, err);
-}
-
-/* The end of a job: every send of this rank's slots has finished. */
-static int rank_sends_done(ph_engine *e, int rank, ph_err *err)
-{
-	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
-		for (int s = 0; s < e->chunks[c].nslots; s++) {
-			int rc = slot_sends_done(e, &e->chunks[c].slots[s], err);
-			if (rc)
-				return rc;
-		}
-	return PH_OK;
-}
-
 static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 {
 	int c = o->chunk, mb = o->mb;
@@ -596,7 +315,7 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 		link_t *lk = &e->links[c];
 		slot_t *sl = &ch->slots[ch->mb_slot[mb]];
 		if (remote_link(e, c))
-			return send_act(e, c, mb, sl, err);
+			return ph_eng_send_act(e, c, mb, sl, err);
 		lk->y[mb] = sl->y[ch->b - 1 - ch->a];
 		lk->dy[mb] = sl->dy_out;
 		if (e->dev) {
@@ -610,7 +329,7 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	case PH_OP_RECV_ACT: {
 		link_t *lk = &e->links[c - 1];
 		if (remote_link(e, c - 1))
-			return recv_act(e, c, mb, err);
+			return ph_eng_recv_act(e, c, mb, err);
 		if (link_wait(e, lk, lk->act, mb))
 			return PH_EINTERNAL;
 		ch->mb_x[mb] = lk->y[mb];
@@ -620,7 +339,7 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	case PH_OP_SEND_GRAD: {
 		link_t *lk = &e->links[c - 1];
 		if (remote_link(e, c - 1))
-			return send_grad(e, c, mb, err);
+			return ph_eng_send_grad(e, c, mb, err);
 		if (e->dev) {
 			int rc = e->dev->event_record(e->rs[ch->rank], lk->grad_ev[mb], err);
 			if (rc)
@@ -632,7 +351,7 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	case PH_OP_RECV_GRAD: {
 		link_t *lk = &e->links[c];
 		if (remote_link(e, c))
-			return recv_grad(e, c, mb, err);
+			return ph_eng_recv_grad(e, c, mb, err);
 		if (link_wait(e, lk, lk->grad, mb))
 			return PH_EINTERNAL;
 		return e->dev ? e->dev->event_wait(e->rs[ch->rank], lk->grad_ev[mb], err) : PH_OK;
@@ -738,7 +457,7 @@ static void *worker_main(void *arg)
 			rc = do_update(e, w->rank);
 		}
 		if (!rc && e->span > 1 && (job == JOB_TRAIN || job == JOB_EVAL))
-			rc = rank_sends_done(e, w->rank, &err);
+			rc = ph_eng_rank_sends_done(e, w->rank, &err);
 		/* a job ends when the GPU has done it: the next job may reuse
 		 * any buffer, and the host reads losses and weights; after a
 		 * failure too, so nothing is left in flight (the first error
@@ -763,9 +482,9 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Start a job on every rank; dispatch_wait waits for it.  Replicas run
- * their jobs at the same time: start all, then wait for all. */
-static void dispatch_start(ph_engine *e, int job)
+/* Start a job on every rank; ph_eng_dispatch_wait waits for it.  Replicas
+ * run their jobs at the same time: start all, then wait for all. */
+void ph_eng_dispatch_start(ph_engine *e, int job)
 {
 	for (int c = 0; c + 1 < e->plan->nchunks; c++) {
 		memset(e->links[c].act, 0, (size_t)e->m);
@@ -781,7 +500,7 @@ static void dispatch_start(ph_engine *e, int job)
 	pthread_mutex_unlock(&e->mu);
 }
 
-static int dispatch_wait(ph_engine *e, ph_err *err)
+int ph_eng_dispatch_wait(ph_engine *e, ph_err *err)
 {
 	pthread_mutex_lock(&e->mu);
 	while (e->pending > 0)
@@ -799,8 +518,8 @@ static int dispatch_wait(ph_engine *e, ph_err *err)
 
 static int dispatch(ph_engine *e, int job, ph_err *err)
 {
-	dispatch_start(e, job);
-	return dispatch_wait(e, err);
+	ph_eng_dispatch_start(e, job);
+	return ph_eng_dispatch_wait(e, err);
 }
 
 static void init_tensor(float *w, int64_t n, const ph_param_desc *d, uint64_t seed, int layer, int p)
@@ -826,7 +545,7 @@ static void *zalloc(size_t bytes)
 }
 
 /* Zeroed memory where rank computes: host memory, or its GPU's. */
-static void *balloc(ph_engine *e, int rank, size_t bytes)
+void *ph_eng_balloc(ph_engine *e, int rank, size_t bytes)
 {
 	if (!e->dev)
 		return zalloc(bytes);
@@ -914,9 +633,9 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 			if (in > gmax)
 				gmax = in;
 		}
-		ch->scratch = balloc(e, ch->rank, scratch);
-		ch->gbuf[0] = balloc(e, ch->rank, gmax * e->mbsize * sizeof(float));
-		ch->gbuf[1] = balloc(e, ch->rank, gmax * e->mbsize * sizeof(float));
+		ch->scratch = ph_eng_balloc(e, ch->rank, scratch);
+		ch->gbuf[0] = ph_eng_balloc(e, ch->rank, gmax * e->mbsize * sizeof(float));
+		ch->gbuf[1] = ph_eng_balloc(e, ch->rank, gmax * e->mbsize * sizeof(float));
 		ch->mb_slot = malloc((size_t)e->m * sizeof *ch->mb_slot);
 		ch->mb_x = calloc((size_t)e->m, sizeof *ch->mb_x);
 		ch->mb_dx = calloc((size_t)e->m, sizeof *ch->mb_dx);
@@ -936,8 +655,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				ph_layer *L = &m->layers[l];
 				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
 				size_t sb = L->meta.saved_bytes * e->mbsize;
-				ch->work_y[l - ch->a] = balloc(e, ch->rank, yb);
-				ch->work_saved[l - ch->a] = balloc(e, ch->rank, sb);
+				ch->work_y[l - ch->a] = ph_eng_balloc(e, ch->rank, yb);
+				ch->work_saved[l - ch->a] = ph_eng_balloc(e, ch->rank, sb);
 				if (!ch->work_y[l - ch->a] || !ch->work_saved[l - ch->a])
 					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s", L->cfg->name);
 				ch->act_bytes += yb + sb;
@@ -961,9 +680,9 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				}
 				size_t yb = (size_t)ph_shape_numel(&L->meta.out) * e->mbsize * sizeof(float);
 				size_t sb = sl->lean ? 0 : L->meta.saved_bytes * e->mbsize;
-				sl->y[l - ch->a] = balloc(e, ch->rank, yb);
+				sl->y[l - ch->a] = ph_eng_balloc(e, ch->rank, yb);
 				/* a lean slot's last layer keeps its output, not its saved bytes */
-				sl->saved[l - ch->a] = sl->lean ? ch->work_saved[l - ch->a] : balloc(e, ch->rank, sb);
+				sl->saved[l - ch->a] = sl->lean ? ch->work_saved[l - ch->a] : ph_eng_balloc(e, ch->rank, sb);
 				if (!sl->y[l - ch->a] || !sl->saved[l - ch->a])
 					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
 						       L->cfg->name);
@@ -974,7 +693,7 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				for (int l = ch->a; l + 1 < ch->b; l++) {
 					size_t out = (size_t)ph_shape_numel(&m->layers[l].meta.out) * e->mbsize;
-					if (!(sl->dy[l - ch->a] = balloc(e, ch->rank, out * sizeof(float))))
+					if (!(sl->dy[l - ch->a] = ph_eng_balloc(e, ch->rank, out * sizeof(float))))
 						return ph_fail(err, PH_ENOMEM, "out of memory for gradients of layer %s",
 							       m->layers[l].cfg->name);
 					ch->act_bytes += out * sizeof(float);
@@ -1000,34 +719,25 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 			}
 			if ((e->split && c > 0) || cross_gpu_in(e, c) || remote_in) {
 				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
-				if (!(sl->x_own = balloc(e, ch->rank, in)))
+				if (!(sl->x_own = ph_eng_balloc(e, ch->rank, in)))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				ch->act_bytes += in;
 			}
 			if (cross_gpu_in(e, c) || remote_in) {
 				size_t in = (size_t)ph_shape_numel(&m->layers[ch->a].in) * e->mbsize * sizeof(float);
-				if (!(sl->dx_own = balloc(e, ch->rank, in)))
+				if (!(sl->dx_own = ph_eng_balloc(e, ch->rank, in)))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				ch->act_bytes += in;
 			}
 			if (c + 1 < p->nchunks) {
 				size_t out = (size_t)ph_shape_numel(&m->layers[ch->b - 1].meta.out) * e->mbsize;
-				if (!(sl->dy_out = balloc(e, ch->rank, out * sizeof(float))))
+				if (!(sl->dy_out = ph_eng_balloc(e, ch->rank, out * sizeof(float))))
 					return ph_fail(err, PH_ENOMEM, "out of memory");
 				ch->act_bytes += out * sizeof(float);
 			}
 		}
 	}
 	return PH_OK;
-}
-
-/* The rank that computes layer l. */
-static int layer_rank(const ph_engine *e, int l)
-{
-	for (int c = 0; c < e->plan->nchunks; c++)
-		if (l >= e->plan->first[c] && l < e->plan->first[c + 1])
-			return c % e->plan->ranks;
-	return 0;
 }
 
 /* The host copy of parameter tensor q of layer l. */
@@ -1062,7 +772,7 @@ static int open_devices(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
-static int upload_one(ph_engine *e, ph_err *err)
+int ph_eng_upload_one(ph_engine *e, ph_err *err)
 {
 	if (!e->dev)
 		return PH_OK;
@@ -1098,7 +808,7 @@ static int download_tensors(ph_engine *e, int state, ph_err *err)
 }
 
 /* One pipeline: this process's replica `local`. */
-static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, int local, ph_err *err)
+int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, int local, ph_err *err)
 {
 	ph_engine *e = calloc(1, sizeof *e);
 	if (!e)
@@ -1154,9 +864,9 @@ static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		lparams_t *P = &e->params[l];
 		size_t n = (size_t)L->param_numel;
 		int r = layer_rank(e, l);
-		P->w = balloc(e, r, n * sizeof(float));
-		P->g = balloc(e, r, n * sizeof(float));
-		P->s = balloc(e, r, n * spp * sizeof(float));
+		P->w = ph_eng_balloc(e, r, n * sizeof(float));
+		P->g = ph_eng_balloc(e, r, n * sizeof(float));
+		P->s = ph_eng_balloc(e, r, n * spp * sizeof(float));
 		P->hw = e->dev ? zalloc(n * sizeof(float)) : P->w;
 		P->hs = e->dev ? zalloc(n * spp * sizeof(float)) : P->s;
 		if (!P->w || !P->g || !P->s || !P->hw || !P->hs)
@@ -1176,7 +886,7 @@ static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		memcpy(host_param(e, t->dst_layer, t->dst_param), host_param(e, t->src_layer, t->src_param),
 		       (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape) * sizeof(float));
 	}
-	if ((rc0 = upload_one(e, err)))
+	if ((rc0 = ph_eng_upload_one(e, err)))
 		return rc0;
 	if (e->dev && m->nties) {
 		if (!(e->tie_tmp = calloc((size_t)m->nties, sizeof *e->tie_tmp)))
@@ -1187,7 +897,7 @@ static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 			if (e->ordinal[rs] == e->ordinal[rd])
 				continue;
 			size_t n = (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape);
-			if (!(e->tie_tmp[k] = balloc(e, rs, n * sizeof(float))))
+			if (!(e->tie_tmp[k] = ph_eng_balloc(e, rs, n * sizeof(float))))
 				return ph_fail(err, PH_ENOMEM, "out of GPU memory for the tied copy in layer %s%s%s",
 					       m->layers[t->dst_layer].cfg->name, e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
 		}
@@ -1232,9 +942,9 @@ static int create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		return ph_fail(err, PH_ENOMEM, "out of memory for the input batch");
 	if (e->dev) {
 		int last = (p->nchunks - 1) % p->ranks;
-		e->d_data_x = balloc(e, 0, B * e->in_numel * sizeof(float));
-		e->d_data_y = balloc(e, last, B * e->tps * sizeof(int32_t));
-		e->d_loss = balloc(e, last, B * 2 * sizeof(float));
+		e->d_data_x = ph_eng_balloc(e, 0, B * e->in_numel * sizeof(float));
+		e->d_data_y = ph_eng_balloc(e, last, B * e->tps * sizeof(int32_t));
+		e->d_loss = ph_eng_balloc(e, last, B * 2 * sizeof(float));
 		e->h_loss = zalloc(B * 2 * sizeof(float));
 		if (!e->d_data_x || !e->d_data_y || !e->d_loss || !e->h_loss)
 			return ph_fail(err, PH_ENOMEM, "out of GPU memory for the input batch%s%s", e->err_set ? ": " : "",
@@ -1287,7 +997,7 @@ static int upload_batch(ph_engine *e, size_t samples, ph_err *err)
 	return PH_OK;
 }
 
-static void collect(ph_engine *e, int nmb, ph_stats *st)
+void ph_eng_collect(ph_engine *e, int nmb, ph_stats *st)
 {
 	if (!owns(e, (e->plan->nchunks - 1) % e->plan->ranks))
 		return; /* the loss layer runs in another process */
@@ -1299,77 +1009,9 @@ static void collect(ph_engine *e, int nmb, ph_stats *st)
 	}
 }
 
-/* Is tie k's source tied to another copy too?  Then the running sum left
- * tie k's copy with a partial sum, and it gets the whole one after. */
-static int shares_source(const ph_model *m, int k)
-{
-	for (int j = 0; j < m->nties; j++)
-		if (j != k && m->ties[j].src_layer == m->ties[k].src_layer && m->ties[j].src_param == m->ties[k].src_param)
-			return 1;
-	return 0;
-}
-
-/* After a GPU step: tied gradients summed, and the clip norm (per tensor
- * in layer order, a tied copy once, as on the CPU). */
-static int prepare_update_gpu(ph_engine *e, ph_err *err)
-{
-	int rc;
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		void *rs = e->rs[layer_rank(e, t->src_layer)];
-		float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
-		if (e->tie_tmp && e->tie_tmp[k]) {
-			/* the copy on another GPU: bring it over, sum, send it back */
-			size_t bytes = (size_t)n * sizeof(float);
-			if ((rc = e->dev->copy(rs, e->tie_tmp[k], gd, bytes, PH_COPY_D2D, err)) ||
-			    (rc = e->dev->tie_sum(rs, gs, e->tie_tmp[k], n, err)) ||
-			    (rc = e->dev->copy(rs, gd, e->tie_tmp[k], bytes, PH_COPY_D2D, err)))
-				return rc;
-		} else if ((rc = e->dev->tie_sum(rs, gs, gd, n, err))) {
-			return rc;
-		}
-	}
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		if (shares_source(e->model, k) &&
-		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], e->params[t->dst_layer].pg[t->dst_param],
-				       e->params[t->src_layer].pg[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
-				       err)))
-			return rc;
-	}
-	e->clip_scale = 1.0;
-	if (e->cfg->optim.clip > 0) {
-		double total = 0;
-		for (int l = 0; l < e->model->n; l++) {
-			const ph_layer *L = &e->model->layers[l];
-			for (int q = 0; q < L->meta.nparams; q++) {
-				int copy = 0;
-				for (int k = 0; k < e->model->nties; k++)
-					copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
-				double ss = 0;
-				if (!copy && (rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
-								 ph_shape_numel(&L->meta.params[q].shape), &ss, err)))
-					return rc;
-				total += ss;
-			}
-		}
-		double norm = sqrt(total);
-		if (norm > e->cfg->optim.clip)
-			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
-	}
-	/* the tie sums ran on the main thread's queue of one rank; the
-	 * update runs on every rank's own stream */
-	for (int r = 0; r < e->plan->ranks; r++)
-		if ((rc = e->dev->sync(e->rs[r], err)))
-			return rc;
-	return PH_OK;
-}
-
 /* One replica's share of the batch in, and its forward and backward
- * passes started; train_wait waits for them and sums the losses. */
-static int train_begin(ph_engine *e, int64_t step, const float *x, const int32_t *y, ph_err *err)
+ * passes started; ph_eng_train_wait waits for them and sums the losses. */
+int ph_eng_train_begin(ph_engine *e, int64_t step, const float *x, const int32_t *y, ph_err *err)
 {
 	size_t B = (size_t)e->mbsize * e->m;
 	memcpy(e->data_x, x, B * e->in_numel * sizeof(float));
@@ -1381,412 +1023,14 @@ static int train_begin(ph_engine *e, int64_t step, const float *x, const int32_t
 	int rc = upload_batch(e, B, err);
 	if (rc)
 		return rc;
-	dispatch_start(e, JOB_TRAIN);
+	ph_eng_dispatch_start(e, JOB_TRAIN);
 	return PH_OK;
 }
 
-static int train_wait(ph_engine *e, ph_err *err)
+int ph_eng_train_wait(ph_engine *e, ph_err *err)
 {
-	int rc = dispatch_wait(e, err);
+	int rc = ph_eng_dispatch_wait(e, err);
 	return rc ? rc : gather_losses(e, e->m, err);
-}
-
-/* The clip norm's sum of squares when the pipeline is split over
- * processes: each tensor's from the process of replica 0 that runs it,
- * added in layer order as one process would. */
-static int split_sumsq(ph_engine *e, double *total, ph_err *err)
-{
-	int T = 0, N = e->cfg->comm.size;
-	for (int l = 0; l < e->model->n; l++)
-		T += e->model->layers[l].meta.nparams;
-	double *mine = calloc((size_t)(T ? T : 1), sizeof *mine), *all = calloc((size_t)N * (T ? T : 1), sizeof *all);
-	int rc = PH_OK;
-	if (!mine || !all) {
-		rc = ph_fail(err, PH_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int l = 0, t = 0; l < e->model->n; l++) {
-		const ph_layer *L = &e->model->layers[l];
-		for (int q = 0; q < L->meta.nparams; q++, t++)
-			if (owns(e, layer_rank(e, l)))
-				mine[t] = ph_sumsq(e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape));
-	}
-	if ((rc = e->cfg->comm.ops->allgather(mine, all, (size_t)T * sizeof *mine, err)))
-		goto out;
-	*total = 0;
-	for (int l = 0, t = 0; l < e->model->n; l++) {
-		const ph_layer *L = &e->model->layers[l];
-		for (int q = 0; q < L->meta.nparams; q++, t++) {
-			int copy = 0;
-			for (int k = 0; k < e->model->nties; k++)
-				copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
-			if (!copy)
-				*total += all[(size_t)owner0(e, layer_rank(e, l)) * T + t];
-		}
-	}
-out:
-	free(mine);
-	free(all);
-	return rc;
-}
-
-int ph_engine_gather(ph_engine *e, ph_err *err)
-{
-	if (e->span == 1)
-		return PH_OK;
-	int spp = ph_optim_state_per_param(&e->cfg->optim);
-	for (int l = 0; l < e->model->n; l++) {
-		size_t n = (size_t)e->model->layers[l].param_numel;
-		int root = owner0(e, layer_rank(e, l)), rc;
-		if ((rc = e->cfg->comm.ops->bcast(e->params[l].hw, n * sizeof(float), root, err)) ||
-		    (rc = e->cfg->comm.ops->bcast(e->params[l].hs, n * spp * sizeof(float), root, err)))
-			return rc;
-	}
-	return PH_OK;
-}
-
-/* Everything the update job needs: tied copies summed, the clip scale. */
-static int prepare_update(ph_engine *e, ph_err *err)
-{
-	if (e->dev)
-		return prepare_update_gpu(e, err);
-	/* Tied copies: all get the sum of their gradients (in one fixed order),
-	 * so the same update keeps them bitwise equal. */
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
-		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		int ps = owner0(e, layer_rank(e, t->src_layer)), pd = owner0(e, layer_rank(e, t->dst_layer)), rc;
-		if (e->span > 1 && ps != pd &&
-		    /* copies in two processes: every process gets both (the
-		     * replicas' sums are equal, so replica 0's will do) and sums
-		     * them alike */
-		    ((rc = e->cfg->comm.ops->bcast(gd, (size_t)n * sizeof(float), pd, err)) ||
-		     (rc = e->cfg->comm.ops->bcast(gs, (size_t)n * sizeof(float), ps, err))))
-			return rc;
-		for (int64_t i = 0; i < n; i++) {
-			gs[i] = gs[i] + gd[i];
-			gd[i] = gs[i];
-		}
-	}
-	/* with several copies of one tensor, the earlier ones hold a partial sum */
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		if (shares_source(e->model, k))
-			memcpy(e->params[t->dst_layer].pg[t->dst_param], e->params[t->src_layer].pg[t->src_param],
-			       (size_t)ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape) *
-				       sizeof(float));
-	}
-	e->clip_scale = 1.0;
-	if (e->cfg->optim.clip > 0) {
-		/* tensor by tensor in layer order (the same sum for every
-		 * partition); a tied copy counts once */
-		double total = 0;
-		if (e->span > 1) {
-			int rc = split_sumsq(e, &total, err);
-			if (rc)
-				return rc;
-		}
-		for (int l = 0; l < e->model->n && e->span == 1; l++) {
-			const ph_layer *L = &e->model->layers[l];
-			for (int q = 0; q < L->meta.nparams; q++) {
-				int copy = 0;
-				for (int k = 0; k < e->model->nties; k++)
-					copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
-				if (!copy)
-					total += ph_sumsq(e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape));
-			}
-		}
-		double norm = sqrt(total);
-		if (norm > e->cfg->optim.clip)
-			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
-	}
-	return PH_OK;
-}
-
-/* ---- Replicas: data parallelism over R copies of the pipeline ----------
- *
- * Replica r of R trains on samples [r B/R, (r+1) B/R) of each batch, its
- * micro-batches numbered r m .. r m + m - 1 for the RNG, and its loss scaled
- * by 1/B as one pipeline's would be.  Before every update the replicas'
- * gradients are summed, left to right in replica order, and every replica
- * gets the sum: the same update keeps their weights bitwise equal.  The sum
- * is the same for every schedule, partition and placement of the replicas
- * over processes; it differs from R = 1 in the last bits only, because
- * float addition does not associate.
- *
- * In one process the sum is plain memory (CPU) or peer copies and a kernel
- * (GPU).  Across processes (mpirun): on the CPU every process gathers every
- * replica's gradient (MPI) and sums them in the same order; on GPUs one NCCL
- * communicator per pipeline rank sums each process's share. */
-
-/* Failures under mpirun: a process that fails returns its error to main(),
- * which prints it and aborts every process (core/main.c).  Nothing here
- * waits for the others to agree: a process stuck in a collective or a
- * link receive could not answer. */
-
-/* The step's loss over every replica, summed in replica order. */
-static int replica_stats(ph_engine *e, ph_stats *st, ph_err *err)
-{
-	const ph_comm *cm = &e->cfg->comm;
-	int R = e->nrep, total = R * cm->size;
-	double *mine = calloc((size_t)R * 3, sizeof *mine), *all = calloc((size_t)total * 3, sizeof *all);
-	int rc = PH_OK;
-	if (!mine || !all) {
-		rc = ph_fail(err, PH_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int r = 0; r < R; r++) {
-		ph_stats one;
-		memset(&one, 0, sizeof one);
-		collect(e->rep[r], e->m, &one);
-		mine[3 * r] = one.loss_sum;
-		mine[3 * r + 1] = one.correct;
-		mine[3 * r + 2] = (double)one.targets;
-	}
-	if (cm->size > 1)
-		rc = cm->ops->allgather(mine, all, (size_t)R * 3 * sizeof *mine, err);
-	else
-		memcpy(all, mine, (size_t)R * 3 * sizeof *mine);
-	memset(st, 0, sizeof *st);
-	for (int r = 0; !rc && r < total; r++) {
-		st->loss_sum += all[3 * r];
-		st->correct += all[3 * r + 1];
-		st->targets += (int64_t)all[3 * r + 2];
-	}
-out:
-	free(mine);
-	free(all);
-	return rc;
-}
-
-static int64_t largest_layer(const ph_engine *e)
-{
-	int64_t n = 0;
-	for (int l = 0; l < e->model->n; l++)
-		if (e->model->layers[l].param_numel > n)
-			n = e->model->layers[l].param_numel;
-	return n;
-}
-
-/* CPU: g = g_0 + g_1 + ... + g_{R-1}, element by element, into every
- * replica of this process. */
-static int reduce_cpu(ph_engine *e, ph_err *err)
-{
-	const ph_comm *cm = &e->cfg->comm;
-	int R = e->nrep, total = (int)e->cfg->run.replicas, from = R * cm->size;
-	const float **src = calloc((size_t)total, sizeof *src);
-	if (!src)
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	float *pack = NULL;
-	int rc = PH_OK;
-	if (cm->size > 1 && !e->gathered) {
-		/* room for the largest layer: every replica's, and this
-		 * process's packed for sending */
-		e->gathered_n = (size_t)largest_layer(e);
-		e->gathered = malloc(((size_t)from + (size_t)R) * (e->gathered_n ? e->gathered_n : 1) * sizeof(float));
-		if (!e->gathered) {
-			free(src);
-			return ph_fail(err, PH_ENOMEM, "out of memory for the gradients of %d replicas", total);
-		}
-	}
-	if (cm->size > 1)
-		pack = e->gathered + (size_t)from * e->gathered_n;
-	for (int l = 0; l < e->model->n && !rc; l++) {
-		size_t n = (size_t)e->model->layers[l].param_numel;
-		if (!n)
-			continue;
-		if (cm->size == 1) {
-			for (int r = 0; r < R; r++)
-				src[r] = e->rep[r]->params[l].g;
-		} else {
-			for (int r = 0; r < R; r++)
-				memcpy(pack + (size_t)r * n, e->rep[r]->params[l].g, n * sizeof(float));
-			if ((rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
-				break;
-			/* whole pipelines: process-major is replica order; split
-			 * ones: replica r's part that runs layer l */
-			for (int r = 0; r < total; r++)
-				src[r] = e->gathered +
-					 (size_t)(e->span > 1 ? r * e->span + owner0(e, layer_rank(e, l)) : r) * n;
-		}
-		float *dst = e->params[l].g;
-		if (dst != src[0])
-			memcpy(dst, src[0], n * sizeof(float));
-		for (int r = 1; r < total; r++) {
-			const float *g = src[r];
-			for (size_t i = 0; i < n; i++)
-				dst[i] = dst[i] + g[i];
-		}
-		for (int r = 1; r < R; r++)
-			memcpy(e->rep[r]->params[l].g, dst, n * sizeof(float));
-	}
-	free(src);
-	return rc;
-}
-
-/* GPU: the same sum, queued on replica 0's stream of each rank: another
- * replica's gradient is copied over (a peer copy when it is on another
- * GPU) and added; across processes NCCL adds the processes' sums; then
- * every replica gets the result back. */
-static int reduce_gpu(ph_engine *e, ph_err *err)
-{
-	int rc;
-	for (int l = 0; l < e->model->n; l++) {
-		int64_t n = e->model->layers[l].param_numel;
-		if (!n)
-			continue;
-		int k = layer_rank(e, l);
-		void *rs = e->rs[k];
-		float *g0 = e->params[l].g;
-		size_t bytes = (size_t)n * sizeof(float);
-		for (int r = 1; r < e->nrep; r++)
-			if ((rc = e->dev->copy(rs, e->red_tmp[k], e->rep[r]->params[l].g, bytes, PH_COPY_D2D, err)) ||
-			    (rc = e->dev->tie_sum(rs, g0, e->red_tmp[k], n, err)))
-				return rc;
-		if (e->nccl && (rc = e->dev->nccl_sum(rs, e->nccl[k], g0, n, err)))
-			return rc;
-		for (int r = 1; r < e->nrep; r++)
-			if ((rc = e->dev->copy(rs, e->rep[r]->params[l].g, g0, bytes, PH_COPY_D2D, err)))
-				return rc;
-	}
-	/* the other replicas' update jobs run on their own streams */
-	for (int k = 0; k < e->plan->ranks; k++)
-		if ((rc = e->dev->sync(e->rs[k], err)))
-			return rc;
-	return PH_OK;
-}
-
-int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr, ph_stats *st,
-			 ph_err *err)
-{
-	int R = e->nrep, started = 0, rc = PH_OK;
-	size_t per = (size_t)e->mbsize * e->m; /* samples per replica */
-	ph_err later = { { 0 } };
-	for (; started < R && !rc; started++) {
-		ph_engine *q = e->rep[started];
-		size_t off = (size_t)q->replica * per;
-		if ((rc = train_begin(q, step, x + off * e->in_numel, y + off * e->tps, err)))
-			break;
-	}
-	for (int r = 0; r < started; r++) {
-		int rc2 = train_wait(e->rep[r], rc ? &later : err);
-		if (!rc)
-			rc = rc2;
-	}
-	if (rc || (rc = replica_stats(e, st, err)))
-		return rc;
-	if (e->cfg->run.replicas > 1 && (rc = e->dev ? reduce_gpu(e, err) : reduce_cpu(e, err)))
-		return rc;
-	for (int r = 0; r < R; r++) {
-		ph_engine *q = e->rep[r];
-		if ((rc = prepare_update(q, err)))
-			return rc;
-		q->lr = lr;
-		q->t = step + 1;
-	}
-	for (int r = 0; r < R; r++)
-		dispatch_start(e->rep[r], JOB_UPDATE);
-	for (int r = 0; r < R; r++) {
-		int rc2 = dispatch_wait(e->rep[r], rc ? &later : err);
-		if (!rc)
-			rc = rc2;
-	}
-	return rc;
-}
-
-int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
-{
-	/* the weights and state were written into replica 0's host copies:
-	 * the other replicas start from the same */
-	int spp = ph_optim_state_per_param(&e->cfg->optim);
-	for (int r = 1; r < e->nrep; r++)
-		for (int l = 0; l < e->model->n; l++) {
-			size_t n = (size_t)e->model->layers[l].param_numel;
-			memcpy(e->rep[r]->params[l].hw, e->params[l].hw, n * sizeof(float));
-			memcpy(e->rep[r]->params[l].hs, e->params[l].hs, n * spp * sizeof(float));
-		}
-	for (int r = 0; r < e->nrep; r++) {
-		int rc = upload_one(e->rep[r], err);
-		if (rc)
-			return rc;
-	}
-	return PH_OK;
-}
-
-/* GPUs with replicas: room on replica 0's GPU of each rank for another
- * replica's gradient; under mpirun, one NCCL communicator per rank. */
-static int open_reduction(ph_engine *e, ph_err *err)
-{
-	const ph_comm *cm = &e->cfg->comm;
-	int P = e->plan->ranks, rc;
-	if (e->nrep > 1) {
-		if (!(e->red_tmp = calloc((size_t)P, sizeof *e->red_tmp)))
-			return ph_fail(err, PH_ENOMEM, "out of memory");
-		for (int k = 0; k < P; k++) {
-			int64_t n = 0;
-			for (int l = 0; l < e->model->n; l++)
-				if (layer_rank(e, l) == k && e->model->layers[l].param_numel > n)
-					n = e->model->layers[l].param_numel;
-			if (n && !(e->red_tmp[k] = balloc(e, k, (size_t)n * sizeof(float))))
-				return ph_fail(err, PH_ENOMEM, "out of GPU memory for summing the replicas' gradients%s%s",
-					       e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
-		}
-	}
-	if (cm->size == 1)
-		return PH_OK;
-	if (!e->dev->nccl_open)
-		return ph_fail(err, PH_EUNSUPPORTED,
-			       "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend was built "
-			       "without it; install NCCL and rebuild (configure prints NCCL yes)");
-	if (!(e->nccl = calloc((size_t)P, sizeof *e->nccl)))
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int k = 0; k < P; k++) {
-		unsigned char id[PH_NCCL_ID_BYTES] = { 0 };
-		if ((cm->rank == 0 && (rc = e->dev->nccl_unique_id(id, err))) || (rc = cm->ops->bcast(id, sizeof id, 0, err)) ||
-		    (rc = e->dev->nccl_open(e->rs[k], id, cm->size, cm->rank, &e->nccl[k], err)))
-			return rc;
-	}
-	return PH_OK;
-}
-
-int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, ph_err *err)
-{
-	int R = ph_config_local_replicas(c);
-	*out = NULL;
-	int rc = create_one(out, m, p, c, 0, err);
-	ph_engine *e = *out;
-	if (!e)
-		return rc;
-	if (!(e->rep = calloc((size_t)R, sizeof *e->rep)))
-		return rc ? rc : ph_fail(err, PH_ENOMEM, "out of memory");
-	e->rep[0] = e;
-	e->nrep = 1;
-	if (rc)
-		return rc;
-	for (int r = 1; r < R; r++) {
-		/* layer states of its own: a layer may keep per-call state
-		 * (cuDNN descriptors made on first use), and replicas run at
-		 * the same time */
-		ph_model *own = calloc(1, sizeof *own);
-		if (!own)
-			return ph_fail(err, PH_ENOMEM, "out of memory");
-		if ((rc = ph_model_build(own, c, &m->input, m->max_batch, err))) {
-			ph_model_free(own);
-			free(own);
-			return rc;
-		}
-		rc = create_one(&e->rep[r], own, p, c, r, err);
-		if (e->rep[r])
-			e->rep[r]->own_model = own, e->nrep++;
-		else
-			ph_model_free(own), free(own);
-		if (rc)
-			return rc;
-	}
-	if (e->dev && (R > 1 || c->comm.size > 1))
-		return open_reduction(e, err);
-	return PH_OK;
 }
 
 int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *st, ph_err *err)
@@ -1818,7 +1062,7 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 				ch->mb_slot[mb] = -1;
 		}
 		if (!rc)
-			collect(e, e->active_mbs, st);
+			ph_eng_collect(e, e->active_mbs, st);
 	}
 	free(idx);
 	/* split over processes: the loss layer's process has the figures */
@@ -1935,7 +1179,7 @@ int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err)
 	return rc;
 }
 
-static void destroy_one(ph_engine *e)
+void ph_eng_destroy_one(ph_engine *e)
 {
 	if (e->ev)
 		for (int r = 0; r < e->plan->ranks; r++)
@@ -2050,21 +1294,4 @@ static void destroy_one(ph_engine *e)
 	free(e->threads);
 	free(e->workers);
 	free(e);
-}
-
-void ph_engine_destroy(ph_engine *e)
-{
-	if (!e)
-		return;
-	ph_engine **rep = e->rep;
-	for (int r = 1; r < e->nrep; r++) {
-		ph_model *own = rep[r]->own_model;
-		destroy_one(rep[r]);
-		if (own) {
-			ph_model_free(own);
-			free(own);
-		}
-	}
-	destroy_one(e);
-	free(rep);
 }

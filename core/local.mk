@@ -8,7 +8,7 @@ core_libphcore_la_SOURCES = \
 	core/model.c core/model.h \
 	core/plan.c core/plan.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
-	core/engine.c core/engine.h \
+	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \
 	core/optim.c core/optim.h \
 	core/data.c core/data.h \
 	core/weights.c core/weights.h \

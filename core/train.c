@@ -142,7 +142,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	FILE *metrics = NULL;
 	int rc = PH_OK;
 	/* under mpirun only process 0 writes checkpoints and metrics; the
-	 * others hold the same weights (core/engine.c, replicas) */
+	 * others hold the same weights (core/engine-replicas.c) */
 	int writer = ph_comm_writer(&c->comm);
 	if (ckdir && writer && (rc = ph_checkpoint_prepare(ckdir, err)))
 		goto out;

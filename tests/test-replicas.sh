@@ -1,5 +1,5 @@
 #!/bin/sh
-# Data parallelism on the CPU (`[run] replicas = R`, core/engine.c): R
+# Data parallelism on the CPU (`[run] replicas = R`, core/engine-replicas.c): R
 # copies of the pipeline, each on batch / R samples, their gradients summed
 # in replica order before every step.
 #  - With the same R and m, the weights are byte-identical for every
