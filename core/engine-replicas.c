@@ -33,6 +33,25 @@
  * waits for the others to agree: a process stuck in a collective or a
  * link receive could not answer. */
 
+/* Is tensor q of layer l a tied copy (`tie =`)?  The clip norm counts each
+ * tied tensor once, at its source. */
+static int tied_copy(const ph_model *m, int l, int q)
+{
+	for (int k = 0; k < m->nties; k++)
+		if (m->ties[k].dst_layer == l && m->ties[k].dst_param == q)
+			return 1;
+	return 0;
+}
+
+/* Clipping: scale the gradients down when their norm, sqrt(total), passes
+ * [optimizer] clip. */
+static void set_clip_scale(ph_engine *e, double total)
+{
+	double norm = sqrt(total);
+	if (norm > e->cfg->optim.clip)
+		e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
+}
+
 /* ---- Sums over the replicas: losses and gradients --------------------- */
 
 /* The step's loss over every replica, summed in replica order. */
@@ -215,9 +234,7 @@ static int prepare_update_gpu(ph_engine *e, ph_err *err)
 		for (int l = 0; l < e->model->n; l++) {
 			const ph_layer *L = &e->model->layers[l];
 			for (int q = 0; q < L->meta.nparams; q++) {
-				int copy = 0;
-				for (int k = 0; k < e->model->nties; k++)
-					copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
+				int copy = tied_copy(e->model, l, q);
 				double ss = 0;
 				if (!copy && (rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
 								 ph_shape_numel(&L->meta.params[q].shape), &ss, err)))
@@ -225,9 +242,7 @@ static int prepare_update_gpu(ph_engine *e, ph_err *err)
 				total += ss;
 			}
 		}
-		double norm = sqrt(total);
-		if (norm > e->cfg->optim.clip)
-			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
+		set_clip_scale(e, total);
 	}
 	/* the tie sums ran on the main thread's queue of one rank; the
 	 * update runs on every rank's own stream */
@@ -263,9 +278,7 @@ static int split_sumsq(ph_engine *e, double *total, ph_err *err)
 	for (int l = 0, t = 0; l < e->model->n; l++) {
 		const ph_layer *L = &e->model->layers[l];
 		for (int q = 0; q < L->meta.nparams; q++, t++) {
-			int copy = 0;
-			for (int k = 0; k < e->model->nties; k++)
-				copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
+			int copy = tied_copy(e->model, l, q);
 			if (!copy)
 				*total += all[(size_t)owner0(e, layer_rank(e, l)) * T + t];
 		}
@@ -321,16 +334,12 @@ static int prepare_update(ph_engine *e, ph_err *err)
 		for (int l = 0; l < e->model->n && e->span == 1; l++) {
 			const ph_layer *L = &e->model->layers[l];
 			for (int q = 0; q < L->meta.nparams; q++) {
-				int copy = 0;
-				for (int k = 0; k < e->model->nties; k++)
-					copy |= e->model->ties[k].dst_layer == l && e->model->ties[k].dst_param == q;
+				int copy = tied_copy(e->model, l, q);
 				if (!copy)
 					total += ph_sumsq(e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape));
 			}
 		}
-		double norm = sqrt(total);
-		if (norm > e->cfg->optim.clip)
-			e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
+		set_clip_scale(e, total);
 	}
 	return PH_OK;
 }
