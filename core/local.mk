@@ -34,7 +34,7 @@ backenddir = $(pkglibdir)/backends
 backend_LTLIBRARIES = core/cuda/pipehost-cuda.la
 core_cuda_pipehost_cuda_la_SOURCES = core/device.h
 core_cuda_pipehost_cuda_la_LDFLAGS = -module -avoid-version -shared -export-symbols-regex '^ph_cuda_backend_ops$$'
-core_cuda_pipehost_cuda_la_LIBADD = core/cuda/backend.lo $(CUDA_LIBS) -lcublas -lcudnn $(NCCL_LIBS) -lstdc++ -lm
+core_cuda_pipehost_cuda_la_LIBADD = core/cuda/backend.lo $(CUDA_LIBS) $(CUBLAS_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS) -lstdc++ -lm
 # Its own recipe, not .cu.lo: only the backend calls NCCL (PH_NCCL_DEFS, NCCL_LIBS; configure).
 core/cuda/backend.lo: $(top_srcdir)/core/cuda/backend.cu $(top_srcdir)/core/cuda/kernels.cuh $(top_srcdir)/core/device.h \
 	$(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/plugin.h

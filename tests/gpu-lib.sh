@@ -9,8 +9,13 @@ skip() {
 	exit 77
 }
 
-# gpu_count: the GPUs `nvidia-smi -L` lists (0 without nvidia-smi or driver).
+# gpu_count: the GPUs `nvidia-smi -L` lists (0 without nvidia-smi or driver),
+# or the emulator's in a --enable-cuda-emulator build.
 gpu_count() {
+	if [ -n "${PH_CUEMU:-}" ]; then # the emulator build: PH_CUEMU_DEVICES GPUs (tests/cuemu)
+		echo "${PH_CUEMU_DEVICES:-1}"
+		return
+	fi
 	if ! command -v nvidia-smi >/dev/null 2>&1; then
 		echo 0
 		return

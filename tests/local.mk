@@ -8,7 +8,7 @@ TESTS_ENVIRONMENT_DIRS = \
 	PIPEHOST_CUDA_BACKEND=$(abs_top_builddir)/core/cuda/.libs/pipehost-cuda.so \
 	PIPEHOST_MPI_MODULE=$(abs_top_builddir)/core/mpi/.libs/pipehost-mpi.so \
 	TEST_PLUGIN_DIR=$(abs_top_builddir)/tests/plugins/.libs \
-	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir)
+	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir) $(CUEMU_TESTS_ENV)
 AM_TESTS_ENVIRONMENT = export $(TESTS_ENVIRONMENT_DIRS);
 
 include $(srcdir)/tests/layers.mk
@@ -20,6 +20,7 @@ include $(srcdir)/tests/partition.mk
 include $(srcdir)/tests/simulate.mk
 include $(srcdir)/tests/reliability.mk
 include $(srcdir)/tests/cuda.mk
+include $(srcdir)/tests/cuemu/local.mk
 include $(srcdir)/tests/parallel.mk
 # helpers for tests that run under mpirun (ph_mpirun, ph_have_mpi)
 EXTRA_DIST += tests/mpi-lib.sh

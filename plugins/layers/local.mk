@@ -102,7 +102,7 @@ plugins_layers_linear_la_LIBADD += plugins/layers/linear_cuda.lo $(CUDA_LAYER_LI
 plugins/layers/linear_cuda.lo: plugins/layers/linear_cuda.cu $(CUDA_TWIN_DEPS)
 plugins_layers_relu_la_LIBADD = plugins/layers/relu_cuda.lo $(CUDA_LAYER_LIBS)
 plugins/layers/relu_cuda.lo: plugins/layers/relu_cuda.cu $(CUDA_TWIN_DEPS)
-plugins_layers_conv2d_la_LIBADD += plugins/layers/conv2d_cuda.lo $(CUDA_LAYER_LIBS) $(CUDA_LIBS) -lcudnn
+plugins_layers_conv2d_la_LIBADD += plugins/layers/conv2d_cuda.lo $(CUDA_LAYER_LIBS) $(CUDNN_LIBS)
 plugins/layers/conv2d_cuda.lo: plugins/layers/conv2d_cuda.cu $(CUDA_TWIN_DEPS)
 plugins_layers_maxpool2d_la_LIBADD = plugins/layers/maxpool2d_cuda.lo $(CUDA_LAYER_LIBS)
 plugins/layers/maxpool2d_cuda.lo: plugins/layers/maxpool2d_cuda.cu $(CUDA_TWIN_DEPS)

@@ -1,0 +1,26 @@
+# The CUDA emulator (tests/cuemu/README.md): only in a build configured with
+# --enable-cuda-emulator, where it stands in for the CUDA runtime, cuBLAS
+# and cuDNN so that the GPU tests (test-cuda-layers, test-gpu.sh) run on a
+# CPU.  libcuemu.so is preloaded into every test (CUEMU_TESTS_ENV), which is
+# how the CUDA backend and the layers' CUDA twins find it.  A plain make rule,
+# not libtool: it is a test tool, never installed, and the only C++ library.
+CUEMU_SRCS = tests/cuemu/cuemu.cc tests/cuemu/cublas.cc tests/cuemu/cudnn.cc
+CUEMU_HDRS = tests/cuemu/include/cuda_runtime.h tests/cuemu/include/cublas_v2.h tests/cuemu/include/cudnn.h
+EXTRA_DIST += $(CUEMU_SRCS) $(CUEMU_HDRS) tests/cuemu/cuemu-cc.sh tests/cuemu/README.md \
+	tests/cuemu/selftest.cu tests/test-cuemu.sh
+TESTS += tests/test-cuemu.sh
+
+if PH_CUDA_EMU
+tests/cuemu/libcuemu.so: $(CUEMU_SRCS:%=$(top_srcdir)/%) $(CUEMU_HDRS:%=$(top_srcdir)/%)
+	@mkdir -p tests/cuemu
+	$(AM_V_GEN)$(CUEMU_CXX) -std=c++17 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra \
+		-I$(top_srcdir)/tests/cuemu/include -Wl,-soname,libcuemu.so -o $@ $(CUEMU_SRCS:%=$(top_srcdir)/%) -lpthread
+# The self-test's kernels, compiled the way the layers' are (cuemu-cc.sh);
+# it finds libcuemu.so preloaded, as the modules do.
+tests/cuemu/selftest: $(top_srcdir)/tests/cuemu/selftest.cu $(CUEMU_HDRS:%=$(top_srcdir)/%) tests/cuemu/libcuemu.so
+	$(AM_V_GEN)$(SHELL) $(top_srcdir)/tests/cuemu/cuemu-cc.sh $(CUEMU_CXX) -O2 -c $(top_srcdir)/tests/cuemu/selftest.cu \
+		-o tests/cuemu/selftest.o && $(CUEMU_CXX) -o $@ tests/cuemu/selftest.o -Ltests/cuemu -lcuemu
+all-local: tests/cuemu/libcuemu.so
+check_SCRIPTS = tests/cuemu/selftest
+CLEANFILES += tests/cuemu/libcuemu.so tests/cuemu/selftest tests/cuemu/selftest.o
+endif
