@@ -4,12 +4,15 @@
  * C not read when beta is 0.  Each product accumulates in double and rounds
  * once; CUBLAS_COMPUTE_32F_FAST_16BF first rounds A and B to bf16 (round to
  * nearest even), the inputs tensor cores would see.  A reference, not
- * cuBLAS's bits: tests compare against it with tolerances.
+ * cuBLAS's bits: tests compare against it with tolerances.  Queued on the
+ * handle's stream like any kernel.
  */
 #include <cublas_v2.h>
 
 #include <stdint.h>
 #include <string.h>
+
+#include "cuemu-internal.h"
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -63,27 +66,31 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
 	    (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || lda < (ta == CUBLAS_OP_N ? m : k) || lda < 1 ||
 	    ldb < (tb == CUBLAS_OP_N ? k : n) || ldb < 1 || ldc < m || ldc < 1)
 		return CUBLAS_STATUS_INVALID_VALUE;
+	/* alpha and beta are read now (host pointer mode); the product runs
+	 * on the handle's stream */
 	const float al = *alpha, be = *beta;
-	for (int q = 0; q < batch; q++) {
-		const float *a = A + q * sa, *b = B + q * sb;
-		float *c = C + q * sc;
-		for (int j = 0; j < n; j++)
-			for (int i = 0; i < m; i++) {
-				double acc = 0;
-				for (int p = 0; p < k; p++) {
-					float x = ta == CUBLAS_OP_N ? a[i + (int64_t)p * lda] : a[p + (int64_t)i * lda];
-					float y = tb == CUBLAS_OP_N ? b[p + (int64_t)j * ldb] : b[j + (int64_t)p * ldb];
-					if (bf16) {
-						x = to_bf16(x);
-						y = to_bf16(y);
+	cuemu::enqueue(h->stream, [=] {
+		for (int q = 0; q < batch; q++) {
+			const float *a = A + q * sa, *b = B + q * sb;
+			float *c = C + q * sc;
+			for (int j = 0; j < n; j++)
+				for (int i = 0; i < m; i++) {
+					double acc = 0;
+					for (int p = 0; p < k; p++) {
+						float x = ta == CUBLAS_OP_N ? a[i + (int64_t)p * lda] : a[p + (int64_t)i * lda];
+						float y = tb == CUBLAS_OP_N ? b[p + (int64_t)j * ldb] : b[j + (int64_t)p * ldb];
+						if (bf16) {
+							x = to_bf16(x);
+							y = to_bf16(y);
+						}
+						acc += (double)x * (double)y;
 					}
-					acc += (double)x * (double)y;
+					float *o = &c[i + (int64_t)j * ldc];
+					float v = al * (float)acc;
+					*o = be == 0.f ? v : v + be * *o;
 				}
-				float *o = &c[i + (int64_t)j * ldc];
-				float v = al * (float)acc;
-				*o = be == 0.f ? v : v + be * *o;
-			}
-	}
+		}
+	});
 	return CUBLAS_STATUS_SUCCESS;
 }
 

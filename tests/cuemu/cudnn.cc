@@ -1,9 +1,9 @@
 /*
  * cudnn.cc (cuemu): a CPU stand-in for cuDNN, used only by the emulator
  * build in tests/ (tests/cuemu/), where the project's CUDA code is compiled
- * with g++ and run on the host: device pointers are host pointers and every
- * call runs synchronously on the calling thread (the handle's stream is
- * stored and otherwise ignored).  It is not NVIDIA's library.
+ * with g++ and run on the host: device pointers are host pointers, and the
+ * convolutions are queued on the handle's stream like kernels (scalars and
+ * descriptors are read at the call).  It is not NVIDIA's library.
  *
  * What it implements: the subset of the legacy cuDNN API declared in
  * include/cudnn.h (what conv2d_cuda.cu and backend.cu call), for 4-d NCHW
@@ -24,6 +24,8 @@
  * no workspace; every workspace query answers 0 bytes.
  */
 #include <cudnn.h>
+
+#include "cuemu-internal.h"
 
 #include <cstdarg>
 #include <cstdint>
@@ -387,7 +389,7 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId)
 	cudnnStatus_t st = check_handle(handle, "cudnnSetStream");
 	if (st)
 		return st;
-	handle->stream = streamId; /* kept, never used: everything is synchronous */
+	handle->stream = streamId; /* the convolutions are queued there */
 	return CUDNN_STATUS_SUCCESS;
 }
 
@@ -635,29 +637,31 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha, c
 	const float a = *(const float *)alpha, b = *(const float *)beta;
 	const float *X = (const float *)x, *Wt = (const float *)w;
 	float *Y = (float *)y;
-	for (int64_t n = 0; n < g.N; n++)
-		for (int64_t k = 0; k < g.K; k++)
-			for (int64_t oh = 0; oh < g.OH; oh++)
-				for (int64_t ow = 0; ow < g.OW; ow++) {
-					double acc = 0.0;
-					for (int64_t c = 0; c < g.C; c++)
-						for (int64_t r = 0; r < g.R; r++) {
-							const int64_t ih = oh * g.u - g.ph + r * g.dh;
-							if (ih < 0 || ih >= g.H)
-								continue;
-							const int64_t fr = g.flip ? g.R - 1 - r : r;
-							const float *xrow = X + ((n * g.C + c) * g.H + ih) * g.W;
-							const float *wrow = Wt + ((k * g.C + c) * g.R + fr) * g.S;
-							for (int64_t s = 0; s < g.S; s++) {
-								const int64_t iw = ow * g.v - g.pw + s * g.dw;
-								if (iw < 0 || iw >= g.W)
+	cuemu::enqueue(handle->stream, [=] {
+		for (int64_t n = 0; n < g.N; n++)
+			for (int64_t k = 0; k < g.K; k++)
+				for (int64_t oh = 0; oh < g.OH; oh++)
+					for (int64_t ow = 0; ow < g.OW; ow++) {
+						double acc = 0.0;
+						for (int64_t c = 0; c < g.C; c++)
+							for (int64_t r = 0; r < g.R; r++) {
+								const int64_t ih = oh * g.u - g.ph + r * g.dh;
+								if (ih < 0 || ih >= g.H)
 									continue;
-								const int64_t fs = g.flip ? g.S - 1 - s : s;
-								acc += (double)xrow[iw] * (double)wrow[fs];
+								const int64_t fr = g.flip ? g.R - 1 - r : r;
+								const float *xrow = X + ((n * g.C + c) * g.H + ih) * g.W;
+								const float *wrow = Wt + ((k * g.C + c) * g.R + fr) * g.S;
+								for (int64_t s = 0; s < g.S; s++) {
+									const int64_t iw = ow * g.v - g.pw + s * g.dw;
+									if (iw < 0 || iw >= g.W)
+										continue;
+									const int64_t fs = g.flip ? g.S - 1 - s : s;
+									acc += (double)xrow[iw] * (double)wrow[fs];
+								}
 							}
-						}
-					store(Y + ((n * g.K + k) * g.OH + oh) * g.OW + ow, acc, a, b);
-				}
+						store(Y + ((n * g.K + k) * g.OH + oh) * g.OW + ow, acc, a, b);
+					}
+	});
 	return CUDNN_STATUS_SUCCESS;
 }
 
@@ -724,35 +728,37 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void *alp
 	float *DX = (float *)dx;
 	/* dx[n, c, ih, iw] = sum over k and taps (r, s) with ih = oh*u - ph + r*dh
 	 * (and the same for iw) of dy[n, k, oh, ow] * w[k, c, tap] */
-	for (int64_t n = 0; n < g.N; n++)
-		for (int64_t c = 0; c < g.C; c++)
-			for (int64_t ih = 0; ih < g.H; ih++)
-				for (int64_t iw = 0; iw < g.W; iw++) {
-					double acc = 0.0;
-					for (int64_t k = 0; k < g.K; k++)
-						for (int64_t r = 0; r < g.R; r++) {
-							const int64_t th = ih + g.ph - r * g.dh;
-							if (th < 0 || th % g.u)
-								continue;
-							const int64_t oh = th / g.u;
-							if (oh >= g.OH)
-								continue;
-							const int64_t fr = g.flip ? g.R - 1 - r : r;
-							const float *dyrow = DY + ((n * g.K + k) * g.OH + oh) * g.OW;
-							const float *wrow = Wt + ((k * g.C + c) * g.R + fr) * g.S;
-							for (int64_t s = 0; s < g.S; s++) {
-								const int64_t tw = iw + g.pw - s * g.dw;
-								if (tw < 0 || tw % g.v)
+	cuemu::enqueue(handle->stream, [=] {
+		for (int64_t n = 0; n < g.N; n++)
+			for (int64_t c = 0; c < g.C; c++)
+				for (int64_t ih = 0; ih < g.H; ih++)
+					for (int64_t iw = 0; iw < g.W; iw++) {
+						double acc = 0.0;
+						for (int64_t k = 0; k < g.K; k++)
+							for (int64_t r = 0; r < g.R; r++) {
+								const int64_t th = ih + g.ph - r * g.dh;
+								if (th < 0 || th % g.u)
 									continue;
-								const int64_t ow = tw / g.v;
-								if (ow >= g.OW)
+								const int64_t oh = th / g.u;
+								if (oh >= g.OH)
 									continue;
-								const int64_t fs = g.flip ? g.S - 1 - s : s;
-								acc += (double)dyrow[ow] * (double)wrow[fs];
+								const int64_t fr = g.flip ? g.R - 1 - r : r;
+								const float *dyrow = DY + ((n * g.K + k) * g.OH + oh) * g.OW;
+								const float *wrow = Wt + ((k * g.C + c) * g.R + fr) * g.S;
+								for (int64_t s = 0; s < g.S; s++) {
+									const int64_t tw = iw + g.pw - s * g.dw;
+									if (tw < 0 || tw % g.v)
+										continue;
+									const int64_t ow = tw / g.v;
+									if (ow >= g.OW)
+										continue;
+									const int64_t fs = g.flip ? g.S - 1 - s : s;
+									acc += (double)dyrow[ow] * (double)wrow[fs];
+								}
 							}
-						}
-					store(DX + ((n * g.C + c) * g.H + ih) * g.W + iw, acc, a, b);
-				}
+						store(DX + ((n * g.C + c) * g.H + ih) * g.W + iw, acc, a, b);
+					}
+	});
 	return CUDNN_STATUS_SUCCESS;
 }
 
@@ -820,29 +826,31 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t handle, const void *a
 	float *DW = (float *)dw;
 	/* dw[k, c, r, s] = sum over n, oh, ow of dy[n, k, oh, ow] * x[n, c, ih, iw]
 	 * at the tap the stored (r, s) is applied as (flipped in convolution mode) */
-	for (int64_t k = 0; k < g.K; k++)
-		for (int64_t c = 0; c < g.C; c++)
-			for (int64_t r = 0; r < g.R; r++)
-				for (int64_t s = 0; s < g.S; s++) {
-					const int64_t tr = g.flip ? g.R - 1 - r : r;
-					const int64_t ts = g.flip ? g.S - 1 - s : s;
-					double acc = 0.0;
-					for (int64_t n = 0; n < g.N; n++)
-						for (int64_t oh = 0; oh < g.OH; oh++) {
-							const int64_t ih = oh * g.u - g.ph + tr * g.dh;
-							if (ih < 0 || ih >= g.H)
-								continue;
-							const float *dyrow = DY + ((n * g.K + k) * g.OH + oh) * g.OW;
-							const float *xrow = X + ((n * g.C + c) * g.H + ih) * g.W;
-							for (int64_t ow = 0; ow < g.OW; ow++) {
-								const int64_t iw = ow * g.v - g.pw + ts * g.dw;
-								if (iw < 0 || iw >= g.W)
+	cuemu::enqueue(handle->stream, [=] {
+		for (int64_t k = 0; k < g.K; k++)
+			for (int64_t c = 0; c < g.C; c++)
+				for (int64_t r = 0; r < g.R; r++)
+					for (int64_t s = 0; s < g.S; s++) {
+						const int64_t tr = g.flip ? g.R - 1 - r : r;
+						const int64_t ts = g.flip ? g.S - 1 - s : s;
+						double acc = 0.0;
+						for (int64_t n = 0; n < g.N; n++)
+							for (int64_t oh = 0; oh < g.OH; oh++) {
+								const int64_t ih = oh * g.u - g.ph + tr * g.dh;
+								if (ih < 0 || ih >= g.H)
 									continue;
-								acc += (double)dyrow[ow] * (double)xrow[iw];
+								const float *dyrow = DY + ((n * g.K + k) * g.OH + oh) * g.OW;
+								const float *xrow = X + ((n * g.C + c) * g.H + ih) * g.W;
+								for (int64_t ow = 0; ow < g.OW; ow++) {
+									const int64_t iw = ow * g.v - g.pw + ts * g.dw;
+									if (iw < 0 || iw >= g.W)
+										continue;
+									acc += (double)dyrow[ow] * (double)xrow[iw];
+								}
 							}
-						}
-					store(DW + ((k * g.C + c) * g.R + r) * g.S + s, acc, a, b);
-				}
+						store(DW + ((k * g.C + c) * g.R + r) * g.S + s, acc, a, b);
+					}
+	});
 	return CUDNN_STATUS_SUCCESS;
 }
 

@@ -28,8 +28,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
+
+#include "cuemu-internal.h"
 
 #if !defined(__x86_64__)
 #include <ucontext.h>
@@ -41,6 +47,7 @@ namespace __attribute__((visibility("default"))) cuemu {
 
 thread_local thread_view *cur;
 thread_local grid_view launch;
+static thread_local cudaError_t last_error = cudaSuccess;
 
 /* ---------------------------------------------------------------- */
 /* Context switch                                                    */
@@ -319,24 +326,18 @@ static void run_block(block_run *b, unsigned seed)
 	cur = NULL;
 }
 
-static thread_local cudaError_t last_error = cudaSuccess;
 static std::atomic<unsigned> launches;
 
-void run_grid(const cfg &c, const char *name, void (*body)(void *), void *arg)
+/* Runs a whole grid on this host thread (a stream's, or the caller's). */
+static void exec_grid(const cfg &c, const char *name, void (*body)(void *), void *arg)
 {
-	unsigned long long threads = (unsigned long long)c.block.x * c.block.y * c.block.z;
-	if (!threads || threads > MAX_THREADS || c.block.z > 64 || !c.grid.x || !c.grid.y || !c.grid.z ||
-	    c.grid.y > 65535 || c.grid.z > 65535 || c.shmem > 48 * 1024) {
-		last_error = cudaErrorInvalidConfiguration;
-		return;
-	}
 	block_run *b = block_state();
 	if (b->body)
 		fatal("kernel %s launched from inside kernel %s", name, b->name);
 	b->body = body;
 	b->arg = arg;
 	b->name = name;
-	b->n = (int)threads;
+	b->n = (int)(c.block.x * c.block.y * c.block.z);
 	grid_view saved = launch;
 	launch.dim = c.block;
 	launch.grid = c.grid;
@@ -351,6 +352,22 @@ void run_grid(const cfg &c, const char *name, void (*body)(void *), void *arg)
 			}
 	launch = saved;
 	b->body = NULL;
+}
+
+void run_grid(const cfg &c, const char *name, void (*body)(void *), void *arg, void (*free_arg)(void *))
+{
+	unsigned long long threads = (unsigned long long)c.block.x * c.block.y * c.block.z;
+	if (!threads || threads > MAX_THREADS || c.block.z > 64 || !c.grid.x || !c.grid.y || !c.grid.z ||
+	    c.grid.y > 65535 || c.grid.z > 65535 || c.shmem > 48 * 1024) {
+		last_error = cudaErrorInvalidConfiguration;
+		free_arg(arg);
+		return;
+	}
+	cfg cc = c;
+	enqueue(c.stream, [cc, name, body, arg, free_arg] {
+		exec_grid(cc, name, body, arg);
+		free_arg(arg);
+	});
 }
 
 void syncthreads(void)
@@ -521,8 +538,6 @@ EXPORT cudaError_t cudaGetDevice(int *device)
 	return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-
 EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
 {
 	if (device < 0 || device >= device_count() || peer < 0 || peer >= device_count())
@@ -578,6 +593,166 @@ EXPORT const char *cudaGetErrorString(cudaError_t e)
 	}
 }
 
+/* ---------------------------------------------------------------- */
+/* Streams                                                            */
+/*                                                                    */
+/* Each stream is a queue of operations and a thread that runs them in  */
+/* order.  PH_CUEMU_STREAMS picks when it runs them:                    */
+/*   lazy (default)  only when something waits: a synchronize, a query,  */
+/*                   another stream waiting on an event recorded here,   */
+/*                   a copy to pageable host memory, cudaFree; so work   */
+/*                   another stream uses without an event has simply not */
+/*                   happened yet, every time, and a test sees it;       */
+/*   eager           as soon as queued, concurrently with the host;      */
+/*   sync            at once on the calling thread (streams ignored).    */
+
+namespace cuemu {
+
+enum { S_LAZY, S_EAGER, S_SYNC };
+
+static int stream_mode(void)
+{
+	static int mode = -1;
+	if (mode < 0) {
+		const char *e = getenv("PH_CUEMU_STREAMS");
+		mode = !e || !strcmp(e, "lazy") ? S_LAZY : !strcmp(e, "eager") ? S_EAGER : S_SYNC;
+	}
+	return mode;
+}
+
+} /* namespace cuemu */
+
+struct CUstream_st {
+	int device;
+	std::mutex m;
+	std::condition_variable cv;
+	std::deque<std::pair<uint64_t, std::function<void()>>> q;
+	uint64_t queued = 0; /* sequence number of the last operation queued */
+	uint64_t done = 0;   /* ... of the last one finished */
+	uint64_t flush = 0;  /* lazy: run everything up to this one */
+	bool stop = false;
+	std::thread worker;
+};
+
+struct CUevent_st {
+	int device;
+	std::mutex m;
+	CUstream_st *stream; /* where it was last recorded (NULL: never, or the null stream) */
+	uint64_t seq;        /* the record's place in that stream */
+};
+
+namespace cuemu {
+
+/* every stream ever made: cudaFree and cudaDeviceSynchronize wait for all;
+ * destroyed streams are stopped but kept, as events may still name them */
+static std::mutex streams_m;
+static std::vector<CUstream_st *> streams;
+
+static void stream_loop(CUstream_st *s)
+{
+	std::unique_lock<std::mutex> lk(s->m);
+	for (;;) {
+		s->cv.wait(lk, [s] {
+			return (s->stop && s->q.empty()) ||
+			       (!s->q.empty() && (stream_mode() != S_LAZY || s->q.front().first <= s->flush || s->stop));
+		});
+		if (s->q.empty())
+			return;
+		std::function<void()> fn = std::move(s->q.front().second);
+		uint64_t seq = s->q.front().first;
+		s->q.pop_front();
+		lk.unlock();
+		fn();
+		lk.lock();
+		s->done = seq;
+		s->cv.notify_all();
+	}
+}
+
+/* Run stream s up to operation seq and wait for it (0: nothing). */
+static void wait_stream(CUstream_st *s, uint64_t seq)
+{
+	if (!s || !seq)
+		return;
+	std::unique_lock<std::mutex> lk(s->m);
+	if (seq > s->flush)
+		s->flush = seq;
+	s->cv.notify_all();
+	s->cv.wait(lk, [s, seq] { return s->done >= seq; });
+}
+
+/* Ask stream s to run up to seq, without waiting. */
+static void nudge_stream(CUstream_st *s, uint64_t seq)
+{
+	std::lock_guard<std::mutex> lk(s->m);
+	if (seq > s->flush)
+		s->flush = seq;
+	s->cv.notify_all();
+}
+
+static uint64_t push(CUstream_st *s, std::function<void()> fn)
+{
+	std::lock_guard<std::mutex> lk(s->m);
+	uint64_t seq = ++s->queued;
+	s->q.emplace_back(seq, std::move(fn));
+	s->cv.notify_all();
+	return seq;
+}
+
+void enqueue(cudaStream_t s, std::function<void()> fn)
+{
+	if (!s || stream_mode() == S_SYNC)
+		fn();
+	else
+		push(s, std::move(fn));
+}
+
+static void sync_stream(CUstream_st *s)
+{
+	uint64_t seq;
+	{
+		std::lock_guard<std::mutex> lk(s->m);
+		seq = s->queued;
+	}
+	wait_stream(s, seq);
+}
+
+static void sync_all(void)
+{
+	std::vector<CUstream_st *> all;
+	{
+		std::lock_guard<std::mutex> lk(streams_m);
+		all = streams;
+	}
+	for (CUstream_st *s : all)
+		sync_stream(s);
+}
+
+/* Device allocations and pinned host memory, to tell the pointers of a copy
+ * apart as the driver does (unified addressing). */
+static std::mutex mem_m;
+static std::map<uintptr_t, size_t> device_mem, pinned_mem;
+
+static bool in(const std::map<uintptr_t, size_t> &m, const void *p)
+{
+	std::lock_guard<std::mutex> lk(mem_m);
+	auto it = m.upper_bound((uintptr_t)p);
+	if (it == m.begin())
+		return false;
+	--it;
+	return (uintptr_t)p < it->first + (it->second ? it->second : 1);
+}
+
+} /* namespace cuemu */
+
+using cuemu::in;
+
+EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+	cuemu::sync_all();
+	return cudaSuccess;
+}
+
 EXPORT cudaError_t cudaMalloc(void **p, size_t bytes)
 {
 	*p = NULL;
@@ -598,6 +773,8 @@ EXPORT cudaError_t cudaMalloc(void **p, size_t bytes)
 	memset(h + 1, 0xff, bytes);
 	allocated[d] += (long long)bytes;
 	*p = h + 1;
+	std::lock_guard<std::mutex> lk(cuemu::mem_m);
+	cuemu::device_mem[(uintptr_t)*p] = bytes;
 	return cudaSuccess;
 }
 
@@ -605,9 +782,16 @@ EXPORT cudaError_t cudaFree(void *p)
 {
 	if (!p)
 		return cudaSuccess;
+	{
+		std::lock_guard<std::mutex> lk(cuemu::mem_m);
+		auto it = cuemu::device_mem.find((uintptr_t)p);
+		if (it == cuemu::device_mem.end())
+			return ret(cudaErrorInvalidDevicePointer);
+		cuemu::device_mem.erase(it);
+	}
+	/* as the driver does: cudaFree waits for the device's work */
+	cuemu::sync_all();
 	alloc_head *h = (alloc_head *)p - 1;
-	if (h->magic != ALLOC_MAGIC)
-		return ret(cudaErrorInvalidDevicePointer);
 	h->magic = 0;
 	allocated[h->device] -= (long long)h->bytes;
 	free(h);
@@ -617,7 +801,11 @@ EXPORT cudaError_t cudaFree(void *p)
 EXPORT cudaError_t cudaMallocHost(void **p, size_t bytes)
 {
 	*p = malloc(bytes ? bytes : 1);
-	return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+	if (!*p)
+		return ret(cudaErrorMemoryAllocation);
+	std::lock_guard<std::mutex> lk(cuemu::mem_m);
+	cuemu::pinned_mem[(uintptr_t)*p] = bytes;
+	return cudaSuccess;
 }
 
 EXPORT cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
@@ -628,6 +816,14 @@ EXPORT cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
 
 EXPORT cudaError_t cudaFreeHost(void *p)
 {
+	if (!p)
+		return cudaSuccess;
+	{
+		std::lock_guard<std::mutex> lk(cuemu::mem_m);
+		if (!cuemu::pinned_mem.erase((uintptr_t)p))
+			return ret(cudaErrorInvalidValue);
+	}
+	cuemu::sync_all();
 	free(p);
 	return cudaSuccess;
 }
@@ -649,18 +845,42 @@ EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemc
 	return cudaSuccess;
 }
 
+/* As the driver: a copy from pageable host memory returns once the source
+ * is staged (here: copied aside at once); a copy to pageable host memory
+ * returns when it has landed; a copy between device and pinned memory is
+ * queued like a kernel, so the host must synchronise before reading. */
 EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
 {
-	(void)s;
-	return cudaMemcpy(dst, src, bytes, kind);
+	if ((unsigned)kind > cudaMemcpyDefault)
+		return ret(cudaErrorInvalidMemcpyDirection);
+	if (!bytes)
+		return cudaSuccess;
+	if (!dst || !src)
+		return ret(cudaErrorInvalidValue);
+	if (!s || cuemu::stream_mode() == cuemu::S_SYNC) {
+		memmove(dst, src, bytes);
+		return cudaSuccess;
+	}
+	bool src_dev = in(cuemu::device_mem, src), dst_dev = in(cuemu::device_mem, dst);
+	bool src_pageable = !src_dev && !in(cuemu::pinned_mem, src);
+	bool dst_pageable = !dst_dev && !in(cuemu::pinned_mem, dst);
+	if (src_pageable) {
+		std::shared_ptr<std::vector<char>> staged = std::make_shared<std::vector<char>>((const char *)src,
+											  (const char *)src + bytes);
+		cuemu::push(s, [dst, staged] { memcpy(dst, staged->data(), staged->size()); });
+	} else {
+		cuemu::push(s, [dst, src, bytes] { memmove(dst, src, bytes); });
+	}
+	if (dst_pageable)
+		cuemu::sync_stream(s);
+	return cudaSuccess;
 }
 
 EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t bytes, cudaStream_t s)
 {
 	(void)dd;
 	(void)sd;
-	(void)s;
-	return cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+	return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
 }
 
 EXPORT cudaError_t cudaMemset(void *p, int value, size_t bytes)
@@ -673,59 +893,81 @@ EXPORT cudaError_t cudaMemset(void *p, int value, size_t bytes)
 
 EXPORT cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s)
 {
-	(void)s;
-	return cudaMemset(p, value, bytes);
+	if (bytes && !p)
+		return ret(cudaErrorInvalidValue);
+	cuemu::enqueue(s, [p, value, bytes] { memset(p, value, bytes); });
+	return cudaSuccess;
 }
-
-/* Streams and events are handles only: every call has finished when it
- * returns, so the order a stream promises holds already. */
-struct CUstream_st {
-	int device;
-};
-struct CUevent_st {
-	int device;
-};
 
 EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
 	(void)flags;
-	*s = new CUstream_st{current_device};
+	CUstream_st *st = new CUstream_st();
+	st->device = current_device;
+	st->worker = std::thread(cuemu::stream_loop, st);
+	std::lock_guard<std::mutex> lk(cuemu::streams_m);
+	cuemu::streams.push_back(st);
+	*s = st;
 	return cudaSuccess;
 }
+
 EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
 EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-	delete s;
+	if (!s)
+		return ret(cudaErrorInvalidResourceHandle);
+	/* its queued work still runs (as on a GPU), then the thread ends */
+	{
+		std::lock_guard<std::mutex> lk(s->m);
+		if (s->stop)
+			return ret(cudaErrorInvalidResourceHandle);
+		s->stop = true;
+		s->cv.notify_all();
+	}
+	s->worker.join();
 	return cudaSuccess;
 }
+
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-	(void)s;
+	if (s)
+		cuemu::sync_stream(s);
 	return cudaSuccess;
 }
+
 EXPORT cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-	(void)s;
-	return cudaSuccess;
+	if (!s)
+		return cudaSuccess;
+	std::lock_guard<std::mutex> lk(s->m);
+	if (s->queued > s->flush)
+		s->flush = s->queued;
+	s->cv.notify_all();
+	return s->done >= s->queued ? cudaSuccess : cudaErrorNotReady;
 }
-EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
-{
-	(void)s;
-	(void)flags;
-	return e ? cudaSuccess : ret(cudaErrorInvalidResourceHandle);
-}
+
 EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
 	(void)flags;
-	*e = new CUevent_st{current_device};
+	CUevent_st *ev = new CUevent_st();
+	ev->device = current_device;
+	ev->stream = NULL;
+	ev->seq = 0;
+	*e = ev;
 	return cudaSuccess;
 }
+
 EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+
 EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
+	if (!e)
+		return ret(cudaErrorInvalidResourceHandle);
 	delete e;
 	return cudaSuccess;
 }
+
 EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
 	if (!e)
@@ -733,18 +975,67 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 	/* as on a GPU: an event is recorded on streams of its own device */
 	if (s && s->device != e->device)
 		return ret(cudaErrorInvalidResourceHandle);
+	std::lock_guard<std::mutex> lk(e->m);
+	if (!s || cuemu::stream_mode() == cuemu::S_SYNC) {
+		e->stream = NULL;
+		e->seq = 0;
+	} else {
+		e->stream = s;
+		e->seq = cuemu::push(s, [] {});
+	}
 	return cudaSuccess;
 }
+
+/* Where e was last recorded, as of now (what a wait or a query refers to). */
+static void event_target(cudaEvent_t e, CUstream_st **s, uint64_t *seq)
+{
+	std::lock_guard<std::mutex> lk(e->m);
+	*s = e->stream;
+	*seq = e->seq;
+}
+
+EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+	(void)flags;
+	if (!e)
+		return ret(cudaErrorInvalidResourceHandle);
+	CUstream_st *from;
+	uint64_t seq;
+	event_target(e, &from, &seq);
+	if (!from || from == s)
+		return cudaSuccess;
+	if (!s || cuemu::stream_mode() == cuemu::S_SYNC)
+		cuemu::wait_stream(from, seq);
+	else
+		cuemu::push(s, [from, seq] { cuemu::wait_stream(from, seq); });
+	return cudaSuccess;
+}
+
 EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-	(void)e;
+	if (!e)
+		return ret(cudaErrorInvalidResourceHandle);
+	CUstream_st *from;
+	uint64_t seq;
+	event_target(e, &from, &seq);
+	cuemu::wait_stream(from, seq);
 	return cudaSuccess;
 }
+
 EXPORT cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-	(void)e;
-	return cudaSuccess;
+	if (!e)
+		return ret(cudaErrorInvalidResourceHandle);
+	CUstream_st *from;
+	uint64_t seq;
+	event_target(e, &from, &seq);
+	if (!from)
+		return cudaSuccess;
+	cuemu::nudge_stream(from, seq);
+	std::lock_guard<std::mutex> lk(from->m);
+	return from->done >= seq ? cudaSuccess : cudaErrorNotReady;
 }
+
 EXPORT cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
 	(void)a;

@@ -9,8 +9,9 @@
  * barriers (__syncthreads, __syncwarp, shuffles, ballots), so barrier
  * semantics, warp exchanges and shared memory behave as on the GPU, and a
  * barrier that not every thread reaches is reported as a deadlock.
- * Runtime side: device memory is host memory, streams and events are
- * ordered by the calling thread (every call completes before it returns).
+ * Runtime side: device memory is host memory; each stream is a queue run
+ * by a thread of its own, lazily (see cuemu.cc), so work that is not
+ * ordered by events or synchronisation shows as wrong results.
  */
 #ifndef CUEMU_CUDA_RUNTIME_H
 #define CUEMU_CUDA_RUNTIME_H
@@ -152,7 +153,6 @@ template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes)
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __constant__
 /* one block runs at a time on a host thread, so a block's shared memory is
@@ -180,8 +180,10 @@ struct cfg {
 	cfg(dim3 g, dim3 b, size_t sh = 0, cudaStream_t s = 0) : grid(g), block(b), shmem(sh), stream(s) {}
 };
 
-/* runs body(arg) on every thread of the grid; errors become the last error */
-void run_grid(const cfg &c, const char *name, void (*body)(void *), void *arg);
+/* Queues body(arg) to run on every thread of the grid, on the launch's
+ * stream (at once on the null stream); free_arg(arg) after it ran.  A
+ * configuration a GPU refuses becomes the calling thread's last error. */
+void run_grid(const cfg &c, const char *name, void (*body)(void *), void *arg, void (*free_arg)(void *));
 
 /* barriers and warp exchanges (cuemu.cc) */
 void syncthreads();
@@ -197,6 +199,7 @@ template <class F, class T> struct closure {
 		closure *c = (closure *)p;
 		std::apply(c->f, c->args);
 	}
+	static void destroy(void *p) { delete (closure *)p; }
 };
 
 template <class... P> struct launcher {
@@ -205,11 +208,11 @@ template <class... P> struct launcher {
 	void (*k)(P...);
 	template <class... A> void operator()(A &&...a) const
 	{
-		/* the arguments convert to the parameters' types at the launch,
-		 * as they do at a real one */
-		closure<void (*)(P...), std::tuple<typename std::decay<P>::type...>> cl{
-			k, std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)};
-		run_grid(c, name, &decltype(cl)::run, &cl);
+		/* the arguments convert to the parameters' types and are copied
+		 * at the launch, as at a real one: the kernel may run later */
+		typedef closure<void (*)(P...), std::tuple<typename std::decay<P>::type...>> cl_t;
+		cl_t *cl = new cl_t{k, std::tuple<typename std::decay<P>::type...>(std::forward<A>(a)...)};
+		run_grid(c, name, &cl_t::run, cl, &cl_t::destroy);
 	}
 };
 template <class... P> launcher<P...> launch_of(const cfg &c, const char *name, void (*k)(P...))
