@@ -43,22 +43,7 @@ static inline int try_create(const char *type, const char *const *kv, ph_shape i
 }
 
 /* ------------------------------------------------------------------ */
-/* A layer instance with every buffer the host would hand it.          */
-
-typedef struct {
-	const ph_layer_ops *ops;
-	void *cfg, *state;
-	ph_layer_meta meta;
-	ph_shape in;
-	int batch;
-	int loss;
-	int64_t nx, ny;                 /* whole micro-batch */
-	float *x, *y, *r, *dx;          /* r: dL/dy for the objective */
-	int64_t pn[PH_MAX_PARAMS];
-	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
-	int32_t *targets;
-	ph_ctx ctx;
-} inst;
+/* The instance (layer-harness.h's inst), drawn as the checks need.    */
 
 /* The classes a loss layer's targets are drawn from. */
 typedef enum {
@@ -66,63 +51,15 @@ typedef enum {
 	FD_CLASSES_LAST_DIM, /* its last dimension: [T, V], a target per position (seq_xent) */
 } fd_classes;
 
+/* x, r and the parameters U(-1, 1); a CPU training context, loss_scale 1. */
 static inline void inst_open_k(inst *L, const char *type, const char *const *kv, ph_shape in,
 			       int batch, fd_classes classes)
 {
-	memset(L, 0, sizeof *L);
-	L->ops = load_layer(type);
-	ck_assert_int_eq(L->ops->head.struct_size, sizeof(ph_layer_ops));
-	ck_assert(L->ops->devices & PH_DEV_CPU);
-	L->cfg = make_config(L->ops, kv);
-	L->in = in;
-	L->batch = batch;
-	L->loss = (L->ops->flags & PH_LAYER_LOSS) != 0;
-	ph_err e = { { 0 } };
-	int rc = L->ops->create(L->cfg, &in, batch, &L->state, &e);
-	ck_assert_msg(rc == PH_OK, "%s create: %s", type, e.msg);
-	rc = L->ops->meta(L->state, &L->meta, &e);
-	ck_assert_msg(rc == PH_OK, "%s meta: %s", type, e.msg);
-
-	L->nx = batch * ph_shape_numel(&in);
-	L->ny = batch * ph_shape_numel(&L->meta.out);
-	L->x = calloc(L->nx, sizeof(float));
-	L->dx = calloc(L->nx, sizeof(float));
-	L->y = calloc(L->ny, sizeof(float));
-	L->r = calloc(L->ny, sizeof(float));
+	inst_create(L, type, kv, in, batch,
+		    (ph_ctx){ .batch = batch, .training = 1, .seed = 1234, .step = 7,
+			      .microbatch = 3, .layer = 2, .device = PH_DEV_CPU, .loss_scale = 1.0f });
 	fill_uniform(L->x, L->nx, -1, 1);
-	fill_uniform(L->r, L->ny, -1, 1);
-	for (int i = 0; i < L->meta.nparams; i++) {
-		L->pn[i] = ph_shape_numel(&L->meta.params[i].shape);
-		L->params[i] = calloc(L->pn[i], sizeof(float));
-		L->grads[i] = calloc(L->pn[i], sizeof(float));
-		fill_uniform(L->params[i], L->pn[i], -1, 1);
-	}
-	L->ctx = (ph_ctx){ .batch = batch, .training = 1, .seed = 1234, .step = 7,
-			   .microbatch = 3, .layer = 2, .device = PH_DEV_CPU, .loss_scale = 1.0f };
-	if (L->meta.scratch_bytes)
-		L->ctx.scratch = malloc(L->meta.scratch_bytes);
-	if (L->meta.saved_bytes)
-		L->ctx.saved = malloc(L->meta.saved_bytes * batch);
-	if (L->meta.targets_per_sample) {
-		int64_t nt = (int64_t)batch * L->meta.targets_per_sample;
-		L->targets = calloc(nt, sizeof(int32_t));
-		int64_t K = classes == FD_CLASSES_LAST_DIM ? in.d[in.ndim - 1]
-							: ph_shape_numel(&in);
-		for (int64_t i = 0; i < nt; i++)
-			L->targets[i] = (int32_t)(rng_next() % (uint64_t)K);
-		L->ctx.targets = L->targets;
-	}
-}
-
-static inline void inst_close(inst *L)
-{
-	L->ops->destroy(L->state);
-	for (int i = 0; i < L->meta.nparams; i++) {
-		free(L->params[i]);
-		free(L->grads[i]);
-	}
-	free(L->x), free(L->y), free(L->r), free(L->dx), free(L->targets), free(L->cfg);
-	free(L->ctx.scratch), free(L->ctx.saved);
+	inst_draw(L, 1.0f, classes == FD_CLASSES_LAST_DIM ? in.d[in.ndim - 1] : ph_shape_numel(&in));
 }
 
 static inline void fwd(inst *L)

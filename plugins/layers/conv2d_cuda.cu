@@ -34,6 +34,17 @@
 #include "conv2d_state.h"
 #include "cuda_common.cuh"
 
+/* The three passes, each with its own algorithm. */
+enum { CONV2D_FWD, CONV2D_DATA, CONV2D_FILT, CONV2D_PASSES };
+
+/* One pass's pick, valid for the descriptors' batch and precision. */
+typedef struct {
+	int ok;               /* picked yet */
+	int algo;             /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t of the pass */
+	cudnnMathType_t math; /* set on the convolution descriptor before each run */
+	size_t ws;            /* workspace bytes */
+} conv2d_algo;
+
 typedef struct {
 	cudnnTensorDescriptor_t x, y;
 	cudnnFilterDescriptor_t w;
@@ -41,14 +52,18 @@ typedef struct {
 	int made;      /* the four descriptors exist; w and conv are set */
 	int batch;     /* the x, y descriptors' batch; 0: not set yet */
 	int precision; /* PH_PREC_* the algorithms below were picked for */
-	/* per direction: picked yet (for this batch), algorithm, math, workspace bytes */
-	int fwd_ok, data_ok, filt_ok;
-	cudnnConvolutionFwdAlgo_t fwd;
-	cudnnConvolutionBwdDataAlgo_t data;
-	cudnnConvolutionBwdFilterAlgo_t filt;
-	cudnnMathType_t fwd_math, data_math, filt_math;
-	size_t fwd_ws, data_ws, filt_ws;
+	conv2d_algo algo[CONV2D_PASSES];
 } conv2d_cuda;
+
+/* Each pass's name in messages and its deterministic default (PyTorch's). */
+static const struct {
+	const char *name;
+	int fallback;
+} conv2d_pass[CONV2D_PASSES] = {
+	{ "forward", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM },
+	{ "backward-data", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1 },
+	{ "backward-filter", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 },
+};
 
 #define DNN_TRY(err, what, call)                                                                            \
 	do {                                                                                                \
@@ -151,7 +166,8 @@ static int prepare(conv2d_state *s, const ph_ctx *ctx, conv2d_cuda **out, ph_err
 	}
 	if (c->batch != ctx->batch || c->precision != ctx->precision) {
 		c->batch = 0; /* until both are set */
-		c->fwd_ok = c->data_ok = c->filt_ok = 0;
+		for (int i = 0; i < CONV2D_PASSES; i++)
+			c->algo[i].ok = 0;
 		DNN_TRY(err, "input descriptor",
 			cudnnSetTensor4dDescriptor(c->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, ctx->batch, s->C, s->H, s->W));
 		DNN_TRY(err, "output descriptor",
@@ -185,73 +201,95 @@ static int usable_math(const ph_ctx *ctx, cudnnMathType_t m)
 	return m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? -1 : (int)m;
 }
 
-/*
- * One direction's picker.  PERF: the _v7 result type; COUNT: how many
- * algorithms cuDNN has; QUERY(perf, n): the _v7 call; WS(algo, bytes): the
- * workspace query; FALLBACK: the deterministic default.  Fills algo, math,
- * ws of the direction.
- */
-#define CONV2D_PICK(PERF, COUNT, QUERY, WS, FALLBACK, ALGO, MATH, BYTES, what)                           \
-	do {                                                                                            \
-		PERF perf_[COUNT];                                                                      \
-		int n_ = 0;                                                                             \
-		DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, base_math(ctx)));        \
-		if (QUERY(perf_, n_) != CUDNN_STATUS_SUCCESS)                                            \
-			n_ = 0; /* no advice: the default below */                                       \
-		for (int i_ = 0; i_ < n_; i_++) {                                                       \
-			int m_ = usable_math(ctx, perf_[i_].mathType);                                  \
-			size_t ws_ = 0;                                                                 \
-			if (perf_[i_].status != CUDNN_STATUS_SUCCESS ||                                 \
-			    perf_[i_].determinism != CUDNN_DETERMINISTIC || m_ < 0)                     \
-				continue;                                                               \
-			if (cudnnSetConvolutionMathType(c->conv, (cudnnMathType_t)m_) != CUDNN_STATUS_SUCCESS || \
-			    WS(perf_[i_].algo, ws_) != CUDNN_STATUS_SUCCESS || ws_ > CONV2D_CUDA_WORKSPACE) \
-				continue;                                                               \
-			ALGO = perf_[i_].algo, MATH = (cudnnMathType_t)m_, BYTES = ws_;                 \
-			return PH_OK;                                                                   \
-		}                                                                                       \
-		size_t ws_ = 0;                                                                         \
-		DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, base_math(ctx)));        \
-		DNN_TRY(err, what " workspace", WS(FALLBACK, ws_));                                     \
-		if (ws_ > CONV2D_CUDA_WORKSPACE)                                                        \
-			return ph_fail(err, PH_EUNSUPPORTED,                                            \
-				       "conv2d: no cuDNN " what " algorithm fits %zu bytes of workspace "  \
-				       "(the default needs %zu)", (size_t)CONV2D_CUDA_WORKSPACE, ws_);   \
-		ALGO = FALLBACK, MATH = base_math(ctx), BYTES = ws_;                                    \
-		return PH_OK;                                                                           \
-	} while (0)
-
-static int pick_fwd(conv2d_cuda *c, const ph_ctx *ctx, ph_err *err)
+/* The workspace pass d needs with algorithm algo, at the descriptor's current math. */
+static cudnnStatus_t workspace_size(const conv2d_cuda *c, cudnnHandle_t h, int d, int algo, size_t *bytes)
 {
-	cudnnHandle_t h = (cudnnHandle_t)ctx->dnn;
-#define Q(p, n) cudnnGetConvolutionForwardAlgorithm_v7(h, c->x, c->w, c->conv, c->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &(n), (p))
-#define WS(a, b) cudnnGetConvolutionForwardWorkspaceSize(h, c->x, c->w, c->conv, c->y, (a), &(b))
-	CONV2D_PICK(cudnnConvolutionFwdAlgoPerf_t, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, Q, WS,
-		    CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, c->fwd, c->fwd_math, c->fwd_ws, "forward");
-#undef Q
-#undef WS
+	if (d == CONV2D_FWD)
+		return cudnnGetConvolutionForwardWorkspaceSize(h, c->x, c->w, c->conv, c->y,
+							       (cudnnConvolutionFwdAlgo_t)algo, bytes);
+	if (d == CONV2D_DATA)
+		return cudnnGetConvolutionBackwardDataWorkspaceSize(h, c->w, c->y, c->conv, c->x,
+								    (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+	return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c->x, c->y, c->conv, c->w,
+							      (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
 }
 
-static int pick_data(conv2d_cuda *c, const ph_ctx *ctx, ph_err *err)
+static int picked(conv2d_algo *out, int algo, cudnnMathType_t math, size_t ws)
 {
-	cudnnHandle_t h = (cudnnHandle_t)ctx->dnn;
-#define Q(p, n) cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c->w, c->y, c->conv, c->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &(n), (p))
-#define WS(a, b) cudnnGetConvolutionBackwardDataWorkspaceSize(h, c->w, c->y, c->conv, c->x, (a), &(b))
-	CONV2D_PICK(cudnnConvolutionBwdDataAlgoPerf_t, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, Q, WS,
-		    CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, c->data, c->data_math, c->data_ws, "backward-data");
-#undef Q
-#undef WS
+	out->algo = algo;
+	out->math = math;
+	out->ws = ws;
+	out->ok = 1;
+	return PH_OK;
 }
 
-static int pick_filt(conv2d_cuda *c, const ph_ctx *ctx, ph_err *err)
+/* Pass d's deterministic default at the base math, when no advice fits. */
+static int pick_default(conv2d_cuda *c, const ph_ctx *ctx, int d, ph_err *err)
+{
+	const int algo = conv2d_pass[d].fallback;
+	size_t ws = 0;
+	DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, base_math(ctx)));
+	cudnnStatus_t st = workspace_size(c, (cudnnHandle_t)ctx->dnn, d, algo, &ws);
+	if (st != CUDNN_STATUS_SUCCESS)
+		return ph_fail(err, PH_EINTERNAL, "conv2d: %s workspace: %s", conv2d_pass[d].name, cudnnGetErrorString(st));
+	if (ws > CONV2D_CUDA_WORKSPACE)
+		return ph_fail(err, PH_EUNSUPPORTED,
+			       "conv2d: no cuDNN %s algorithm fits %zu bytes of workspace (the default needs %zu)",
+			       conv2d_pass[d].name, (size_t)CONV2D_CUDA_WORKSPACE, ws);
+	return picked(&c->algo[d], algo, base_math(ctx), ws);
+}
+
+/* The first of cuDNN's n results (best first) that succeeded, is
+ * deterministic, runs at the run's precision and fits the workspace; else
+ * the default.  Perf: the pass's _v7 result type (the three share fields). */
+template <typename Perf>
+static int pick_from(conv2d_cuda *c, const ph_ctx *ctx, int d, const Perf *perf, int n, ph_err *err)
+{
+	for (int i = 0; i < n; i++) {
+		const int m = usable_math(ctx, perf[i].mathType);
+		size_t ws = 0;
+		if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC || m < 0)
+			continue;
+		/* the workspace depends on the math: ask with the one it will run with */
+		if (cudnnSetConvolutionMathType(c->conv, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS ||
+		    workspace_size(c, (cudnnHandle_t)ctx->dnn, d, (int)perf[i].algo, &ws) != CUDNN_STATUS_SUCCESS ||
+		    ws > CONV2D_CUDA_WORKSPACE)
+			continue;
+		return picked(&c->algo[d], (int)perf[i].algo, (cudnnMathType_t)m, ws);
+	}
+	return pick_default(c, ctx, d, err);
+}
+
+/* Pass d's algorithm, math and workspace into c->algo[d] (the rules are in
+ * the comment at the top), from cuDNN's heuristics queried at the base
+ * math.  The descriptor's math is left as the last query set it: the
+ * caller sets the picked one before running. */
+static int pick(conv2d_cuda *c, const ph_ctx *ctx, int d, ph_err *err)
 {
 	cudnnHandle_t h = (cudnnHandle_t)ctx->dnn;
-#define Q(p, n) cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c->x, c->y, c->conv, c->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &(n), (p))
-#define WS(a, b) cudnnGetConvolutionBackwardFilterWorkspaceSize(h, c->x, c->y, c->conv, c->w, (a), &(b))
-	CONV2D_PICK(cudnnConvolutionBwdFilterAlgoPerf_t, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, Q, WS,
-		    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, c->filt, c->filt_math, c->filt_ws, "backward-filter");
-#undef Q
-#undef WS
+	int n = 0;
+	DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, base_math(ctx)));
+	if (d == CONV2D_FWD) {
+		cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+		if (cudnnGetConvolutionForwardAlgorithm_v7(h, c->x, c->w, c->conv, c->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+							   &n, p) != CUDNN_STATUS_SUCCESS)
+			n = 0; /* no advice: the default */
+		return pick_from(c, ctx, d, p, n, err);
+	}
+	if (d == CONV2D_DATA) {
+		cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+		if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c->w, c->y, c->conv, c->x,
+								CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
+								p) != CUDNN_STATUS_SUCCESS)
+			n = 0;
+		return pick_from(c, ctx, d, p, n, err);
+	}
+	cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+	if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c->x, c->y, c->conv, c->w,
+							  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
+							  p) != CUDNN_STATUS_SUCCESS)
+		n = 0;
+	return pick_from(c, ctx, d, p, n, err);
 }
 
 static int check_call(const conv2d_state *s, const ph_ctx *ctx, ph_err *err)
@@ -271,6 +309,26 @@ static int workspace(const ph_ctx *ctx, size_t bytes, void **ws, ph_err *err)
 	return PH_OK;
 }
 
+/*
+ * Everything pass d needs before its cuDNN call: the descriptors set for
+ * ctx's batch, the algorithm picked (once per batch and precision), its
+ * math set on the convolution descriptor, and its workspace in *ws.
+ */
+static int ready(conv2d_state *s, const ph_ctx *ctx, int d, conv2d_cuda **out, void **ws, ph_err *err)
+{
+	conv2d_cuda *c = NULL;
+	int rc = prepare(s, ctx, &c, err);
+	if (rc)
+		return rc;
+	if (!c->algo[d].ok && (rc = pick(c, ctx, d, err)))
+		return rc;
+	if ((rc = workspace(ctx, c->algo[d].ws, ws, err)))
+		return rc;
+	DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, c->algo[d].math));
+	*out = c;
+	return PH_OK;
+}
+
 /* ------------------------------------------------------------------ */
 /* Entry points.                                                       */
 
@@ -283,20 +341,13 @@ extern "C" int conv2d_cuda_forward(conv2d_state *s, const ph_ctx *ctx, float *co
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
-	if ((rc = prepare(s, ctx, &c, err)))
+	if ((rc = ready(s, ctx, CONV2D_FWD, &c, &ws, err)))
 		return rc;
-	if (!c->fwd_ok) {
-		if ((rc = pick_fwd(c, ctx, err)))
-			return rc;
-		c->fwd_ok = 1;
-	}
-	if ((rc = workspace(ctx, c->fwd_ws, &ws, err)))
-		return rc;
+	const conv2d_algo *a = &c->algo[CONV2D_FWD];
 	const float one = 1.0f, zero = 0.0f;
-	DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, c->fwd_math));
 	DNN_TRY(err, "forward",
-		cudnnConvolutionForward((cudnnHandle_t)ctx->dnn, &one, c->x, x, c->w, params[0], c->conv, c->fwd, ws,
-					c->fwd_ws, &zero, c->y, y));
+		cudnnConvolutionForward((cudnnHandle_t)ctx->dnn, &one, c->x, x, c->w, params[0], c->conv,
+					(cudnnConvolutionFwdAlgo_t)a->algo, ws, a->ws, &zero, c->y, y));
 	if (s->bias) {
 		const int64_t n = ctx->batch;
 		conv2d_bias_add_kernel<<<ph_blocks(n * s->F * s->ohw), 256, 0, PH_STREAM(ctx)>>>(y, params[1], n, s->F,
@@ -315,20 +366,13 @@ extern "C" int conv2d_cuda_backward_input(conv2d_state *s, const ph_ctx *ctx, fl
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0 || !dx)
 		return rc;
-	if ((rc = prepare(s, ctx, &c, err)))
+	if ((rc = ready(s, ctx, CONV2D_DATA, &c, &ws, err)))
 		return rc;
-	if (!c->data_ok) {
-		if ((rc = pick_data(c, ctx, err)))
-			return rc;
-		c->data_ok = 1;
-	}
-	if ((rc = workspace(ctx, c->data_ws, &ws, err)))
-		return rc;
+	const conv2d_algo *a = &c->algo[CONV2D_DATA];
 	const float one = 1.0f, zero = 0.0f;
-	DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, c->data_math));
 	DNN_TRY(err, "backward data",
-		cudnnConvolutionBackwardData((cudnnHandle_t)ctx->dnn, &one, c->w, params[0], c->y, dy, c->conv, c->data,
-					     ws, c->data_ws, &zero, c->x, dx));
+		cudnnConvolutionBackwardData((cudnnHandle_t)ctx->dnn, &one, c->w, params[0], c->y, dy, c->conv,
+					     (cudnnConvolutionBwdDataAlgo_t)a->algo, ws, a->ws, &zero, c->x, dx));
 	return PH_OK;
 }
 
@@ -341,20 +385,13 @@ extern "C" int conv2d_cuda_backward_weight(conv2d_state *s, const ph_ctx *ctx, f
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
-	if ((rc = prepare(s, ctx, &c, err)))
+	if ((rc = ready(s, ctx, CONV2D_FILT, &c, &ws, err)))
 		return rc;
-	if (!c->filt_ok) {
-		if ((rc = pick_filt(c, ctx, err)))
-			return rc;
-		c->filt_ok = 1;
-	}
-	if ((rc = workspace(ctx, c->filt_ws, &ws, err)))
-		return rc;
+	const conv2d_algo *a = &c->algo[CONV2D_FILT];
 	const float one = 1.0f;
-	DNN_TRY(err, "math type", cudnnSetConvolutionMathType(c->conv, c->filt_math));
 	DNN_TRY(err, "backward filter",
-		cudnnConvolutionBackwardFilter((cudnnHandle_t)ctx->dnn, &one, c->x, x, c->y, dy, c->conv, c->filt, ws,
-					       c->filt_ws, &one, c->w, grads[0]));
+		cudnnConvolutionBackwardFilter((cudnnHandle_t)ctx->dnn, &one, c->x, x, c->y, dy, c->conv,
+					       (cudnnConvolutionBwdFilterAlgo_t)a->algo, ws, a->ws, &one, c->w, grads[0]));
 	if (s->bias) {
 		const unsigned blocks = (unsigned)(s->F < 65535 ? s->F : 65535);
 		conv2d_bias_grad_kernel<<<blocks, CONV2D_BIAS_THREADS, 0, PH_STREAM(ctx)>>>(dy, grads[1], ctx->batch,

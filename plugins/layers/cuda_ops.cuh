@@ -49,7 +49,9 @@
  *
  * The keys are the CPU's: ph_rng_key(seed, step, microbatch, layer) for the
  * dropout layer, ph_mix64(that ^ SITE) for gpt_block's sites.  Device helpers
- * for other kernels: ph_d_expf (= tf_expf), ph_d_gelu, ph_d_gelu_grad.
+ * for other kernels: ph_d_expf (= tf_expf), ph_d_gelu, ph_d_gelu_grad, and
+ * the warp reductions ph_d_warp_sum and ph_d_warp_maxloc (softmax_xent,
+ * seq_xent).
  *
  * Bitwise agreement needs IEEE float ops on the device: every product and
  * sum here is written with __fmul_rn/__fadd_rn/... so nvcc never fuses it
@@ -59,6 +61,7 @@
 #define PH_LAYERS_CUDA_OPS_CUH
 
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdint.h>
 
 #include <pipehost/rng.h>
@@ -98,6 +101,83 @@ static __device__ __forceinline__ float ph_d_gelu_grad(float x)
 	float t = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(2.0f, x), s), __fsub_rn(1.0f, s)), 0.7978845608f);
 	float q = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(3.0f * 0.044715f, x), x));
 	return __fadd_rn(s, __fmul_rn(t, q));
+}
+
+/* ------------------------------------------------------------------ */
+/* Warp reductions over all 32 lanes (call them with the whole warp:     */
+/* mask 0xffffffff).  Each is a fixed xor butterfly, offsets 16, 8, 4,  */
+/* 2, 1: the order does not depend on the thread schedule, and since    */
+/* lanes l and l ^ off add the same two values (a + b == b + a exactly) */
+/* every lane ends with the same bits.                                  */
+
+/* sum over the warp of s */
+static __device__ __forceinline__ double ph_d_warp_sum(double s)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, off);
+	return s;
+}
+
+static __device__ __forceinline__ int ph_d_warp_sum(int s)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		s += __shfl_xor_sync(0xffffffffu, s, off);
+	return s;
+}
+
+/*
+ * Max with its index, over the non-NaN values: i == INT_MAX means none
+ * seen yet (v is then meaningless).  The contract: the largest value and,
+ * on ties (==, so -0 ties +0), the lowest index; NaNs are passed over.
+ * That is what a sequential scan with strict > gives, and since (value,
+ * lowest index) is a total order, any way of combining partial results
+ * gives the same pair: lanes, warps and blocks may split the row freely.
+ * What a row of NaNs only (i == INT_MAX at the end) or a leading NaN
+ * means is the caller's rule.
+ */
+typedef struct {
+	float v;
+	int i;
+} ph_maxloc;
+
+static __device__ __forceinline__ ph_maxloc ph_d_maxloc_none(void)
+{
+	ph_maxloc p = { 0.0f, INT_MAX };
+	return p;
+}
+
+/* p combined with q */
+static __device__ __forceinline__ ph_maxloc ph_d_maxloc_merge(ph_maxloc p, ph_maxloc q)
+{
+	if (q.i != INT_MAX && (p.i == INT_MAX || q.v > p.v || (q.v == p.v && q.i < p.i)))
+		return q;
+	return p;
+}
+
+/* x[k] for k = first, first + step, ... < n, in that order: this thread's part of a row */
+static __device__ __forceinline__ ph_maxloc ph_d_maxloc_scan(const float *x, int n, int first, int step)
+{
+	ph_maxloc p = ph_d_maxloc_none();
+	for (int k = first; k < n; k += step) {
+		const float v = x[k];
+		if (v == v && (p.i == INT_MAX || v > p.v)) { /* k rises: strict > keeps the first */
+			p.v = v;
+			p.i = k;
+		}
+	}
+	return p;
+}
+
+/* over the warp; every lane gets the pair */
+static __device__ __forceinline__ ph_maxloc ph_d_warp_maxloc(ph_maxloc p)
+{
+	for (int off = 16; off > 0; off >>= 1) {
+		ph_maxloc q;
+		q.v = __shfl_xor_sync(0xffffffffu, p.v, off);
+		q.i = __shfl_xor_sync(0xffffffffu, p.i, off);
+		p = ph_d_maxloc_merge(p, q);
+	}
+	return p;
 }
 
 /* ------------------------------------------------------------------ */

@@ -29,48 +29,26 @@
 /* The row max over the non-NaN logits and its first index (all NaN: (NaN, 0)),
  * what seq_xent.c's vectorised row_max() gives; every thread gets the pair.
  * (Where a NaN leads the row, the CPU's m depends on how gcc vectorised
- * the reduction; the loss and the gradient of such a row are NaN anyway.) */
+ * the reduction; the loss and the gradient of such a row are NaN anyway.)
+ * Thread t scans k = t, t + SQ_THREADS, ...; then the warps, then warp 0's
+ * pair merged with warp 1's, 2's, ... (any order gives the same pair). */
 static __device__ float sq_row_max(const float *xr, int V, int *arg)
 {
-	__shared__ float wm[SQ_WARPS];
-	__shared__ int wa[SQ_WARPS];
-	float m = 0.0f;
-	int a = INT_MAX; /* none yet */
-	for (int k = threadIdx.x; k < V; k += SQ_THREADS) {
-		const float v = xr[k];
-		if (v == v && (a == INT_MAX || v > m)) {
-			m = v;
-			a = k;
-		}
-	}
-	/* (max value, lowest index) is a total order: any combining order gives the same */
-	for (int off = 16; off > 0; off >>= 1) {
-		const float om = __shfl_xor_sync(0xffffffffu, m, off);
-		const int oa = __shfl_xor_sync(0xffffffffu, a, off);
-		if (oa != INT_MAX && (a == INT_MAX || om > m || (om == m && oa < a))) {
-			m = om;
-			a = oa;
-		}
-	}
-	if ((threadIdx.x & 31) == 0) {
-		wm[threadIdx.x >> 5] = m;
-		wa[threadIdx.x >> 5] = a;
-	}
+	__shared__ ph_maxloc wp[SQ_WARPS];
+	ph_maxloc p = ph_d_warp_maxloc(ph_d_maxloc_scan(xr, V, threadIdx.x, SQ_THREADS));
+	if ((threadIdx.x & 31) == 0)
+		wp[threadIdx.x >> 5] = p;
 	__syncthreads();
-	m = wm[0];
-	a = wa[0];
+	p = wp[0];
 	for (int w = 1; w < SQ_WARPS; w++)
-		if (wa[w] != INT_MAX && (a == INT_MAX || wm[w] > m || (wm[w] == m && wa[w] < a))) {
-			m = wm[w];
-			a = wa[w];
-		}
-	__syncthreads(); /* wm, wa are reused by the next row */
-	if (a == INT_MAX) { /* all NaN */
-		m = xr[0];
-		a = 0;
+		p = ph_d_maxloc_merge(p, wp[w]);
+	__syncthreads(); /* wp is reused by the next row */
+	if (p.i == INT_MAX) { /* all NaN */
+		p.v = xr[0];
+		p.i = 0;
 	}
-	*arg = a;
-	return m;
+	*arg = p.i;
+	return p.v;
 }
 
 /* sum_k expf(x_k - m): float per thread, double across, fixed order; every thread gets it */
@@ -80,9 +58,7 @@ static __device__ double sq_row_sumexp(const float *xr, int V, float m)
 	float a = 0.0f;
 	for (int k = threadIdx.x; k < V; k += SQ_THREADS)
 		a = __fadd_rn(a, ph_d_expf(__fsub_rn(xr[k], m)));
-	double s = a;
-	for (int off = 16; off > 0; off >>= 1)
-		s += __shfl_xor_sync(0xffffffffu, s, off);
+	double s = ph_d_warp_sum((double)a);
 	if ((threadIdx.x & 31) == 0)
 		ws[threadIdx.x >> 5] = s;
 	__syncthreads();
@@ -129,10 +105,8 @@ static __global__ void sq_sample_kernel(const double *rloss, const int *rhit, fl
 		l += rloss[(int64_t)b * T + t];
 		h += rhit[(int64_t)b * T + t];
 	}
-	for (int off = 16; off > 0; off >>= 1) {
-		l += __shfl_xor_sync(0xffffffffu, l, off);
-		h += __shfl_xor_sync(0xffffffffu, h, off);
-	}
+	l = ph_d_warp_sum(l);
+	h = ph_d_warp_sum(h);
 	if ((threadIdx.x & 31) == 0) {
 		y[2 * b] = (float)l;
 		y[2 * b + 1] = (float)h;

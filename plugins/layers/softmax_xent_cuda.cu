@@ -16,42 +16,24 @@
  * a NaN loss, correct 0, and a NaN gradient row, where the CPU refuses the
  * call with PH_EINVAL.
  */
-#include <limits.h>
 #include <math.h>
 
-#include "cuda_common.cuh"
+#include "cuda_ops.cuh"
 
 #define SX_THREADS 256 /* 8 rows per block */
 
 /* Row max and its index, as row_max() in softmax_xent.c; every lane of the
- * warp returns the same pair. */
+ * warp returns the same pair.  Lane l scans k = l, l + 32, ... */
 static __device__ float sx_row_max(const float *xr, int K, int *arg)
 {
-	const int lane = threadIdx.x & 31;
-	float m = 0.0f;
-	int a = INT_MAX; /* none yet */
-	for (int k = lane; k < K; k += 32) {
-		const float v = xr[k];
-		if (v == v && (a == INT_MAX || v > m)) {
-			m = v;
-			a = k;
-		}
-	}
-	for (int off = 16; off > 0; off >>= 1) {
-		const float om = __shfl_xor_sync(0xffffffffu, m, off);
-		const int oa = __shfl_xor_sync(0xffffffffu, a, off);
-		if (oa != INT_MAX && (a == INT_MAX || om > m || (om == m && oa < a))) {
-			m = om;
-			a = oa;
-		}
-	}
+	ph_maxloc p = ph_d_warp_maxloc(ph_d_maxloc_scan(xr, K, threadIdx.x & 31, 32));
 	const float x0 = xr[0];
 	if (x0 != x0) { /* a leading NaN sticks in the sequential scan */
-		m = x0;
-		a = 0;
+		p.v = x0;
+		p.i = 0;
 	}
-	*arg = a;
-	return m;
+	*arg = p.i;
+	return p.v;
 }
 
 /* sum_k exp((double)x_k - m), the same value in every lane */
@@ -60,9 +42,7 @@ static __device__ double sx_row_sumexp(const float *xr, int K, float m)
 	double s = 0.0;
 	for (int k = threadIdx.x & 31; k < K; k += 32)
 		s += exp((double)xr[k] - m);
-	for (int off = 16; off > 0; off >>= 1)
-		s += __shfl_xor_sync(0xffffffffu, s, off);
-	return s;
+	return ph_d_warp_sum(s);
 }
 
 /* x [B, K], targets [B], y [B, 2] */
