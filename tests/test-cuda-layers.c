@@ -20,7 +20,11 @@
  *  - nothing is written past the end of any buffer (256 canary bytes after
  *    each: y, dx, gradients, and saved and scratch at the sizes meta gave);
  *  - under bf16 the linear layer's y shows bf16 rounding (the precision
- *    reached the GEMM), and every layer claims PH_DEV_CUDA in `devices`.
+ *    reached the GEMM), and every layer claims PH_DEV_CUDA in `devices`;
+ *  - the attention cases marked .flash ran the fused core under bf16
+ *    (flash_attention.cuh: it saves L2 [B, H, T] and leaves the rest of
+ *    the P region alone) and the materialised one under fp32 (it writes
+ *    all of saved).
  * Every case runs twice: ctx.precision = PH_PREC_FP32, then PH_PREC_BF16.
  *
  * Tolerances (the CPU result is the reference; "max" is the largest |cpu|
@@ -130,6 +134,7 @@ typedef struct {
 	float pscale;     /* parameters U(-1, 1) times this; 0 means 1 */
 	int deep;         /* chained products: the deep bf16 row */
 	int bf16_shows;   /* under bf16, y must differ from fp32 (a GEMM is there) */
+	int flash;        /* attention heads when bf16 takes the fused core (flash_attention.cuh) */
 	const char *what;
 } gpu_case;
 
@@ -171,6 +176,20 @@ static const gpu_case cases[] = {
 	  .what = "T = 33, past a 32-wide tile" },
 	{ "attention", KV("heads", "4", "dropout", "0.1"), S(33, 32), 2, .eval = 1, .pscale = 0.5f,
 	  .deep = 1, .what = "evaluation: no dropout" },
+	/* hd = d / heads a multiple of 16 up to 128: under bf16 the fused
+	 * core (.flash), under fp32 the materialised one on the same shapes */
+	{ "attention", KV("heads", "2"), S(64, 128), 2, .pscale = 0.25f, .deep = 1, .flash = 2,
+	  .what = "fused under bf16: hd 64, T = 64, one tile" },
+	{ "attention", KV("heads", "2"), S(128, 128), 2, .pscale = 0.25f, .deep = 1, .flash = 2,
+	  .what = "fused under bf16: hd 64, T = 128, two tiles" },
+	{ "attention", KV("heads", "2"), S(256, 128), 1, .pscale = 0.6f, .deep = 1, .flash = 2,
+	  .what = "fused under bf16: hd 64, T = 256, peaked softmax (the running max moves)" },
+	{ "attention", KV("heads", "2", "dropout", "0.2"), S(100, 128), 2, .pscale = 0.25f, .deep = 1,
+	  .flash = 2, .what = "fused under bf16: hd 64, T = 100 (a partial tile), dropout 0.2" },
+	{ "attention", KV("heads", "1", "dropout", "0.1"), S(77, 128), 3, .pscale = 0.25f, .deep = 1,
+	  .flash = 1, .what = "fused under bf16: hd 128 (32-key tiles), T = 77 (odd), dropout 0.1" },
+	{ "attention", KV("heads", "3"), S(21, 48), 2, .pscale = 0.5f, .deep = 1, .flash = 3,
+	  .what = "fused under bf16: hd 16, T = 21 (less than a tile)" },
 	{ "gpt_block", KV("heads", "2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1, .what = "d = 8" },
 	{ "gpt_block", KV("heads", "2", "dropout", "0.2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1,
 	  .what = "dropout 0.2 at three sites" },
@@ -178,6 +197,10 @@ static const gpu_case cases[] = {
 	  .what = "T = 17, d = 32" },
 	{ "gpt_block", KV("heads", "4", "dropout", "0.1", "mlp_ratio", "2"), S(17, 32), 2,
 	  .pscale = 0.5f, .deep = 1, .what = "mlp_ratio 2, dropout 0.1" },
+	{ "gpt_block", KV("heads", "2"), S(128, 128), 2, .pscale = 0.25f, .deep = 1, .flash = 2,
+	  .what = "fused under bf16: hd 64, T = 128" },
+	{ "gpt_block", KV("heads", "2", "dropout", "0.1", "mlp_ratio", "2"), S(72, 96), 2, .pscale = 0.25f,
+	  .deep = 1, .flash = 2, .what = "fused under bf16: hd 48, T = 72, dropout 0.1 at three sites" },
 	{ "seq_xent", NULL, S(3, 5), 2, .what = "T = 3, V = 5" },
 	{ "seq_xent", NULL, S(16, 50), 3, .what = "T = 16, V = 50" },
 	{ "seq_xent", NULL, S(8, 300), 2, .what = "V = 300, a row wider than a block" },
@@ -368,17 +391,6 @@ static void expect_bitwise(const char *label, const char *what, const float *a, 
 /* ------------------------------------------------------------------ */
 /* One case: the CPU reference, then the GPU.                          */
 
-typedef struct {
-	void *cfg, *state;
-	ph_layer_meta meta;
-	int64_t nx, ny, pn[PH_MAX_PARAMS];
-	float *x, *y, *r, *dx;
-	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
-	int32_t *targets;
-	int64_t nt;
-	ph_ctx ctx;
-} host_inst;
-
 static void fill_inputs(const gpu_case *c, float *x, int64_t n)
 {
 	switch (c->x_kind) {
@@ -419,54 +431,13 @@ static ph_ctx base_ctx(const gpu_case *c)
 			 .layer = 2, .device = PH_DEV_CPU, .loss_scale = 0.25f };
 }
 
-static void host_open(host_inst *H, const ph_layer_ops *ops, const gpu_case *c)
+/* The CPU reference: x of the case's kind, parameters U(-1, 1) * pscale,
+ * targets over the last dimension (softmax_xent's [K], seq_xent's [T, V]). */
+static void host_open(inst *H, const gpu_case *c)
 {
-	memset(H, 0, sizeof *H);
-	ph_err e = { { 0 } };
-	H->cfg = make_config(ops, c->kv);
-	int rc = ops->create(H->cfg, &c->in, c->batch, &H->state, &e);
-	ck_assert_msg(rc == PH_OK, "%s create: %s", c->type, e.msg);
-	rc = ops->meta(H->state, &H->meta, &e);
-	ck_assert_msg(rc == PH_OK, "%s meta: %s", c->type, e.msg);
-	H->nx = c->batch * ph_shape_numel(&c->in);
-	H->ny = c->batch * ph_shape_numel(&H->meta.out);
-	H->x = calloc(H->nx, sizeof(float));
-	H->dx = calloc(H->nx, sizeof(float));
-	H->y = calloc(H->ny, sizeof(float));
-	H->r = calloc(H->ny, sizeof(float));
+	inst_create(H, c->type, c->kv, c->in, c->batch, base_ctx(c));
 	fill_inputs(c, H->x, H->nx);
-	for (int64_t i = 0; i < H->ny; i++)
-		H->r[i] = urand(-1, 1);
-	float k = c->pscale ? c->pscale : 1.0f;
-	for (int p = 0; p < H->meta.nparams; p++) {
-		H->pn[p] = ph_shape_numel(&H->meta.params[p].shape);
-		H->params[p] = malloc((size_t)H->pn[p] * sizeof(float));
-		H->grads[p] = calloc((size_t)H->pn[p], sizeof(float));
-		for (int64_t i = 0; i < H->pn[p]; i++)
-			H->params[p][i] = urand(-1, 1) * k;
-	}
-	H->ctx = base_ctx(c);
-	if (H->meta.scratch_bytes)
-		H->ctx.scratch = malloc(H->meta.scratch_bytes);
-	if (H->meta.saved_bytes)
-		H->ctx.saved = malloc(H->meta.saved_bytes * c->batch);
-	if (H->meta.targets_per_sample) {
-		H->nt = (int64_t)c->batch * H->meta.targets_per_sample;
-		H->targets = calloc((size_t)H->nt, sizeof(int32_t));
-		int64_t K = c->in.d[c->in.ndim - 1]; /* classes: the last dimension */
-		for (int64_t i = 0; i < H->nt; i++)
-			H->targets[i] = (int32_t)(rng_next() % (uint64_t)K);
-		H->ctx.targets = H->targets;
-	}
-}
-
-static void host_close(host_inst *H, const ph_layer_ops *ops)
-{
-	ops->destroy(H->state);
-	for (int p = 0; p < H->meta.nparams; p++)
-		free(H->params[p]), free(H->grads[p]);
-	free(H->x), free(H->y), free(H->r), free(H->dx), free(H->targets), free(H->cfg);
-	free(H->ctx.scratch), free(H->ctx.saved);
+	inst_draw(H, c->pscale ? c->pscale : 1.0f, c->in.d[c->in.ndim - 1]);
 }
 
 /* The device twin of a host instance: its own layer state (as a GPU rank
@@ -478,7 +449,7 @@ typedef struct {
 	ph_ctx ctx;
 } dev_inst;
 
-static void dev_open(dev_inst *D, const ph_layer_ops *ops, const gpu_case *c, const host_inst *H, int loss)
+static void dev_open(dev_inst *D, const ph_layer_ops *ops, const gpu_case *c, const inst *H, int loss)
 {
 	memset(D, 0, sizeof *D);
 	ph_err e = { { 0 } };
@@ -523,7 +494,7 @@ static void dev_open(dev_inst *D, const ph_layer_ops *ops, const gpu_case *c, co
 		      D->ctx.precision, precision);
 }
 
-static void zero_grads(dev_inst *D, const host_inst *H)
+static void zero_grads(dev_inst *D, const inst *H)
 {
 	ph_err e = { { 0 } };
 	for (int p = 0; p < H->meta.nparams; p++) {
@@ -532,7 +503,7 @@ static void zero_grads(dev_inst *D, const host_inst *H)
 	}
 }
 
-static void read_grads(dev_inst *D, const host_inst *H, float **out)
+static void read_grads(dev_inst *D, const inst *H, float **out)
 {
 	for (int p = 0; p < H->meta.nparams; p++)
 		d2h(out[p], D->grads[p], (size_t)H->pn[p] * sizeof(float));
@@ -554,7 +525,7 @@ static void gpu_bwd(const char *label, const ph_layer_ops *ops, dev_inst *D, flo
 	dsync(label, "backward");
 }
 
-static float **grad_bufs(const host_inst *H)
+static float **grad_bufs(const inst *H)
 {
 	float **g = calloc(PH_MAX_PARAMS, sizeof *g);
 	for (int p = 0; p < H->meta.nparams; p++)
@@ -567,6 +538,29 @@ static void free_grad_bufs(float **g)
 	for (int p = 0; p < PH_MAX_PARAMS; p++)
 		free(g[p]);
 	free(g);
+}
+
+/* Which core ran: the fused one (bf16) saves only L2 [B, H, T] in the
+ * P region [B, H, T, T] and leaves the rest as it was; the materialised
+ * one (fp32) writes all of saved. */
+static void expect_flash(const char *label, const dev_inst *D, const gpu_case *c, int64_t nsaved, float sentinel,
+			 int bf16)
+{
+	float *h = malloc((size_t)nsaved * sizeof(float));
+	d2h(h, D->ctx.saved, (size_t)nsaved * sizeof(float));
+	int64_t untouched = 0;
+	for (int64_t i = 0; i < nsaved; i++)
+		untouched += memcmp(&h[i], &sentinel, sizeof sentinel) == 0;
+	free(h);
+	const int64_t T = c->in.d[0], left = (int64_t)c->batch * c->flash * T * (T - 1);
+	if (bf16)
+		ck_assert_msg(untouched >= left,
+			      "%s: the forward wrote all but %lld floats of saved: not the fused core, which leaves "
+			      "%lld of the P region alone",
+			      label, (long long)untouched, (long long)left);
+	else
+		ck_assert_msg(untouched == 0, "%s: the fp32 forward left %lld floats of saved unwritten", label,
+			      (long long)untouched);
 }
 
 static void run_case(int idx)
@@ -586,8 +580,8 @@ static void run_case(int idx)
 
 	/* The CPU reference: forward, then backward from zero gradients. */
 	rng_seed(1000 + (uint64_t)idx);
-	host_inst H;
-	host_open(&H, ops, c);
+	inst H;
+	host_open(&H, c);
 	ph_err e = { { 0 } };
 	int rc = ops->forward(H.state, &H.ctx, H.params, H.x, H.y, &e);
 	ck_assert_msg(rc == PH_OK, "%s: CPU forward: %s", label, e.msg);
@@ -605,7 +599,16 @@ static void run_case(int idx)
 
 	/* forward: y overwritten (it starts as NaN) and close to the CPU's */
 	fill_const(D.y, H.ny, NAN);
+	const int64_t nsaved = (int64_t)(H.meta.saved_bytes * c->batch / sizeof(float));
+	float sentinel;
+	if (c->flash) {
+		const uint32_t bits = 0x7fa5a5a5u; /* a NaN no arithmetic makes */
+		memcpy(&sentinel, &bits, sizeof sentinel);
+		fill_const(D.ctx.saved, nsaved, sentinel);
+	}
 	gpu_fwd(label, ops, &D);
+	if (c->flash)
+		expect_flash(label, &D, c, nsaved, sentinel, bf16);
 	d2h(gy, D.y, (size_t)H.ny * sizeof(float));
 	double ynorm = expect_close(label, "y", gy, H.y, H.ny, tol);
 	if (bf16 && c->bf16_shows)
@@ -700,7 +703,7 @@ static void run_case(int idx)
 	free(gy), free(gy2), free(gdx), free(gdx2);
 	ops->destroy(D.state);
 	dfree_all();
-	host_close(&H, ops);
+	inst_close(&H);
 }
 
 START_TEST(test_case_fp32)

@@ -8,17 +8,22 @@
  *   y   = att proj_weight^T + proj_bias       [R, d]
  *
  * Saved, as the CPU layer lays it out: qkv [B, T, 3d], P [B, H, T, T]
- * (pre-dropout), att [B, T, d], region after region.
+ * (pre-dropout), att [B, T, d], region after region.  Under bf16, where
+ * flash_attention.cuh takes the shape (ph_flash_usable), the core is fused
+ * and the P region holds only L2 [B, H, T] (each row's log2 softmax
+ * denominator) at its start; fp32 keeps the materialised core.
  *
  * Device scratch (meta.device_scratch_bytes, set by attention.c):
  *   forward:  Pd [H, T, T]                         (dropout only)
  *   backward: datt [R, d], dqkv [R, 3d], dP [H, T, T], Pd [H, T, T] (dropout only)
+ *   (fused: nothing in the forward; D [<=T samples, H, T] in dP's place)
  *
  * Bias gradients are column sums with a fixed order (ph_k_colsum_acc): no
  * atomics, so a run repeats bit for bit on the same GPU.
  */
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
+#include "flash_attention.cuh"
 
 static int check_call(const ph_ctx *ctx, int max_batch, ph_err *err)
 {
@@ -57,7 +62,11 @@ extern "C" int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, fl
 		return rc;
 	if ((rc = ph_gemm(ctx, 0, 1, R, 3 * d, d, 1.0f, x, d, params[0], d, 1.0f, qkv, 3 * d, err)))
 		return rc;
-	if ((rc = ph_attn_forward(ctx, &g, B, drop, key, qkv, P, att, (float *)ctx->scratch, err)))
+	if (ph_flash_usable(ctx, &g))
+		rc = ph_flash_forward(ctx, &g, B, drop, key, qkv, P, att, err);
+	else
+		rc = ph_attn_forward(ctx, &g, B, drop, key, qkv, P, att, (float *)ctx->scratch, err);
+	if (rc)
 		return rc;
 	/* y = att proj^T + b */
 	if ((rc = ph_attn_bias_rows(ctx, y, params[3], R, d, err)))
@@ -100,7 +109,11 @@ extern "C" int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, f
 			return rc;
 		PH_CUDA_TRY(err, ph_k_colsum_acc(PH_STREAM(ctx), dy, R, d, grads[3]));
 	}
-	if ((rc = ph_attn_backward(ctx, &g, B, drop, key, qkv, P, datt, dqkv, tmp, err)))
+	if (ph_flash_usable(ctx, &g))
+		rc = ph_flash_backward(ctx, &g, B, drop, key, qkv, P, att, datt, dqkv, tmp, err);
+	else
+		rc = ph_attn_backward(ctx, &g, B, drop, key, qkv, P, datt, dqkv, tmp, err);
+	if (rc)
 		return rc;
 	if (grads) {
 		if ((rc = ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, x, d, 1.0f, grads[0], d, err)))

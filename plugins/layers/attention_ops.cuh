@@ -21,6 +21,10 @@
  * drawn again wherever it is needed, never stored.
  *
  * Every reduction is a warp's fixed shuffle tree: results repeat run to run.
+ *
+ * Under bf16, flash_attention.cuh fuses this core (no [B, H, T, T] in
+ * memory) for hd a multiple of 16 up to 128; this one stays the fp32 path
+ * and the reference.
  */
 #ifndef PH_LAYERS_ATTENTION_OPS_CUH
 #define PH_LAYERS_ATTENTION_OPS_CUH

@@ -14,14 +14,19 @@
  * Parameters, saved layout, dropout keys and element indices are exactly
  * gpt_block.c's (see its header); the element-wise kernels come from
  * cuda_ops.cuh (bitwise the CPU's), the products from the host's GEMM.
+ * Under bf16, where flash_attention.cuh takes the shape (ph_flash_usable),
+ * the attention core is fused: the saved P region then holds only L2
+ * [B, H, T] at its start; fp32 keeps the materialised core.
  *
  * Device scratch (gpt_block.c's meta sets device_scratch_bytes):
  *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
  *   backward: dx1, dbr, dh, dh1 [R, d] each, dgu [R, rd], dqkv [R, 3d],
- *             then dP [H, T, T] and Pd [H, T, T] (dropout only)
+ *             then dP [H, T, T] and Pd [H, T, T] (dropout only); the fused
+ *             core uses dP's place for D [<=T samples, H, T]
  */
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
+#include "flash_attention.cuh"
 #include "gpt_block_state.h"
 
 enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS };
@@ -99,7 +104,11 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
 	TRY(ph_attn_bias_rows(ctx, v.qkv, bias, R, 3 * d, err));
 	TRY(ph_gemm(ctx, 0, 1, R, 3 * d, d, 1.0f, v.h1, d, params[P_QKV], d, 1.0f, v.qkv, 3 * d, err));
-	TRY(ph_attn_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, pd, err));
+	if (ph_flash_usable(ctx, &ag))
+		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, err));
+	else
+		TRY(ph_attn_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, pd,
+				    err));
 	TRY(ph_attn_bias_rows(ctx, tmp, bias + 3 * d, R, d, err));
 	TRY(ph_gemm(ctx, 0, 1, R, d, d, 1.0f, v.att, d, params[P_PROJ], d, 1.0f, tmp, d, err));
 	PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID1), drop, g->rate, g->scale, x, tmp, v.x1,
@@ -182,8 +191,12 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 3 * d));
 	}
 	TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
-	TRY(ph_attn_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh, dqkv, tmp,
-			     err));
+	if (ph_flash_usable(ctx, &ag))
+		TRY(ph_flash_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, dh,
+				      dqkv, tmp, err));
+	else
+		TRY(ph_attn_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh, dqkv,
+				     tmp, err));
 	if (grads) {
 		TRY(ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, v.h1, d, 1.0f, grads[P_QKV], d, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dqkv, R, 3 * d, grads[P_BIAS]));

@@ -80,9 +80,11 @@ plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS
 # service (include/pipehost/device.h), so only conv2d links a CUDA library
 # beyond the runtime (cuDNN).
 CUDA_TWIN_DEPS = $(top_srcdir)/plugins/layers/cuda_common.cuh $(top_srcdir)/plugins/layers/cuda_ops.cuh \
-	$(top_srcdir)/plugins/layers/attention_ops.cuh $(top_srcdir)/plugins/layers/cuda_glue.h \
+	$(top_srcdir)/plugins/layers/attention_ops.cuh $(top_srcdir)/plugins/layers/flash_attention.cuh \
+	$(top_srcdir)/plugins/layers/cuda_glue.h \
 	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/rng.h
 EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins/layers/attention_ops.cuh \
+	plugins/layers/flash_attention.cuh \
 	plugins/layers/cuda_glue.h \
 	plugins/layers/linear_cuda.cu \
 	plugins/layers/relu_cuda.cu \

@@ -1,0 +1,818 @@
+/*
+ * flash_attention.cuh: the causal attention core fused for bf16 runs
+ * (FlashAttention-2, Dao 2023), shared by attention_cuda.cu and
+ * gpt_block_cuda.cu.  The plain reference is the materialised core in
+ * attention_ops.cuh (and the CPU's tf_attn_forward / tf_attn_backward):
+ * same layouts, same formulas, same dropout stream; this one never holds
+ * the scores [B, H, T, T] in memory.
+ *
+ * When: ctx->precision == PH_PREC_BF16 and hd a multiple of 16 up to 128
+ * (ph_flash_usable).  Any T: tiles past T are zero-filled and masked.
+ * Needs sm_80 or newer (bf16 wmma; configure's NVCC_ARCH is sm_90).
+ * fp32 keeps the materialised path, which tracks the CPU to rounding;
+ * PIPEHOST_ATTN_FLASH=0 in the environment also keeps it (to time one
+ * against the other on the same build).
+ *
+ * Layouts (attention_ops.cuh's): qkv [B, T, 3d] (q | k | v, head h at
+ * columns h*hd of each), att [B, T, d].  Instead of P [B, H, T, T] the
+ * forward saves, at the start of the P region,
+ *   L2 [B, H, T]   log2 of each query row's softmax denominator:
+ *                  L2_i = log2 sum_{j<=i} 2^(x_ij),  x_ij = s_ij * log2(e),
+ *                  s_ij = q_i . k_j / sqrt(hd)
+ * so that P_ij = 2^(x_ij - L2_i) can be recomputed in the backward.  The
+ * rest of the region is not touched.
+ *
+ * Precision: q, k, v, dO are fp32 in memory and rounded to bf16 as their
+ * tiles enter shared memory; P and dS are rounded to bf16 before their
+ * products; every product accumulates in fp32 on the tensor cores (wmma,
+ * 16x16x16), and the softmax statistics, O, D and the gradients stay fp32.
+ * That is what the materialised path under bf16 does too (its GEMMs round
+ * their inputs), so both sit within the bf16 rows of test-cuda-layers.
+ *
+ * Dropout on P, when rate > 0, is the materialised path's exactly:
+ * element ((b*H + h)*T + i)*T + j is kept iff ph_rng_uniform(key, that
+ * index) >= rate, then scaled by 1/(1 - rate); drawn in the kernels
+ * (Philox is counter-based), never stored.
+ *
+ * Forward, one block per (b, h, 64 query rows), 4 warps of 16 rows each;
+ * K and V tiles of BC keys (64 for hd <= 64, 32 above, to stay within
+ * 48 KiB of static shared memory) stream through shared memory:
+ *   S = Q K^T (wmma)  ->  per-warp tile in shared memory  ->  online
+ *   softmax by the lanes (2 lanes per row)  ->  P (bf16) in shared memory
+ *   ->  O += P V (wmma, O in accumulator fragments).
+ * wmma's element layout is unspecified, so anything row-wise (the softmax,
+ * rescaling O when a row's running max moves, the final 1/l) happens on
+ * tiles stored to shared memory, never on fragment elements by position.
+ * The running max m moves only when a tile's max exceeds it by more than
+ * 8 (log2 units; the conditional rescaling of FlashAttention-4): p =
+ * 2^(x - m) then stays below 256, harmless in fp32 and bf16, O / l is the
+ * same mathematically, and the rescale of O (a store and a load of its
+ * fragments) is skipped on most tiles.
+ *
+ * Backward, deterministic, no atomics:
+ *   D_i = rowsum(dO_i * O_i)            (ph_fa_rowdot_kernel, fp32)
+ *   dK, dV: one block per (b, h, 64 keys), looping over query tiles:
+ *     P^T = 2^(K Q^T log2e/sqrt(hd) - L2)   dV += drop(P)^T dO
+ *     dP^T = V dO^T (masked)                 dS^T = P^T (dP^T - D)
+ *     dK += dS^T Q                           (then dK /= sqrt(hd))
+ *   dQ: one block per (b, h, 64 queries), looping over key tiles:
+ *     P, dP, dS again;  dQ += dS K           (then dQ /= sqrt(hd))
+ * Each output element is written once, by one block, from sums in a fixed
+ * order: runs repeat bit for bit, and 4 ranks give 1 rank's bytes.
+ */
+#ifndef PH_LAYERS_FLASH_ATTENTION_CUH
+#define PH_LAYERS_FLASH_ATTENTION_CUH
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include <pipehost/rng.h>
+
+#include "attention_ops.cuh" /* ph_attn_geom */
+#include "cuda_common.cuh"
+
+typedef __nv_bfloat16 ph_bf16;
+namespace ph_wmma = nvcuda::wmma;
+
+enum {
+	PH_FA_WARPS = 4,                 /* per block */
+	PH_FA_THREADS = 32 * PH_FA_WARPS,
+	PH_FA_BR = 16 * PH_FA_WARPS      /* rows a block owns: queries (forward, dQ), keys (dK, dV) */
+};
+#define PH_FA_LOG2E 1.4426950408889634f
+#define PH_FA_RESCALE 8.0f /* log2 of how far p may grow before the running max moves */
+#define PH_FA_FULL 0xffffffffu
+
+/* Tile sizes for one head dimension (a multiple of 16, at most 128). */
+template <int HD> struct ph_fa_dims {
+	static_assert(HD % 16 == 0 && HD >= 16 && HD <= 128, "flash attention: hd a multiple of 16 up to 128");
+	/* the inner loop's tile: keys (forward, dQ) or queries (dK, dV) */
+	static constexpr int BC = HD <= 64 ? 64 : 32;
+	/* row strides in elements, padded by 16 bytes or more so that the rows
+	 * of a 16x16 fragment fall in different shared-memory banks; wmma
+	 * wants them multiples of 8 (bf16) or 4 (float) */
+	static constexpr int LDH = HD + 8; /* bf16 [rows][HD] tiles of q, k, v, dO */
+	static constexpr int LDS = BC + 8; /* fp32 [16][BC] per warp: S, dP, O on its way out */
+	static constexpr int LDP = BC + 8; /* bf16 [16][BC] per warp: P, dS */
+	static constexpr int NF = HD / 16; /* fragments across hd */
+	static constexpr int NB = BC / 16; /* fragments across BC */
+	static constexpr int CH = BC / 8;  /* 4-column chunks per lane of a [16][BC] tile */
+	/* the loops fetch their next tile while they compute (ph_fa_tile);
+	 * above hd 64 the registers for it run out (ptxas spills), so there
+	 * a tile is fetched when it is needed */
+	static constexpr bool PF = HD <= 64;
+};
+
+/* Shared memory of every kernel here (static, <= 48 KiB: nvcc refuses more
+ * without an opt-in).  kv holds two [BC][LDH] tiles (K and V, or Q and dO);
+ * before the loop it stages one [PH_FA_BR][LDH] tile (2*BC >= PH_FA_BR)
+ * whose rows go into each warp's fragments. */
+template <int HD> struct alignas(32) ph_fa_smem {
+	typedef ph_fa_dims<HD> D;
+	ph_bf16 kv[2 * D::BC * D::LDH];
+	float s[PH_FA_WARPS][16 * D::LDS];
+	ph_bf16 p[PH_FA_WARPS][16 * D::LDP];
+	float lq[D::BC], dd[D::BC]; /* dK/dV: L2 and D of the query tile */
+};
+
+/* 4 floats in one 16-byte access where aligned (vec4), 4 bf16 in one 8-byte
+ * store */
+#ifdef CUEMU
+struct alignas(16) ph_fa_f4 {
+	float x, y, z, w;
+};
+#else
+typedef float4 ph_fa_f4;
+#endif
+struct alignas(8) ph_fa_bf4 {
+	__nv_bfloat162 a, b;
+};
+
+__device__ static inline ph_fa_f4 ph_fa_ld4(const float *p, int vec4)
+{
+	if (vec4)
+		return __ldg((const ph_fa_f4 *)p);
+	ph_fa_f4 v;
+	v.x = __ldg(p), v.y = __ldg(p + 1), v.z = __ldg(p + 2), v.w = __ldg(p + 3);
+	return v;
+}
+
+__device__ static inline void ph_fa_st4(float *p, float a, float b, float c, float d, int vec4)
+{
+	if (vec4) {
+		ph_fa_f4 v;
+		v.x = a, v.y = b, v.z = c, v.w = d;
+		*(ph_fa_f4 *)p = v;
+	} else {
+		p[0] = a, p[1] = b, p[2] = c, p[3] = d;
+	}
+}
+
+__device__ static inline void ph_fa_stbf4(ph_bf16 *p, float a, float b, float c, float d)
+{
+	ph_fa_bf4 v;
+	v.a = __floats2bfloat162_rn(a, b);
+	v.b = __floats2bfloat162_rn(c, d);
+	*(ph_fa_bf4 *)p = v;
+}
+
+/*
+ * A [ROWS][HD] tile of fp32 rows on its way into shared memory as bf16, in
+ * two steps so that the loop kernels can fetch tile n+1 into registers
+ * before they compute on tile n (the loads' latency, some 1000 cycles from
+ * L2, then hides behind the products instead of stalling every warp at the
+ * next barrier; a block has only 4 warps, and at GPT-2's shapes an SM holds
+ * one or two blocks):
+ *   fetch: rows r0 .. r0+ROWS-1 of src (row stride ld), zeros at or past T
+ *          (so masked scores times them stay 0, never 0 * NaN); the whole
+ *          block takes part, 4 consecutive floats a thread, so a row's
+ *          threads read contiguous memory
+ *   put:   dst [ROWS][HD + 8] = those values rounded to bf16 (nearest even)
+ */
+template <int HD, int ROWS> struct ph_fa_tile {
+	static constexpr int G = HD / 4, N = ROWS * G / PH_FA_THREADS;
+	static_assert(ROWS * G % PH_FA_THREADS == 0, "tile of whole thread groups");
+	ph_fa_f4 v[N];
+
+	__device__ inline void fetch(const float *src, int64_t ld, int r0, int T, int vec4)
+	{
+#pragma unroll
+		for (int it = 0; it < N; it++) {
+			const int g = it * PH_FA_THREADS + (int)threadIdx.x, r = r0 + g / G, c = (g % G) * 4;
+			if (r < T) {
+				v[it] = ph_fa_ld4(src + (int64_t)r * ld + c, vec4);
+			} else {
+				v[it].x = v[it].y = v[it].z = v[it].w = 0.0f;
+			}
+		}
+	}
+	__device__ inline void put(ph_bf16 *dst) const
+	{
+#pragma unroll
+		for (int it = 0; it < N; it++) {
+			const int g = it * PH_FA_THREADS + (int)threadIdx.x;
+			ph_fa_stbf4(dst + (g / G) * (HD + 8) + (g % G) * 4, v[it].x, v[it].y, v[it].z, v[it].w);
+		}
+	}
+};
+
+/* Both steps at once, for the tiles before a loop. */
+template <int HD, int ROWS>
+__device__ static inline void ph_fa_load_tile(ph_bf16 *dst, const float *src, int64_t ld, int r0, int T, int vec4)
+{
+	ph_fa_tile<HD, ROWS> t;
+	t.fetch(src, ld, r0, T, vec4);
+	t.put(dst);
+}
+
+/* The dropout factors of 4 consecutive elements idx .. idx+3 of the
+ * micro-batch's P: scale where ph_rng_uniform(key, idx + e) >= rate, else 0.
+ * One Philox call when idx is a multiple of 4, two otherwise. */
+__device__ static inline void ph_fa_keep4(uint64_t key, uint64_t idx, float rate, float scale, float m[4])
+{
+	const unsigned o = (unsigned)(idx & 3);
+	const ph_philox4 a = ph_philox4x32(key, 0, idx >> 2);
+	const ph_philox4 b = o ? ph_philox4x32(key, 0, (idx >> 2) + 1) : a;
+#pragma unroll
+	for (unsigned e = 0; e < 4; e++) {
+		const unsigned w = o + e;
+		const uint32_t bits = w == 0 ? a.v[0] : w == 1 ? a.v[1] : w == 2 ? a.v[2] : w == 3 ? a.v[3] :
+				      w == 4 ? b.v[0] : w == 5 ? b.v[1] : b.v[2];
+		m[e] = ph_u01(bits) >= rate ? scale : 0.0f;
+	}
+}
+
+/* Fragments */
+typedef ph_wmma::fragment<ph_wmma::matrix_a, 16, 16, 16, ph_bf16, ph_wmma::row_major> ph_fa_a_row;
+typedef ph_wmma::fragment<ph_wmma::matrix_b, 16, 16, 16, ph_bf16, ph_wmma::row_major> ph_fa_b_row;
+typedef ph_wmma::fragment<ph_wmma::matrix_b, 16, 16, 16, ph_bf16, ph_wmma::col_major> ph_fa_b_col;
+typedef ph_wmma::fragment<ph_wmma::accumulator, 16, 16, 16, float> ph_fa_acc;
+
+/*
+ * S [16][16*NB] (fp32, stride LDS, the warp's tile in shared memory) =
+ * A [16][HD] (a's NF fragments) . X^T, X [16*NB][HD] bf16 rows in shared
+ * memory (stride LDH): q k^T, dO v^T, k q^T and v dO^T are all this.
+ */
+template <int HD, int NB>
+__device__ static inline void ph_fa_abt(float *S, const ph_fa_a_row *a, const ph_bf16 *X)
+{
+	typedef ph_fa_dims<HD> D;
+#pragma unroll
+	for (int n = 0; n < NB; n++) {
+		ph_fa_acc s;
+		ph_wmma::fill_fragment(s, 0.0f);
+#pragma unroll
+		for (int f = 0; f < D::NF; f++) {
+			ph_fa_b_col x; /* (k, n) = X[n][k]: X^T */
+			ph_wmma::load_matrix_sync(x, X + 16 * n * D::LDH + 16 * f, D::LDH);
+			ph_wmma::mma_sync(s, a[f], x, s);
+		}
+		ph_wmma::store_matrix_sync(S + 16 * n, s, D::LDS, ph_wmma::mem_row_major);
+	}
+}
+
+/*
+ * acc [16][HD] (NF fragments) += W [16][16*NB] (bf16 in shared memory,
+ * stride LDP) . Y [16*NB][HD] (bf16 rows in shared memory, stride LDH):
+ * P v, dS k, P^T dO and dS^T q.
+ */
+template <int HD, int NB>
+__device__ static inline void ph_fa_acc_wy(ph_fa_acc *acc, const ph_bf16 *W, const ph_bf16 *Y)
+{
+	typedef ph_fa_dims<HD> D;
+#pragma unroll
+	for (int kk = 0; kk < NB; kk++) {
+		ph_fa_a_row w;
+		ph_wmma::load_matrix_sync(w, W + 16 * kk, D::LDP);
+#pragma unroll
+		for (int f = 0; f < D::NF; f++) {
+			ph_fa_b_row y;
+			ph_wmma::load_matrix_sync(y, Y + 16 * kk * D::LDH + 16 * f, D::LDH);
+			ph_wmma::mma_sync(acc[f], w, y, acc[f]);
+		}
+	}
+}
+
+/* a[f] = rows 16*warp .. +15 of a staged [PH_FA_BR][LDH] tile */
+template <int HD> __device__ static inline void ph_fa_rows_to_a(ph_fa_a_row *a, const ph_bf16 *tile, int warp)
+{
+	typedef ph_fa_dims<HD> D;
+#pragma unroll
+	for (int f = 0; f < D::NF; f++)
+		ph_wmma::load_matrix_sync(a[f], tile + 16 * warp * D::LDH + 16 * f, D::LDH);
+}
+
+/*
+ * The warp's 16 rows of acc [16][HD] times a per-row factor, through the
+ * warp's S tile (BC columns, so NB fragments at a time):
+ *   out == NULL: acc[row] *= mul (in place, reloaded)
+ *   out != NULL: out[col] = acc[row][col] * mul, out being the lane's row
+ *                in global memory, when row_ok (the fragments are left alone)
+ * Lane layout as everywhere here: row lane >> 1, 4-column chunks
+ * c = 8t + 4 (lane & 1).  Starts and ends with __syncwarp: S is free to
+ * reuse on both sides.
+ */
+template <int HD>
+__device__ static inline void ph_fa_rows_scale(ph_fa_acc *acc, float *S, float mul, float *out, int row_ok,
+					       int vec4)
+{
+	typedef ph_fa_dims<HD> D;
+	const int lane = threadIdx.x & 31, r = lane >> 1, hh = lane & 1;
+#pragma unroll
+	for (int f0 = 0; f0 < D::NF; f0 += D::NB) {
+		__syncwarp();
+#pragma unroll
+		for (int f = 0; f < D::NB; f++)
+			if (f0 + f < D::NF)
+				ph_wmma::store_matrix_sync(S + 16 * f, acc[f0 + f], D::LDS, ph_wmma::mem_row_major);
+		__syncwarp();
+#pragma unroll
+		for (int t = 0; t < 2 * D::NB; t++) {
+			const int c = 8 * t + 4 * hh;
+			if (f0 + t / 2 >= D::NF) /* chunk t is in fragment f0 + t/2: past hd */
+				break;
+			float *x = S + r * D::LDS + c;
+			const ph_fa_f4 v = *(const ph_fa_f4 *)x;
+			if (out) {
+				if (row_ok)
+					ph_fa_st4(out + 16 * f0 + c, v.x * mul, v.y * mul, v.z * mul, v.w * mul, vec4);
+			} else {
+				ph_fa_f4 w;
+				w.x = v.x * mul, w.y = v.y * mul, w.z = v.z * mul, w.w = v.w * mul;
+				*(ph_fa_f4 *)x = w;
+			}
+		}
+		if (!out) {
+			__syncwarp();
+#pragma unroll
+			for (int f = 0; f < D::NB; f++)
+				if (f0 + f < D::NF)
+					ph_wmma::load_matrix_sync(acc[f0 + f], S + 16 * f, D::LDS,
+								  ph_wmma::mem_row_major);
+		}
+	}
+	__syncwarp();
+}
+
+/* ------------------------------------------------------------------ */
+/* Forward.                                                            */
+
+/*
+ * grid (B*H, ceil(T / 64)), PH_FA_THREADS threads; the heaviest query
+ * tiles (the last, with the most keys) go first.  For b, h, query tile q0:
+ *   att[b, i, h*HD ..] = sum_{j<=i} drop(P_ij) v_j,  P_ij = 2^(x_ij - L2_i)
+ *   L2[(b*H + h)*T + i] for i in q0 .. q0+63, i < T
+ * sl2 = log2(e)/sqrt(hd); b0: the first sample's index in the micro-batch
+ * (for the dropout stream).
+ */
+template <int HD>
+__global__ static void __launch_bounds__(PH_FA_THREADS)
+ph_fa_fwd_kernel(const float *__restrict__ qkv, float *__restrict__ att, float *__restrict__ L2, int H, int T, int d,
+		 float sl2, int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
+{
+	typedef ph_fa_dims<HD> D;
+	__shared__ ph_fa_smem<HD> sh;
+	const int bh = blockIdx.x, b = bh / H, h = bh % H;
+	const int q0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * PH_FA_BR;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, hh = lane & 1;
+	const int64_t ld = 3 * (int64_t)d;
+	const float *qb = qkv + (int64_t)b * T * ld + h * HD, *kb = qb + d, *vb = qb + 2 * d;
+	const int w0 = q0 + 16 * warp, i = w0 + r; /* the warp's first query, the lane's */
+	float *S = sh.s[warp];
+	ph_bf16 *P = sh.p[warp];
+	ph_bf16 *sK = sh.kv, *sV = sh.kv + D::BC * D::LDH;
+
+	/* the warp's 16 query rows, in fragments for the whole loop */
+	ph_fa_a_row qf[D::NF];
+	ph_fa_load_tile<HD, PH_FA_BR>(sh.kv, qb, ld, q0, T, vec4);
+	__syncthreads();
+	ph_fa_rows_to_a<HD>(qf, sh.kv, warp);
+	__syncthreads();
+
+	ph_fa_acc of[D::NF];
+#pragma unroll
+	for (int f = 0; f < D::NF; f++)
+		ph_wmma::fill_fragment(of[f], 0.0f);
+	float m = -INFINITY, l = 0.0f; /* row i's running max (log2 units) and sum, in both its lanes */
+	const uint64_t rowidx = ((uint64_t)(b0 + b) * H + h) * (uint64_t)T + (uint64_t)i; /* dropout: (.. + i)*T + j */
+	const int kend = min(T, q0 + PH_FA_BR), nkt = (kend + D::BC - 1) / D::BC;
+	ph_fa_tile<HD, D::BC> nk, nv; /* the next K and V tiles (in flight with D::PF) */
+	if (D::PF) {
+		nk.fetch(kb, ld, 0, T, vec4);
+		nv.fetch(vb, ld, 0, T, vec4);
+	}
+	for (int kt = 0; kt < nkt; kt++) {
+		const int k0 = kt * D::BC;
+		if (D::PF) {
+			nk.put(sK);
+			nv.put(sV);
+		} else {
+			ph_fa_load_tile<HD, D::BC>(sK, kb, ld, k0, T, vec4);
+			ph_fa_load_tile<HD, D::BC>(sV, vb, ld, k0, T, vec4);
+		}
+		__syncthreads();
+		if (D::PF && kt + 1 < nkt) {
+			nk.fetch(kb, ld, k0 + D::BC, T, vec4);
+			nv.fetch(vb, ld, k0 + D::BC, T, vec4);
+		}
+		/* tiles wholly above the warp's rows are masked out: skip them
+		 * (k0 and w0 are multiples of 16, so a tile the warp takes has
+		 * key k0 <= i for each of its rows: no row is all -inf) */
+		if (k0 <= w0 + 15) {
+			ph_fa_abt<HD, D::NB>(S, qf, sK); /* S = Q K^T */
+			__syncwarp();
+			float x[D::BC / 2];
+			float mx = -INFINITY;
+#pragma unroll
+			for (int t = 0; t < D::CH; t++) {
+				const int c = 8 * t + 4 * hh;
+				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				const float s4[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const float xe = k0 + c + e <= i ? s4[e] * sl2 : -INFINITY; /* causal */
+					x[4 * t + e] = xe;
+					mx = fmaxf(mx, xe);
+				}
+			}
+			mx = fmaxf(mx, __shfl_xor_sync(PH_FA_FULL, mx, 1));
+			const float mnew = mx > m + PH_FA_RESCALE ? mx : m; /* m = -inf: mx */
+			const float alpha = exp2f(m - mnew);                /* 1, or 0 on the first tile */
+			float rs = 0.0f;
+#pragma unroll
+			for (int t = 0; t < D::CH; t++) {
+				const int c = 8 * t + 4 * hh;
+				float p[4], keep[4] = { 1.0f, 1.0f, 1.0f, 1.0f };
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					p[e] = exp2f(x[4 * t + e] - mnew);
+					rs += p[e]; /* the normaliser counts dropped elements too */
+				}
+				if (drop)
+					ph_fa_keep4(key, rowidx * (uint64_t)T + (uint64_t)(k0 + c), rate, dscale, keep);
+				ph_fa_stbf4(P + r * D::LDP + c, p[0] * keep[0], p[1] * keep[1], p[2] * keep[2],
+					    p[3] * keep[3]);
+			}
+			rs += __shfl_xor_sync(PH_FA_FULL, rs, 1); /* a + b == b + a: both lanes agree */
+			l = l * alpha + rs;
+			/* O *= alpha row-wise, only when some row's max moved (O is 0
+			 * before the first tile) */
+			const int moved = __any_sync(PH_FA_FULL, mnew != m);
+			m = mnew;
+			if (kt > 0 && moved)
+				ph_fa_rows_scale<HD>(of, S, alpha, NULL, 0, 0);
+			__syncwarp(); /* P complete */
+			ph_fa_acc_wy<HD, D::NB>(of, P, sV); /* O += P V */
+		}
+		__syncthreads(); /* K, V, S and P free for the next tile */
+	}
+	/* att = O / l, L2 = m + log2 l */
+	float *out = att + ((int64_t)b * T + i) * d + h * HD;
+	ph_fa_rows_scale<HD>(of, S, 1.0f / l, out, i < T, vec4);
+	if (hh == 0 && i < T)
+		L2[(int64_t)bh * T + i] = m + log2f(l);
+}
+
+/* ------------------------------------------------------------------ */
+/* Backward.                                                           */
+
+/*
+ * D[(b*H + h)*T + i] = sum_c dO[b, i, h*hd + c] O[b, i, h*hd + c] for B
+ * samples: one warp per (b, i, h), lanes over c, a fixed shuffle tree.
+ * (= sum_j P_ij dP_ij with the dropout mask inside, as the materialised
+ * softmax backward sums it: O = drop(P) v.)
+ */
+__global__ static void ph_fa_rowdot_kernel(const float *__restrict__ dO, const float *__restrict__ O,
+					   float *__restrict__ Dv, int B, int T, int H, int hd, int d)
+{
+	const int lane = threadIdx.x & 31;
+	const int64_t n = (int64_t)B * T * H, warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+	for (int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w < n; w += warps) {
+		const int h = (int)(w % H);
+		const int64_t row = w / H; /* b*T + i */
+		const float *a = dO + row * d + h * hd, *o = O + row * d + h * hd;
+		float s = 0.0f;
+		for (int c = lane; c < hd; c += 32)
+			s += a[c] * o[c];
+		for (int off = 16; off > 0; off >>= 1)
+			s += __shfl_xor_sync(PH_FA_FULL, s, off);
+		if (lane == 0)
+			Dv[((row / T) * H + h) * T + row % T] = s;
+	}
+}
+
+/*
+ * dK, dV: grid (B*H, ceil(T / 64)), one block per 64 keys (4 warps of 16),
+ * key tile 0 (the one every query sees) first.  For the warp's keys j:
+ *   dv_j = sum_{i>=j} drop(P_ij) dO_i
+ *   dk_j = sm * sum_{i>=j} dS_ij q_i,  dS_ij = P_ij (M_ij dPd_ij - D_i)
+ * written to the k and v columns of dqkv.  The per-warp tiles are
+ * transposed ([16 keys][BC queries]): the lanes' rows are keys.
+ */
+template <int HD>
+__global__ static void __launch_bounds__(PH_FA_THREADS)
+ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, const float *__restrict__ L2,
+		  const float *__restrict__ Dv, float *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
+		  int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
+{
+	typedef ph_fa_dims<HD> D;
+	__shared__ ph_fa_smem<HD> sh;
+	const int bh = blockIdx.x, b = bh / H, h = bh % H;
+	const int k0 = (int)blockIdx.y * PH_FA_BR;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, hh = lane & 1;
+	const int64_t ld = 3 * (int64_t)d;
+	const float *qb = qkv + (int64_t)b * T * ld + h * HD, *kb = qb + d, *vb = qb + 2 * d;
+	const float *ob = dO + (int64_t)b * T * d + h * HD;
+	const int jw = k0 + 16 * warp, j = jw + r; /* the warp's first key, the lane's */
+	float *S = sh.s[warp];
+	ph_bf16 *P = sh.p[warp];
+	ph_bf16 *sQ = sh.kv, *sO = sh.kv + D::BC * D::LDH;
+
+	/* the warp's 16 keys and values, in fragments for the whole loop */
+	ph_fa_a_row kf[D::NF], vf[D::NF];
+	ph_fa_load_tile<HD, PH_FA_BR>(sh.kv, kb, ld, k0, T, vec4);
+	__syncthreads();
+	ph_fa_rows_to_a<HD>(kf, sh.kv, warp);
+	__syncthreads();
+	ph_fa_load_tile<HD, PH_FA_BR>(sh.kv, vb, ld, k0, T, vec4);
+	__syncthreads();
+	ph_fa_rows_to_a<HD>(vf, sh.kv, warp);
+	__syncthreads();
+
+	ph_fa_acc dkf[D::NF], dvf[D::NF];
+#pragma unroll
+	for (int f = 0; f < D::NF; f++) {
+		ph_wmma::fill_fragment(dkf[f], 0.0f);
+		ph_wmma::fill_fragment(dvf[f], 0.0f);
+	}
+	const uint64_t bhT = ((uint64_t)(b0 + b) * H + h) * (uint64_t)T; /* dropout: (bhT + i)*T + j */
+	const float *Lb = L2 + (int64_t)bh * T, *Db = Dv + (int64_t)bh * T;
+	const int qt0 = k0 / D::BC, nqt = (T + D::BC - 1) / D::BC; /* queries before k0 see none of these keys */
+	/* the next Q tile (in flight with D::PF; dO is fetched when it is
+	 * needed: registers for both spill, with dK, dV, K and V held) */
+	ph_fa_tile<HD, D::BC> nq;
+	if (D::PF)
+		nq.fetch(qb, ld, qt0 * D::BC, T, vec4);
+	for (int qt = qt0; qt < nqt; qt++) {
+		const int q0 = qt * D::BC;
+		if (D::PF)
+			nq.put(sQ);
+		else
+			ph_fa_load_tile<HD, D::BC>(sQ, qb, ld, q0, T, vec4);
+		ph_fa_load_tile<HD, D::BC>(sO, ob, d, q0, T, vec4);
+		for (int c = threadIdx.x; c < D::BC; c += PH_FA_THREADS) {
+			const int iq = q0 + c;
+			sh.lq[c] = iq < T ? Lb[iq] : INFINITY; /* rows past T: P = 2^-inf = 0 */
+			sh.dd[c] = iq < T ? Db[iq] : 0.0f;
+		}
+		__syncthreads();
+		if (D::PF && qt + 1 < nqt)
+			nq.fetch(qb, ld, q0 + D::BC, T, vec4);
+		if (q0 + D::BC - 1 >= jw) { /* some query of the tile sees some key of the warp */
+			ph_fa_abt<HD, D::NB>(S, kf, sQ); /* S^T = K Q^T */
+			__syncwarp();
+			float p[D::BC / 2];
+			uint32_t kept = 0; /* bit 4t+e: element kept by dropout */
+#pragma unroll
+			for (int t = 0; t < D::CH; t++) {
+				const int c = 8 * t + 4 * hh;
+				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				const ph_fa_f4 lq = *(const ph_fa_f4 *)(sh.lq + c);
+				const float s4[4] = { v.x, v.y, v.z, v.w }, l4[4] = { lq.x, lq.y, lq.z, lq.w };
+				float pd[4];
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					const int iq = q0 + c + e;
+					p[4 * t + e] = iq >= j ? exp2f(s4[e] * sl2 - l4[e]) : 0.0f;
+					pd[e] = p[4 * t + e];
+					if (drop) {
+						const int k = ph_rng_uniform(key, (bhT + (uint64_t)iq) * (uint64_t)T +
+										  (uint64_t)j) >= rate;
+						kept |= (uint32_t)k << (4 * t + e);
+						pd[e] = k ? pd[e] * dscale : 0.0f;
+					}
+				}
+				ph_fa_stbf4(P + r * D::LDP + c, pd[0], pd[1], pd[2], pd[3]);
+			}
+			__syncwarp(); /* P^T complete, S^T read */
+			ph_fa_acc_wy<HD, D::NB>(dvf, P, sO); /* dV += drop(P)^T dO */
+			ph_fa_abt<HD, D::NB>(S, vf, sO);     /* dP^T = V dO^T */
+			__syncwarp();                        /* dP^T complete, P^T read */
+#pragma unroll
+			for (int t = 0; t < D::CH; t++) {
+				const int c = 8 * t + 4 * hh;
+				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				const ph_fa_f4 dd = *(const ph_fa_f4 *)(sh.dd + c);
+				const float g4[4] = { v.x, v.y, v.z, v.w }, d4[4] = { dd.x, dd.y, dd.z, dd.w };
+				float ds[4];
+#pragma unroll
+				for (int e = 0; e < 4; e++) {
+					float g = g4[e];
+					if (drop)
+						g = (kept >> (4 * t + e)) & 1 ? g * dscale : 0.0f;
+					ds[e] = p[4 * t + e] * (g - d4[e]);
+				}
+				ph_fa_stbf4(P + r * D::LDP + c, ds[0], ds[1], ds[2], ds[3]);
+			}
+			__syncwarp();                        /* dS^T complete */
+			ph_fa_acc_wy<HD, D::NB>(dkf, P, sQ); /* dK += dS^T Q */
+		}
+		__syncthreads(); /* Q, dO, L2, D, S and P free for the next tile */
+	}
+	float *dk = dqkv + ((int64_t)b * T + j) * ld + d + h * HD;
+	ph_fa_rows_scale<HD>(dkf, S, sm, dk, j < T, vec4);
+	ph_fa_rows_scale<HD>(dvf, S, 1.0f, dk + d, j < T, vec4);
+}
+
+/*
+ * dQ: grid (B*H, ceil(T / 64)), one block per 64 queries (4 warps of 16),
+ * the heaviest first, looping over key tiles as the forward does:
+ *   dq_i = sm * sum_{j<=i} dS_ij k_j
+ * written to the q columns of dqkv.
+ */
+template <int HD>
+__global__ static void __launch_bounds__(PH_FA_THREADS)
+ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, const float *__restrict__ L2,
+		const float *__restrict__ Dv, float *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
+		int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
+{
+	typedef ph_fa_dims<HD> D;
+	__shared__ ph_fa_smem<HD> sh;
+	const int bh = blockIdx.x, b = bh / H, h = bh % H;
+	const int q0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * PH_FA_BR;
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, hh = lane & 1;
+	const int64_t ld = 3 * (int64_t)d;
+	const float *qb = qkv + (int64_t)b * T * ld + h * HD, *kb = qb + d, *vb = qb + 2 * d;
+	const float *ob = dO + (int64_t)b * T * d + h * HD;
+	const int w0 = q0 + 16 * warp, i = w0 + r;
+	float *S = sh.s[warp];
+	ph_bf16 *P = sh.p[warp];
+	ph_bf16 *sK = sh.kv, *sV = sh.kv + D::BC * D::LDH;
+
+	ph_fa_a_row qf[D::NF], of[D::NF]; /* the warp's rows of q and dO */
+	ph_fa_load_tile<HD, PH_FA_BR>(sh.kv, qb, ld, q0, T, vec4);
+	__syncthreads();
+	ph_fa_rows_to_a<HD>(qf, sh.kv, warp);
+	__syncthreads();
+	ph_fa_load_tile<HD, PH_FA_BR>(sh.kv, ob, d, q0, T, vec4);
+	__syncthreads();
+	ph_fa_rows_to_a<HD>(of, sh.kv, warp);
+	__syncthreads();
+
+	ph_fa_acc dqf[D::NF];
+#pragma unroll
+	for (int f = 0; f < D::NF; f++)
+		ph_wmma::fill_fragment(dqf[f], 0.0f);
+	const float li = i < T ? L2[(int64_t)bh * T + i] : INFINITY, di = i < T ? Dv[(int64_t)bh * T + i] : 0.0f;
+	const uint64_t rowidx = ((uint64_t)(b0 + b) * H + h) * (uint64_t)T + (uint64_t)i;
+	const int kend = min(T, q0 + PH_FA_BR), nkt = (kend + D::BC - 1) / D::BC;
+	ph_fa_tile<HD, D::BC> nk, nv; /* the next K and V tiles (in flight with D::PF) */
+	if (D::PF) {
+		nk.fetch(kb, ld, 0, T, vec4);
+		nv.fetch(vb, ld, 0, T, vec4);
+	}
+	for (int kt = 0; kt < nkt; kt++) {
+		const int k0 = kt * D::BC;
+		if (D::PF) {
+			nk.put(sK);
+			nv.put(sV);
+		} else {
+			ph_fa_load_tile<HD, D::BC>(sK, kb, ld, k0, T, vec4);
+			ph_fa_load_tile<HD, D::BC>(sV, vb, ld, k0, T, vec4);
+		}
+		__syncthreads();
+		if (D::PF && kt + 1 < nkt) {
+			nk.fetch(kb, ld, k0 + D::BC, T, vec4);
+			nv.fetch(vb, ld, k0 + D::BC, T, vec4);
+		}
+		if (k0 <= w0 + 15) {
+			ph_fa_abt<HD, D::NB>(S, qf, sK); /* S = Q K^T */
+			__syncwarp();
+			float p[D::BC / 2];
+#pragma unroll
+			for (int t = 0; t < D::CH; t++) {
+				const int c = 8 * t + 4 * hh;
+				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				const float s4[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					p[4 * t + e] = k0 + c + e <= i ? exp2f(s4[e] * sl2 - li) : 0.0f;
+			}
+			__syncwarp(); /* S read */
+			ph_fa_abt<HD, D::NB>(S, of, sV); /* dP = dO V^T (before the dropout mask) */
+			__syncwarp();
+#pragma unroll
+			for (int t = 0; t < D::CH; t++) {
+				const int c = 8 * t + 4 * hh;
+				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				float g[4] = { v.x, v.y, v.z, v.w }, keep[4] = { 1.0f, 1.0f, 1.0f, 1.0f };
+				if (drop)
+					ph_fa_keep4(key, rowidx * (uint64_t)T + (uint64_t)(k0 + c), rate, dscale, keep);
+				float ds[4];
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					ds[e] = p[4 * t + e] * (g[e] * keep[e] - di);
+				ph_fa_stbf4(P + r * D::LDP + c, ds[0], ds[1], ds[2], ds[3]);
+			}
+			__syncwarp();                        /* dS complete */
+			ph_fa_acc_wy<HD, D::NB>(dqf, P, sK); /* dQ += dS K */
+		}
+		__syncthreads();
+	}
+	float *dq = dqkv + ((int64_t)b * T + i) * ld + h * HD;
+	ph_fa_rows_scale<HD>(dqf, S, sm, dq, i < T, vec4);
+}
+
+/* ------------------------------------------------------------------ */
+/* Host side.                                                          */
+
+/* PIPEHOST_ATTN_FLASH=0: the materialised path under bf16 too */
+static inline int ph_fa_env_off(void)
+{
+	const char *e = getenv("PIPEHOST_ATTN_FLASH");
+	return e && strcmp(e, "0") == 0;
+}
+
+/* Whether this attention takes the fused path (see the top). */
+static inline int ph_flash_usable(const ph_ctx *ctx, const ph_attn_geom *g)
+{
+	static const int off = ph_fa_env_off(); /* read once (C++ makes that thread-safe) */
+	return !off && ctx->precision == PH_PREC_BF16 && g->hd % 16 == 0 && g->hd >= 16 && g->hd <= 128 && g->T > 0;
+}
+
+static inline int ph_fa_aligned(const void *a, const void *b, const void *c)
+{
+	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
+}
+
+template <int HD>
+static inline void ph_fa_forward_hd(cudaStream_t st, const ph_attn_geom *g, int batch, int drop, uint64_t key,
+				    const float *qkv, float *L2, float *att, float sl2, int vec4)
+{
+	static_assert(sizeof(ph_fa_smem<HD>) <= 48 * 1024, "static shared memory over 48 KiB");
+	const dim3 grid((unsigned)(batch * g->H), (unsigned)((g->T + PH_FA_BR - 1) / PH_FA_BR));
+	ph_fa_fwd_kernel<HD><<<grid, PH_FA_THREADS, 0, st>>>(qkv, att, L2, g->H, g->T, g->d, sl2, drop, key, 0,
+							       g->rate, g->scale, vec4);
+}
+
+template <int HD>
+static inline void ph_fa_backward_hd(cudaStream_t st, const ph_attn_geom *g, int batch, int b0, int drop,
+				     uint64_t key, const float *qkv, const float *L2, const float *Dv,
+				     const float *datt, float *dqkv, float sl2, float sm, int vec4)
+{
+	static_assert(sizeof(ph_fa_smem<HD>) <= 48 * 1024, "static shared memory over 48 KiB");
+	const dim3 grid((unsigned)(batch * g->H), (unsigned)((g->T + PH_FA_BR - 1) / PH_FA_BR));
+	ph_fa_dkdv_kernel<HD><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm,
+								drop, key, b0, g->rate, g->scale, vec4);
+	ph_fa_dq_kernel<HD><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop,
+							      key, b0, g->rate, g->scale, vec4);
+}
+
+#define PH_FA_DISPATCH(hd, call)                                                   \
+	switch (hd) {                                                              \
+	case 16: call(16); break;                                                  \
+	case 32: call(32); break;                                                  \
+	case 48: call(48); break;                                                  \
+	case 64: call(64); break;                                                  \
+	case 80: call(80); break;                                                  \
+	case 96: call(96); break;                                                  \
+	case 112: call(112); break;                                                \
+	case 128: call(128); break;                                                \
+	default: return ph_fail(err, PH_EINTERNAL, "flash attention: hd = %d", hd); \
+	}
+
+/*
+ * Forward from the projected qkv of `batch` samples (ph_attn_forward's
+ * twin; ph_flash_usable(ctx, g) must hold):
+ *   att [B, T, d], L2 [B, H, T] (at the start of the saved P region)
+ */
+static inline int ph_flash_forward(const ph_ctx *ctx, const ph_attn_geom *g, int batch, int drop, uint64_t key,
+				   const float *qkv, float *L2, float *att, ph_err *err)
+{
+	const float sm = (float)(1.0 / sqrt((double)g->hd)), sl2 = sm * PH_FA_LOG2E;
+	const int vec4 = ph_fa_aligned(qkv, att, att);
+	const cudaStream_t st = PH_STREAM(ctx);
+	if (batch <= 0)
+		return PH_OK;
+#define PH_FA_FWD(HD) ph_fa_forward_hd<HD>(st, g, batch, drop, key, qkv, L2, att, sl2, vec4)
+	PH_FA_DISPATCH(g->hd, PH_FA_FWD)
+#undef PH_FA_FWD
+	PH_CUDA_CHECK_LAUNCH(err, "flash attention forward");
+	return PH_OK;
+}
+
+/*
+ * Backward (ph_attn_backward's twin): datt [B, T, d] -> dqkv [B, T, 3d]
+ * (=), from qkv, L2 and the forward's att (for D).  tmp: the materialised
+ * path's H*T*T floats of scratch; D [b, H, T] takes b*H*T of it, so the
+ * batch goes in groups of at most T samples.
+ */
+static inline int ph_flash_backward(const ph_ctx *ctx, const ph_attn_geom *g, int batch, int drop, uint64_t key,
+				    const float *qkv, const float *L2, const float *att, const float *datt,
+				    float *dqkv, float *tmp, ph_err *err)
+{
+	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
+	const float sm = (float)(1.0 / sqrt((double)hd)), sl2 = sm * PH_FA_LOG2E;
+	const cudaStream_t st = PH_STREAM(ctx);
+	const int vec4 = ph_fa_aligned(qkv, datt, dqkv);
+	for (int b0 = 0; b0 < batch; b0 += T) {
+		const int nb = batch - b0 < T ? batch - b0 : T;
+		const size_t q = (size_t)b0 * T * ld, o = (size_t)b0 * T * d, l = (size_t)b0 * H * T;
+		const int64_t rows = (int64_t)nb * T * H;
+		ph_fa_rowdot_kernel<<<ph_attn_row_blocks(rows), 32 * PH_ATTN_ROW_WARPS, 0, st>>>(datt + o, att + o, tmp,
+											    nb, T, H, hd, d);
+		PH_CUDA_CHECK_LAUNCH(err, "flash attention backward: D");
+#define PH_FA_BWD(HD) \
+	ph_fa_backward_hd<HD>(st, g, nb, b0, drop, key, qkv + q, L2 + l, tmp, datt + o, dqkv + q, sl2, sm, vec4)
+		PH_FA_DISPATCH(hd, PH_FA_BWD)
+#undef PH_FA_BWD
+		PH_CUDA_CHECK_LAUNCH(err, "flash attention backward");
+	}
+	return PH_OK;
+}
+
+#endif
