@@ -24,7 +24,10 @@
  *  - the attention cases marked .flash ran the fused core under bf16
  *    (flash_attention.cuh: it saves L2 [B, H, T] and leaves the rest of
  *    the P region alone) and the materialised one under fp32 (it writes
- *    all of saved).
+ *    all of saved);
+ *  - in the CUDA emulator (tests/cuemu, which counts them), the forwards
+ *    of linear, attention and gpt_block put their biases in the products'
+ *    epilogues (cuBLASLt), and gpt_block under bf16 its GELU too.
  * Every case runs twice: ctx.precision = PH_PREC_FP32, then PH_PREC_BF16.
  *
  * Tolerances (the CPU result is the reference; "max" is the largest |cpu|
@@ -509,6 +512,52 @@ static void read_grads(dev_inst *D, const inst *H, float **out)
 		d2h(out[p], D->grads[p], (size_t)H->pn[p] * sizeof(float));
 }
 
+/* Fused products (bias, bias + GELU) the layer's forward should ask
+ * cuBLASLt for; -1: no expectation.  cuBLASLt wants 16-byte aligned
+ * operands (core/cuda/gemm.cu falls back to the unfused path otherwise):
+ * every buffer here is its own allocation, and the regions inside saved
+ * (attention_ops.cuh, gpt_block_state.h) start at multiples of T floats
+ * and of T^2, so with T a multiple of 4 all of them are aligned and the
+ * count is exact; with another T some products fall back and at least the
+ * first (qkv, from an aligned input into the start of saved) is fused. */
+static void expected_fused(const gpu_case *c, int bf16, int nparams, int *bias, int *gelu, int *exact)
+{
+	*bias = *gelu = -1;
+	*exact = 1;
+	if (!strcmp(c->type, "linear")) {
+		*bias = nparams == 2; /* W, and b unless bias = no */
+		*gelu = 0;
+		return;
+	}
+	*exact = c->in.d[0] % 4 == 0;
+	if (!strcmp(c->type, "attention")) {
+		*bias = *exact ? 2 : 1;
+		*gelu = 0;
+	} else if (!strcmp(c->type, "gpt_block")) {
+		*bias = !*exact ? 1 : bf16 ? 3 : 4;
+		*gelu = !*exact ? 0 : bf16 ? 1 : 0;
+	}
+}
+
+/* The emulator's counts of fused products (tests/cuemu/cublaslt.cc); on a
+ * real GPU the symbol is absent and the check is skipped. */
+typedef unsigned long (*lt_counter_fn)(int gelu);
+
+static void expect_fused(const char *label, const gpu_case *c, int bf16, int nparams, lt_counter_fn count,
+			 unsigned long bias0, unsigned long gelu0)
+{
+	int bias, gelu, exact;
+	expected_fused(c, bf16, nparams, &bias, &gelu, &exact);
+	if (!count || bias < 0)
+		return;
+	unsigned long db = count(0) - bias0, dg = count(1) - gelu0;
+	ck_assert_msg(exact ? db == (unsigned long)bias && dg == (unsigned long)gelu
+			    : db >= (unsigned long)bias && dg >= (unsigned long)gelu,
+		      "%s: the forward made %lu bias and %lu bias+GELU fused products, expected %s%d and %s%d "
+		      "(PIPEHOST_GEMM_LT=0 or PIPEHOST_GELU_FUSE=0 in the environment?)",
+		      label, db, dg, exact ? "" : "at least ", bias, exact ? "" : "at least ", gelu);
+}
+
 static void gpu_fwd(const char *label, const ph_layer_ops *ops, dev_inst *D)
 {
 	ph_err e = { { 0 } };
@@ -606,7 +655,10 @@ static void run_case(int idx)
 		memcpy(&sentinel, &bits, sizeof sentinel);
 		fill_const(D.ctx.saved, nsaved, sentinel);
 	}
+	lt_counter_fn lt_count = (lt_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_lt_matmuls");
+	const unsigned long lt_bias0 = lt_count ? lt_count(0) : 0, lt_gelu0 = lt_count ? lt_count(1) : 0;
 	gpu_fwd(label, ops, &D);
+	expect_fused(label, c, bf16, H.meta.nparams, lt_count, lt_bias0, lt_gelu0);
 	if (c->flash)
 		expect_flash(label, &D, c, nsaved, sentinel, bf16);
 	d2h(gy, D.y, (size_t)H.ny * sizeof(float));

@@ -3,7 +3,8 @@
  *
  * Loaded by the host only when a rank is placed on a GPU.  One "rank state"
  * per pipeline rank: its GPU, its stream, and cuBLAS and cuDNN handles bound
- * to that stream (handles are not shared between threads).  Everything is
+ * to that stream (handles are not shared between threads); the products
+ * layers ask for are core/cuda/gemm.cu's, one instance per rank.  Everything is
  * queued on the rank's stream; only D2H copies and sumsq wait. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -22,6 +23,7 @@ extern "C" {
 #include "device.h"
 }
 
+#include "gemm.h"
 #include "kernels.cuh"
 
 struct rank_state {
@@ -30,6 +32,7 @@ struct rank_state {
 	cudaStream_t stream;
 	cublasHandle_t blas;
 	cudnnHandle_t dnn;
+	ph_gemm_rank *gemm;   /* the products layers ask for (ctx->gpu) */
 	double *partial;      /* sumsq: per-block partial sums, device */
 	double *result_host;  /* sumsq: pinned host result */
 };
@@ -40,59 +43,6 @@ struct rank_state {
 		if (e_ != cudaSuccess)                                                             \
 			return ph_fail((err), PH_EINTERNAL, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
 	} while (0)
-
-/* ---------------------------------------------------------------- */
-/* GPU services for layers (ph_gpu_api)                              */
-
-static const char *blas_status(cublasStatus_t s)
-{
-	switch (s) {
-	case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialised";
-	case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
-	case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
-	case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
-	case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
-	case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
-	default: return "error";
-	}
-}
-
-/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
- * operands and the M/N roles; the transposes carry over unchanged.
- * fp32 computes in fp32 without TF32 (CUBLAS_COMPUTE_32F_PEDANTIC would also
- * refuse tensor cores; 32F with the default math mode already does), so it
- * tracks the CPU twin to rounding; bf16 rounds the inputs to bf16 inside the
- * kernel and accumulates in fp32 on tensor cores. */
-static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-		    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc, int batch,
-		    ph_err *err)
-{
-	cublasHandle_t h = (cublasHandle_t)ctx->blas;
-	cublasComputeType_t ct = ctx->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-	cublasStatus_t s = cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-						      N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa,
-						      &beta, C, CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
-	if (s != CUBLAS_STATUS_SUCCESS)
-		return ph_fail(err, PH_EINTERNAL, "cuBLAS gemm %dx%dx%d (batch %d): %s", M, N, K, batch, blas_status(s));
-	return PH_OK;
-}
-
-/* Not fused yet: the product, then one pass for the epilogue.  cuBLASLt's
- * BIAS / GELU_AUX_BIAS epilogues are the next step, once measured. */
-static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
-		       const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
-{
-	float *out = epi == PH_EPI_BIAS_GELU ? aux : C;
-	int rc = svc_gemm(ctx, ta, tb, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, out, ldc, 0, 1, err);
-	if (rc || epi == PH_EPI_NONE)
-		return rc;
-	cudaStream_t st = (cudaStream_t)ctx->stream;
-	k_bias_epilogue<<<ph_k_blocks((int64_t)M * N), 256, 0, st>>>(out, C, bias, M, N, ldc, epi == PH_EPI_BIAS_GELU);
-	TRY(err, cudaGetLastError());
-	return PH_OK;
-}
-
-static const ph_gpu_api gpu_api = { sizeof(ph_gpu_api), svc_gemm, svc_gemm_ex };
 
 /* ---------------------------------------------------------------- */
 /* Device ops                                                         */
@@ -131,6 +81,7 @@ static void op_close(void *v)
 		cudnnDestroy(r->dnn);
 	if (r->blas)
 		cublasDestroy(r->blas);
+	ph_gemm_close(r->gemm);
 	if (r->partial)
 		cudaFree(r->partial);
 	if (r->result_host)
@@ -161,7 +112,7 @@ static int op_open(int ordinal, int precision, void **out, ph_err *err)
 		bs = cublasSetStream(r->blas, r->stream);
 	if (bs != CUBLAS_STATUS_SUCCESS) {
 		op_close(r);
-		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuBLAS handle: %s", ordinal, blas_status(bs));
+		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuBLAS handle: %s", ordinal, ph_blas_status(bs));
 	}
 	cudnnStatus_t ds = cudnnCreate(&r->dnn);
 	if (ds == CUDNN_STATUS_SUCCESS)
@@ -170,6 +121,11 @@ static int op_open(int ordinal, int precision, void **out, ph_err *err)
 		op_close(r);
 		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuDNN handle: %s", ordinal,
 			       cudnnGetErrorString(ds));
+	}
+	int rc = ph_gemm_open(r->stream, &r->gemm, err);
+	if (rc) {
+		op_close(r);
+		return rc;
 	}
 	*out = r;
 	return PH_OK;
@@ -188,7 +144,7 @@ static void op_fill_ctx(void *v, ph_ctx *ctx)
 	ctx->stream = r->stream;
 	ctx->blas = r->blas;
 	ctx->dnn = r->dnn;
-	ctx->gpu = &gpu_api;
+	ctx->gpu = ph_gemm_services(r->gemm);
 	ctx->precision = r->precision;
 }
 

@@ -1,5 +1,5 @@
-/* Kernels of the CUDA backend: the optimizer, gradient housekeeping and
- * the GEMM epilogue.  The optimizer mirrors core/optim.c operation for
+/* Kernels of the CUDA backend: the optimizer and gradient
+ * housekeeping.  The optimizer mirrors core/optim.c operation for
  * operation with the _rn intrinsics, which nvcc never fuses into FMAs, so a
  * GPU step rounds exactly as the CPU's plain float loop does. */
 #ifndef PH_CUDA_KERNELS_CUH
@@ -113,23 +113,6 @@ __global__ static void k_sumsq_final(const double *partial, double *out)
 	}
 	if (threadIdx.x == 0)
 		out[0] = sh[0];
-}
-
-/* pre: [M, N] (leading dimension ld) holds A*B.  pre += bias; with gelu,
- * out = gelu_tanh(pre) (pre kept for the backward), else out is pre. */
-__global__ static void k_bias_epilogue(float *pre, float *out, const float *bias, int M, int N, int ld, int gelu)
-{
-	int64_t total = (int64_t)M * N;
-	K_GRID_STRIDE(k, total)
-	{
-		int64_t i = k / N, j = k % N;
-		float x = pre[i * ld + j] + bias[j];
-		pre[i * ld + j] = x;
-		if (gelu) {
-			float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-			out[i * ld + j] = 0.5f * x * (1.f + tanhf(u));
-		}
-	}
 }
 
 #endif

@@ -57,10 +57,8 @@ extern "C" int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, fl
 	const int drop = ctx->training && rate > 0.0f;
 	const uint64_t key = ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer);
 
-	/* qkv = x W^T + b: preload the bias, the GEMM accumulates onto it */
-	if ((rc = ph_attn_bias_rows(ctx, qkv, params[1], R, 3 * d, err)))
-		return rc;
-	if ((rc = ph_gemm(ctx, 0, 1, R, 3 * d, d, 1.0f, x, d, params[0], d, 1.0f, qkv, 3 * d, err)))
+	/* qkv = x W^T + b, the bias in the product's epilogue */
+	if ((rc = ph_gemm_xwt_bias(ctx, R, 3 * d, d, x, params[0], params[1], qkv, err)))
 		return rc;
 	if (ph_flash_usable(ctx, &g))
 		rc = ph_flash_forward(ctx, &g, B, drop, key, qkv, P, att, err);
@@ -69,9 +67,7 @@ extern "C" int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, fl
 	if (rc)
 		return rc;
 	/* y = att proj^T + b */
-	if ((rc = ph_attn_bias_rows(ctx, y, params[3], R, d, err)))
-		return rc;
-	return ph_gemm(ctx, 0, 1, R, d, d, 1.0f, att, d, params[2], d, 1.0f, y, d, err);
+	return ph_gemm_xwt_bias(ctx, R, d, d, att, params[2], params[3], y, err);
 }
 
 /*

@@ -57,22 +57,6 @@ static inline unsigned ph_attn_row_blocks(int64_t rows)
 /* ------------------------------------------------------------------ */
 /* Kernels.                                                            */
 
-/* out [rows, n] = bias [n] broadcast down the rows: a GEMM with beta = 1
- * then adds the product onto it, as the CPU layers preload their biases. */
-__global__ static void ph_attn_bias_rows_kernel(float *out, const float *bias, int64_t rows, int n)
-{
-	PH_GRID_STRIDE(i, rows * n)
-		out[i] = bias[i % n];
-}
-
-static inline int ph_attn_bias_rows(const ph_ctx *ctx, float *out, const float *bias, int64_t rows, int n,
-				    ph_err *err)
-{
-	ph_attn_bias_rows_kernel<<<ph_blocks(rows * n), 256, 0, PH_STREAM(ctx)>>>(out, bias, rows, n);
-	PH_CUDA_CHECK_LAUNCH(err, "attention bias broadcast");
-	return PH_OK;
-}
-
 /*
  * Causal softmax in place, one warp per row, tf_attn_forward's arithmetic:
  *   P [rows, T]: row `row` is query i = row % T of some (sample, head); on

@@ -50,4 +50,29 @@ static inline int ph_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K
 	return ctx->gpu->gemm(ctx, ta, tb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, err);
 }
 
+/* y [M, N] = x [M, K] . W^T + bias (W [N, K], bias [N]; NULL: none), every
+ * matrix dense.  The bias rides in the product's epilogue (ph_gpu_api's
+ * gemm_ex: cuBLASLt where it takes the shape), not in a pass of its own. */
+static inline int ph_gemm_xwt_bias(const ph_ctx *ctx, int M, int N, int K, const float *x, const float *W,
+				   const float *bias, float *y, ph_err *err)
+{
+	if (!ctx->gpu)
+		return ph_fail(err, PH_EINTERNAL, "no GPU services in the call context");
+	if (!bias)
+		return ctx->gpu->gemm(ctx, 0, 1, M, N, K, 1.0f, x, K, 0, W, K, 0, 0.0f, y, N, 0, 1, err);
+	return ctx->gpu->gemm_ex(ctx, 0, 1, M, N, K, x, K, W, K, y, N, PH_EPI_BIAS, bias, NULL, err);
+}
+
+/* The same with GELU fused: u [M, N] = x W^T + bias (kept for the
+ * backward), g = gelu_tanh(u).  The epilogue's GELU is the library's tanh
+ * form, not cuda_ops.cuh's bit-for-bit twin of the CPU's: for bf16 runs,
+ * which track the CPU to bf16 tolerance anyway. */
+static inline int ph_gemm_xwt_bias_gelu(const ph_ctx *ctx, int M, int N, int K, const float *x, const float *W,
+					const float *bias, float *u, float *g, ph_err *err)
+{
+	if (!ctx->gpu)
+		return ph_fail(err, PH_EINTERNAL, "no GPU services in the call context");
+	return ctx->gpu->gemm_ex(ctx, 0, 1, M, N, K, x, K, W, K, g, N, PH_EPI_BIAS_GELU, bias, u, err);
+}
+
 #endif

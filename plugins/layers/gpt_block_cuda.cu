@@ -13,7 +13,8 @@
  *
  * Parameters, saved layout, dropout keys and element indices are exactly
  * gpt_block.c's (see its header); the element-wise kernels come from
- * cuda_ops.cuh (bitwise the CPU's), the products from the host's GEMM.
+ * cuda_ops.cuh (bitwise the CPU's), the products from the host's GEMM with
+ * the biases (and, under bf16, the GELU) in its epilogue.
  * Under bf16, where flash_attention.cuh takes the shape (ph_flash_usable),
  * the attention core is fused: the saved P region then holds only L2
  * [B, H, T] at its start; fp32 keeps the materialised core.
@@ -24,6 +25,9 @@
  *             then dP [H, T, T] and Pd [H, T, T] (dropout only); the fused
  *             core uses dP's place for D [<=T samples, H, T]
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
 #include "flash_attention.cuh"
@@ -79,6 +83,23 @@ static ph_attn_geom attn_geom(const gpt_block_dims *g)
 	return a;
 }
 
+/* Under bf16 the MLP's GELU rides in the fc product's epilogue (one pass
+ * less over [R, rd]: cuBLASLt's tanh GELU, to bf16 tolerance of the CPU's);
+ * fp32 keeps cuda_ops.cuh's bit-for-bit twin of the CPU's GELU.
+ * PIPEHOST_GELU_FUSE=0 in the environment keeps it separate under bf16 too,
+ * to time one against the other on the same build. */
+static int gelu_env_off(void)
+{
+	const char *e = getenv("PIPEHOST_GELU_FUSE");
+	return e && strcmp(e, "0") == 0;
+}
+
+static int gelu_fused(const ph_ctx *ctx)
+{
+	static const int off = gelu_env_off(); /* read once (C++ makes that thread-safe) */
+	return !off && ctx->precision == PH_PREC_BF16;
+}
+
 #define TRY(call)                         \
 	do {                              \
 		if ((rc = (call)) != PH_OK) \
@@ -102,25 +123,25 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 
 	/* attention branch */
 	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
-	TRY(ph_attn_bias_rows(ctx, v.qkv, bias, R, 3 * d, err));
-	TRY(ph_gemm(ctx, 0, 1, R, 3 * d, d, 1.0f, v.h1, d, params[P_QKV], d, 1.0f, v.qkv, 3 * d, err));
+	TRY(ph_gemm_xwt_bias(ctx, R, 3 * d, d, v.h1, params[P_QKV], bias, v.qkv, err));
 	if (ph_flash_usable(ctx, &ag))
 		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, err));
 	else
 		TRY(ph_attn_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, pd,
 				    err));
-	TRY(ph_attn_bias_rows(ctx, tmp, bias + 3 * d, R, d, err));
-	TRY(ph_gemm(ctx, 0, 1, R, d, d, 1.0f, v.att, d, params[P_PROJ], d, 1.0f, tmp, d, err));
+	TRY(ph_gemm_xwt_bias(ctx, R, d, d, v.att, params[P_PROJ], bias + 3 * d, tmp, err));
 	PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID1), drop, g->rate, g->scale, x, tmp, v.x1,
 					  n));
 
 	/* MLP branch */
 	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, v.h2, v.mean2, v.rstd2, R, d, GPT_LN_EPS));
-	TRY(ph_attn_bias_rows(ctx, v.u, bias + 4 * d, R, rd, err));
-	TRY(ph_gemm(ctx, 0, 1, R, rd, d, 1.0f, v.h2, d, params[P_FC], d, 1.0f, v.u, rd, err));
-	PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, v.g, (int64_t)R * rd));
-	TRY(ph_attn_bias_rows(ctx, tmp, bias + 4 * d + rd, R, d, err));
-	TRY(ph_gemm(ctx, 0, 1, R, d, rd, 1.0f, v.g, rd, params[P_FCPROJ], rd, 1.0f, tmp, d, err));
+	if (gelu_fused(ctx)) {
+		TRY(ph_gemm_xwt_bias_gelu(ctx, R, rd, d, v.h2, params[P_FC], bias + 4 * d, v.u, v.g, err));
+	} else {
+		TRY(ph_gemm_xwt_bias(ctx, R, rd, d, v.h2, params[P_FC], bias + 4 * d, v.u, err));
+		PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, v.g, (int64_t)R * rd));
+	}
+	TRY(ph_gemm_xwt_bias(ctx, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, tmp, err));
 	PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale, v.x1, tmp, y,
 					  n));
 	return PH_OK;

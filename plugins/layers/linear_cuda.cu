@@ -5,19 +5,12 @@
  *   x [rows, in] -> y [rows, units];  W [units, in];  b [units]
  *
  * The products go to the host's GEMM (ctx->gpu, at the run's precision),
- * the same three calls as the CPU's cblas_sgemm; the bias is preloaded into
- * y for the forward GEMM to accumulate onto (beta = 1), as on the CPU.  No
+ * the same three calls as the CPU's cblas_sgemm; the forward's bias rides in
+ * the product's epilogue (gemm_ex) where the CPU preloads it into y.  No
  * scratch, no saved state.
  */
 #include "cuda_common.cuh"
 #include "cuda_ops.cuh"
-
-/* y [rows, n] = b [n] on every row */
-__global__ static void linear_bias_rows_kernel(float *y, const float *b, int64_t rows, int n)
-{
-	PH_GRID_STRIDE(i, rows * n)
-		y[i] = b[i % n];
-}
 
 static int check_call(const ph_ctx *ctx, int max_batch, ph_err *err)
 {
@@ -37,14 +30,7 @@ extern "C" int linear_cuda_forward(const ph_ctx *ctx, int64_t lead, int in, int 
 	if (rc || ctx->batch == 0)
 		return rc;
 	const int rows = (int)(ctx->batch * lead);
-	float beta = 0.0f;
-	if (bias) {
-		linear_bias_rows_kernel<<<ph_blocks((int64_t)rows * units), 256, 0, PH_STREAM(ctx)>>>(y, params[1],
-												     rows, units);
-		PH_CUDA_CHECK_LAUNCH(err, "linear: bias");
-		beta = 1.0f;
-	}
-	return ph_gemm(ctx, 0, 1, rows, units, in, 1.0f, x, in, params[0], in, beta, y, units, err);
+	return ph_gemm_xwt_bias(ctx, rows, units, in, x, params[0], bias ? params[1] : NULL, y, err);
 }
 
 /* dx [rows, in] = dy [rows, units] . W [units, in]     (the I half; dx NULL: nothing) */

@@ -42,20 +42,6 @@ EXPORT cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
 	return CUBLAS_STATUS_SUCCESS;
 }
 
-static float to_bf16(float x)
-{
-	uint32_t u;
-	memcpy(&u, &x, 4);
-	if ((u & 0x7f800000u) == 0x7f800000u) { /* inf, nan: truncate, keep nan quiet */
-		u = (u & 0x007fffffu) ? (u | 0x00400000u) & 0xffff0000u : u & 0xffff0000u;
-	} else {
-		u += 0x7fffu + ((u >> 16) & 1u);
-		u &= 0xffff0000u;
-	}
-	memcpy(&x, &u, 4);
-	return x;
-}
-
 static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
 			   const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb,
 			   long long sb, const float *beta, float *C, int ldc, long long sc, int batch, int bf16)
@@ -80,8 +66,8 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
 						float x = ta == CUBLAS_OP_N ? a[i + (int64_t)p * lda] : a[p + (int64_t)i * lda];
 						float y = tb == CUBLAS_OP_N ? b[p + (int64_t)j * ldb] : b[j + (int64_t)p * ldb];
 						if (bf16) {
-							x = to_bf16(x);
-							y = to_bf16(y);
+							x = cuemu::round_bf16(x);
+							y = cuemu::round_bf16(y);
 						}
 						acc += (double)x * (double)y;
 					}

@@ -1,9 +1,12 @@
 /* Shared between the emulator's runtime (cuemu.cc) and its cuBLAS and cuDNN
- * (cublas.cc, cudnn.cc): work those libraries queue on a stream. */
+ * (cublas.cc, cublaslt.cc, cudnn.cc): work those libraries queue on a stream. */
 #ifndef CUEMU_INTERNAL_H
 #define CUEMU_INTERNAL_H
 
 #include <cuda_runtime.h>
+
+#include <stdint.h>
+#include <string.h>
 
 #include <functional>
 
@@ -12,6 +15,22 @@ namespace cuemu {
  * is the null stream).  Capture values, not host pointers the caller may
  * change after the call returns. */
 void enqueue(cudaStream_t s, std::function<void()> fn);
+
+/* x rounded to bf16 (round to nearest even; inf and nan kept, nan quiet):
+ * what tensor cores see of an fp32 input under CUBLAS_COMPUTE_32F_FAST_16BF. */
+static inline float round_bf16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, 4);
+	if ((u & 0x7f800000u) == 0x7f800000u) {
+		u = (u & 0x007fffffu) ? (u | 0x00400000u) & 0xffff0000u : u & 0xffff0000u;
+	} else {
+		u += 0x7fffu + ((u >> 16) & 1u);
+		u &= 0xffff0000u;
+	}
+	memcpy(&x, &u, 4);
+	return x;
+}
 } /* namespace cuemu */
 
 #endif

@@ -4,8 +4,8 @@
 # CPU.  libcuemu.so is preloaded into every test (CUEMU_TESTS_ENV), which is
 # how the CUDA backend and the layers' CUDA twins find it.  A plain make rule,
 # not libtool: it is a test tool, never installed, and the only C++ library.
-CUEMU_SRCS = tests/cuemu/cuemu.cc tests/cuemu/cublas.cc tests/cuemu/cudnn.cc
-CUEMU_HDRS = tests/cuemu/cuemu-internal.h tests/cuemu/include/cuda_runtime.h tests/cuemu/include/cublas_v2.h tests/cuemu/include/cudnn.h \
+CUEMU_SRCS = tests/cuemu/cuemu.cc tests/cuemu/cublas.cc tests/cuemu/cublaslt.cc tests/cuemu/cudnn.cc
+CUEMU_HDRS = tests/cuemu/cuemu-internal.h tests/cuemu/include/cuda_runtime.h tests/cuemu/include/cublas_v2.h tests/cuemu/include/cublasLt.h tests/cuemu/include/cudnn.h \
 	tests/cuemu/include/cuda_bf16.h tests/cuemu/include/mma.h
 EXTRA_DIST += $(CUEMU_SRCS) $(CUEMU_HDRS) tests/cuemu/cuemu-cc.sh tests/cuemu/README.md \
 	tests/cuemu/selftest.cu tests/test-cuemu.sh
@@ -24,7 +24,7 @@ tests/cuemu/selftest: $(top_srcdir)/tests/cuemu/selftest.cu $(CUEMU_HDRS:%=$(top
 all-local: tests/cuemu/libcuemu.so
 # Every CUDA object is compiled against the emulator's headers: rebuild them
 # when those change (the launch is inlined from cuda_runtime.h).
-CUEMU_CUDA_OBJS = core/cuda/backend.lo $(patsubst %.cu,%.lo,$(filter plugins/layers/%_cuda.cu,$(EXTRA_DIST)))
+CUEMU_CUDA_OBJS = core/cuda/backend.lo core/cuda/gemm.lo $(patsubst %.cu,%.lo,$(filter plugins/layers/%_cuda.cu,$(EXTRA_DIST)))
 $(CUEMU_CUDA_OBJS): $(CUEMU_HDRS:%=$(top_srcdir)/%) $(top_srcdir)/tests/cuemu/cuemu-cc.sh
 check_SCRIPTS = tests/cuemu/selftest
 CLEANFILES += tests/cuemu/libcuemu.so tests/cuemu/selftest tests/cuemu/selftest.o

@@ -1,0 +1,359 @@
+/*
+ * gemm.cu: the matrix products a rank offers its layers (ph_gpu_api).
+ *
+ *   gemm     C = alpha op(A) op(B) + beta C, batched: cublasGemmStridedBatchedEx
+ *   gemm_ex  C = epi(op(A) op(B) + bias): cuBLASLt with the BIAS or
+ *            GELU_AUX_BIAS epilogue, so the bias (and GELU) cost no pass of
+ *            their own over C; or, where cuBLASLt refuses the request, the
+ *            product and then one pass (k_bias_epilogue, the same sums)
+ *
+ * Row-major throughout, as cblas with CblasRowMajor: C = op(A) op(B) is
+ * column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first and N, M
+ * swapped; the transposes carry over unchanged, and the bias, one value per
+ * column of the row-major C, is one per row of cuBLAS's D.
+ *
+ * Precision is the run's: fp32 computes in fp32 without TF32 (it tracks the
+ * CPU twin to rounding); bf16 rounds the inputs to bf16 inside the kernel and
+ * accumulates in fp32 on tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF).
+ *
+ * cuBLASLt needs a descriptor, three layouts and a heuristic query per
+ * shape, which cost more host time than a small product takes on the GPU:
+ * each rank keeps the plans it has made (a training step repeats a handful
+ * of shapes) and only re-points bias and aux on a hit.  A plan is chosen
+ * from the shape, the epilogue and the operands' alignment alone, so every
+ * rank, schedule and run picks the same kernel for the same product: the
+ * bitwise contracts of test-gpu.sh hold.  Split-K reductions that add into
+ * the output in place are excluded from the search for the same reason.
+ */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <pipehost/device.h>
+
+#include "gemm.h"
+
+/* What the Hopper documentation suggests for cuBLASLt's workspace. */
+#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+typedef struct {
+	/* the key */
+	int ta, tb, M, N, K, lda, ldb, ldc, epi, precision;
+	uint32_t align_a, align_b, align_c;
+	/* the plan; usable 0: cuBLASLt refused, take the unfused path */
+	int usable;
+	cublasLtMatmulDesc_t op;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+struct ph_gemm_rank {
+	ph_gpu_api api; /* first: ctx->gpu points here, svc_gemm_ex finds the rank from it */
+	cublasLtHandle_t lt;
+	void *workspace;
+	int use_lt;
+	lt_plan *plans;
+	int nplans, cap;
+};
+
+const char *ph_blas_status(cublasStatus_t s)
+{
+	switch (s) {
+	case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialised";
+	case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+	case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+	case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+	case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+	case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+	default: return "error";
+	}
+}
+
+static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc, int batch,
+		    ph_err *err)
+{
+	cublasHandle_t h = (cublasHandle_t)ctx->blas;
+	cublasComputeType_t ct = ctx->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+	cublasStatus_t s = cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+						      N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa,
+						      &beta, C, CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return ph_fail(err, PH_EINTERNAL, "cuBLAS gemm %dx%dx%d (batch %d): %s", M, N, K, batch,
+			       ph_blas_status(s));
+	return PH_OK;
+}
+
+/* ---------------------------------------------------------------- */
+/* The unfused path                                                   */
+
+/* pre [M, N] (leading dimension ld) holds A*B.  pre += bias; with gelu,
+ * out = gelu_tanh(pre) (pre kept for the backward), else out is pre. */
+__global__ static void k_bias_epilogue(float *pre, float *out, const float *bias, int M, int N, int ld, int gelu)
+{
+	int64_t total = (int64_t)M * N;
+	for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+		int64_t i = k / N, j = k % N;
+		float x = pre[i * ld + j] + bias[j];
+		pre[i * ld + j] = x;
+		if (gelu) {
+			float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+			out[i * ld + j] = 0.5f * x * (1.f + tanhf(u));
+		}
+	}
+}
+
+static int gemm_ex_unfused(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
+			   const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux,
+			   ph_err *err)
+{
+	float *pre = epi == PH_EPI_BIAS_GELU ? aux : C;
+	int rc = svc_gemm(ctx, ta, tb, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, pre, ldc, 0, 1, err);
+	if (rc || epi == PH_EPI_NONE)
+		return rc;
+	int64_t n = (int64_t)M * N, blocks = (n + 255) / 256;
+	blocks = blocks < 1 ? 1 : blocks > 65535 * 8 ? 65535 * 8 : blocks;
+	k_bias_epilogue<<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(pre, C, bias, M, N, ldc,
+										  epi == PH_EPI_BIAS_GELU);
+	cudaError_t e = cudaGetLastError();
+	if (e != cudaSuccess)
+		return ph_fail(err, PH_EINTERNAL, "GEMM epilogue: %s", cudaGetErrorString(e));
+	return PH_OK;
+}
+
+/* ---------------------------------------------------------------- */
+/* cuBLASLt plans                                                     */
+
+/* The largest power of two dividing p, at most 256 (cuBLASLt's default
+ * assumption, which the preference lowers to what we have). */
+static uint32_t alignment(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint32_t b = 256;
+	while (b > 1 && a % b)
+		b >>= 1;
+	return b;
+}
+
+static void plan_release(lt_plan *p)
+{
+	if (p->op)
+		cublasLtMatmulDescDestroy(p->op);
+	if (p->la)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->lb)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->lc)
+		cublasLtMatrixLayoutDestroy(p->lc);
+	p->op = NULL;
+	p->la = p->lb = p->lc = NULL;
+}
+
+#define LT_OK(call) ((call) == CUBLAS_STATUS_SUCCESS)
+
+/* Descriptor, layouts and the heuristic's first algorithm for p's key.
+ * Leaves p->usable 0 when cuBLASLt has nothing for it. */
+static void plan_make(ph_gemm_rank *g, lt_plan *p)
+{
+	cublasComputeType_t ct = p->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+	cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+	uint32_t epi = p->epi == PH_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+	int64_t aux_ld = p->ldc;
+	/* cuBLAS's A is our B: stored N x K (op N) or K x N (op T); its B is
+	 * our A: K x M or M x K; D is N x M. */
+	uint64_t a_rows = p->tb ? p->K : p->N, a_cols = p->tb ? p->N : p->K;
+	uint64_t b_rows = p->ta ? p->M : p->K, b_cols = p->ta ? p->K : p->M;
+	p->usable = 0;
+	if (!LT_OK(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F)) ||
+	    !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
+	    !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
+	    !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) ||
+	    (p->epi == PH_EPI_BIAS_GELU &&
+	     !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld))) ||
+	    !LT_OK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, a_rows, a_cols, p->ldb)) ||
+	    !LT_OK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, b_rows, b_cols, p->lda)) ||
+	    !LT_OK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->N, p->M, p->ldc))) {
+		plan_release(p);
+		return;
+	}
+	cublasLtMatmulPreference_t pref = NULL;
+	uint64_t ws = LT_WORKSPACE_BYTES;
+	uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+	cublasLtMatmulHeuristicResult_t res;
+	int found = 0;
+	if (LT_OK(cublasLtMatmulPreferenceCreate(&pref)) &&
+	    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) &&
+	    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+						       sizeof schemes)) &&
+	    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->align_b,
+						       sizeof(uint32_t))) &&
+	    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->align_a,
+						       sizeof(uint32_t))) &&
+	    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->align_c,
+						       sizeof(uint32_t))) &&
+	    LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->align_c,
+						       sizeof(uint32_t))) &&
+	    LT_OK(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &found)) &&
+	    found > 0 && res.state == CUBLAS_STATUS_SUCCESS && res.workspaceSize <= LT_WORKSPACE_BYTES) {
+		p->algo = res.algo;
+		p->usable = 1;
+	}
+	if (pref)
+		cublasLtMatmulPreferenceDestroy(pref);
+	if (!p->usable)
+		plan_release(p);
+}
+
+static int same_key(const lt_plan *a, const lt_plan *b)
+{
+	return a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
+	       a->ldb == b->ldb && a->ldc == b->ldc && a->epi == b->epi && a->precision == b->precision &&
+	       a->align_a == b->align_a && a->align_b == b->align_b && a->align_c == b->align_c;
+}
+
+/* The plan for this key, made on first use; NULL only without memory. */
+static lt_plan *plan_for(ph_gemm_rank *g, const lt_plan *key)
+{
+	for (int i = 0; i < g->nplans; i++)
+		if (same_key(&g->plans[i], key))
+			return &g->plans[i];
+	if (g->nplans == g->cap) {
+		int cap = g->cap ? 2 * g->cap : 16;
+		lt_plan *n = (lt_plan *)realloc(g->plans, (size_t)cap * sizeof *n);
+		if (!n)
+			return NULL;
+		g->plans = n;
+		g->cap = cap;
+	}
+	lt_plan *p = &g->plans[g->nplans++];
+	*p = *key;
+	plan_make(g, p);
+	return p;
+}
+
+/* Once per process: say that a fused product took the slow path, which a
+ * benchmark reader wants to know and a test does not. */
+static void note_refusal(const lt_plan *p, cublasStatus_t s)
+{
+	static int said;
+	if (said)
+		return;
+	said = 1;
+	fprintf(stderr, "pipehost: cuBLASLt refused a %dx%dx%d product with a fused epilogue (%s); "
+			"such products run unfused\n", p->M, p->N, p->K, ph_blas_status(s));
+}
+
+static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
+		       const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
+{
+	ph_gemm_rank *g = (ph_gemm_rank *)ctx->gpu;
+	if (epi != PH_EPI_NONE && epi != PH_EPI_BIAS && epi != PH_EPI_BIAS_GELU)
+		return ph_fail(err, PH_EINTERNAL, "gemm_ex: unknown epilogue %d", epi);
+	if (epi != PH_EPI_NONE && !bias)
+		return ph_fail(err, PH_EINTERNAL, "gemm_ex: epilogue without a bias");
+	if (epi == PH_EPI_BIAS_GELU && !aux)
+		return ph_fail(err, PH_EINTERNAL, "gemm_ex: GELU epilogue without an aux matrix");
+	/* cuBLASLt wants 16-byte vectors for bias and aux and an aux leading
+	 * dimension that is a multiple of 8; below 16 bytes of alignment the
+	 * plain product serves as well. */
+	int lt_ok = g->use_lt && epi != PH_EPI_NONE && M > 0 && N > 0 && K > 0 && alignment(bias) >= 16 &&
+		    alignment(A) >= 16 && alignment(B) >= 16 && alignment(C) >= 16 &&
+		    (epi != PH_EPI_BIAS_GELU || (alignment(aux) >= 16 && ldc % 8 == 0));
+	if (lt_ok) {
+		lt_plan key;
+		memset(&key, 0, sizeof key);
+		key.ta = ta;
+		key.tb = tb;
+		key.M = M;
+		key.N = N;
+		key.K = K;
+		key.lda = lda;
+		key.ldb = ldb;
+		key.ldc = ldc;
+		key.epi = epi;
+		key.precision = ctx->precision;
+		key.align_a = alignment(A);
+		key.align_b = alignment(B);
+		key.align_c = alignment(C);
+		if (epi == PH_EPI_BIAS_GELU && alignment(aux) < key.align_c)
+			key.align_c = alignment(aux);
+		lt_plan *p = plan_for(g, &key);
+		if (!p)
+			return ph_fail(err, PH_ENOMEM, "gemm_ex: out of memory for a cuBLASLt plan");
+		if (p->usable) {
+			const float one = 1.f, zero = 0.f;
+			cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+									   sizeof bias);
+			if (s == CUBLAS_STATUS_SUCCESS && epi == PH_EPI_BIAS_GELU)
+				s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+								   sizeof aux);
+			if (s == CUBLAS_STATUS_SUCCESS)
+				s = cublasLtMatmul(g->lt, p->op, &one, B, p->la, A, p->lb, &zero, C, p->lc, C, p->lc,
+						   &p->algo, g->workspace, LT_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
+			if (s == CUBLAS_STATUS_SUCCESS)
+				return PH_OK;
+			/* refused at the call (nothing was queued): from now on this
+			 * shape takes the unfused path, the same every run */
+			note_refusal(p, s);
+			p->usable = 0;
+			plan_release(p);
+		}
+	}
+	return gemm_ex_unfused(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, epi, bias, aux, err);
+}
+
+/* ---------------------------------------------------------------- */
+
+int ph_gemm_open(cudaStream_t stream, ph_gemm_rank **out, ph_err *err)
+{
+	(void)stream;
+	*out = NULL;
+	ph_gemm_rank *g = (ph_gemm_rank *)calloc(1, sizeof *g);
+	if (!g)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	g->api.struct_size = sizeof(ph_gpu_api);
+	g->api.gemm = svc_gemm;
+	g->api.gemm_ex = svc_gemm_ex;
+	const char *env = getenv("PIPEHOST_GEMM_LT");
+	g->use_lt = !(env && strcmp(env, "0") == 0);
+	if (g->use_lt) {
+		cublasStatus_t s = cublasLtCreate(&g->lt);
+		if (s != CUBLAS_STATUS_SUCCESS) {
+			free(g);
+			return ph_fail(err, PH_EINTERNAL, "cannot create a cuBLASLt handle: %s", ph_blas_status(s));
+		}
+		cudaError_t e = cudaMalloc(&g->workspace, LT_WORKSPACE_BYTES);
+		if (e != cudaSuccess) {
+			cublasLtDestroy(g->lt);
+			free(g);
+			return ph_fail(err, PH_ENOMEM, "cuBLASLt workspace (%zu MiB): %s", LT_WORKSPACE_BYTES >> 20,
+				       cudaGetErrorString(e));
+		}
+	}
+	*out = g;
+	return PH_OK;
+}
+
+/* After the rank's stream has drained (the backend synchronises first). */
+void ph_gemm_close(ph_gemm_rank *g)
+{
+	if (!g)
+		return;
+	for (int i = 0; i < g->nplans; i++)
+		plan_release(&g->plans[i]);
+	free(g->plans);
+	if (g->workspace)
+		cudaFree(g->workspace);
+	if (g->lt)
+		cublasLtDestroy(g->lt);
+	free(g);
+}
+
+const ph_gpu_api *ph_gemm_services(const ph_gemm_rank *g)
+{
+	return &g->api;
+}
