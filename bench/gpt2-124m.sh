@@ -22,7 +22,10 @@
 #
 # Environment: PYTHON (an interpreter with torch; default python3), STEPS
 # (timed, default 20), WARMUP (default 5), M (micro-batches, default 8),
-# TORCH_MB (PyTorch's micro-batches, default M).  Exits 77 with one line
+# TORCH_MB (PyTorch's micro-batches, default M), VARIANTS (1-rank runs
+# with one fast path turned off, to see what each is worth; default
+# "PIPEHOST_ATTN_FLASH=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0", empty
+# for none).  Exits 77 with one line
 # when there is no GPU; without torch it still times pipehost.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,18 +62,21 @@ if [ ! -d /usr/share/games/fortunes ]; then
 	echo "(no /usr/share/games/fortunes: training on $top/core's text instead; throughput is the same)"
 fi
 
-# pipehost with $1 ranks on cuda:0 -> "tokens/s step_ms"
+# pipehost with $1 ranks on cuda:0, $2 (optional) one VAR=VALUE for its
+# environment -> "tokens/s step_ms"
 ph_run() {
+	tag=$1${2:+-${2%%=*}}
 	# shellcheck disable=SC2086 # $data is a list of options
-	if ! "$bin" -c "$ini" $data --set run.stages="$1" --set run.devices=cuda:0 --set run.micro_batches="$m" \
+	if ! env ${2:-} "$bin" -c "$ini" $data --set run.stages="$1" --set run.devices=cuda:0 --set run.micro_batches="$m" \
 		--set schedule.type=1f1b --set run.steps=$((steps + warm)) --set run.log_every=1 \
-		--set "run.metrics=$tmp/m$1.jsonl" </dev/null >"$tmp/ph$1.log" 2>&1; then
-		echo "gpt2-124m.sh: pipehost on $1 rank(s) failed:" >&2
-		tail -5 "$tmp/ph$1.log" >&2
+		--set "run.metrics=$tmp/m$tag.jsonl" </dev/null >"$tmp/ph$tag.log" 2>&1; then
+		echo "gpt2-124m.sh: pipehost on $1 rank(s) ${2:-} failed:" >&2
+		tail -5 "$tmp/ph$tag.log" >&2
 		echo "failed failed"
 		return
 	fi
-	grep '"step"' "$tmp/m$1.jsonl" | grep -v '"eval"' | sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' |
+	grep -h 'cuBLASLt refused' "$tmp/ph$tag.log" >&2 || true
+	grep '"step"' "$tmp/m$tag.jsonl" | grep -v '"eval"' | sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' |
 		awk -v warm="$warm" -v steps="$steps" -v tok="$tokens" '
 			{ t[NR] = $1 }
 			END {
@@ -111,6 +117,12 @@ echo
 
 r=$(ph_run 1) && p1=${r% *} p1ms=${r#* }
 r=$(ph_run 4) && p4=${r% *} p4ms=${r#* }
+variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0}
+vrows=""
+for v in $variants; do
+	r=$(ph_run 1 "$v") && vrows="$vrows$v ${r% *} ${r#* }
+"
+done
 r=$(pt_run eager) && te=${r% *} tems=${r#* }
 r=$(pt_run compile) && tc=${r% *} tcms=${r#* }
 
@@ -129,6 +141,9 @@ ratio() {
 printf '| run | tokens/s | TFLOP/s | ms/step | vs pipehost 1 rank |\n|---|---:|---:|---:|---:|\n'
 row "pipehost, 1 rank on cuda:0" "$p1" "$p1ms"
 row "pipehost, 4 ranks on cuda:0 (1F1B)" "$p4" "$p4ms"
+printf '%s' "$vrows" | while read -r v t ms; do
+	[ -n "$v" ] && row "pipehost, 1 rank, $v" "$t" "$ms"
+done
 row "PyTorch eager" "$te" "$tems"
 row "PyTorch torch.compile" "$tc" "$tcms"
 echo
