@@ -25,7 +25,8 @@
 # TORCH_MB (PyTorch's micro-batches, default M), VARIANTS (1-rank runs
 # with one fast path turned off, to see what each is worth; default
 # "PIPEHOST_ATTN_FLASH=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0", empty
-# for none).  Exits 77 with one line
+# for none), WHOLE (default 1: also pipehost on 1 rank and PyTorch eager
+# with the batch as one micro-batch; 0: not).  Exits 77 with one line
 # when there is no GPU; without torch it still times pipehost.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,11 +64,12 @@ if [ ! -d /usr/share/games/fortunes ]; then
 fi
 
 # pipehost with $1 ranks on cuda:0, $2 (optional) one VAR=VALUE for its
-# environment -> "tokens/s step_ms"
+# environment, $3 (optional) micro-batches instead of M -> "tokens/s step_ms"
 ph_run() {
-	tag=$1${2:+-${2%%=*}}
+	mb=${3:-$m}
+	tag=$1${2:+-${2%%=*}}-$mb
 	# shellcheck disable=SC2086 # $data is a list of options
-	if ! env ${2:-} "$bin" -c "$ini" $data --set run.stages="$1" --set run.devices=cuda:0 --set run.micro_batches="$m" \
+	if ! env ${2:-} "$bin" -c "$ini" $data --set run.stages="$1" --set run.devices=cuda:0 --set run.micro_batches="$mb" \
 		--set schedule.type=1f1b --set run.steps=$((steps + warm)) --set run.log_every=1 \
 		--set "run.metrics=$tmp/m$tag.jsonl" </dev/null >"$tmp/ph$tag.log" 2>&1; then
 		echo "gpt2-124m.sh: pipehost on $1 rank(s) ${2:-} failed:" >&2
@@ -86,23 +88,24 @@ ph_run() {
 			}'
 }
 
-# PyTorch in mode $1 -> "tokens/s step_ms"
+# PyTorch in mode $1, $2 (optional) micro-batches instead of TORCH_MB -> "tokens/s step_ms"
 pt_run() {
+	ptmb=${2:-$tmb}
 	if [ "$torch" = no ]; then
 		echo "n/a n/a"
 		return
 	fi
-	if ! "$py" "$top/bench/gpt2_124m_torch.py" --mode "$1" --micro-batches "$tmb" --steps "$steps" \
-		--warmup "$warm" </dev/null >"$tmp/pt-$1.log" 2>&1; then
+	if ! "$py" "$top/bench/gpt2_124m_torch.py" --mode "$1" --micro-batches "$ptmb" --steps "$steps" \
+		--warmup "$warm" </dev/null >"$tmp/pt-$1-$ptmb.log" 2>&1; then
 		echo "gpt2-124m.sh: PyTorch $1 failed:" >&2
-		tail -5 "$tmp/pt-$1.log" >&2
+		tail -5 "$tmp/pt-$1-$ptmb.log" >&2
 		echo "failed failed"
 		return
 	fi
-	r=$(sed -n 's/^torch-[a-z]* tokens\/s=\([0-9.]*\) .*step_ms=\([0-9.]*\) .*/\1 \2/p' "$tmp/pt-$1.log")
+	r=$(sed -n 's/^torch-[a-z]* tokens\/s=\([0-9.]*\) .*step_ms=\([0-9.]*\) .*/\1 \2/p' "$tmp/pt-$1-$ptmb.log")
 	if [ -z "$r" ]; then
 		echo "gpt2-124m.sh: no tokens/s line from PyTorch $1:" >&2
-		tail -3 "$tmp/pt-$1.log" >&2
+		tail -3 "$tmp/pt-$1-$ptmb.log" >&2
 		r="failed failed"
 	fi
 	echo "$r"
@@ -124,6 +127,11 @@ for v in $variants; do
 "
 done
 r=$(pt_run eager) && te=${r% *} tems=${r#* }
+# the whole batch as one micro-batch, both sides (fewer, larger products)
+if [ "${WHOLE:-1}" = 1 ] && [ "$m" != 1 ]; then
+	r=$(ph_run 1 "" 1) && w1=${r% *} w1ms=${r#* }
+	r=$(pt_run eager 1) && we=${r% *} wems=${r#* }
+fi
 r=$(pt_run compile) && tc=${r% *} tcms=${r#* }
 
 # row NAME TOKENS/S STEP_MS: tokens/s, TFLOP/s, ms and the ratio to pipehost's 1 rank
@@ -145,8 +153,13 @@ printf '%s' "$vrows" | while read -r v t ms; do
 	[ -n "$v" ] && row "pipehost, 1 rank, $v" "$t" "$ms"
 done
 row "PyTorch eager" "$te" "$tems"
+if [ -n "${w1:-}" ]; then
+	row "pipehost, 1 rank, batch as 1 micro-batch" "$w1" "$w1ms"
+	row "PyTorch eager, batch as 1 micro-batch" "$we" "$wems"
+fi
 row "PyTorch torch.compile" "$tc" "$tcms"
 echo
 echo "pipehost / PyTorch eager:   $(ratio "$p1" "$te")"
 echo "pipehost / torch.compile:   $(ratio "$p1" "$tc")"
+[ -n "${w1:-}" ] && echo "pipehost / PyTorch eager, batch as 1 micro-batch: $(ratio "$w1" "$we")"
 echo "4 ranks / 1 rank (one GPU): $(ratio "$p4" "$p1")"
