@@ -310,7 +310,49 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Buffers of one layer. */
+/* Where a layer runs while it is timed: the CPU (dev NULL), or one GPU
+ * rank state of the CUDA backend. */
+typedef struct {
+	const ph_device_ops *dev;
+	void *rs;
+} place;
+
+/* Zeroed memory of `place` (host or device). */
+static void *p_alloc(const place *pl, size_t n)
+{
+	if (!pl->dev)
+		return calloc(n ? n : 1, 1);
+	void *p = NULL;
+	ph_err e = { { 0 } };
+	return pl->dev->alloc(pl->rs, n ? n : 1, &p, &e) == PH_OK ? p : NULL;
+}
+
+static void p_free(const place *pl, void *p)
+{
+	if (!p)
+		return;
+	if (pl->dev)
+		pl->dev->free(pl->rs, p);
+	else
+		free(p);
+}
+
+static int p_upload(const place *pl, void *dst, const void *src, size_t bytes, ph_err *err)
+{
+	if (!pl->dev) {
+		memcpy(dst, src, bytes);
+		return PH_OK;
+	}
+	return pl->dev->copy(pl->rs, dst, src, bytes, PH_COPY_H2D, err);
+}
+
+/* A GPU queues work and returns: wait for it before reading the clock. */
+static int p_wait(const place *pl, ph_err *err)
+{
+	return pl->dev ? pl->dev->sync(pl->rs, err) : PH_OK;
+}
+
+/* Buffers of one layer, in the place's memory. */
 typedef struct {
 	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
 	float *y, *dy, *dx;
@@ -318,29 +360,36 @@ typedef struct {
 	int32_t *targets;
 } bufs;
 
-static void free_bufs(bufs *b)
+static void free_bufs(const place *pl, bufs *b)
 {
 	for (int p = 0; p < PH_MAX_PARAMS; p++) {
-		free(b->params[p]);
-		free(b->grads[p]);
+		p_free(pl, b->params[p]);
+		p_free(pl, b->grads[p]);
 	}
-	free(b->y);
-	free(b->dy);
-	free(b->dx);
-	free(b->saved);
-	free(b->scratch);
-	free(b->targets);
+	p_free(pl, b->y);
+	p_free(pl, b->dy);
+	p_free(pl, b->dx);
+	p_free(pl, b->saved);
+	p_free(pl, b->scratch);
+	p_free(pl, b->targets);
 	memset(b, 0, sizeof *b);
 }
 
-static void *zalloc(size_t n)
+/* n floats of host values h into a fresh buffer of the place. */
+static float *p_floats(const place *pl, const float *h, size_t n, ph_err *err)
 {
-	return calloc(n ? n : 1, 1);
+	float *d = p_alloc(pl, n * sizeof *d);
+	if (d && n && p_upload(pl, d, h, n * sizeof *d, err) != PH_OK) {
+		p_free(pl, d);
+		return NULL;
+	}
+	return d;
 }
 
-/* Time layer i; x is its input (batch B), y comes back in b->y. */
-static int measure(const ph_model *m, int i, const float *x, bufs *b, double *fwd, double *bwd, int *reps,
-		   ph_err *err)
+/* Time layer i; x is its input (batch B, in the place's memory), y comes
+ * back in b->y. */
+static int measure(const place *pl, const ph_model *m, int i, const float *x, bufs *b, double *fwd, double *bwd,
+		   int *reps, ph_err *err)
 {
 	const ph_layer *l = &m->layers[i];
 	const ph_layer_meta *mt = &l->meta;
@@ -348,27 +397,44 @@ static int measure(const ph_model *m, int i, const float *x, bufs *b, double *fw
 	size_t in_n = (size_t)ph_shape_numel(&l->in) * B, out_n = (size_t)ph_shape_numel(&mt->out) * B;
 	int is_loss = (l->ops->flags & PH_LAYER_LOSS) != 0;
 	const char *name = l->cfg ? l->cfg->name : "?";
+	/* on a GPU a layer may ask for another amount of scratch (ABI 1.2), as
+	 * the engine gives it */
+	size_t scratch = pl->dev && mt->device_scratch_bytes ? mt->device_scratch_bytes : mt->scratch_bytes;
 	for (int p = 0; p < mt->nparams; p++) {
 		size_t n = (size_t)ph_shape_numel(&mt->params[p].shape);
-		b->params[p] = malloc((n ? n : 1) * sizeof(float));
-		b->grads[p] = zalloc(n * sizeof(float));
-		if (!b->params[p] || !b->grads[p])
+		float *h = malloc((n ? n : 1) * sizeof *h);
+		if (!h)
 			return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s's parameters", name);
-		init_param(b->params[p], n, &mt->params[p], (uint64_t)i * 16 + (uint64_t)p + 1);
+		init_param(h, n, &mt->params[p], (uint64_t)i * 16 + (uint64_t)p + 1);
+		ph_err e2 = { { 0 } };
+		b->params[p] = p_floats(pl, h, n, &e2);
+		free(h);
+		b->grads[p] = p_alloc(pl, n * sizeof(float));
+		if (!b->params[p] || !b->grads[p])
+			return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s's parameters%s%s", name,
+				       e2.msg[0] ? ": " : "", e2.msg);
 	}
-	b->y = zalloc(out_n * sizeof(float));
-	b->dx = zalloc(in_n * sizeof(float));
-	b->saved = zalloc(mt->saved_bytes * B);
-	b->scratch = zalloc(mt->scratch_bytes);
-	if (is_loss)
-		b->targets = zalloc(B * (size_t)(mt->targets_per_sample > 0 ? mt->targets_per_sample : 1) *
-				    sizeof(int32_t));
-	else
-		b->dy = malloc((out_n ? out_n : 1) * sizeof(float));
+	b->y = p_alloc(pl, out_n * sizeof(float));
+	b->dx = p_alloc(pl, in_n * sizeof(float));
+	b->saved = p_alloc(pl, mt->saved_bytes * B);
+	b->scratch = p_alloc(pl, scratch);
+	if (is_loss) {
+		b->targets = p_alloc(pl, B * (size_t)(mt->targets_per_sample > 0 ? mt->targets_per_sample : 1) *
+						 sizeof(int32_t));
+	} else {
+		float *h = malloc((out_n ? out_n : 1) * sizeof *h);
+		if (h) {
+			fill(h, out_n, -1e-3f, 1e-3f, (uint64_t)i + 12345);
+			ph_err e2 = { { 0 } };
+			b->dy = p_floats(pl, h, out_n, &e2);
+			free(h);
+		}
+	}
 	if (!b->y || !b->dx || !b->saved || !b->scratch || (is_loss ? !b->targets : !b->dy))
 		return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s (micro-batch %d)", name, m->max_batch);
-	if (b->dy)
-		fill(b->dy, out_n, -1e-3f, 1e-3f, (uint64_t)i + 12345);
+	int rc = p_wait(pl, err);
+	if (rc)
+		return rc;
 
 	ph_ctx ctx;
 	memset(&ctx, 0, sizeof ctx);
@@ -379,6 +445,8 @@ static int measure(const ph_model *m, int i, const float *x, bufs *b, double *fw
 	ctx.scratch = b->scratch;
 	ctx.saved = b->saved;
 	ctx.device = PH_DEV_CPU;
+	if (pl->dev)
+		pl->dev->fill_ctx(pl->rs, &ctx);
 	if (is_loss) {
 		ctx.targets = b->targets;
 		ctx.loss_scale = (float)(1.0 / ((double)B * (mt->targets_per_sample > 0 ? mt->targets_per_sample : 1)));
@@ -390,11 +458,15 @@ static int measure(const ph_model *m, int i, const float *x, bufs *b, double *fw
 		ph_err e2 = { { 0 } };
 		ctx.step = (uint64_t)it;
 		double t0 = now_s();
-		int rc = l->ops->forward(l->state, &ctx, b->params, x, b->y, &e2);
+		rc = l->ops->forward(l->state, &ctx, b->params, x, b->y, &e2);
+		if (!rc)
+			rc = p_wait(pl, &e2);
 		if (rc)
 			return ph_fail(err, rc, "profile: layer %s (%s) forward: %s", name, l->ops->head.name, e2.msg);
 		double t1 = now_s();
 		rc = l->ops->backward(l->state, &ctx, b->params, b->grads, x, b->y, b->dy, b->dx, &e2);
+		if (!rc)
+			rc = p_wait(pl, &e2);
 		if (rc)
 			return ph_fail(err, rc, "profile: layer %s (%s) backward: %s", name, l->ops->head.name, e2.msg);
 		double t2 = now_s();
@@ -433,15 +505,61 @@ static void print_table(FILE *out, const ph_model *m, const double *fwd_s, const
 	fprintf(out, "  %-5s %-20s %-16s %10.3f %10.3f\n", "", "total", "", 1e3 * tf, 1e3 * tb);
 }
 
-int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, double *bwd_s, FILE *out,
-		     ph_err *err)
+/* Measure every layer in place pl (the GPU's rank state already open). */
+static int measure_all(const place *pl, const ph_model *m, double *fwd_s, double *bwd_s, ph_err *err)
+{
+	int rc = PH_OK;
+	size_t in_n = (size_t)ph_shape_numel(&m->input) * (size_t)m->max_batch;
+	float *h = malloc((in_n ? in_n : 1) * sizeof *h);
+	if (!h)
+		return ph_fail(err, PH_ENOMEM, "profile: out of memory for the input");
+	/* Input: 0s and 1s, valid both as pixels and as token ids. */
+	fill(h, in_n, 0.0f, 1.0f, 7);
+	for (size_t k = 0; k < in_n; k++)
+		h[k] = h[k] < 0.5f ? 0.0f : 1.0f;
+	ph_err e2 = { { 0 } };
+	float *x = p_floats(pl, h, in_n, &e2);
+	free(h);
+	if (!x)
+		return ph_fail(err, PH_ENOMEM, "profile: no memory for the input%s%s", e2.msg[0] ? ": " : "", e2.msg);
+	bufs prev, cur;
+	memset(&prev, 0, sizeof prev);
+	memset(&cur, 0, sizeof cur);
+	for (int i = 0; i < m->n && !rc; i++) {
+		int reps = 0;
+		rc = measure(pl, m, i, i == 0 ? x : prev.y, &cur, &fwd_s[i], &bwd_s[i], &reps, err);
+		free_bufs(pl, &prev);
+		prev = cur;
+		memset(&cur, 0, sizeof cur);
+	}
+	free_bufs(pl, &prev);
+	free_bufs(pl, &cur);
+	p_free(pl, x);
+	return rc;
+}
+
+int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profile_gpu *gpu, double *fwd_s,
+			double *bwd_s, FILE *out, ph_err *err)
 {
 	if (m->n < 1 || m->max_batch < 1)
 		return ph_fail(err, PH_EINVAL, "profile: the model has %d layers and micro-batch %d; nothing to measure",
 			       m->n, m->max_batch);
-	int threads = openblas_get_num_threads();
-	char device[256], path[4400];
-	cpu_device(device, sizeof device);
+	/* A GPU's costs do not depend on BLAS threads: 0 in the key and out of
+	 * the messages. */
+	int threads = gpu ? 0 : openblas_get_num_threads();
+	char device[256], path[4400], how[64] = "";
+	if (gpu) {
+		char name[128] = "?";
+		size_t total = 0;
+		ph_err e2 = { { 0 } };
+		if (gpu->ops->describe(gpu->ordinal, name, sizeof name, &total, &e2) != PH_OK)
+			return ph_fail(err, PH_EINVAL, "profile: cuda:%d: %s", gpu->ordinal, e2.msg);
+		snprintf(device, sizeof device, "cuda:%d %s %s", gpu->ordinal, name,
+			 gpu->precision == PH_PREC_BF16 ? "bf16" : "fp32");
+	} else {
+		cpu_device(device, sizeof device);
+		snprintf(how, sizeof how, ", %d BLAS thread%s", threads, threads == 1 ? "" : "s");
+	}
 	uint64_t key = ph_profile_key(m, threads, device, NULL, 0);
 	ph_err perr = { { 0 } };
 	int have_path = ph_profile_cache_path(cache_dir, key, path, sizeof path, &perr) == PH_OK;
@@ -449,8 +567,8 @@ int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, do
 		ph_err why = { { 0 } };
 		if (ph_profile_cache_read(path, key, m, fwd_s, bwd_s, &why)) {
 			if (out) {
-				fprintf(out, "profile: cache hit %s (micro-batch %d, %d BLAS thread%s); not measuring again\n",
-					path, m->max_batch, threads, threads == 1 ? "" : "s");
+				fprintf(out, "profile: cache hit %s (%s, micro-batch %d%s); not measuring again\n", path,
+					gpu ? device : "cpu", m->max_batch, how);
 				print_table(out, m, fwd_s, bwd_s);
 			}
 			return PH_OK;
@@ -459,33 +577,23 @@ int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, do
 			fprintf(out, "profile: ignoring the cache: %s\n", why.msg);
 	}
 	if (out) {
-		fprintf(out, "profile: measuring %d layers on %s, micro-batch %d, %d BLAS thread%s (median of up to %d "
-			"after %d warm-up)\n", m->n, device, m->max_batch, threads, threads == 1 ? "" : "s",
-			PH_PROFILE_REPEATS, PH_PROFILE_WARMUP);
+		fprintf(out, "profile: measuring %d layers on %s, micro-batch %d%s (median of up to %d after %d warm-up)\n",
+			m->n, device, m->max_batch, how, PH_PROFILE_REPEATS, PH_PROFILE_WARMUP);
 		fflush(out);
 	}
-	int rc = PH_OK;
-	float *x = NULL;
-	size_t in_n = (size_t)ph_shape_numel(&m->input) * (size_t)m->max_batch;
-	if (!(x = malloc((in_n ? in_n : 1) * sizeof *x)))
-		return ph_fail(err, PH_ENOMEM, "profile: out of memory for the input");
-	/* Input: 0s and 1s, valid both as pixels and as token ids. */
-	fill(x, in_n, 0.0f, 1.0f, 7);
-	for (size_t k = 0; k < in_n; k++)
-		x[k] = x[k] < 0.5f ? 0.0f : 1.0f;
-	bufs prev, cur;
-	memset(&prev, 0, sizeof prev);
-	memset(&cur, 0, sizeof cur);
-	for (int i = 0; i < m->n && !rc; i++) {
-		int reps = 0;
-		rc = measure(m, i, i == 0 ? x : prev.y, &cur, &fwd_s[i], &bwd_s[i], &reps, err);
-		free_bufs(&prev);
-		prev = cur;
-		memset(&cur, 0, sizeof cur);
+	place pl = { NULL, NULL };
+	int rc;
+	if (gpu) {
+		pl.dev = gpu->ops;
+		if ((rc = pl.dev->open(gpu->ordinal, gpu->precision, &pl.rs, err)))
+			return rc;
+		rc = pl.dev->bind(pl.rs, err);
+		if (!rc)
+			rc = measure_all(&pl, m, fwd_s, bwd_s, err);
+		pl.dev->close(pl.rs);
+	} else {
+		rc = measure_all(&pl, m, fwd_s, bwd_s, err);
 	}
-	free_bufs(&prev);
-	free_bufs(&cur);
-	free(x);
 	if (rc)
 		return rc;
 	if (out)
@@ -505,6 +613,12 @@ int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, do
 	return PH_OK;
 }
 
+int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, double *bwd_s, FILE *out,
+		     ph_err *err)
+{
+	return ph_profile_costs_on(m, cache_dir, NULL, fwd_s, bwd_s, out, err);
+}
+
 int ph_profile_run_threads(const ph_config *c)
 {
 	if (c->run.threads > 0)
@@ -517,6 +631,18 @@ int ph_profile_run_threads(const ph_config *c)
 int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, double *fwd_s, double *bwd_s, FILE *out,
 			     ph_err *err)
 {
-	openblas_set_num_threads(ph_profile_run_threads(c));
-	return ph_profile_costs(m, c->part.profile_cache, fwd_s, bwd_s, out, err);
+	if (!c->place.cuda) {
+		openblas_set_num_threads(ph_profile_run_threads(c));
+		return ph_profile_costs(m, c->part.profile_cache, fwd_s, bwd_s, out, err);
+	}
+	/* Ranks on GPUs: measure on the first rank's GPU, at the run's
+	 * precision (a placement mixing CPU and GPU ranks is refused later). */
+	ph_profile_gpu gpu = { NULL, -1, (int)c->run.precision };
+	for (int r = 0; r < c->place.ranks && gpu.ordinal < 0; r++)
+		gpu.ordinal = c->place.ordinal[r];
+	if (gpu.ordinal < 0)
+		return ph_fail(err, PH_EINVAL, "profile: [run] devices places no rank on a GPU");
+	if (!(gpu.ops = ph_cuda_backend(err)))
+		return PH_EINVAL;
+	return ph_profile_costs_on(m, c->part.profile_cache, &gpu, fwd_s, bwd_s, out, err);
 }

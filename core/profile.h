@@ -1,5 +1,6 @@
 /* [partition] cost = profile: measure each layer's forward and backward on
- * the CPU, once per model shape, and remember the result.
+ * the device the run trains on (the CPU, or the first rank's GPU), once per
+ * model shape, and remember the result.
  *
  * Each layer runs alone at the model's micro-batch size (m->max_batch) on its
  * own buffers, sized from its meta: parameters (filled by their init rule),
@@ -35,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "device.h"
 #include "model.h"
 
 #define PH_PROFILE_WARMUP 2
@@ -51,9 +53,24 @@
 int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, double *bwd_s, FILE *out,
 		     ph_err *err);
 
-/* ph_profile_costs for a run: first sets OpenBLAS to the thread count each
- * rank will train with (the engine's rule: [run] threads, or cores / stages
- * when 0), then measures or reads [partition] profile_cache. */
+/* The same on a GPU: each layer through the CUDA backend's ops (a rank
+ * state of its own on `ordinal`, at `precision`), timed from the launch to
+ * the end of a stream synchronisation.  The cache key names the GPU and the
+ * precision instead of the CPU and BLAS threads.  gpu NULL: the CPU. */
+typedef struct {
+	const ph_device_ops *ops;
+	int ordinal;
+	int precision; /* PH_PREC_* */
+} ph_profile_gpu;
+
+int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profile_gpu *gpu, double *fwd_s,
+			double *bwd_s, FILE *out, ph_err *err);
+
+/* ph_profile_costs for a run.  With its ranks on the CPU: first sets
+ * OpenBLAS to the thread count each rank will train with (the engine's
+ * rule: [run] threads, or cores / stages when 0), then measures or reads
+ * [partition] profile_cache.  With its ranks on GPUs: measures on the first
+ * rank's GPU at the run's precision. */
 int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, double *fwd_s, double *bwd_s, FILE *out,
 			     ph_err *err);
 

@@ -16,6 +16,7 @@
 #  - bf16: 1 against 4 ranks byte-identical, the first loss within 2e-2 of
 #    fp32's, the last loss a finite number;
 #  - 2 replicas on cuda:0: 3 ranks against 1 rank byte-identical;
+#  - [partition] cost = profile measures on the GPU, with a cache of its own;
 #  - a device the machine lacks is refused with one line.
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
 # without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
@@ -110,6 +111,30 @@ if train b1 $bf --set run.stages=1 --set schedule.type=1f1b; then
 	fi
 else
 	not_ok "bf16, 1 rank on cuda:0: run failed: $(tail -3 "$tmp/b1.log")"
+fi
+
+# [partition] cost = profile with the ranks on a GPU measures there: the
+# table says cuda:0, a second run reads the cache, and neither the CPU nor
+# bf16 reads the fp32 GPU's (the key names the device and the precision).
+pc="$tmp/profile-cache"
+prof() { # NAME OPTIONS...: the plan with measured costs, to $tmp/NAME.plan
+	p=$1
+	shift
+	"$PIPEHOST" -c "$fixtures/tiny.ini" --plan --set run.stages=2 --set partition.cost=profile \
+		--set partition.type=dp --set "partition.profile_cache=$pc" "$@" >"$tmp/$p.plan" 2>&1
+}
+if prof pg1 --set run.devices=cuda:0 && grep -q '^profile: measuring 9 layers on cuda:0 .* fp32' "$tmp/pg1.plan" &&
+	[ "$(grep -c '^  [0-9]' "$tmp/pg1.plan")" -ge 9 ]; then
+	ok "cost = profile on cuda:0 measures on the GPU ($(grep -m1 '^profile: measuring' "$tmp/pg1.plan" | cut -c1-90))"
+else
+	not_ok "cost = profile on cuda:0: $(head -3 "$tmp/pg1.plan")"
+fi
+if prof pg2 --set run.devices=cuda:0 && grep -q '^profile: cache hit .*cuda:0' "$tmp/pg2.plan" &&
+	prof pc1 --set run.devices=cpu && grep -q '^profile: measuring 9 layers on cpu' "$tmp/pc1.plan" &&
+	prof pb1 --set run.devices=cuda:0 --set run.precision=bf16 && grep -q '^profile: measuring .* bf16' "$tmp/pb1.plan"; then
+	ok "cost = profile: the GPU's cache is read again, and kept apart from the CPU's and bf16's"
+else
+	not_ok "cost = profile cache on a GPU: $(head -1 "$tmp/pg2.plan"); $(head -1 "$tmp/pc1.plan"); $(head -1 "$tmp/pb1.plan")"
 fi
 
 expect_error "a GPU the machine lacks" 'asks for cuda:63' -c "$fixtures/tiny.ini" --set run.stages=1 \
