@@ -27,7 +27,8 @@
 #          changed files are copied in, so make rebuilds only what they touch
 #   tests  test-cuda-layers (PH_TEST_VERBOSE=1), test-gpu.sh, test-nccl.sh,
 #          then the whole make check (the GPU suites are not run twice)
-#   bench  bench/fashion-mnist-gpu.sh, bench/gpt2-124m.sh (small STEPS)
+#   bench  the GPT-2 model's layers timed on the GPU (cost = profile, bf16
+#          and fp32), bench/fashion-mnist-gpu.sh, bench/gpt2-124m.sh (small STEPS)
 # Each stage runs under `timeout`, cut to what is left of PH_GPU_BUDGET, so the
 # command ends before the tool's 600 s.  $OUT/summary.txt is written line by
 # line as stages end (and printed, so the tool's output_tail shows it); the
@@ -46,7 +47,7 @@
 #   PH_GPU_SUITES         the suites run first, one by one (default
 #                         "tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh")
 #   PH_GPU_SUITE_TIMEOUT  seconds for each of them (default 150, 180, 60)
-#   PH_GPU_BENCH          benchmarks, in order (default "fashion gpt2")
+#   PH_GPU_BENCH          benchmarks, in order (default "profile fashion gpt2")
 #   STEPS, WARMUP, M      gpt2-124m.sh's (default 5, 2, 8)
 #   PH_GPU_TORCH=0        skip gpt2-124m.sh's PyTorch rows
 #   PH_GPU_LINK_DATA=0    do not symlink the data sets to their Debian paths
@@ -862,6 +863,39 @@ bench_gpt2() {
 	esac
 }
 
+# bench/gpt2-124m.ini's layers timed one by one on the GPU (cost = profile,
+# micro-batch 1 sequence), bf16 then fp32: where a step's time goes.
+bench_profile() {
+	local t rc p data=""
+	STAGE_T0=$SECONDS
+	[ -d /usr/share/games/fortunes ] || data="--set data.path=$SRC/core"
+	for p in bf16 fp32; do
+		t=$(stage_time 120 30) || {
+			say "bench profile $p: not run: $(left_s) s left (needs 30)"
+			return
+		}
+		echo "=== pipehost -c bench/gpt2-124m.ini --plan, cost = profile, $p, timeout $t s" >>"$OUT/bench.txt"
+		# shellcheck disable=SC2086 # $data is a list of options
+		tmo "$t" "$SRC/pipehost" -c "$SRC/bench/gpt2-124m.ini" --plan --set partition.cost=profile \
+			--set "partition.profile_cache=$PH/profile-cache" --set run.precision=$p $data \
+			>"$PH/logs/profile-$p.txt" 2>&1
+		rc=$?
+		cat "$PH/logs/profile-$p.txt" >>"$OUT/bench.txt"
+		echo "=== exit $rc" >>"$OUT/bench.txt"
+		if [ "$rc" = 0 ]; then
+			say "bench profile $p: OK ($(since) s); ms per micro-batch, forward / backward:"
+			# one line: embed, block0, lnf, head, loss and the total
+			awk '/^  [0-9]+ / && ($2 == "embed" || $2 == "block0" || $2 == "block11" || $2 == "lnf" ||
+				$2 == "head" || $2 == "loss") { printf "%s %s/%s  ", $2, $4, $5 }
+				/^ +total/ { printf "total %s/%s", $2, $3 }
+				END { print "" }' "$PH/logs/profile-$p.txt" | say_block "    "
+		else
+			say "bench profile $p: FAIL (exit $rc):"
+			tail -3 "$PH/logs/profile-$p.txt" | say_block "    "
+		fi
+	done
+}
+
 stage_bench() {
 	local b
 	if [ "$BUILD_OK" != 1 ]; then
@@ -872,11 +906,12 @@ stage_bench() {
 	rm -rf "$PH/bench-tmp"
 	mkdir -p "$PH/bench-tmp"
 	export TMPDIR=$PH/bench-tmp
-	for b in ${PH_GPU_BENCH:-fashion gpt2}; do
+	for b in ${PH_GPU_BENCH:-profile fashion gpt2}; do
 		case $b in
+		profile) bench_profile ;;
 		fashion) bench_fashion ;;
 		gpt2) bench_gpt2 ;;
-		*) say "bench: unknown '$b' in PH_GPU_BENCH (fashion, gpt2)" ;;
+		*) say "bench: unknown '$b' in PH_GPU_BENCH (profile, fashion, gpt2)" ;;
 		esac
 	done
 	unset TMPDIR
