@@ -894,6 +894,26 @@ bench_profile() {
 			tail -3 "$PH/logs/profile-$p.txt" | say_block "    "
 		fi
 	done
+	# PyTorch's pieces of the same model, eager bf16, the same micro-batch
+	[ "${PH_GPU_TORCH:-1}" = 0 ] && return
+	t=$(stage_time 90 30) || {
+		say "bench profile torch: not run: $(left_s) s left (needs 30)"
+		return
+	}
+	echo "=== bench/gpt2_layers_torch.py, timeout $t s" >>"$OUT/bench.txt"
+	tmo "$t" python3 "$SRC/bench/gpt2_layers_torch.py" >"$PH/logs/profile-torch.txt" 2>&1
+	rc=$?
+	cat "$PH/logs/profile-torch.txt" >>"$OUT/bench.txt"
+	echo "=== exit $rc" >>"$OUT/bench.txt"
+	if [ "$rc" = 0 ]; then
+		say "bench profile torch (eager bf16): OK; ms per micro-batch, forward / backward:"
+		awk '/^  [a-z]/ && $1 != "name" && $1 != "total" { printf "%s %s/%s  ", $1, $(NF-1), $NF }
+			/^  total/ { printf "total(12 blocks) %s/%s", $(NF-1), $NF }
+			END { print "" }' "$PH/logs/profile-torch.txt" | say_block "    "
+	else
+		say "bench profile torch: FAIL (exit $rc):"
+		tail -3 "$PH/logs/profile-torch.txt" | say_block "    "
+	fi
 }
 
 stage_bench() {
