@@ -28,7 +28,8 @@
 #   tests  test-cuda-layers (PH_TEST_VERBOSE=1), test-gpu.sh, test-nccl.sh,
 #          then the whole make check (the GPU suites are not run twice)
 #   bench  the GPT-2 model's layers timed on the GPU (cost = profile, bf16
-#          and fp32), bench/fashion-mnist-gpu.sh, bench/gpt2-124m.sh (small STEPS)
+#          and fp32) and in PyTorch, bench/gemm-modes, bench/fashion-mnist-gpu.sh,
+#          bench/gpt2-124m.sh (small STEPS)
 # Each stage runs under `timeout`, cut to what is left of PH_GPU_BUDGET, so the
 # command ends before the tool's 600 s.  $OUT/summary.txt is written line by
 # line as stages end (and printed, so the tool's output_tail shows it); the
@@ -47,7 +48,7 @@
 #   PH_GPU_SUITES         the suites run first, one by one (default
 #                         "tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh")
 #   PH_GPU_SUITE_TIMEOUT  seconds for each of them (default 150, 180, 60)
-#   PH_GPU_BENCH          benchmarks, in order (default "profile fashion gpt2")
+#   PH_GPU_BENCH          benchmarks, in order (default "profile gemm fashion gpt2")
 #   STEPS, WARMUP, M      gpt2-124m.sh's (default 5, 2, 8)
 #   PH_GPU_TORCH=0        skip gpt2-124m.sh's PyTorch rows
 #   PH_GPU_LINK_DATA=0    do not symlink the data sets to their Debian paths
@@ -916,6 +917,28 @@ bench_profile() {
 	fi
 }
 
+# bench/gemm-modes: GPT-2's products under fp32, TF32, FAST_16BF and bf16.
+bench_gemm() {
+	local t rc
+	STAGE_T0=$SECONDS
+	t=$(stage_time 60 20) || {
+		say "bench gemm-modes: not run: $(left_s) s left (needs 20)"
+		return
+	}
+	echo "=== bench/gemm-modes, timeout $t s" >>"$OUT/bench.txt"
+	tmo "$t" "$SRC/bench/gemm-modes" >"$PH/logs/gemm-modes.txt" 2>&1
+	rc=$?
+	cat "$PH/logs/gemm-modes.txt" >>"$OUT/bench.txt"
+	echo "=== exit $rc" >>"$OUT/bench.txt"
+	if [ "$rc" = 0 ]; then
+		say "bench gemm-modes: OK ($(since) s); ms for one block's forward products and the head:"
+		grep '^  M = ' "$PH/logs/gemm-modes.txt" | say_block "    "
+	else
+		say "bench gemm-modes: FAIL (exit $rc):"
+		tail -3 "$PH/logs/gemm-modes.txt" | say_block "    "
+	fi
+}
+
 stage_bench() {
 	local b
 	if [ "$BUILD_OK" != 1 ]; then
@@ -926,12 +949,13 @@ stage_bench() {
 	rm -rf "$PH/bench-tmp"
 	mkdir -p "$PH/bench-tmp"
 	export TMPDIR=$PH/bench-tmp
-	for b in ${PH_GPU_BENCH:-profile fashion gpt2}; do
+	for b in ${PH_GPU_BENCH:-profile gemm fashion gpt2}; do
 		case $b in
 		profile) bench_profile ;;
+		gemm) bench_gemm ;;
 		fashion) bench_fashion ;;
 		gpt2) bench_gpt2 ;;
-		*) say "bench: unknown '$b' in PH_GPU_BENCH (profile, fashion, gpt2)" ;;
+		*) say "bench: unknown '$b' in PH_GPU_BENCH (profile, gemm, fashion, gpt2)" ;;
 		esac
 	done
 	unset TMPDIR
