@@ -16,6 +16,8 @@
 #  - bf16: 1 against 4 ranks byte-identical, the first loss within 2e-2 of
 #    fp32's, the last loss a finite number;
 #  - 2 replicas on cuda:0: 3 ranks against 1 rank byte-identical;
+#  - GPT blocks (tiny-lm.ini at d = 32): 4 ranks against 1 byte-identical,
+#    fp32 and bf16 (flash attention, cuBLASLt epilogues);
 #  - [partition] cost = profile measures on the GPU, with a cache of its own;
 #  - a device the machine lacks is refused with one line.
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
@@ -111,6 +113,30 @@ if train b1 $bf --set run.stages=1 --set schedule.type=1f1b; then
 	fi
 else
 	not_ok "bf16, 1 rank on cuda:0: run failed: $(tail -3 "$tmp/b1.log")"
+fi
+
+# A transformer on one GPU: tiny-lm.ini widened to d = 32 (2 heads of 16,
+# so that bf16 takes flash attention and the GELU fused into the product),
+# on text made of our own C sources: 4 ranks (1F1B, 8 micro-batches)
+# against 1, byte-identical, in fp32 and in bf16.
+cat "$top_srcdir"/core/*.c >"$tmp/corpus.txt"
+lm() { # NAME OPTIONS...
+	lname=$1
+	shift
+	"$PIPEHOST" -c "$fixtures/tiny-lm.ini" --set "data.path=$tmp/corpus.txt" --set "layer embed.dim=32" \
+		--set run.devices=cuda:0 --set run.micro_batches=8 --set run.steps=4 --set schedule.type=1f1b \
+		--save-weights "$tmp/$lname.st" "$@" </dev/null >"$tmp/$lname.log" 2>&1
+}
+for prec in fp32 bf16; do
+	if lm "l1$prec" --set run.stages=1 --set run.precision=$prec &&
+		lm "l4$prec" --set run.stages=4 --set run.precision=$prec; then
+		same_weights "GPT blocks, $prec: 4 ranks on cuda:0 against 1" "l1$prec" "l4$prec"
+	else
+		not_ok "GPT blocks, $prec, 1 or 4 ranks on cuda:0: run failed: $(tail -2 "$tmp/l1$prec.log") $(tail -2 "$tmp/l4$prec.log")"
+	fi
+done
+if [ -f "$tmp/l1fp32.st" ] && cmp -s "$tmp/l1fp32.st" "$tmp/l1bf16.st"; then
+	not_ok "GPT blocks: bf16 weights byte-identical to fp32's: the precision never reached the GPU"
 fi
 
 # [partition] cost = profile with the ranks on a GPU measures there: the
