@@ -27,7 +27,8 @@
  *    all of saved);
  *  - in the CUDA emulator (tests/cuemu, which counts them), the forwards
  *    of linear, attention and gpt_block put their biases in the products'
- *    epilogues (cuBLASLt), and gpt_block under bf16 its GELU too.
+ *    epilogues (cuBLASLt), and gpt_block under bf16 its GELU too, and its
+ *    backward the GELU's gradient.
  * Every case runs twice: ctx.precision = PH_PREC_FP32, then PH_PREC_BF16.
  *
  * Tolerances (the CPU result is the reference; "max" is the largest |cpu|
@@ -541,7 +542,7 @@ static void expected_fused(const gpu_case *c, int bf16, int nparams, int *bias, 
 
 /* The emulator's counts of fused products (tests/cuemu/cublaslt.cc); on a
  * real GPU the symbol is absent and the check is skipped. */
-typedef unsigned long (*lt_counter_fn)(int gelu);
+typedef unsigned long (*lt_counter_fn)(int which); /* 0 bias, 1 bias + GELU, 2 DGELU */
 
 static void expect_fused(const char *label, const gpu_case *c, int bf16, int nparams, lt_counter_fn count,
 			 unsigned long bias0, unsigned long gelu0)
@@ -556,6 +557,21 @@ static void expect_fused(const char *label, const gpu_case *c, int bf16, int npa
 		      "%s: the forward made %lu bias and %lu bias+GELU fused products, expected %s%d and %s%d "
 		      "(PIPEHOST_GEMM_LT=0 or PIPEHOST_GELU_FUSE=0 in the environment?)",
 		      label, db, dg, exact ? "" : "at least ", bias, exact ? "" : "at least ", gelu);
+}
+
+/* gpt_block's backward under bf16 takes the GELU's gradient in the
+ * product's epilogue (DGELU) when its forward fused the GELU; nothing else
+ * asks for it. */
+static void expect_fused_backward(const char *label, const gpu_case *c, int bf16, lt_counter_fn count,
+				  unsigned long dgelu0)
+{
+	if (!count)
+		return;
+	const int gpt = !strcmp(c->type, "gpt_block"), exact = c->in.d[0] % 4 == 0;
+	const unsigned long want = gpt && bf16 && exact ? 1 : 0, got = count(2) - dgelu0;
+	ck_assert_msg(gpt && bf16 && !exact ? got <= 1 : got == want,
+		      "%s: the backward made %lu DGELU fused products, expected %lu (PIPEHOST_GELU_FUSE=0?)", label,
+		      got, want);
 }
 
 static void gpu_fwd(const char *label, const ph_layer_ops *ops, dev_inst *D)
@@ -677,7 +693,9 @@ static void run_case(int idx)
 	/* backward from zero gradients, dx NaN: close to the CPU's */
 	zero_grads(&D, &H);
 	fill_const(D.dx, H.nx, NAN);
+	const unsigned long lt_dgelu0 = lt_count ? lt_count(2) : 0;
 	gpu_bwd(label, ops, &D, D.dx);
+	expect_fused_backward(label, c, bf16, lt_count, lt_dgelu0);
 	d2h(gdx, D.dx, (size_t)H.nx * sizeof(float));
 	read_grads(&D, &H, g1);
 	expect_close(label, "dx", gdx, H.dx, H.nx, tol);

@@ -2,10 +2,11 @@
  * gemm.cu: the matrix products a rank offers its layers (ph_gpu_api).
  *
  *   gemm     C = alpha op(A) op(B) + beta C, batched: cublasGemmStridedBatchedEx
- *   gemm_ex  C = epi(op(A) op(B) + bias): cuBLASLt with the BIAS or
- *            GELU_AUX_BIAS epilogue, so the bias (and GELU) cost no pass of
- *            their own over C; or, where cuBLASLt refuses the request, the
- *            product and then one pass (k_bias_epilogue, the same sums)
+ *   gemm_ex  C = epi(op(A) op(B) + bias): cuBLASLt with the BIAS,
+ *            GELU_AUX_BIAS or DGELU epilogue, so the bias and the GELU (or
+ *            its gradient) cost no pass of their own over C; or, where
+ *            cuBLASLt refuses the request, the product and then one pass
+ *            (k_bias_epilogue, k_dgelu_epilogue: the same formulas)
  *
  * Row-major throughout, as cblas with CblasRowMajor: C = op(A) op(B) is
  * column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first and N, M
@@ -91,6 +92,20 @@ static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, floa
 /* ---------------------------------------------------------------- */
 /* The unfused path                                                   */
 
+/* C [M, N] (leading dimension ld) holds A*B; C *= gelu_tanh'(pre), pre the
+ * forward's pre-activation (same layout): cuBLASLt's DGELU. */
+__global__ static void k_dgelu_epilogue(float *C, const float *pre, int M, int N, int ld)
+{
+	int64_t total = (int64_t)M * N;
+	for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+		int64_t i = k / N, j = k % N;
+		float x = pre[i * ld + j];
+		float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+		float dt = 0.7978845608028654f * (1.f + 3.f * 0.044715f * x * x);
+		C[i * ld + j] *= 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * dt;
+	}
+}
+
 /* pre [M, N] (leading dimension ld) holds A*B.  pre += bias; with gelu,
  * out = gelu_tanh(pre) (pre kept for the backward), else out is pre. */
 __global__ static void k_bias_epilogue(float *pre, float *out, const float *bias, int M, int N, int ld, int gelu)
@@ -117,8 +132,11 @@ static int gemm_ex_unfused(const ph_ctx *ctx, int ta, int tb, int M, int N, int 
 		return rc;
 	int64_t n = (int64_t)M * N, blocks = (n + 255) / 256;
 	blocks = blocks < 1 ? 1 : blocks > 65535 * 8 ? 65535 * 8 : blocks;
-	k_bias_epilogue<<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(pre, C, bias, M, N, ldc,
-										  epi == PH_EPI_BIAS_GELU);
+	cudaStream_t st = (cudaStream_t)ctx->stream;
+	if (epi == PH_EPI_DGELU)
+		k_dgelu_epilogue<<<(unsigned)blocks, 256, 0, st>>>(C, aux, M, N, ldc);
+	else
+		k_bias_epilogue<<<(unsigned)blocks, 256, 0, st>>>(pre, C, bias, M, N, ldc, epi == PH_EPI_BIAS_GELU);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return ph_fail(err, PH_EINTERNAL, "GEMM epilogue: %s", cudaGetErrorString(e));
@@ -161,7 +179,10 @@ static void plan_make(ph_gemm_rank *g, lt_plan *p)
 {
 	cublasComputeType_t ct = p->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
 	cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-	uint32_t epi = p->epi == PH_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_BIAS;
+	uint32_t epi = p->epi == PH_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+		       : p->epi == PH_EPI_DGELU   ? CUBLASLT_EPILOGUE_DGELU
+						  : CUBLASLT_EPILOGUE_BIAS;
+	const int with_aux = p->epi == PH_EPI_BIAS_GELU || p->epi == PH_EPI_DGELU;
 	int64_t aux_ld = p->ldc;
 	/* cuBLAS's A is our B: stored N x K (op N) or K x N (op T); its B is
 	 * our A: K x M or M x K; D is N x M. */
@@ -172,7 +193,7 @@ static void plan_make(ph_gemm_rank *g, lt_plan *p)
 	    !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
 	    !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
 	    !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) ||
-	    (p->epi == PH_EPI_BIAS_GELU &&
+	    (with_aux &&
 	     !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld))) ||
 	    !LT_OK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, a_rows, a_cols, p->ldb)) ||
 	    !LT_OK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, b_rows, b_cols, p->lda)) ||
@@ -251,18 +272,20 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 		       const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
 {
 	ph_gemm_rank *g = (ph_gemm_rank *)ctx->gpu;
-	if (epi != PH_EPI_NONE && epi != PH_EPI_BIAS && epi != PH_EPI_BIAS_GELU)
+	const int with_bias = epi == PH_EPI_BIAS || epi == PH_EPI_BIAS_GELU;
+	const int with_aux = epi == PH_EPI_BIAS_GELU || epi == PH_EPI_DGELU;
+	if (epi != PH_EPI_NONE && !with_bias && !with_aux)
 		return ph_fail(err, PH_EINTERNAL, "gemm_ex: unknown epilogue %d", epi);
-	if (epi != PH_EPI_NONE && !bias)
+	if (with_bias && !bias)
 		return ph_fail(err, PH_EINTERNAL, "gemm_ex: epilogue without a bias");
-	if (epi == PH_EPI_BIAS_GELU && !aux)
+	if (with_aux && !aux)
 		return ph_fail(err, PH_EINTERNAL, "gemm_ex: GELU epilogue without an aux matrix");
 	/* cuBLASLt wants 16-byte vectors for bias and aux and an aux leading
 	 * dimension that is a multiple of 8; below 16 bytes of alignment the
 	 * plain product serves as well. */
-	int lt_ok = g->use_lt && epi != PH_EPI_NONE && M > 0 && N > 0 && K > 0 && alignment(bias) >= 16 &&
-		    alignment(A) >= 16 && alignment(B) >= 16 && alignment(C) >= 16 &&
-		    (epi != PH_EPI_BIAS_GELU || (alignment(aux) >= 16 && ldc % 8 == 0));
+	int lt_ok = g->use_lt && epi != PH_EPI_NONE && M > 0 && N > 0 && K > 0 &&
+		    (!with_bias || alignment(bias) >= 16) && alignment(A) >= 16 && alignment(B) >= 16 &&
+		    alignment(C) >= 16 && (!with_aux || (alignment(aux) >= 16 && ldc % 8 == 0));
 	if (lt_ok) {
 		lt_plan key;
 		memset(&key, 0, sizeof key);
@@ -279,16 +302,18 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 		key.align_a = alignment(A);
 		key.align_b = alignment(B);
 		key.align_c = alignment(C);
-		if (epi == PH_EPI_BIAS_GELU && alignment(aux) < key.align_c)
+		if (with_aux && alignment(aux) < key.align_c)
 			key.align_c = alignment(aux);
 		lt_plan *p = plan_for(g, &key);
 		if (!p)
 			return ph_fail(err, PH_ENOMEM, "gemm_ex: out of memory for a cuBLASLt plan");
 		if (p->usable) {
 			const float one = 1.f, zero = 0.f;
-			cublasStatus_t s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-									   sizeof bias);
-			if (s == CUBLAS_STATUS_SUCCESS && epi == PH_EPI_BIAS_GELU)
+			cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+			if (with_bias)
+				s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+								   sizeof bias);
+			if (s == CUBLAS_STATUS_SUCCESS && with_aux)
 				s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
 								   sizeof aux);
 			if (s == CUBLAS_STATUS_SUCCESS)

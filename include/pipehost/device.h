@@ -26,7 +26,9 @@ extern "C" {
 enum {
 	PH_EPI_NONE = 0,
 	PH_EPI_BIAS = 1,      /* C[i][j] += bias[j] */
-	PH_EPI_BIAS_GELU = 2  /* C = gelu_tanh(A*B + bias); pre-activation to aux */
+	PH_EPI_BIAS_GELU = 2, /* C = gelu_tanh(A*B + bias); pre-activation to aux */
+	PH_EPI_DGELU = 3      /* C = A*B * gelu_tanh'(aux): aux is the pre-activation
+			       * PH_EPI_BIAS_GELU kept (the MLP's backward); no bias */
 };
 
 typedef struct ph_gpu_api {
@@ -44,7 +46,8 @@ typedef struct ph_gpu_api {
 	/* One product with a fused epilogue (batch 1, beta 0):
 	 *   C = epi(op(A) * op(B) + bias)
 	 * bias has N floats; with PH_EPI_BIAS_GELU the pre-activation goes to
-	 * aux (M x N, leading dimension ldc) for the backward. */
+	 * aux (M x N, leading dimension ldc) for the backward, and with
+	 * PH_EPI_DGELU it is read back from there (bias NULL). */
 	int (*gemm_ex)(const ph_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
 		       const float *A, int lda, const float *B, int ldb, float *C, int ldc,
 		       int epilogue, const float *bias, float *aux, ph_err *err);

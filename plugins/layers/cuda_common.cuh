@@ -75,4 +75,15 @@ static inline int ph_gemm_xwt_bias_gelu(const ph_ctx *ctx, int M, int N, int K, 
 	return ctx->gpu->gemm_ex(ctx, 0, 1, M, N, K, x, K, W, K, g, N, PH_EPI_BIAS_GELU, bias, u, err);
 }
 
+/* Its backward through the GELU: du [M, N] = (dy [M, K] . W [K, N]) *
+ * gelu_tanh'(u), u the pre-activation ph_gemm_xwt_bias_gelu kept. */
+static inline int ph_gemm_xw_dgelu(const ph_ctx *ctx, int M, int N, int K, const float *dy, const float *W,
+				   const float *u, float *du, ph_err *err)
+{
+	if (!ctx->gpu)
+		return ph_fail(err, PH_EINTERNAL, "no GPU services in the call context");
+	/* aux is read, not written, under PH_EPI_DGELU (the ABI has one pointer type) */
+	return ctx->gpu->gemm_ex(ctx, 0, 0, M, N, K, dy, K, W, N, du, N, PH_EPI_DGELU, NULL, (float *)u, err);
+}
+
 #endif

@@ -83,8 +83,9 @@ static ph_attn_geom attn_geom(const gpt_block_dims *g)
 	return a;
 }
 
-/* Under bf16 the MLP's GELU rides in the fc product's epilogue (one pass
- * less over [R, rd]: cuBLASLt's tanh GELU, to bf16 tolerance of the CPU's);
+/* Under bf16 the MLP's GELU rides in the fc product's epilogue and its
+ * gradient in the backward's product into dgu (one pass less over [R, rd]
+ * each way: cuBLASLt's tanh GELU, to bf16 tolerance of the CPU's);
  * fp32 keeps cuda_ops.cuh's bit-for-bit twin of the CPU's GELU.
  * PIPEHOST_GELU_FUSE=0 in the environment keeps it separate under bf16 too,
  * to time one against the other on the same build. */
@@ -187,8 +188,12 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		TRY(ph_gemm(ctx, 1, 0, d, rd, R, 1.0f, db, d, v.g, rd, 1.0f, grads[P_FCPROJ], rd, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
 	}
-	TRY(ph_gemm(ctx, 0, 0, R, rd, d, 1.0f, db, d, params[P_FCPROJ], rd, 0.0f, dgu, rd, err));
-	PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
+	if (gelu_fused(ctx)) {
+		TRY(ph_gemm_xw_dgelu(ctx, R, rd, d, db, params[P_FCPROJ], v.u, dgu, err));
+	} else {
+		TRY(ph_gemm(ctx, 0, 0, R, rd, d, 1.0f, db, d, params[P_FCPROJ], rd, 0.0f, dgu, rd, err));
+		PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
+	}
 	if (grads) {
 		TRY(ph_gemm(ctx, 1, 0, rd, d, R, 1.0f, dgu, rd, v.h2, d, 1.0f, grads[P_FC], d, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));

@@ -8,7 +8,8 @@
  * in fp32 as cuBLASLt's epilogue does: bias[i] added to row i of D (a
  * vector of D's rows: pipehost's bias over the columns of its row-major
  * C); GELU_AUX_BIAS stores that pre-activation to aux (leading dimension
- * aux_ld) and writes gelu_tanh of it to D.
+ * aux_ld) and writes gelu_tanh of it to D; DGELU multiplies the product by
+ * gelu_tanh' of aux (the forward's pre-activation, read).
  *
  * Stricter than the library where that finds our mistakes: the heuristic
  * refuses what the documentation says cuBLASLt refuses (non-fp32 types, an
@@ -68,12 +69,13 @@ bool epilogue_known(uint32_t e)
 {
 	return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU ||
 	       e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
-	       e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+	       e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
 }
 
 bool has_bias(uint32_t e) { return e & CUBLASLT_EPILOGUE_BIAS; }
 bool has_gelu(uint32_t e) { return e & CUBLASLT_EPILOGUE_GELU; }
 bool has_aux(uint32_t e) { return (e & 128) != 0; }
+bool is_dgelu(uint32_t e) { return (e & 64) != 0; }
 
 /* The shapes of one product: m x n = (m x k) (k x n), or 0 when they do not chain. */
 bool shapes(const lt_desc *o, const lt_layout *a, const lt_layout *b, const lt_layout *c, const lt_layout *d,
@@ -98,15 +100,23 @@ float gelu_tanh(float x)
 	return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+float gelu_tanh_grad(float x)
+{
+	float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+	float dt = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dt;
+}
+
 } /* namespace */
 
 /* How many products took each fused epilogue: tests ask (through dlsym,
  * so that the same test runs on a real GPU) whether the fused path ran. */
-static std::atomic<unsigned long> n_bias{ 0 }, n_gelu{ 0 };
+static std::atomic<unsigned long> n_bias{ 0 }, n_gelu{ 0 }, n_dgelu{ 0 };
 
-EXPORT unsigned long cuemu_lt_matmuls(int gelu)
+/* which: 0 BIAS, 1 GELU_AUX_BIAS, 2 DGELU */
+EXPORT unsigned long cuemu_lt_matmuls(int which)
 {
-	return gelu ? n_gelu.load() : n_bias.load();
+	return which == 2 ? n_dgelu.load() : which ? n_gelu.load() : n_bias.load();
 }
 
 struct cublasLtContext {
@@ -321,7 +331,9 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
 	if (bef != 0.f && !C)
 		return CUBLAS_STATUS_INVALID_VALUE;
 	const int bf16 = o.compute == CUBLAS_COMPUTE_32F_FAST_16BF;
-	if (has_gelu(o.epilogue))
+	if (is_dgelu(o.epilogue))
+		n_dgelu++;
+	else if (has_gelu(o.epilogue))
 		n_gelu++;
 	else if (has_bias(o.epilogue))
 		n_bias++;
@@ -345,10 +357,13 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
 					v += bef * pc[i + j * lc.ld];
 				if (has_bias(o.epilogue))
 					v += o.bias[i];
-				if (has_aux(o.epilogue))
-					o.aux[i + j * o.aux_ld] = v;
-				if (has_gelu(o.epilogue))
+				if (is_dgelu(o.epilogue)) {
+					v *= gelu_tanh_grad(o.aux[i + j * o.aux_ld]);
+				} else if (has_gelu(o.epilogue)) {
+					if (has_aux(o.epilogue))
+						o.aux[i + j * o.aux_ld] = v;
 					v = gelu_tanh(v);
+				}
 				pd[i + j * ld.ld] = v;
 			}
 	});

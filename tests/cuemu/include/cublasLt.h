@@ -1,6 +1,6 @@
 /* cuemu: the cuBLASLt subset pipehost uses, on the CPU (tests/cuemu/cublaslt.cc).
- * One matmul D = alpha op(A) op(B) + beta C with the BIAS and GELU_AUX_BIAS
- * epilogues, column-major, fp32 data; the descriptors keep what was set and
+ * One matmul D = alpha op(A) op(B) + beta C with the BIAS, GELU_AUX_BIAS
+ * and DGELU epilogues, column-major, fp32 data; the descriptors keep what was set and
  * the heuristic hands back one "algorithm" when the request is one real
  * cuBLASLt takes (types, epilogue, aux leading dimension, alignments as the
  * preference declares them).  Enum values are cuBLASLt's own. */
@@ -58,6 +58,7 @@ typedef enum {
 	CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
 	CUBLASLT_EPILOGUE_GELU_BIAS = 32 | 4,
 	CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+	CUBLASLT_EPILOGUE_DGELU = 64 | 128,
 } cublasLtEpilogue_t;
 
 typedef enum {
