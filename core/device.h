@@ -86,6 +86,11 @@ typedef struct ph_device_ops {
 	void (*nccl_close)(void *comm);
 	/* g = the sum of every member's g, queued on the rank's stream. */
 	int (*nccl_sum)(void *rs, void *comm, float *g, int64_t n, ph_err *err);
+
+	/* sumsq's arithmetic into *out, one double of the rank's device memory,
+	 * queued without waiting: the clip norm queues every tensor's and reads
+	 * them back with one copy per rank instead of a round trip each. */
+	int (*sumsq_to)(void *rs, const float *g, int64_t n, double *out, ph_err *err);
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128

@@ -152,6 +152,8 @@ struct ph_engine {
 	int proc_base;
 	ph_model *own_model; /* replicas > 0: layer states of their own */
 	float **red_tmp;     /* rep[0] on GPUs: [ranks] room for another copy's gradient */
+	double **ss_dev;     /* on GPUs with clipping: [ranks] each tensor's sum of squares */
+	double **ss_host;    /* the same read back, [ranks] */
 	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
 	float *gathered;     /* rep[0] under mpirun on the CPU: every process's gradients */
 	size_t gathered_n;

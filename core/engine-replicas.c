@@ -198,6 +198,74 @@ static int shares_source(const ph_model *m, int k)
 	return 0;
 }
 
+/* The clip norm's sum over every tensor on GPUs: each tensor's sum of
+ * squares queued into a slot of its rank's device array, one copy back per
+ * rank, then the host adds them in layer order (a tied copy not at all),
+ * the order and the numbers of one sumsq() per tensor, without a round
+ * trip per tensor.  The arrays are made on the first step. */
+static int gpu_sumsq_batched(ph_engine *e, double *total, ph_err *err)
+{
+	const int P = e->plan->ranks;
+	int rc, *slot = calloc((size_t)P, sizeof *slot);
+	if (!slot)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int l = 0; l < e->model->n; l++)
+		for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
+			slot[layer_rank(e, l)] += !tied_copy(e->model, l, q);
+	if (!e->ss_dev) {
+		e->ss_dev = calloc((size_t)P, sizeof *e->ss_dev);
+		e->ss_host = calloc((size_t)P, sizeof *e->ss_host);
+		if (!e->ss_dev || !e->ss_host) {
+			free(slot);
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		}
+		for (int r = 0; r < P; r++) {
+			if (!slot[r])
+				continue;
+			e->ss_host[r] = malloc((size_t)slot[r] * sizeof(double));
+			e->ss_dev[r] = ph_eng_balloc(e, r, (size_t)slot[r] * sizeof(double));
+			if (!e->ss_host[r] || !e->ss_dev[r]) {
+				free(slot);
+				return e->ss_host[r] ? ph_fail(err, PH_ENOMEM, "GPU memory for the clip norm: %s", e->err.msg)
+						     : ph_fail(err, PH_ENOMEM, "out of memory");
+			}
+		}
+	}
+	int *n = slot; /* now the slots used so far */
+	memset(n, 0, (size_t)P * sizeof *n);
+	for (int l = 0; l < e->model->n; l++) {
+		const ph_layer *L = &e->model->layers[l];
+		for (int q = 0; q < L->meta.nparams; q++) {
+			int r = layer_rank(e, l);
+			if (tied_copy(e->model, l, q))
+				continue;
+			if ((rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape),
+						   &e->ss_dev[r][n[r]++], err))) {
+				free(slot);
+				return rc;
+			}
+		}
+	}
+	for (int r = 0; r < P; r++)
+		if (n[r] && (rc = e->dev->copy(e->rs[r], e->ss_host[r], e->ss_dev[r], (size_t)n[r] * sizeof(double),
+					       PH_COPY_D2H, err))) {
+			free(slot);
+			return rc;
+		}
+	memset(n, 0, (size_t)P * sizeof *n);
+	double t = 0;
+	for (int l = 0; l < e->model->n; l++) {
+		const ph_layer *L = &e->model->layers[l];
+		for (int q = 0; q < L->meta.nparams; q++) {
+			int r = layer_rank(e, l);
+			t += tied_copy(e->model, l, q) ? 0.0 : e->ss_host[r][n[r]++];
+		}
+	}
+	free(slot);
+	*total = t;
+	return PH_OK;
+}
+
 /* After a GPU step: tied gradients summed, and the clip norm (per tensor
  * in layer order, a tied copy once, as on the CPU). */
 static int prepare_update_gpu(ph_engine *e, ph_err *err)
@@ -231,15 +299,20 @@ static int prepare_update_gpu(ph_engine *e, ph_err *err)
 	e->clip_scale = 1.0;
 	if (e->cfg->optim.clip > 0) {
 		double total = 0;
-		for (int l = 0; l < e->model->n; l++) {
-			const ph_layer *L = &e->model->layers[l];
-			for (int q = 0; q < L->meta.nparams; q++) {
-				int copy = tied_copy(e->model, l, q);
-				double ss = 0;
-				if (!copy && (rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
-								 ph_shape_numel(&L->meta.params[q].shape), &ss, err)))
-					return rc;
-				total += ss;
+		if (e->dev->sumsq_to) {
+			if ((rc = gpu_sumsq_batched(e, &total, err)))
+				return rc;
+		} else {
+			for (int l = 0; l < e->model->n; l++) {
+				const ph_layer *L = &e->model->layers[l];
+				for (int q = 0; q < L->meta.nparams; q++) {
+					double ss = 0;
+					if (!tied_copy(e->model, l, q) &&
+					    (rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
+								ph_shape_numel(&L->meta.params[q].shape), &ss, err)))
+						return rc;
+					total += ss;
+				}
 			}
 		}
 		set_clip_scale(e, total);

@@ -1282,6 +1282,12 @@ void ph_eng_destroy_one(ph_engine *e)
 		for (int k = 0; e->red_tmp && k < e->plan->ranks; k++)
 			bfree(e, k, e->red_tmp[k]);
 		free(e->red_tmp);
+		for (int k = 0; e->ss_dev && k < e->plan->ranks; k++)
+			bfree(e, k, e->ss_dev[k]);
+		free(e->ss_dev);
+		for (int k = 0; e->ss_host && k < e->plan->ranks; k++)
+			free(e->ss_host[k]);
+		free(e->ss_host);
 		for (int k = 0; e->nccl && k < e->plan->ranks; k++)
 			if (e->nccl[k])
 				e->dev->nccl_close(e->nccl[k]);

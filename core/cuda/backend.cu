@@ -295,6 +295,17 @@ static int op_sumsq(void *v, const float *g, int64_t n, double *out, ph_err *err
 	return PH_OK;
 }
 
+static int op_sumsq_to(void *v, const float *g, int64_t n, double *out, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	ON_DEVICE(err, r);
+	/* r->partial is reused by the next call: the stream orders them */
+	k_sumsq_partial<<<PH_K_SUMSQ_BLOCKS, 256, 0, r->stream>>>(g, n, r->partial);
+	k_sumsq_final<<<1, PH_K_SUMSQ_BLOCKS, 0, r->stream>>>(r->partial, out);
+	TRY(err, cudaGetLastError());
+	return PH_OK;
+}
+
 static int op_tie_sum(void *v, float *a, float *b, int64_t n, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
@@ -412,6 +423,7 @@ static const ph_device_ops cuda_ops = {
 	op_tie_sum,
 	op_scale,
 	NCCL_OPS,
+	op_sumsq_to,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)
