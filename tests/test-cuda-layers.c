@@ -28,7 +28,8 @@
  *  - in the CUDA emulator (tests/cuemu, which counts them), the forwards
  *    of linear, attention and gpt_block put their biases in the products'
  *    epilogues (cuBLASLt), and gpt_block under bf16 its GELU too, and its
- *    backward the GELU's gradient.
+ *    backward the GELU's gradient; gpt_block without dropout also adds its
+ *    two residuals there.
  * Every case runs twice: ctx.precision = PH_PREC_FP32, then PH_PREC_BF16.
  *
  * Tolerances (the CPU result is the reference; "max" is the largest |cpu|
@@ -542,15 +543,32 @@ static void expected_fused(const gpu_case *c, int bf16, int nparams, int *bias, 
 
 /* The emulator's counts of fused products (tests/cuemu/cublaslt.cc); on a
  * real GPU the symbol is absent and the check is skipped. */
-typedef unsigned long (*lt_counter_fn)(int which); /* 0 bias, 1 bias + GELU, 2 DGELU */
+typedef unsigned long (*lt_counter_fn)(int which); /* 0 bias, 1 bias + GELU, 2 DGELU, 3 with a residual */
+
+/* The value of option `key` in the case's config, or NULL. */
+static const char *case_option(const gpu_case *c, const char *key)
+{
+	for (const char *const *kv = c->kv; kv && kv[0]; kv += 2)
+		if (!strcmp(kv[0], key))
+			return kv[1];
+	return NULL;
+}
 
 static void expect_fused(const char *label, const gpu_case *c, int bf16, int nparams, lt_counter_fn count,
-			 unsigned long bias0, unsigned long gelu0)
+			 unsigned long bias0, unsigned long gelu0, unsigned long resid0)
 {
 	int bias, gelu, exact;
 	expected_fused(c, bf16, nparams, &bias, &gelu, &exact);
 	if (!count || bias < 0)
 		return;
+	/* gpt_block without dropout adds both residuals in the projections'
+	 * products (beta = 1); nothing else does */
+	const char *rate = case_option(c, "dropout");
+	const int drop = !c->eval && rate && atof(rate) > 0;
+	const unsigned long want_resid = !strcmp(c->type, "gpt_block") && !drop && exact ? 2 : 0,
+			    resid = count(3) - resid0;
+	ck_assert_msg(exact ? resid == want_resid : resid <= 2, "%s: %lu products added a residual, expected %s%lu",
+		      label, resid, exact ? "" : "at most ", exact ? want_resid : 2);
 	unsigned long db = count(0) - bias0, dg = count(1) - gelu0;
 	ck_assert_msg(exact ? db == (unsigned long)bias && dg == (unsigned long)gelu
 			    : db >= (unsigned long)bias && dg >= (unsigned long)gelu,
@@ -672,9 +690,10 @@ static void run_case(int idx)
 		fill_const(D.ctx.saved, nsaved, sentinel);
 	}
 	lt_counter_fn lt_count = (lt_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_lt_matmuls");
-	const unsigned long lt_bias0 = lt_count ? lt_count(0) : 0, lt_gelu0 = lt_count ? lt_count(1) : 0;
+	const unsigned long lt_bias0 = lt_count ? lt_count(0) : 0, lt_gelu0 = lt_count ? lt_count(1) : 0,
+			    lt_resid0 = lt_count ? lt_count(3) : 0;
 	gpu_fwd(label, ops, &D);
-	expect_fused(label, c, bf16, H.meta.nparams, lt_count, lt_bias0, lt_gelu0);
+	expect_fused(label, c, bf16, H.meta.nparams, lt_count, lt_bias0, lt_gelu0, lt_resid0);
 	if (c->flash)
 		expect_flash(label, &D, c, nsaved, sentinel, bf16);
 	d2h(gy, D.y, (size_t)H.ny * sizeof(float));

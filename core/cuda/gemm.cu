@@ -3,10 +3,11 @@
  *
  *   gemm     C = alpha op(A) op(B) + beta C, batched: cublasGemmStridedBatchedEx
  *   gemm_ex  C = epi(op(A) op(B) + bias): cuBLASLt with the BIAS,
- *            GELU_AUX_BIAS or DGELU epilogue, so the bias and the GELU (or
- *            its gradient) cost no pass of their own over C; or, where
- *            cuBLASLt refuses the request, the product and then one pass
- *            (k_bias_epilogue, k_dgelu_epilogue: the same formulas)
+ *            GELU_AUX_BIAS or DGELU epilogue (and BIAS with beta = 1 for a
+ *            residual added in the same pass), so the bias, the residual
+ *            and the GELU (or its gradient) cost no pass of their own over
+ *            C; or, where cuBLASLt refuses the request, the product and
+ *            then one pass (k_*_epilogue: the same formulas)
  *
  * Row-major throughout, as cblas with CblasRowMajor: C = op(A) op(B) is
  * column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first and N, M
@@ -106,6 +107,17 @@ __global__ static void k_dgelu_epilogue(float *C, const float *pre, int M, int N
 	}
 }
 
+/* C [M, N] (leading dimension ld) holds A*B; C = (C + add) + bias, the
+ * order of cuBLASLt's beta = 1 with the BIAS epilogue. */
+__global__ static void k_bias_add_epilogue(float *C, const float *add, const float *bias, int M, int N, int ld)
+{
+	int64_t total = (int64_t)M * N;
+	for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
+		int64_t i = k / N, j = k % N;
+		C[i * ld + j] = (C[i * ld + j] + add[i * ld + j]) + bias[j];
+	}
+}
+
 /* pre [M, N] (leading dimension ld) holds A*B.  pre += bias; with gelu,
  * out = gelu_tanh(pre) (pre kept for the backward), else out is pre. */
 __global__ static void k_bias_epilogue(float *pre, float *out, const float *bias, int M, int N, int ld, int gelu)
@@ -135,6 +147,8 @@ static int gemm_ex_unfused(const ph_ctx *ctx, int ta, int tb, int M, int N, int 
 	cudaStream_t st = (cudaStream_t)ctx->stream;
 	if (epi == PH_EPI_DGELU)
 		k_dgelu_epilogue<<<(unsigned)blocks, 256, 0, st>>>(C, aux, M, N, ldc);
+	else if (epi == PH_EPI_BIAS_ADD)
+		k_bias_add_epilogue<<<(unsigned)blocks, 256, 0, st>>>(C, aux, bias, M, N, ldc);
 	else
 		k_bias_epilogue<<<(unsigned)blocks, 256, 0, st>>>(pre, C, bias, M, N, ldc, epi == PH_EPI_BIAS_GELU);
 	cudaError_t e = cudaGetLastError();
@@ -182,7 +196,7 @@ static void plan_make(ph_gemm_rank *g, lt_plan *p)
 	uint32_t epi = p->epi == PH_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
 		       : p->epi == PH_EPI_DGELU   ? CUBLASLT_EPILOGUE_DGELU
 						  : CUBLASLT_EPILOGUE_BIAS;
-	const int with_aux = p->epi == PH_EPI_BIAS_GELU || p->epi == PH_EPI_DGELU;
+	const int with_aux = p->epi == PH_EPI_BIAS_GELU || p->epi == PH_EPI_DGELU; /* aux attribute */
 	int64_t aux_ld = p->ldc;
 	/* cuBLAS's A is our B: stored N x K (op N) or K x N (op T); its B is
 	 * our A: K x M or M x K; D is N x M. */
@@ -272,8 +286,9 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 		       const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
 {
 	ph_gemm_rank *g = (ph_gemm_rank *)ctx->gpu;
-	const int with_bias = epi == PH_EPI_BIAS || epi == PH_EPI_BIAS_GELU;
-	const int with_aux = epi == PH_EPI_BIAS_GELU || epi == PH_EPI_DGELU;
+	const int with_bias = epi == PH_EPI_BIAS || epi == PH_EPI_BIAS_GELU || epi == PH_EPI_BIAS_ADD;
+	const int with_aux = epi == PH_EPI_BIAS_GELU || epi == PH_EPI_DGELU || epi == PH_EPI_BIAS_ADD;
+	const int aux_attr = epi == PH_EPI_BIAS_GELU || epi == PH_EPI_DGELU; /* else aux is cuBLAS's C */
 	if (epi != PH_EPI_NONE && !with_bias && !with_aux)
 		return ph_fail(err, PH_EINTERNAL, "gemm_ex: unknown epilogue %d", epi);
 	if (with_bias && !bias)
@@ -313,12 +328,15 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 			if (with_bias)
 				s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
 								   sizeof bias);
-			if (s == CUBLAS_STATUS_SUCCESS && with_aux)
+			if (s == CUBLAS_STATUS_SUCCESS && aux_attr)
 				s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
 								   sizeof aux);
+			/* BIAS_ADD: the residual is cuBLAS's C with beta = 1, D is ours */
+			const int add = epi == PH_EPI_BIAS_ADD;
 			if (s == CUBLAS_STATUS_SUCCESS)
-				s = cublasLtMatmul(g->lt, p->op, &one, B, p->la, A, p->lb, &zero, C, p->lc, C, p->lc,
-						   &p->algo, g->workspace, LT_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
+				s = cublasLtMatmul(g->lt, p->op, &one, B, p->la, A, p->lb, add ? &one : &zero,
+						   add ? aux : C, p->lc, C, p->lc, &p->algo, g->workspace,
+						   LT_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
 			if (s == CUBLAS_STATUS_SUCCESS)
 				return PH_OK;
 			/* refused at the call (nothing was queued): from now on this

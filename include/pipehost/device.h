@@ -27,8 +27,10 @@ enum {
 	PH_EPI_NONE = 0,
 	PH_EPI_BIAS = 1,      /* C[i][j] += bias[j] */
 	PH_EPI_BIAS_GELU = 2, /* C = gelu_tanh(A*B + bias); pre-activation to aux */
-	PH_EPI_DGELU = 3      /* C = A*B * gelu_tanh'(aux): aux is the pre-activation
+	PH_EPI_DGELU = 3,     /* C = A*B * gelu_tanh'(aux): aux is the pre-activation
 			       * PH_EPI_BIAS_GELU kept (the MLP's backward); no bias */
+	PH_EPI_BIAS_ADD = 4   /* C = A*B + aux + bias: aux (read, not C) is a
+			       * residual added in the same pass */
 };
 
 typedef struct ph_gpu_api {
@@ -47,7 +49,8 @@ typedef struct ph_gpu_api {
 	 *   C = epi(op(A) * op(B) + bias)
 	 * bias has N floats; with PH_EPI_BIAS_GELU the pre-activation goes to
 	 * aux (M x N, leading dimension ldc) for the backward, and with
-	 * PH_EPI_DGELU it is read back from there (bias NULL). */
+	 * PH_EPI_DGELU it is read back from there (bias NULL); with
+	 * PH_EPI_BIAS_ADD aux is a matrix of the same layout added to C. */
 	int (*gemm_ex)(const ph_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
 		       const float *A, int lda, const float *B, int ldb, float *C, int ldc,
 		       int epilogue, const float *bias, float *aux, ph_err *err);

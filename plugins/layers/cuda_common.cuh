@@ -63,6 +63,17 @@ static inline int ph_gemm_xwt_bias(const ph_ctx *ctx, int M, int N, int K, const
 	return ctx->gpu->gemm_ex(ctx, 0, 1, M, N, K, x, K, W, K, y, N, PH_EPI_BIAS, bias, NULL, err);
 }
 
+/* y [M, N] = x [M, K] . W^T + bias + r, r [M, N] a residual added in the
+ * same pass (cuBLASLt's C with beta = 1); y and r distinct. */
+static inline int ph_gemm_xwt_bias_add(const ph_ctx *ctx, int M, int N, int K, const float *x, const float *W,
+				       const float *bias, const float *r, float *y, ph_err *err)
+{
+	if (!ctx->gpu)
+		return ph_fail(err, PH_EINTERNAL, "no GPU services in the call context");
+	/* aux is read, not written, under PH_EPI_BIAS_ADD */
+	return ctx->gpu->gemm_ex(ctx, 0, 1, M, N, K, x, K, W, K, y, N, PH_EPI_BIAS_ADD, bias, (float *)r, err);
+}
+
 /* The same with GELU fused: u [M, N] = x W^T + bias (kept for the
  * backward), g = gelu_tanh(u).  The epilogue's GELU is the library's tanh
  * form, not cuda_ops.cuh's bit-for-bit twin of the CPU's: for bf16 runs,

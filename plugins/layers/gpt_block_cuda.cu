@@ -14,7 +14,8 @@
  * Parameters, saved layout, dropout keys and element indices are exactly
  * gpt_block.c's (see its header); the element-wise kernels come from
  * cuda_ops.cuh (bitwise the CPU's), the products from the host's GEMM with
- * the biases (and, under bf16, the GELU) in its epilogue.
+ * the biases (and, under bf16, the GELU) in its epilogue; without dropout
+ * the two residual additions ride in the projections' products too.
  * Under bf16, where flash_attention.cuh takes the shape (ph_flash_usable),
  * the attention core is fused: the saved P region then holds only L2
  * [B, H, T] at its start; fp32 keeps the materialised core.
@@ -130,9 +131,13 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	else
 		TRY(ph_attn_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, pd,
 				    err));
-	TRY(ph_gemm_xwt_bias(ctx, R, d, d, v.att, params[P_PROJ], bias + 3 * d, tmp, err));
-	PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID1), drop, g->rate, g->scale, x, tmp, v.x1,
-					  n));
+	if (drop) {
+		TRY(ph_gemm_xwt_bias(ctx, R, d, d, v.att, params[P_PROJ], bias + 3 * d, tmp, err));
+		PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID1), drop, g->rate, g->scale, x,
+						  tmp, v.x1, n));
+	} else { /* no dropout: the residual rides in the product */
+		TRY(ph_gemm_xwt_bias_add(ctx, R, d, d, v.att, params[P_PROJ], bias + 3 * d, x, v.x1, err));
+	}
 
 	/* MLP branch */
 	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, v.h2, v.mean2, v.rstd2, R, d, GPT_LN_EPS));
@@ -142,9 +147,13 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 		TRY(ph_gemm_xwt_bias(ctx, R, rd, d, v.h2, params[P_FC], bias + 4 * d, v.u, err));
 		PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, v.g, (int64_t)R * rd));
 	}
-	TRY(ph_gemm_xwt_bias(ctx, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, tmp, err));
-	PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale, v.x1, tmp, y,
-					  n));
+	if (drop) {
+		TRY(ph_gemm_xwt_bias(ctx, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, tmp, err));
+		PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale, v.x1,
+						  tmp, y, n));
+	} else {
+		TRY(ph_gemm_xwt_bias_add(ctx, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, v.x1, y, err));
+	}
 	return PH_OK;
 }
 

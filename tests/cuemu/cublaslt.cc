@@ -111,12 +111,18 @@ float gelu_tanh_grad(float x)
 
 /* How many products took each fused epilogue: tests ask (through dlsym,
  * so that the same test runs on a real GPU) whether the fused path ran. */
-static std::atomic<unsigned long> n_bias{ 0 }, n_gelu{ 0 }, n_dgelu{ 0 };
+static std::atomic<unsigned long> n_bias{ 0 }, n_gelu{ 0 }, n_dgelu{ 0 }, n_beta{ 0 };
 
-/* which: 0 BIAS, 1 GELU_AUX_BIAS, 2 DGELU */
+/* which: 0 BIAS, 1 GELU_AUX_BIAS, 2 DGELU, 3 any of them with beta != 0
+ * (a matrix added in the same pass) */
 EXPORT unsigned long cuemu_lt_matmuls(int which)
 {
-	return which == 2 ? n_dgelu.load() : which ? n_gelu.load() : n_bias.load();
+	switch (which) {
+	case 0: return n_bias.load();
+	case 1: return n_gelu.load();
+	case 2: return n_dgelu.load();
+	default: return n_beta.load();
+	}
 }
 
 struct cublasLtContext {
@@ -331,6 +337,8 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
 	if (bef != 0.f && !C)
 		return CUBLAS_STATUS_INVALID_VALUE;
 	const int bf16 = o.compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+	if (bef != 0.f && o.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+		n_beta++;
 	if (is_dgelu(o.epilogue))
 		n_dgelu++;
 	else if (has_gelu(o.epilogue))
