@@ -122,7 +122,7 @@ static int op_open(int ordinal, int precision, void **out, ph_err *err)
 		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuDNN handle: %s", ordinal,
 			       cudnnGetErrorString(ds));
 	}
-	int rc = ph_gemm_open(r->stream, &r->gemm, err);
+	int rc = ph_gemm_open(&r->gemm, err);
 	if (rc) {
 		op_close(r);
 		return rc;

@@ -7,7 +7,7 @@
  *            residual added in the same pass), so the bias, the residual
  *            and the GELU (or its gradient) cost no pass of their own over
  *            C; or, where cuBLASLt refuses the request, the product and
- *            then one pass (k_*_epilogue: the same formulas)
+ *            then one pass (k_epilogue: the same formulas)
  *
  * Row-major throughout, as cblas with CblasRowMajor: C = op(A) op(B) is
  * column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B first and N, M
@@ -93,43 +93,33 @@ static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, floa
 /* ---------------------------------------------------------------- */
 /* The unfused path                                                   */
 
-/* C [M, N] (leading dimension ld) holds A*B; C *= gelu_tanh'(pre), pre the
- * forward's pre-activation (same layout): cuBLASLt's DGELU. */
-__global__ static void k_dgelu_epilogue(float *C, const float *pre, int M, int N, int ld)
+/* The unfused epilogue: one pass over C [M, N] (leading dimension ld),
+ * which holds A*B (for BIAS_GELU aux holds it, and keeps the
+ * pre-activation):
+ *   BIAS       C += bias
+ *   BIAS_GELU  aux += bias; C = gelu_tanh(aux)
+ *   DGELU      C *= gelu_tanh'(aux)
+ *   BIAS_ADD   C = (C + aux) + bias, the order of cuBLASLt's beta = 1 */
+__global__ static void k_epilogue(int epi, float *C, float *aux, const float *bias, int M, int N, int ld)
 {
+	const float k0 = 0.7978845608028654f, a = 0.044715f; /* gelu_tanh: sqrt(2/pi), the cubic's weight */
 	int64_t total = (int64_t)M * N;
 	for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
-		int64_t i = k / N, j = k % N;
-		float x = pre[i * ld + j];
-		float t = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
-		float dt = 0.7978845608028654f * (1.f + 3.f * 0.044715f * x * x);
-		C[i * ld + j] *= 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * dt;
-	}
-}
-
-/* C [M, N] (leading dimension ld) holds A*B; C = (C + add) + bias, the
- * order of cuBLASLt's beta = 1 with the BIAS epilogue. */
-__global__ static void k_bias_add_epilogue(float *C, const float *add, const float *bias, int M, int N, int ld)
-{
-	int64_t total = (int64_t)M * N;
-	for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
-		int64_t i = k / N, j = k % N;
-		C[i * ld + j] = (C[i * ld + j] + add[i * ld + j]) + bias[j];
-	}
-}
-
-/* pre [M, N] (leading dimension ld) holds A*B.  pre += bias; with gelu,
- * out = gelu_tanh(pre) (pre kept for the backward), else out is pre. */
-__global__ static void k_bias_epilogue(float *pre, float *out, const float *bias, int M, int N, int ld, int gelu)
-{
-	int64_t total = (int64_t)M * N;
-	for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < total; k += (int64_t)gridDim.x * blockDim.x) {
-		int64_t i = k / N, j = k % N;
-		float x = pre[i * ld + j] + bias[j];
-		pre[i * ld + j] = x;
-		if (gelu) {
-			float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-			out[i * ld + j] = 0.5f * x * (1.f + tanhf(u));
+		const int64_t j = k % N, o = (k / N) * ld + j;
+		switch (epi) {
+		case PH_EPI_BIAS: C[o] = C[o] + bias[j]; break;
+		case PH_EPI_BIAS_GELU: {
+			float x = aux[o] + bias[j];
+			aux[o] = x;
+			C[o] = 0.5f * x * (1.f + tanhf(k0 * (x + a * x * x * x)));
+			break;
+		}
+		case PH_EPI_DGELU: {
+			float x = aux[o], t = tanhf(k0 * (x + a * x * x * x)), dt = k0 * (1.f + 3.f * a * x * x);
+			C[o] *= 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * dt;
+			break;
+		}
+		case PH_EPI_BIAS_ADD: C[o] = (C[o] + aux[o]) + bias[j]; break;
 		}
 	}
 }
@@ -138,19 +128,13 @@ static int gemm_ex_unfused(const ph_ctx *ctx, int ta, int tb, int M, int N, int 
 			   const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux,
 			   ph_err *err)
 {
-	float *pre = epi == PH_EPI_BIAS_GELU ? aux : C;
-	int rc = svc_gemm(ctx, ta, tb, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, pre, ldc, 0, 1, err);
+	float *prod = epi == PH_EPI_BIAS_GELU ? aux : C;
+	int rc = svc_gemm(ctx, ta, tb, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, prod, ldc, 0, 1, err);
 	if (rc || epi == PH_EPI_NONE)
 		return rc;
 	int64_t n = (int64_t)M * N, blocks = (n + 255) / 256;
 	blocks = blocks < 1 ? 1 : blocks > 65535 * 8 ? 65535 * 8 : blocks;
-	cudaStream_t st = (cudaStream_t)ctx->stream;
-	if (epi == PH_EPI_DGELU)
-		k_dgelu_epilogue<<<(unsigned)blocks, 256, 0, st>>>(C, aux, M, N, ldc);
-	else if (epi == PH_EPI_BIAS_ADD)
-		k_bias_add_epilogue<<<(unsigned)blocks, 256, 0, st>>>(C, aux, bias, M, N, ldc);
-	else
-		k_bias_epilogue<<<(unsigned)blocks, 256, 0, st>>>(pre, C, bias, M, N, ldc, epi == PH_EPI_BIAS_GELU);
+	k_epilogue<<<(unsigned)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(epi, C, aux, bias, M, N, ldc);
 	cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return ph_fail(err, PH_EINTERNAL, "GEMM epilogue: %s", cudaGetErrorString(e));
@@ -298,9 +282,11 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 	/* cuBLASLt wants 16-byte vectors for bias and aux and an aux leading
 	 * dimension that is a multiple of 8; below 16 bytes of alignment the
 	 * plain product serves as well. */
+	const uint32_t al_a = alignment(A), al_b = alignment(B), al_c = alignment(C),
+		       al_x = with_aux ? alignment(aux) : 256; /* aux is read or written like C */
 	int lt_ok = g->use_lt && epi != PH_EPI_NONE && M > 0 && N > 0 && K > 0 &&
-		    (!with_bias || alignment(bias) >= 16) && alignment(A) >= 16 && alignment(B) >= 16 &&
-		    alignment(C) >= 16 && (!with_aux || (alignment(aux) >= 16 && ldc % 8 == 0));
+		    (!with_bias || alignment(bias) >= 16) && al_a >= 16 && al_b >= 16 && al_c >= 16 &&
+		    (!with_aux || (al_x >= 16 && ldc % 8 == 0));
 	if (lt_ok) {
 		lt_plan key;
 		memset(&key, 0, sizeof key);
@@ -314,11 +300,9 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 		key.ldc = ldc;
 		key.epi = epi;
 		key.precision = ctx->precision;
-		key.align_a = alignment(A);
-		key.align_b = alignment(B);
-		key.align_c = alignment(C);
-		if (with_aux && alignment(aux) < key.align_c)
-			key.align_c = alignment(aux);
+		key.align_a = al_a;
+		key.align_b = al_b;
+		key.align_c = al_c < al_x ? al_c : al_x;
 		lt_plan *p = plan_for(g, &key);
 		if (!p)
 			return ph_fail(err, PH_ENOMEM, "gemm_ex: out of memory for a cuBLASLt plan");
@@ -351,9 +335,8 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 
 /* ---------------------------------------------------------------- */
 
-int ph_gemm_open(cudaStream_t stream, ph_gemm_rank **out, ph_err *err)
+int ph_gemm_open(ph_gemm_rank **out, ph_err *err)
 {
-	(void)stream;
 	*out = NULL;
 	ph_gemm_rank *g = (ph_gemm_rank *)calloc(1, sizeof *g);
 	if (!g)

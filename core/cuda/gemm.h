@@ -14,7 +14,7 @@ typedef struct ph_gemm_rank ph_gemm_rank;
 /* Call with the rank's GPU current: cuBLASLt's handle and its workspace
  * for this rank's stream.  PIPEHOST_GEMM_LT=0 in the environment keeps
  * every fused epilogue on the unfused path (a product, then one pass). */
-int ph_gemm_open(cudaStream_t stream, ph_gemm_rank **out, ph_err *err);
+int ph_gemm_open(ph_gemm_rank **out, ph_err *err);
 void ph_gemm_close(ph_gemm_rank *g);
 const ph_gpu_api *ph_gemm_services(const ph_gemm_rank *g);
 const char *ph_blas_status(cublasStatus_t s);
