@@ -198,72 +198,68 @@ static int shares_source(const ph_model *m, int k)
 	return 0;
 }
 
+/* The device slots of gpu_sumsq_batched: one double per tensor a rank
+ * holds (a tied copy has none), and their host copies; made once. */
+static int alloc_sumsq_slots(ph_engine *e, ph_err *err)
+{
+	const int P = e->plan->ranks;
+	e->ss_dev = calloc((size_t)P, sizeof *e->ss_dev);
+	e->ss_host = calloc((size_t)P, sizeof *e->ss_host);
+	if (!e->ss_dev || !e->ss_host)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int r = 0; r < P; r++) {
+		size_t k = 0;
+		for (int l = 0; l < e->model->n; l++)
+			for (int q = 0; layer_rank(e, l) == r && q < e->model->layers[l].meta.nparams; q++)
+				k += !tied_copy(e->model, l, q);
+		if (!k)
+			continue;
+		if (!(e->ss_host[r] = malloc(k * sizeof(double))))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		if (!(e->ss_dev[r] = ph_eng_balloc(e, r, k * sizeof(double))))
+			return ph_fail(err, PH_ENOMEM, "GPU memory for the clip norm: %s", e->err.msg);
+	}
+	return PH_OK;
+}
+
 /* The clip norm's sum over every tensor on GPUs: each tensor's sum of
- * squares queued into a slot of its rank's device array, one copy back per
- * rank, then the host adds them in layer order (a tied copy not at all),
- * the order and the numbers of one sumsq() per tensor, without a round
- * trip per tensor.  The arrays are made on the first step. */
+ * squares queued into the next slot of its rank's device array, one copy
+ * back per rank, then the host adds them in layer order (a tied copy not
+ * at all): the order and the numbers of one sumsq() per tensor, without a
+ * round trip per tensor. */
 static int gpu_sumsq_batched(ph_engine *e, double *total, ph_err *err)
 {
 	const int P = e->plan->ranks;
-	int rc, *slot = calloc((size_t)P, sizeof *slot);
-	if (!slot)
+	int rc = PH_OK;
+	if (!e->ss_dev && (rc = alloc_sumsq_slots(e, err)))
+		return rc;
+	int *used = calloc((size_t)P, sizeof *used); /* slots filled, then read, per rank */
+	if (!used)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int l = 0; l < e->model->n; l++)
-		for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
-			slot[layer_rank(e, l)] += !tied_copy(e->model, l, q);
-	if (!e->ss_dev) {
-		e->ss_dev = calloc((size_t)P, sizeof *e->ss_dev);
-		e->ss_host = calloc((size_t)P, sizeof *e->ss_host);
-		if (!e->ss_dev || !e->ss_host) {
-			free(slot);
-			return ph_fail(err, PH_ENOMEM, "out of memory");
-		}
-		for (int r = 0; r < P; r++) {
-			if (!slot[r])
-				continue;
-			e->ss_host[r] = malloc((size_t)slot[r] * sizeof(double));
-			e->ss_dev[r] = ph_eng_balloc(e, r, (size_t)slot[r] * sizeof(double));
-			if (!e->ss_host[r] || !e->ss_dev[r]) {
-				free(slot);
-				return e->ss_host[r] ? ph_fail(err, PH_ENOMEM, "GPU memory for the clip norm: %s", e->err.msg)
-						     : ph_fail(err, PH_ENOMEM, "out of memory");
-			}
-		}
-	}
-	int *n = slot; /* now the slots used so far */
-	memset(n, 0, (size_t)P * sizeof *n);
-	for (int l = 0; l < e->model->n; l++) {
+	for (int l = 0; l < e->model->n && !rc; l++) {
 		const ph_layer *L = &e->model->layers[l];
-		for (int q = 0; q < L->meta.nparams; q++) {
-			int r = layer_rank(e, l);
-			if (tied_copy(e->model, l, q))
-				continue;
-			if ((rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape),
-						   &e->ss_dev[r][n[r]++], err))) {
-				free(slot);
-				return rc;
-			}
-		}
+		const int r = layer_rank(e, l);
+		for (int q = 0; q < L->meta.nparams && !rc; q++)
+			if (!tied_copy(e->model, l, q))
+				rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape),
+						      &e->ss_dev[r][used[r]++], err);
 	}
-	for (int r = 0; r < P; r++)
-		if (n[r] && (rc = e->dev->copy(e->rs[r], e->ss_host[r], e->ss_dev[r], (size_t)n[r] * sizeof(double),
-					       PH_COPY_D2H, err))) {
-			free(slot);
-			return rc;
+	for (int r = 0; r < P && !rc; r++)
+		if (used[r])
+			rc = e->dev->copy(e->rs[r], e->ss_host[r], e->ss_dev[r], (size_t)used[r] * sizeof(double),
+					  PH_COPY_D2H, err);
+	if (!rc) {
+		memset(used, 0, (size_t)P * sizeof *used);
+		double t = 0;
+		for (int l = 0; l < e->model->n; l++) {
+			const int r = layer_rank(e, l);
+			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
+				t += tied_copy(e->model, l, q) ? 0.0 : e->ss_host[r][used[r]++];
 		}
-	memset(n, 0, (size_t)P * sizeof *n);
-	double t = 0;
-	for (int l = 0; l < e->model->n; l++) {
-		const ph_layer *L = &e->model->layers[l];
-		for (int q = 0; q < L->meta.nparams; q++) {
-			int r = layer_rank(e, l);
-			t += tied_copy(e->model, l, q) ? 0.0 : e->ss_host[r][n[r]++];
-		}
+		*total = t;
 	}
-	free(slot);
-	*total = t;
-	return PH_OK;
+	free(used);
+	return rc;
 }
 
 /* After a GPU step: tied gradients summed, and the clip norm (per tensor
