@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <pipehost/device.h>
 #include <pipehost/plugin.h>
@@ -27,6 +29,14 @@
 		if (ph_e_ != cudaSuccess)                                                    \
 			return ph_fail((err), PH_EINTERNAL, "%s: %s", #call, cudaGetErrorString(ph_e_)); \
 	} while (0)
+
+/* 1 when environment variable `name` is "0": how a fast path is turned off
+ * to time it against the plain one (PIPEHOST_ATTN_FLASH, PIPEHOST_GELU_FUSE). */
+static inline int ph_env_off(const char *name)
+{
+	const char *e = getenv(name);
+	return e && strcmp(e, "0") == 0;
+}
 
 /* Blocks for n independent elements, 256 threads each, capped: the kernels
  * stride over the rest (grid-stride loops). */

@@ -64,8 +64,6 @@
 #define PH_LAYERS_FLASH_ATTENTION_CUH
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -208,6 +206,40 @@ __device__ static inline void ph_fa_load_tile(ph_bf16 *dst, const float *src, in
 	t.fetch(src, ld, r0, T, vec4);
 	t.put(dst);
 }
+
+/* Tiles of src (ROWS rows at a time) through shared memory in a loop:
+ * with PF the next tile waits in registers while the block works on this
+ * one, else each is loaded when its turn comes.  Every thread calls, in
+ * this order: first() before the loop; then, per tile, put() before the
+ * block's __syncthreads and, after it, ahead() for the next tile if any. */
+template <int HD, int ROWS, bool PF> struct ph_fa_stream {
+	ph_fa_tile<HD, ROWS> next;
+	const float *src;
+	int64_t ld;
+	int T, vec4;
+
+	__device__ inline void first(const float *s, int64_t l, int r0, int t, int v4)
+	{
+		src = s;
+		ld = l;
+		T = t;
+		vec4 = v4;
+		if (PF)
+			next.fetch(src, ld, r0, T, vec4);
+	}
+	__device__ inline void put(ph_bf16 *dst, int r0)
+	{
+		if (PF)
+			next.put(dst);
+		else
+			ph_fa_load_tile<HD, ROWS>(dst, src, ld, r0, T, vec4);
+	}
+	__device__ inline void ahead(int r0)
+	{
+		if (PF)
+			next.fetch(src, ld, r0, T, vec4);
+	}
+};
 
 /* The dropout factors of 4 consecutive elements idx .. idx+3 of the
  * micro-batch's P: scale where ph_rng_uniform(key, idx + e) >= rate, else 0.
@@ -380,24 +412,17 @@ ph_fa_fwd_kernel(const float *__restrict__ qkv, float *__restrict__ att, float *
 	float m = -INFINITY, l = 0.0f; /* row i's running max (log2 units) and sum, in both its lanes */
 	const uint64_t rowidx = ((uint64_t)(b0 + b) * H + h) * (uint64_t)T + (uint64_t)i; /* dropout: (.. + i)*T + j */
 	const int kend = min(T, q0 + PH_FA_BR), nkt = (kend + D::BC - 1) / D::BC;
-	ph_fa_tile<HD, D::BC> nk, nv; /* the next K and V tiles (in flight with D::PF) */
-	if (D::PF) {
-		nk.fetch(kb, ld, 0, T, vec4);
-		nv.fetch(vb, ld, 0, T, vec4);
-	}
+	ph_fa_stream<HD, D::BC, D::PF> ks, vs; /* the K and V tiles */
+	ks.first(kb, ld, 0, T, vec4);
+	vs.first(vb, ld, 0, T, vec4);
 	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * D::BC;
-		if (D::PF) {
-			nk.put(sK);
-			nv.put(sV);
-		} else {
-			ph_fa_load_tile<HD, D::BC>(sK, kb, ld, k0, T, vec4);
-			ph_fa_load_tile<HD, D::BC>(sV, vb, ld, k0, T, vec4);
-		}
+		ks.put(sK, k0);
+		vs.put(sV, k0);
 		__syncthreads();
-		if (D::PF && kt + 1 < nkt) {
-			nk.fetch(kb, ld, k0 + D::BC, T, vec4);
-			nv.fetch(vb, ld, k0 + D::BC, T, vec4);
+		if (kt + 1 < nkt) {
+			ks.ahead(k0 + D::BC);
+			vs.ahead(k0 + D::BC);
 		}
 		/* tiles wholly above the warp's rows are masked out: skip them
 		 * (k0 and w0 are multiples of 16, so a tile the warp takes has
@@ -534,15 +559,11 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 	const int qt0 = k0 / D::BC, nqt = (T + D::BC - 1) / D::BC; /* queries before k0 see none of these keys */
 	/* the next Q tile (in flight with D::PF; dO is fetched when it is
 	 * needed: registers for both spill, with dK, dV, K and V held) */
-	ph_fa_tile<HD, D::BC> nq;
-	if (D::PF)
-		nq.fetch(qb, ld, qt0 * D::BC, T, vec4);
+	ph_fa_stream<HD, D::BC, D::PF> qs;
+	qs.first(qb, ld, qt0 * D::BC, T, vec4);
 	for (int qt = qt0; qt < nqt; qt++) {
 		const int q0 = qt * D::BC;
-		if (D::PF)
-			nq.put(sQ);
-		else
-			ph_fa_load_tile<HD, D::BC>(sQ, qb, ld, q0, T, vec4);
+		qs.put(sQ, q0);
 		ph_fa_load_tile<HD, D::BC>(sO, ob, d, q0, T, vec4);
 		for (int c = threadIdx.x; c < D::BC; c += PH_FA_THREADS) {
 			const int iq = q0 + c;
@@ -550,8 +571,8 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 			sh.dd[c] = iq < T ? Db[iq] : 0.0f;
 		}
 		__syncthreads();
-		if (D::PF && qt + 1 < nqt)
-			nq.fetch(qb, ld, q0 + D::BC, T, vec4);
+		if (qt + 1 < nqt)
+			qs.ahead(q0 + D::BC);
 		if (q0 + D::BC - 1 >= jw) { /* some query of the tile sees some key of the warp */
 			ph_fa_abt<HD, D::NB>(S, kf, sQ); /* S^T = K Q^T */
 			__syncwarp();
@@ -650,24 +671,17 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 	const float li = i < T ? L2[(int64_t)bh * T + i] : INFINITY, di = i < T ? Dv[(int64_t)bh * T + i] : 0.0f;
 	const uint64_t rowidx = ((uint64_t)(b0 + b) * H + h) * (uint64_t)T + (uint64_t)i;
 	const int kend = min(T, q0 + PH_FA_BR), nkt = (kend + D::BC - 1) / D::BC;
-	ph_fa_tile<HD, D::BC> nk, nv; /* the next K and V tiles (in flight with D::PF) */
-	if (D::PF) {
-		nk.fetch(kb, ld, 0, T, vec4);
-		nv.fetch(vb, ld, 0, T, vec4);
-	}
+	ph_fa_stream<HD, D::BC, D::PF> ks, vs; /* the K and V tiles */
+	ks.first(kb, ld, 0, T, vec4);
+	vs.first(vb, ld, 0, T, vec4);
 	for (int kt = 0; kt < nkt; kt++) {
 		const int k0 = kt * D::BC;
-		if (D::PF) {
-			nk.put(sK);
-			nv.put(sV);
-		} else {
-			ph_fa_load_tile<HD, D::BC>(sK, kb, ld, k0, T, vec4);
-			ph_fa_load_tile<HD, D::BC>(sV, vb, ld, k0, T, vec4);
-		}
+		ks.put(sK, k0);
+		vs.put(sV, k0);
 		__syncthreads();
-		if (D::PF && kt + 1 < nkt) {
-			nk.fetch(kb, ld, k0 + D::BC, T, vec4);
-			nv.fetch(vb, ld, k0 + D::BC, T, vec4);
+		if (kt + 1 < nkt) {
+			ks.ahead(k0 + D::BC);
+			vs.ahead(k0 + D::BC);
 		}
 		if (k0 <= w0 + 15) {
 			ph_fa_abt<HD, D::NB>(S, qf, sK); /* S = Q K^T */
@@ -710,17 +724,12 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 /* ------------------------------------------------------------------ */
 /* Host side.                                                          */
 
-/* PIPEHOST_ATTN_FLASH=0: the materialised path under bf16 too */
-static inline int ph_fa_env_off(void)
-{
-	const char *e = getenv("PIPEHOST_ATTN_FLASH");
-	return e && strcmp(e, "0") == 0;
-}
-
 /* Whether this attention takes the fused path (see the top). */
 static inline int ph_flash_usable(const ph_ctx *ctx, const ph_attn_geom *g)
 {
-	static const int off = ph_fa_env_off(); /* read once (C++ makes that thread-safe) */
+	/* PIPEHOST_ATTN_FLASH=0: the materialised path under bf16 too; read
+	 * once (C++ makes that thread-safe) */
+	static const int off = ph_env_off("PIPEHOST_ATTN_FLASH");
 	return !off && ctx->precision == PH_PREC_BF16 && g->hd % 16 == 0 && g->hd >= 16 && g->hd <= 128 && g->T > 0;
 }
 

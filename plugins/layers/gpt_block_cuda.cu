@@ -26,9 +26,6 @@
  *             then dP [H, T, T] and Pd [H, T, T] (dropout only); the fused
  *             core uses dP's place for D [<=T samples, H, T]
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
 #include "flash_attention.cuh"
@@ -90,15 +87,9 @@ static ph_attn_geom attn_geom(const gpt_block_dims *g)
  * fp32 keeps cuda_ops.cuh's bit-for-bit twin of the CPU's GELU.
  * PIPEHOST_GELU_FUSE=0 in the environment keeps it separate under bf16 too,
  * to time one against the other on the same build. */
-static int gelu_env_off(void)
-{
-	const char *e = getenv("PIPEHOST_GELU_FUSE");
-	return e && strcmp(e, "0") == 0;
-}
-
 static int gelu_fused(const ph_ctx *ctx)
 {
-	static const int off = gelu_env_off(); /* read once (C++ makes that thread-safe) */
+	static const int off = ph_env_off("PIPEHOST_GELU_FUSE"); /* read once (C++ makes that thread-safe) */
 	return !off && ctx->precision == PH_PREC_BF16;
 }
 
