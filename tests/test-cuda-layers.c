@@ -79,6 +79,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -514,36 +515,23 @@ static void read_grads(dev_inst *D, const inst *H, float **out)
 		d2h(out[p], D->grads[p], (size_t)H->pn[p] * sizeof(float));
 }
 
-/* Fused products (bias, bias + GELU) the layer's forward should ask
- * cuBLASLt for; -1: no expectation.  cuBLASLt wants 16-byte aligned
- * operands (core/cuda/gemm.cu falls back to the unfused path otherwise):
- * every buffer here is its own allocation, and the regions inside saved
- * (attention_ops.cuh, gpt_block_state.h) start at multiples of T floats
- * and of T^2, so with T a multiple of 4 all of them are aligned and the
- * count is exact; with another T some products fall back and at least the
- * first (qkv, from an aligned input into the start of saved) is fused. */
-static void expected_fused(const gpu_case *c, int bf16, int nparams, int *bias, int *gelu, int *exact)
-{
-	*bias = *gelu = -1;
-	*exact = 1;
-	if (!strcmp(c->type, "linear")) {
-		*bias = nparams == 2; /* W, and b unless bias = no */
-		*gelu = 0;
-		return;
-	}
-	*exact = c->in.d[0] % 4 == 0;
-	if (!strcmp(c->type, "attention")) {
-		*bias = *exact ? 2 : 1;
-		*gelu = 0;
-	} else if (!strcmp(c->type, "gpt_block")) {
-		*bias = !*exact ? 1 : bf16 ? 3 : 4;
-		*gelu = !*exact ? 0 : bf16 ? 1 : 0;
-	}
-}
+/* The emulator's counts of fused products (tests/cuemu/cublaslt.cc), by
+ * kind; on a real GPU the symbol is absent and the checks are skipped. */
+typedef unsigned long (*lt_counter_fn)(int kind);
+enum { LT_BIAS, LT_GELU, LT_DGELU, LT_RESID, LT_KINDS }; /* cuemu_lt_matmuls' argument */
+static const char *const lt_kind_name[LT_KINDS] = { "bias", "bias+GELU", "DGELU", "with-residual" };
 
-/* The emulator's counts of fused products (tests/cuemu/cublaslt.cc); on a
- * real GPU the symbol is absent and the check is skipped. */
-typedef unsigned long (*lt_counter_fn)(int which); /* 0 bias, 1 bias + GELU, 2 DGELU, 3 with a residual */
+typedef struct {
+	unsigned long n[LT_KINDS];
+} lt_counts;
+
+static lt_counts lt_snapshot(lt_counter_fn count)
+{
+	lt_counts c;
+	for (int k = 0; k < LT_KINDS; k++)
+		c.n[k] = count ? count(k) : 0;
+	return c;
+}
 
 /* The value of option `key` in the case's config, or NULL. */
 static const char *case_option(const gpu_case *c, const char *key)
@@ -554,42 +542,80 @@ static const char *case_option(const gpu_case *c, const char *key)
 	return NULL;
 }
 
-static void expect_fused(const char *label, const gpu_case *c, int bf16, int nparams, lt_counter_fn count,
-			 unsigned long bias0, unsigned long gelu0, unsigned long resid0)
+/*
+ * How many fused products of each kind a call should ask cuBLASLt for, as
+ * a range [lo, hi] (hi ULONG_MAX: at least lo):
+ *  - the forwards of linear, attention and gpt_block put their biases in
+ *    the epilogue; gpt_block under bf16 its GELU too, and without dropout
+ *    its two residuals (beta = 1);
+ *  - gpt_block's backward under bf16 takes the GELU's gradient (DGELU);
+ *    no other layer asks for DGELU.
+ * cuBLASLt wants 16-byte aligned operands (core/cuda/gemm.cu falls back to
+ * the unfused path otherwise): every buffer here is its own allocation,
+ * and the regions inside saved (attention_ops.cuh, gpt_block_state.h)
+ * start at multiples of T floats and of T^2, so with T a multiple of 4 all
+ * of them are aligned and the counts are exact; with another T some
+ * products fall back and at least the first (qkv, from an aligned input
+ * into the start of saved) is fused.
+ */
+static void expected_fused(const gpu_case *c, int bf16, int nparams, unsigned long lo[LT_KINDS],
+			   unsigned long hi[LT_KINDS])
 {
-	int bias, gelu, exact;
-	expected_fused(c, bf16, nparams, &bias, &gelu, &exact);
-	if (!count || bias < 0)
-		return;
-	/* gpt_block without dropout adds both residuals in the projections'
-	 * products (beta = 1); nothing else does */
+	const int linear = !strcmp(c->type, "linear"), attention = !strcmp(c->type, "attention"),
+		  gpt = !strcmp(c->type, "gpt_block");
+	const int exact = linear || c->in.d[0] % 4 == 0;
 	const char *rate = case_option(c, "dropout");
 	const int drop = !c->eval && rate && atof(rate) > 0;
-	const unsigned long want_resid = !strcmp(c->type, "gpt_block") && !drop && exact ? 2 : 0,
-			    resid = count(3) - resid0;
-	ck_assert_msg(exact ? resid == want_resid : resid <= 2, "%s: %lu products added a residual, expected %s%lu",
-		      label, resid, exact ? "" : "at most ", exact ? want_resid : 2);
-	unsigned long db = count(0) - bias0, dg = count(1) - gelu0;
-	ck_assert_msg(exact ? db == (unsigned long)bias && dg == (unsigned long)gelu
-			    : db >= (unsigned long)bias && dg >= (unsigned long)gelu,
-		      "%s: the forward made %lu bias and %lu bias+GELU fused products, expected %s%d and %s%d "
-		      "(PIPEHOST_GEMM_LT=0 or PIPEHOST_GELU_FUSE=0 in the environment?)",
-		      label, db, dg, exact ? "" : "at least ", bias, exact ? "" : "at least ", gelu);
+	unsigned long want[LT_KINDS] = { 0, 0, 0, 0 };
+	for (int k = 0; k < LT_KINDS; k++) {
+		lo[k] = 0;
+		hi[k] = ULONG_MAX; /* no expectation */
+	}
+	lo[LT_DGELU] = hi[LT_DGELU] = 0;
+	if (linear) {
+		want[LT_BIAS] = nparams == 2; /* W, and b unless bias = no */
+	} else if (attention) {
+		want[LT_BIAS] = 2;
+	} else if (gpt) {
+		want[LT_BIAS] = bf16 ? 3 : 4;
+		want[LT_GELU] = want[LT_DGELU] = bf16;
+		want[LT_RESID] = drop ? 0 : 2;
+	} else {
+		return;
+	}
+	for (int k = 0; k < LT_KINDS; k++)
+		lo[k] = hi[k] = want[k];
+	if (!exact) {
+		lo[LT_BIAS] = 1;
+		hi[LT_BIAS] = hi[LT_GELU] = ULONG_MAX;
+		lo[LT_GELU] = lo[LT_RESID] = lo[LT_DGELU] = 0;
+		hi[LT_RESID] = 2;
+	}
 }
 
-/* gpt_block's backward under bf16 takes the GELU's gradient in the
- * product's epilogue (DGELU) when its forward fused the GELU; nothing else
- * asks for it. */
-static void expect_fused_backward(const char *label, const gpu_case *c, int bf16, lt_counter_fn count,
-				  unsigned long dgelu0)
+/* The products of `kinds` (a mask of 1 << LT_*) one call made, between
+ * the snapshots before and after, against expected_fused's ranges. */
+static void expect_fused(const char *label, const char *call, const gpu_case *c, int bf16, int nparams,
+			 unsigned kinds, lt_counter_fn count, const lt_counts *before)
 {
 	if (!count)
 		return;
-	const int gpt = !strcmp(c->type, "gpt_block"), exact = c->in.d[0] % 4 == 0;
-	const unsigned long want = gpt && bf16 && exact ? 1 : 0, got = count(2) - dgelu0;
-	ck_assert_msg(gpt && bf16 && !exact ? got <= 1 : got == want,
-		      "%s: the backward made %lu DGELU fused products, expected %lu (PIPEHOST_GELU_FUSE=0?)", label,
-		      got, want);
+	unsigned long lo[LT_KINDS], hi[LT_KINDS];
+	expected_fused(c, bf16, nparams, lo, hi);
+	const lt_counts after = lt_snapshot(count);
+	for (int k = 0; k < LT_KINDS; k++) {
+		const unsigned long got = after.n[k] - before->n[k];
+		if (!(kinds & 1u << k) || (got >= lo[k] && got <= hi[k]))
+			continue;
+		if (hi[k] == ULONG_MAX)
+			ck_abort_msg("%s: the %s made %lu %s fused products, expected at least %lu "
+				     "(PIPEHOST_GEMM_LT=0 or PIPEHOST_GELU_FUSE=0 in the environment?)",
+				     label, call, got, lt_kind_name[k], lo[k]);
+		else
+			ck_abort_msg("%s: the %s made %lu %s fused products, expected %s%lu "
+				     "(PIPEHOST_GEMM_LT=0 or PIPEHOST_GELU_FUSE=0 in the environment?)",
+				     label, call, got, lt_kind_name[k], lo[k] == hi[k] ? "" : "at most ", hi[k]);
+	}
 }
 
 static void gpu_fwd(const char *label, const ph_layer_ops *ops, dev_inst *D)
@@ -690,10 +716,10 @@ static void run_case(int idx)
 		fill_const(D.ctx.saved, nsaved, sentinel);
 	}
 	lt_counter_fn lt_count = (lt_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_lt_matmuls");
-	const unsigned long lt_bias0 = lt_count ? lt_count(0) : 0, lt_gelu0 = lt_count ? lt_count(1) : 0,
-			    lt_resid0 = lt_count ? lt_count(3) : 0;
+	lt_counts lt0 = lt_snapshot(lt_count);
 	gpu_fwd(label, ops, &D);
-	expect_fused(label, c, bf16, H.meta.nparams, lt_count, lt_bias0, lt_gelu0, lt_resid0);
+	expect_fused(label, "forward", c, bf16, H.meta.nparams, 1u << LT_BIAS | 1u << LT_GELU | 1u << LT_RESID,
+		     lt_count, &lt0);
 	if (c->flash)
 		expect_flash(label, &D, c, nsaved, sentinel, bf16);
 	d2h(gy, D.y, (size_t)H.ny * sizeof(float));
@@ -712,9 +738,9 @@ static void run_case(int idx)
 	/* backward from zero gradients, dx NaN: close to the CPU's */
 	zero_grads(&D, &H);
 	fill_const(D.dx, H.nx, NAN);
-	const unsigned long lt_dgelu0 = lt_count ? lt_count(2) : 0;
+	lt0 = lt_snapshot(lt_count);
 	gpu_bwd(label, ops, &D, D.dx);
-	expect_fused_backward(label, c, bf16, lt_count, lt_dgelu0);
+	expect_fused(label, "backward", c, bf16, H.meta.nparams, 1u << LT_DGELU, lt_count, &lt0);
 	d2h(gdx, D.dx, (size_t)H.nx * sizeof(float));
 	read_grads(&D, &H, g1);
 	expect_close(label, "dx", gdx, H.dx, H.nx, tol);

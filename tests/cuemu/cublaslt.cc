@@ -93,6 +93,16 @@ bool shapes(const lt_desc *o, const lt_layout *a, const lt_layout *b, const lt_l
 
 bool fp32(const lt_layout *l) { return l->type == CUDA_R_32F; }
 
+/* An attribute's value into its field: the size must be the field's, as
+ * the library checks it (a wrong size is INVALID_VALUE). */
+template <typename F> cublasStatus_t set_field(F *field, const void *buf, size_t size)
+{
+	if (size != sizeof *field)
+		return CUBLAS_STATUS_INVALID_VALUE;
+	memcpy(field, buf, sizeof *field);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
 bool aligned(const void *p, uint32_t bytes) { return bytes == 0 || (uintptr_t)p % bytes == 0; }
 
 float gelu_tanh(float x)
@@ -172,35 +182,16 @@ EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
 	switch (attr) {
 	case CUBLASLT_MATMUL_DESC_TRANSA:
 	case CUBLASLT_MATMUL_DESC_TRANSB: {
-		if (size != sizeof(int32_t))
-			return CUBLAS_STATUS_INVALID_VALUE;
 		int32_t v;
-		memcpy(&v, buf, 4);
-		if (v != CUBLAS_OP_N && v != CUBLAS_OP_T)
+		if (set_field(&v, buf, size) != CUBLAS_STATUS_SUCCESS || (v != CUBLAS_OP_N && v != CUBLAS_OP_T))
 			return CUBLAS_STATUS_INVALID_VALUE;
 		(attr == CUBLASLT_MATMUL_DESC_TRANSA ? o->transa : o->transb) = (cublasOperation_t)v;
 		return CUBLAS_STATUS_SUCCESS;
 	}
-	case CUBLASLT_MATMUL_DESC_EPILOGUE:
-		if (size != sizeof(uint32_t))
-			return CUBLAS_STATUS_INVALID_VALUE;
-		memcpy(&o->epilogue, buf, 4);
-		return CUBLAS_STATUS_SUCCESS;
-	case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
-		if (size != sizeof(void *))
-			return CUBLAS_STATUS_INVALID_VALUE;
-		memcpy(&o->bias, buf, sizeof(void *));
-		return CUBLAS_STATUS_SUCCESS;
-	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
-		if (size != sizeof(void *))
-			return CUBLAS_STATUS_INVALID_VALUE;
-		memcpy(&o->aux, buf, sizeof(void *));
-		return CUBLAS_STATUS_SUCCESS;
-	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
-		if (size != sizeof(int64_t))
-			return CUBLAS_STATUS_INVALID_VALUE;
-		memcpy(&o->aux_ld, buf, 8);
-		return CUBLAS_STATUS_SUCCESS;
+	case CUBLASLT_MATMUL_DESC_EPILOGUE: return set_field(&o->epilogue, buf, size);
+	case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return set_field(&o->bias, buf, size);
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return set_field(&o->aux, buf, size);
+	case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return set_field(&o->aux_ld, buf, size);
 	}
 	return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -246,24 +237,13 @@ EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
 		return CUBLAS_STATUS_INVALID_VALUE;
 	lt_pref *o = P_(p);
 	switch (attr) {
-	case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
-		if (size != sizeof(uint64_t))
-			return CUBLAS_STATUS_INVALID_VALUE;
-		memcpy(&o->workspace, buf, 8);
-		return CUBLAS_STATUS_SUCCESS;
-	case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
-		if (size != sizeof(uint32_t))
-			return CUBLAS_STATUS_INVALID_VALUE;
-		memcpy(&o->reduction_mask, buf, 4);
-		return CUBLAS_STATUS_SUCCESS;
+	case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return set_field(&o->workspace, buf, size);
+	case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: return set_field(&o->reduction_mask, buf, size);
 	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
 	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
 	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
 	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
-		if (size != sizeof(uint32_t))
-			return CUBLAS_STATUS_INVALID_VALUE;
-		memcpy(&o->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, 4);
-		return CUBLAS_STATUS_SUCCESS;
+		return set_field(&o->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, size);
 	}
 	return CUBLAS_STATUS_INVALID_VALUE;
 }
