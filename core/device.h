@@ -91,6 +91,13 @@ typedef struct ph_device_ops {
 	 * queued without waiting: the clip norm queues every tensor's and reads
 	 * them back with one copy per rank instead of a round trip each. */
 	int (*sumsq_to)(void *rs, const float *g, int64_t n, double *out, ph_err *err);
+
+	/* n floats of parameters at w, allocated by alloc on this rank: under
+	 * bf16 the products that read them take a bf16 copy made once after
+	 * each write instead of rounding them anew at every product
+	 * (core/cuda/bf16_operands.h).  Writes through the ops above are
+	 * tracked; kernels of layers never write parameters. */
+	int (*param_block)(void *rs, const float *w, int64_t n, ph_err *err);
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128

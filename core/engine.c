@@ -872,6 +872,8 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		if (!P->w || !P->g || !P->s || !P->hw || !P->hs)
 			return ph_fail(err, PH_ENOMEM, "out of memory for the parameters of layer %s%s%s", L->cfg->name,
 				       e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
+		if (e->dev && e->dev->param_block && n && (rc0 = e->dev->param_block(e->rs[r], P->w, (int64_t)n, err)))
+			return rc0;
 		int64_t off = 0;
 		for (int q = 0; q < L->meta.nparams; q++) {
 			int64_t k = ph_shape_numel(&L->meta.params[q].shape);

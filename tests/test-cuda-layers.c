@@ -471,6 +471,9 @@ static void dev_open(dev_inst *D, const ph_layer_ops *ops, const gpu_case *c, co
 		snprintf(name, sizeof name, "param %s", m.params[p].name);
 		D->params[p] = dalloc((size_t)H->pn[p] * sizeof(float), name);
 		h2d(D->params[p], H->params[p], (size_t)H->pn[p] * sizeof(float));
+		/* as the engine does: under bf16 the products read a bf16 shadow */
+		rc = dev->param_block(rs, D->params[p], H->pn[p], &e);
+		ck_assert_msg(rc == PH_OK, "param_block for %s: %s", name, e.msg);
 		snprintf(name, sizeof name, "grad %s", m.params[p].name);
 		D->grads[p] = dalloc((size_t)H->pn[p] * sizeof(float), name);
 	}
@@ -618,6 +621,22 @@ static void expect_fused(const char *label, const char *call, const gpu_case *c,
 	}
 }
 
+/* The emulator's count of products that read bf16 copies of their
+ * operands (tests/cuemu/cublas.cc); absent on a real GPU. */
+typedef unsigned long (*bf16_counter_fn)(void);
+
+static int gemm_casts(void)
+{
+	const char *v = getenv("PIPEHOST_GEMM_CAST");
+	return !(v && !strcmp(v, "0"));
+}
+
+/* Layers whose calls are matrix products through ctx->gpu. */
+static int uses_gemm(const gpu_case *c)
+{
+	return !strcmp(c->type, "linear") || !strcmp(c->type, "attention") || !strcmp(c->type, "gpt_block");
+}
+
 static void gpu_fwd(const char *label, const ph_layer_ops *ops, dev_inst *D)
 {
 	ph_err e = { { 0 } };
@@ -716,10 +735,21 @@ static void run_case(int idx)
 		fill_const(D.ctx.saved, nsaved, sentinel);
 	}
 	lt_counter_fn lt_count = (lt_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_lt_matmuls");
+	bf16_counter_fn bf16_count = (bf16_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_bf16_products");
 	lt_counts lt0 = lt_snapshot(lt_count);
+	const unsigned long cast0 = bf16_count ? bf16_count() : 0;
 	gpu_fwd(label, ops, &D);
 	expect_fused(label, "forward", c, bf16, H.meta.nparams, 1u << LT_BIAS | 1u << LT_GELU | 1u << LT_RESID,
 		     lt_count, &lt0);
+	if (bf16_count && uses_gemm(c)) {
+		/* bf16 products read bf16 copies (core/cuda/bf16_operands.h)
+		 * unless PIPEHOST_GEMM_CAST=0; fp32 ones never */
+		const unsigned long got = bf16_count() - cast0;
+		const int want = bf16 && gemm_casts();
+		ck_assert_msg(want ? got > 0 : got == 0,
+			      "%s: the forward made %lu products from bf16 copies, expected %s (PIPEHOST_GEMM_CAST=%s)",
+			      label, got, want ? "some" : "none", gemm_casts() ? "1" : "0");
+	}
 	if (c->flash)
 		expect_flash(label, &D, c, nsaved, sentinel, bf16);
 	d2h(gy, D.y, (size_t)H.ny * sizeof(float));
@@ -810,6 +840,22 @@ static void run_case(int idx)
 				 H.meta.params[p].name);
 			expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
 		}
+	}
+
+	/* new weights through the rank's copy (as an upload or a tied copy
+	 * writes them): the next forward must use them, not a bf16 shadow made
+	 * from the old ones.  Negated, so stale weights show in y. */
+	if (uses_gemm(c)) {
+		for (int p = 0; p < H.meta.nparams; p++) {
+			for (int64_t i = 0; i < H.pn[p]; i++)
+				H.params[p][i] = -H.params[p][i];
+			h2d(D.params[p], H.params[p], (size_t)H.pn[p] * sizeof(float));
+		}
+		rc = ops->forward(H.state, &H.ctx, H.params, H.x, H.y, &e);
+		ck_assert_msg(rc == PH_OK, "%s: CPU forward (negated weights): %s", label, e.msg);
+		gpu_fwd(label, ops, &D);
+		d2h(gy2, D.y, (size_t)H.ny * sizeof(float));
+		expect_close(label, "y after the weights were rewritten (a stale bf16 copy?)", gy2, H.y, H.ny, tol);
 	}
 
 	check_canaries(label);

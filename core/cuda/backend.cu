@@ -23,6 +23,7 @@ extern "C" {
 #include "device.h"
 }
 
+#include "bf16_operands.h"
 #include "gemm.h"
 #include "kernels.cuh"
 
@@ -182,6 +183,7 @@ static void op_free(void *v, void *p)
 {
 	if (p) {
 		cudaSetDevice(((rank_state *)v)->ordinal);
+		ph_bf16_params_forget(p);
 		cudaFree(p);
 	}
 }
@@ -192,6 +194,8 @@ static int op_copy(void *v, void *dst, const void *src, size_t bytes, int dir, p
 	if (!bytes)
 		return PH_OK;
 	ON_DEVICE(err, r);
+	if (dir != PH_COPY_D2H)
+		ph_bf16_params_wrote(dst, bytes);
 	/* cudaMemcpyDefault: the pointers say which memory; between two GPUs
 	 * it is a peer copy on the copy engines (staged by the driver where
 	 * the GPUs have no peer access) */
@@ -205,6 +209,7 @@ static int op_copy(void *v, void *dst, const void *src, size_t bytes, int dir, p
 static int op_zero(void *v, void *p, size_t bytes, ph_err *err)
 {
 	ON_DEVICE(err, (rank_state *)v);
+	ph_bf16_params_wrote(p, bytes);
 	TRY(err, cudaMemsetAsync(p, 0, bytes, ((rank_state *)v)->stream));
 	return PH_OK;
 }
@@ -254,6 +259,7 @@ static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double 
 	if (!n)
 		return PH_OK;
 	ON_DEVICE(err, r);
+	ph_bf16_params_wrote(w, (size_t)n * sizeof(float));
 	unsigned blocks = ph_k_blocks(n);
 	if (c->type == PH_OPTIM_ADAMW) {
 		if (t < 1)
@@ -310,6 +316,8 @@ static int op_tie_sum(void *v, float *a, float *b, int64_t n, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
 	ON_DEVICE(err, r);
+	ph_bf16_params_wrote(a, (size_t)n * sizeof(float));
+	ph_bf16_params_wrote(b, (size_t)n * sizeof(float));
 	k_tie_sum<<<ph_k_blocks(n), 256, 0, r->stream>>>(a, b, n);
 	TRY(err, cudaGetLastError());
 	return PH_OK;
@@ -321,9 +329,22 @@ static int op_scale(void *v, float *g, int64_t n, double scale, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
 	ON_DEVICE(err, r);
+	ph_bf16_params_wrote(g, (size_t)n * sizeof(float));
 	k_scale<<<ph_k_blocks(n), 256, 0, r->stream>>>(g, n, scale);
 	TRY(err, cudaGetLastError());
 	return PH_OK;
+}
+
+/* Under bf16 (with PIPEHOST_GEMM_CAST unset or 1) products read weights
+ * from a bf16 shadow of the block, made at first use after each write;
+ * fp32 ranks need none. */
+static int op_param_block(void *v, const float *w, int64_t n, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	if (r->precision != PH_PREC_BF16 || !ph_gemm_casts() || n <= 0)
+		return PH_OK;
+	ON_DEVICE(err, r);
+	return ph_bf16_params_register(w, n, err);
 }
 
 /* ---------------------------------------------------------------- */
@@ -390,6 +411,7 @@ static int op_nccl_sum(void *v, void *cv, float *g, int64_t n, ph_err *err)
 	if (n <= 0)
 		return PH_OK;
 	ON_DEVICE(err, r);
+	ph_bf16_params_wrote(g, (size_t)n * sizeof(float));
 	ncclResult_t e = ncclAllReduce(g, g, (size_t)n, ncclFloat, ncclSum, c->comm, r->stream);
 	if (e != ncclSuccess)
 		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: sum of %lld floats: %s (%s); %s", r->ordinal, (long long)n,
@@ -424,6 +446,7 @@ static const ph_device_ops cuda_ops = {
 	op_scale,
 	NCCL_OPS,
 	op_sumsq_to,
+	op_param_block,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)

@@ -15,8 +15,12 @@
  * column of the row-major C, is one per row of cuBLAS's D.
  *
  * Precision is the run's: fp32 computes in fp32 without TF32 (it tracks the
- * CPU twin to rounding); bf16 rounds the inputs to bf16 inside the kernel and
- * accumulates in fp32 on tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF).
+ * CPU twin to rounding); bf16 rounds the inputs to bf16 and accumulates in
+ * fp32 on tensor cores.  The rounding happens in a pass of our own into bf16
+ * copies (bf16_operands.h: a shadow per weight, made once a step, and a
+ * staging buffer for the rest), so cuBLAS runs its native bf16 kernels;
+ * PIPEHOST_GEMM_CAST=0 lets cuBLAS round fp32 inputs itself instead
+ * (CUBLAS_COMPUTE_32F_FAST_16BF), the same values by another road.
  *
  * cuBLASLt needs a descriptor, three layouts and a heuristic query per
  * shape, which cost more host time than a small product takes on the GPU:
@@ -37,6 +41,7 @@
 
 #include <pipehost/device.h>
 
+#include "bf16_operands.h"
 #include "gemm.h"
 
 /* What the Hopper documentation suggests for cuBLASLt's workspace. */
@@ -45,6 +50,7 @@
 typedef struct {
 	/* the key */
 	int ta, tb, M, N, K, lda, ldb, ldc, epi, precision;
+	int ab_type; /* cudaDataType_t of A and B: fp32, or bf16 copies */
 	uint32_t align_a, align_b, align_c;
 	/* the plan; usable 0: cuBLASLt refused, take the unfused path */
 	int usable;
@@ -58,6 +64,8 @@ struct ph_gemm_rank {
 	cublasLtHandle_t lt;
 	void *workspace;
 	int use_lt;
+	int cast; /* bf16: round operands into bf16 copies (else FAST_16BF) */
+	ph_bf16_stage stage[2]; /* A's and B's staging */
 	lt_plan *plans;
 	int nplans, cap;
 };
@@ -75,19 +83,95 @@ const char *ph_blas_status(cublasStatus_t s)
 	}
 }
 
-static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-		    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc, int batch,
-		    ph_err *err)
+/* The largest power of two dividing p, at most 256 (cuBLASLt's default
+ * assumption, which the preference lowers to what we have). */
+static uint32_t alignment(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	uint32_t b = 256;
+	while (b > 1 && a % b)
+		b >>= 1;
+	return b;
+}
+
+/* A product's operands as cuBLAS gets them: the caller's fp32 matrices, or
+ * their bf16 copies (with the copies' leading dimensions and strides). */
+typedef struct {
+	const void *a, *b;
+	int lda, ldb;
+	int64_t sa, sb;
+	cudaDataType_t type;
+	cublasComputeType_t compute;
+} operands;
+
+/* One operand of a bf16 product: `batch` row-major rows x cols matrices
+ * (leading dimension ld, stride apart): a weight's shadow where p lies in
+ * a registered block and the view has the 16-byte alignment of rows and
+ * start that cuBLAS's fast kernels want, else rounded into staging slot
+ * `slot` (which has it). */
+static int bf16_operand(ph_gemm_rank *g, int slot, cudaStream_t st, const float *p, int rows, int cols, int ld,
+			int64_t stride, int batch, const void **out, int *ld_out, int64_t *stride_out, ph_err *err)
+{
+	*out = p;
+	*ld_out = ld;
+	*stride_out = stride;
+	if (rows <= 0 || cols <= 0 || batch <= 0)
+		return PH_OK; /* nothing is read */
+	const int64_t extent = (int64_t)(batch - 1) * stride + (int64_t)(rows - 1) * ld + cols;
+	const void *view = NULL;
+	int rc = ph_bf16_param_view(p, extent, st, &view, err);
+	if (rc)
+		return rc;
+	if (view && alignment(view) >= 16 && ld % 8 == 0 && stride % 8 == 0) {
+		*out = view;
+		return PH_OK;
+	}
+	return ph_bf16_stage_cast(&g->stage[slot], p, rows, cols, ld, batch, stride, st, out, ld_out, stride_out,
+				  err);
+}
+
+/* op(A) is M x K and op(B) K x N: stored K x M / M x K and N x K / K x N. */
+static int resolve(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda, int64_t sa,
+		   const float *B, int ldb, int64_t sb, int batch, operands *o, ph_err *err)
+{
+	ph_gemm_rank *g = (ph_gemm_rank *)ctx->gpu;
+	const int bf16 = ctx->precision == PH_PREC_BF16;
+	o->a = A, o->b = B, o->lda = lda, o->ldb = ldb, o->sa = sa, o->sb = sb;
+	o->type = CUDA_R_32F;
+	o->compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+	if (!bf16 || !g->cast)
+		return PH_OK;
+	cudaStream_t st = (cudaStream_t)ctx->stream;
+	int rc;
+	if ((rc = bf16_operand(g, 0, st, A, ta ? K : M, ta ? M : K, lda, sa, batch, &o->a, &o->lda, &o->sa, err)) ||
+	    (rc = bf16_operand(g, 1, st, B, tb ? N : K, tb ? K : N, ldb, sb, batch, &o->b, &o->ldb, &o->sb, err)))
+		return rc;
+	o->type = CUDA_R_16BF;
+	o->compute = CUBLAS_COMPUTE_32F;
+	return PH_OK;
+}
+
+static int gemm_resolved(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const operands *o,
+			 float beta, float *C, int ldc, int64_t sc, int batch, ph_err *err)
 {
 	cublasHandle_t h = (cublasHandle_t)ctx->blas;
-	cublasComputeType_t ct = ctx->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
 	cublasStatus_t s = cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-						      N, M, K, &alpha, B, CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa,
-						      &beta, C, CUDA_R_32F, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT);
+						      N, M, K, &alpha, o->b, o->type, o->ldb, o->sb, o->a, o->type,
+						      o->lda, o->sa, &beta, C, CUDA_R_32F, ldc, sc, batch, o->compute,
+						      CUBLAS_GEMM_DEFAULT);
 	if (s != CUBLAS_STATUS_SUCCESS)
 		return ph_fail(err, PH_EINTERNAL, "cuBLAS gemm %dx%dx%d (batch %d): %s", M, N, K, batch,
 			       ph_blas_status(s));
 	return PH_OK;
+}
+
+static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+		    int64_t sa, const float *B, int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc, int batch,
+		    ph_err *err)
+{
+	operands o;
+	int rc = resolve(ctx, ta, tb, M, N, K, A, lda, sa, B, ldb, sb, batch, &o, err);
+	return rc ? rc : gemm_resolved(ctx, ta, tb, M, N, K, alpha, &o, beta, C, ldc, sc, batch, err);
 }
 
 /* ---------------------------------------------------------------- */
@@ -124,12 +208,11 @@ __global__ static void k_epilogue(int epi, float *C, float *aux, const float *bi
 	}
 }
 
-static int gemm_ex_unfused(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
-			   const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux,
-			   ph_err *err)
+static int gemm_ex_unfused(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const operands *o, float *C,
+			   int ldc, int epi, const float *bias, float *aux, ph_err *err)
 {
 	float *prod = epi == PH_EPI_BIAS_GELU ? aux : C;
-	int rc = svc_gemm(ctx, ta, tb, M, N, K, 1.f, A, lda, 0, B, ldb, 0, 0.f, prod, ldc, 0, 1, err);
+	int rc = gemm_resolved(ctx, ta, tb, M, N, K, 1.f, o, 0.f, prod, ldc, 0, 1, err);
 	if (rc || epi == PH_EPI_NONE)
 		return rc;
 	int64_t n = (int64_t)M * N, blocks = (n + 255) / 256;
@@ -143,17 +226,6 @@ static int gemm_ex_unfused(const ph_ctx *ctx, int ta, int tb, int M, int N, int 
 
 /* ---------------------------------------------------------------- */
 /* cuBLASLt plans                                                     */
-
-/* The largest power of two dividing p, at most 256 (cuBLASLt's default
- * assumption, which the preference lowers to what we have). */
-static uint32_t alignment(const void *p)
-{
-	uintptr_t a = (uintptr_t)p;
-	uint32_t b = 256;
-	while (b > 1 && a % b)
-		b >>= 1;
-	return b;
-}
 
 static void plan_release(lt_plan *p)
 {
@@ -175,7 +247,10 @@ static void plan_release(lt_plan *p)
  * Leaves p->usable 0 when cuBLASLt has nothing for it. */
 static void plan_make(ph_gemm_rank *g, lt_plan *p)
 {
-	cublasComputeType_t ct = p->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+	const cudaDataType_t ab = (cudaDataType_t)p->ab_type;
+	cublasComputeType_t ct = ab == CUDA_R_16BF		  ? CUBLAS_COMPUTE_32F
+				 : p->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+								: CUBLAS_COMPUTE_32F;
 	cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
 	uint32_t epi = p->epi == PH_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
 		       : p->epi == PH_EPI_DGELU   ? CUBLASLT_EPILOGUE_DGELU
@@ -193,8 +268,8 @@ static void plan_make(ph_gemm_rank *g, lt_plan *p)
 	    !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) ||
 	    (with_aux &&
 	     !LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld))) ||
-	    !LT_OK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_32F, a_rows, a_cols, p->ldb)) ||
-	    !LT_OK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_32F, b_rows, b_cols, p->lda)) ||
+	    !LT_OK(cublasLtMatrixLayoutCreate(&p->la, ab, a_rows, a_cols, p->ldb)) ||
+	    !LT_OK(cublasLtMatrixLayoutCreate(&p->lb, ab, b_rows, b_cols, p->lda)) ||
 	    !LT_OK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, p->N, p->M, p->ldc))) {
 		plan_release(p);
 		return;
@@ -231,6 +306,7 @@ static int same_key(const lt_plan *a, const lt_plan *b)
 {
 	return a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
 	       a->ldb == b->ldb && a->ldc == b->ldc && a->epi == b->epi && a->precision == b->precision &&
+	       a->ab_type == b->ab_type &&
 	       a->align_a == b->align_a && a->align_b == b->align_b && a->align_c == b->align_c;
 }
 
@@ -279,10 +355,14 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 		return ph_fail(err, PH_EINTERNAL, "gemm_ex: epilogue without a bias");
 	if (with_aux && !aux)
 		return ph_fail(err, PH_EINTERNAL, "gemm_ex: GELU epilogue without an aux matrix");
+	operands o;
+	int rc = resolve(ctx, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, 1, &o, err);
+	if (rc)
+		return rc;
 	/* cuBLASLt wants 16-byte vectors for bias and aux and an aux leading
 	 * dimension that is a multiple of 8; below 16 bytes of alignment the
 	 * plain product serves as well. */
-	const uint32_t al_a = alignment(A), al_b = alignment(B), al_c = alignment(C),
+	const uint32_t al_a = alignment(o.a), al_b = alignment(o.b), al_c = alignment(C),
 		       al_x = with_aux ? alignment(aux) : 256; /* aux is read or written like C */
 	int lt_ok = g->use_lt && epi != PH_EPI_NONE && M > 0 && N > 0 && K > 0 &&
 		    (!with_bias || alignment(bias) >= 16) && al_a >= 16 && al_b >= 16 && al_c >= 16 &&
@@ -295,11 +375,12 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 		key.M = M;
 		key.N = N;
 		key.K = K;
-		key.lda = lda;
-		key.ldb = ldb;
+		key.lda = o.lda;
+		key.ldb = o.ldb;
 		key.ldc = ldc;
 		key.epi = epi;
 		key.precision = ctx->precision;
+		key.ab_type = o.type;
 		key.align_a = al_a;
 		key.align_b = al_b;
 		key.align_c = al_c < al_x ? al_c : al_x;
@@ -318,7 +399,7 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 			/* BIAS_ADD: the residual is cuBLAS's C with beta = 1, D is ours */
 			const int add = epi == PH_EPI_BIAS_ADD;
 			if (s == CUBLAS_STATUS_SUCCESS)
-				s = cublasLtMatmul(g->lt, p->op, &one, B, p->la, A, p->lb, add ? &one : &zero,
+				s = cublasLtMatmul(g->lt, p->op, &one, o.b, p->la, o.a, p->lb, add ? &one : &zero,
 						   add ? aux : C, p->lc, C, p->lc, &p->algo, g->workspace,
 						   LT_WORKSPACE_BYTES, (cudaStream_t)ctx->stream);
 			if (s == CUBLAS_STATUS_SUCCESS)
@@ -330,7 +411,7 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 			plan_release(p);
 		}
 	}
-	return gemm_ex_unfused(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, epi, bias, aux, err);
+	return gemm_ex_unfused(ctx, ta, tb, M, N, K, &o, C, ldc, epi, bias, aux, err);
 }
 
 /* ---------------------------------------------------------------- */
@@ -346,6 +427,7 @@ int ph_gemm_open(ph_gemm_rank **out, ph_err *err)
 	g->api.gemm_ex = svc_gemm_ex;
 	const char *env = getenv("PIPEHOST_GEMM_LT");
 	g->use_lt = !(env && strcmp(env, "0") == 0);
+	g->cast = ph_gemm_casts();
 	if (g->use_lt) {
 		cublasStatus_t s = cublasLtCreate(&g->lt);
 		if (s != CUBLAS_STATUS_SUCCESS) {
@@ -372,11 +454,19 @@ void ph_gemm_close(ph_gemm_rank *g)
 	for (int i = 0; i < g->nplans; i++)
 		plan_release(&g->plans[i]);
 	free(g->plans);
+	ph_bf16_stage_free(&g->stage[0]);
+	ph_bf16_stage_free(&g->stage[1]);
 	if (g->workspace)
 		cudaFree(g->workspace);
 	if (g->lt)
 		cublasLtDestroy(g->lt);
 	free(g);
+}
+
+int ph_gemm_casts(void)
+{
+	const char *env = getenv("PIPEHOST_GEMM_CAST");
+	return !(env && strcmp(env, "0") == 0);
 }
 
 const ph_gpu_api *ph_gemm_services(const ph_gemm_rank *g)

@@ -17,6 +17,9 @@ typedef struct ph_gemm_rank ph_gemm_rank;
 int ph_gemm_open(ph_gemm_rank **out, ph_err *err);
 void ph_gemm_close(ph_gemm_rank *g);
 const ph_gpu_api *ph_gemm_services(const ph_gemm_rank *g);
+/* Whether bf16 products round their operands into bf16 copies
+ * (bf16_operands.h); PIPEHOST_GEMM_CAST=0 in the environment says no. */
+int ph_gemm_casts(void);
 const char *ph_blas_status(cublasStatus_t s);
 
 #endif

@@ -3,7 +3,9 @@
  * Plain loops, column-major as cuBLAS: C = alpha op(A) op(B) + beta C, with
  * C not read when beta is 0.  Each product accumulates in double and rounds
  * once; CUBLAS_COMPUTE_32F_FAST_16BF first rounds A and B to bf16 (round to
- * nearest even), the inputs tensor cores would see.  A reference, not
+ * nearest even), the inputs tensor cores would see, and A and B may be
+ * stored as bf16 (CUDA_R_16BF, both, with C fp32 and CUBLAS_COMPUTE_32F),
+ * which gives the same products as FAST_16BF on their fp32 originals.  A reference, not
  * cuBLAS's bits: tests compare against it with tolerances.  Queued on the
  * handle's stream like any kernel.
  */
@@ -14,7 +16,23 @@
 
 #include "cuemu-internal.h"
 
+#include <atomic>
+
 #define EXPORT extern "C" __attribute__((visibility("default")))
+
+static std::atomic<unsigned long> n_bf16_products{ 0 };
+
+void cuemu::count_bf16_product()
+{
+	n_bf16_products++;
+}
+
+/* Products (cuBLAS and cuBLASLt) whose A and B were stored as bf16: tests
+ * ask, through dlsym, whether a bf16 run took its bf16 copies. */
+EXPORT unsigned long cuemu_bf16_products(void)
+{
+	return n_bf16_products.load();
+}
 
 struct cublasContext {
 	cudaStream_t stream;
@@ -43,8 +61,9 @@ EXPORT cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s)
 }
 
 static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-			   const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb,
-			   long long sb, const float *beta, float *C, int ldc, long long sc, int batch, int bf16)
+			   const float *alpha, const void *A, int lda, long long sa, const void *B, int ldb,
+			   long long sb, const float *beta, float *C, int ldc, long long sc, int batch, int bf16,
+			   int stored_bf16)
 {
 	if (!h)
 		return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -55,16 +74,22 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
 	/* alpha and beta are read now (host pointer mode); the product runs
 	 * on the handle's stream */
 	const float al = *alpha, be = *beta;
+	if (stored_bf16)
+		cuemu::count_bf16_product();
 	cuemu::enqueue(h->stream, [=] {
 		for (int q = 0; q < batch; q++) {
-			const float *a = A + q * sa, *b = B + q * sb;
+			const int64_t oa = q * sa, ob = q * sb;
 			float *c = C + q * sc;
 			for (int j = 0; j < n; j++)
 				for (int i = 0; i < m; i++) {
 					double acc = 0;
 					for (int p = 0; p < k; p++) {
-						float x = ta == CUBLAS_OP_N ? a[i + (int64_t)p * lda] : a[p + (int64_t)i * lda];
-						float y = tb == CUBLAS_OP_N ? b[p + (int64_t)j * ldb] : b[j + (int64_t)p * ldb];
+						float x = cuemu::operand_at(A, oa + (ta == CUBLAS_OP_N ? i + (int64_t)p * lda
+												    : p + (int64_t)i * lda),
+									  stored_bf16);
+						float y = cuemu::operand_at(B, ob + (tb == CUBLAS_OP_N ? p + (int64_t)j * ldb
+												    : j + (int64_t)p * ldb),
+									  stored_bf16);
 						if (bf16) {
 							x = cuemu::round_bf16(x);
 							y = cuemu::round_bf16(y);
@@ -96,10 +121,13 @@ EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
 	(void)algo;
 	int ok;
 	int bf16 = compute_bf16(compute, &ok);
-	if (!ok || at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F)
+	/* fp32 inputs under any fp32 compute type, or bf16 inputs under plain
+	 * CUBLAS_COMPUTE_32F; the output is fp32 */
+	const int stored_bf16 = at == CUDA_R_16BF && bt == CUDA_R_16BF && compute == CUBLAS_COMPUTE_32F;
+	if (!ok || !(stored_bf16 || (at == CUDA_R_32F && bt == CUDA_R_32F)) || ct != CUDA_R_32F)
 		return CUBLAS_STATUS_NOT_SUPPORTED;
-	return gemm(h, ta, tb, m, n, k, (const float *)alpha, (const float *)A, lda, sa, (const float *)B, ldb, sb,
-		    (const float *)beta, (float *)C, ldc, sc, batch, bf16);
+	return gemm(h, ta, tb, m, n, k, (const float *)alpha, A, lda, sa, B, ldb, sb, (const float *)beta, (float *)C,
+		    ldc, sc, batch, bf16, stored_bf16);
 }
 
 EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -115,5 +143,5 @@ EXPORT cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublas
 				  const float *alpha, const float *A, int lda, const float *B, int ldb,
 				  const float *beta, float *C, int ldc)
 {
-	return gemm(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, 0);
+	return gemm(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1, 0, 0);
 }

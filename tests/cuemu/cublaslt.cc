@@ -2,6 +2,7 @@
  * cublaslt.cc: the emulator's cuBLASLt (the subset in include/cublasLt.h).
  *
  *   D = epi(alpha op(A) op(B) + beta C + bias),  column-major, fp32 data
+ *   (A and B may be bf16, both, under CUBLAS_COMPUTE_32F)
  *
  * The product is cublas.cc's: accumulated in double, rounded once to fp32,
  * inputs first rounded to bf16 under CUBLAS_COMPUTE_32F_FAST_16BF.  Then,
@@ -12,8 +13,8 @@
  * gelu_tanh' of aux (the forward's pre-activation, read).
  *
  * Stricter than the library where that finds our mistakes: the heuristic
- * refuses what the documentation says cuBLASLt refuses (non-fp32 types, an
- * aux leading dimension that is not a multiple of 8 or shorter than D's
+ * refuses what the documentation says cuBLASLt refuses (types other than
+ * fp32 throughout or bf16 A and B with fp32 C and D; an aux leading dimension that is not a multiple of 8 or shorter than D's
  * rows, shapes that do not chain), and cublasLtMatmul refuses pointers less
  * aligned than the preference declared when the algorithm was chosen,
  * descriptors whose shapes changed since, and a missing bias or aux.
@@ -92,6 +93,13 @@ bool shapes(const lt_desc *o, const lt_layout *a, const lt_layout *b, const lt_l
 }
 
 bool fp32(const lt_layout *l) { return l->type == CUDA_R_32F; }
+
+/* A and B: both fp32, or both bf16 under plain fp32 compute */
+bool inputs_ok(const lt_desc *o, const lt_layout *a, const lt_layout *b)
+{
+	return (fp32(a) && fp32(b)) ||
+	       (a->type == CUDA_R_16BF && b->type == CUDA_R_16BF && o->compute == CUBLAS_COMPUTE_32F);
+}
 
 /* An attribute's value into its field: the size must be the field's, as
  * the library checks it (a wrong size is INVALID_VALUE). */
@@ -265,7 +273,7 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasL
 	uint64_t m, n, k;
 	if (!shapes(o, L_(a), L_(b), L_(c), L_(d), &m, &n, &k))
 		return CUBLAS_STATUS_INVALID_VALUE;
-	if (!fp32(L_(a)) || !fp32(L_(b)) || !fp32(L_(c)) || !fp32(L_(d)) || !epilogue_known(o->epilogue))
+	if (!inputs_ok(o, L_(a), L_(b)) || !fp32(L_(c)) || !fp32(L_(d)) || !epilogue_known(o->epilogue))
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	if (o->compute != CUBLAS_COMPUTE_32F && o->compute != CUBLAS_COMPUTE_32F_FAST_16BF &&
 	    o->compute != CUBLAS_COMPUTE_32F_FAST_TF32)
@@ -316,7 +324,11 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
 	const float alf = *(const float *)alpha, bef = *(const float *)beta;
 	if (bef != 0.f && !C)
 		return CUBLAS_STATUS_INVALID_VALUE;
-	const int bf16 = o.compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+	if (!inputs_ok(&o, &la, &lb))
+		return CUBLAS_STATUS_INVALID_VALUE;
+	const int bf16 = o.compute == CUBLAS_COMPUTE_32F_FAST_16BF, stored_bf16 = la.type == CUDA_R_16BF;
+	if (stored_bf16)
+		cuemu::count_bf16_product();
 	if (bef != 0.f && o.epilogue != CUBLASLT_EPILOGUE_DEFAULT)
 		n_beta++;
 	if (is_dgelu(o.epilogue))
@@ -325,15 +337,18 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
 		n_gelu++;
 	else if (has_bias(o.epilogue))
 		n_bias++;
-	const float *pa = (const float *)A, *pb = (const float *)B, *pc = (const float *)C;
+	const void *pa = A, *pb = B;
+	const float *pc = (const float *)C;
 	float *pd = (float *)D;
 	cuemu::enqueue(stream, [=] {
 		for (uint64_t j = 0; j < n; j++)
 			for (uint64_t i = 0; i < m; i++) {
 				double acc = 0;
 				for (uint64_t p = 0; p < k; p++) {
-					float x = o.transa == CUBLAS_OP_N ? pa[i + p * la.ld] : pa[p + i * la.ld];
-					float y = o.transb == CUBLAS_OP_N ? pb[p + j * lb.ld] : pb[j + p * lb.ld];
+					float x = cuemu::operand_at(pa, o.transa == CUBLAS_OP_N ? i + p * la.ld : p + i * la.ld,
+								    stored_bf16);
+					float y = cuemu::operand_at(pb, o.transb == CUBLAS_OP_N ? p + j * lb.ld : j + p * lb.ld,
+								    stored_bf16);
 					if (bf16) {
 						x = cuemu::round_bf16(x);
 						y = cuemu::round_bf16(y);

@@ -31,6 +31,22 @@ static inline float round_bf16(float x)
 	memcpy(&x, &u, 4);
 	return x;
 }
+
+/* Element i of a matrix operand stored as fp32 (bf16 0) or as bf16 (the
+ * top half of an fp32), as a float. */
+static inline float operand_at(const void *base, int64_t i, int bf16)
+{
+	if (!bf16)
+		return ((const float *)base)[i];
+	uint32_t u = (uint32_t)((const uint16_t *)base)[i] << 16;
+	float x;
+	memcpy(&x, &u, 4);
+	return x;
+}
+
+/* Counts products whose A and B were stored as bf16 (cublas.cc keeps it,
+ * cuemu_bf16_products() reports it). */
+void count_bf16_product();
 } /* namespace cuemu */
 
 #endif
