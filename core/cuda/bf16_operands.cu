@@ -201,6 +201,7 @@ int ph_bf16_stage_cast(ph_bf16_stage *s, const float *src, int rows, int cols, i
 			e = cudaFree(s->buf);
 		s->buf = NULL;
 		s->cap = 0;
+		s->src = NULL;
 		const size_t cap = need + need / 4; /* room for a somewhat larger shape */
 		if (e == cudaSuccess)
 			e = cudaMalloc(&s->buf, cap);
@@ -224,10 +225,19 @@ int ph_bf16_stage_cast(ph_bf16_stage *s, const float *src, int rows, int cols, i
 			return ph_fail(err, PH_EINTERNAL, "bf16 staging of a %dx%d operand: %s", rows, cols,
 				       cudaGetErrorString(e));
 	}
+	s->src = src;
+	s->rows = rows, s->cols = cols, s->ld = ld, s->batch = batch, s->stride = stride;
 	*out = s->buf;
 	*ld_out = ldd;
 	*stride_out = stride == 0 ? 0 : (int64_t)rows * ldd;
 	return PH_OK;
+}
+
+int ph_bf16_stage_holds(const ph_bf16_stage *s, const float *src, int rows, int cols, int ld, int batch,
+			int64_t stride)
+{
+	return s->src && s->src == src && s->rows == rows && s->cols == cols && s->ld == ld && s->batch == batch &&
+	       s->stride == stride;
 }
 
 void ph_bf16_stage_free(ph_bf16_stage *s)
@@ -236,4 +246,5 @@ void ph_bf16_stage_free(ph_bf16_stage *s)
 		cudaFree(s->buf);
 	s->buf = NULL;
 	s->cap = 0;
+	s->src = NULL;
 }

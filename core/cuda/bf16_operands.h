@@ -41,10 +41,13 @@ void ph_bf16_params_wrote(const void *p, size_t bytes);
  * NULL where p is not in a registered block. */
 int ph_bf16_param_view(const float *p, int64_t extent, cudaStream_t st, const void **view, ph_err *err);
 
-/* A rank's staging buffer for one operand slot. */
+/* A rank's staging buffer for one operand slot, and what it holds. */
 typedef struct {
 	void *buf;
 	size_t cap; /* bytes */
+	const float *src; /* the last operand cast into it (NULL: none) */
+	int rows, cols, ld, batch;
+	int64_t stride;
 } ph_bf16_stage;
 
 /* `batch` row-major matrices rows x cols at src (leading dimension ld, the
@@ -53,6 +56,10 @@ typedef struct {
  * is 0).  Grows the buffer (after draining st) when it is too small. */
 int ph_bf16_stage_cast(ph_bf16_stage *s, const float *src, int rows, int cols, int ld, int batch, int64_t stride,
 		       cudaStream_t st, const void **out, int *ld_out, int64_t *stride_out, ph_err *err);
+/* Whether s holds the copy of exactly that operand (the caller knows it
+ * was not written since: reuse_operand's promise). */
+int ph_bf16_stage_holds(const ph_bf16_stage *s, const float *src, int rows, int cols, int ld, int batch,
+			int64_t stride);
 void ph_bf16_stage_free(ph_bf16_stage *s);
 
 #endif

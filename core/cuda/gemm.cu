@@ -65,7 +65,8 @@ struct ph_gemm_rank {
 	void *workspace;
 	int use_lt;
 	int cast; /* bf16: round operands into bf16 copies (else FAST_16BF) */
-	ph_bf16_stage stage[2]; /* A's and B's staging */
+	ph_bf16_stage stage[2]; /* two operands' staging */
+	const float *reuse;     /* reuse_operand's promise for the next product */
 	lt_plan *plans;
 	int nplans, cap;
 };
@@ -105,46 +106,83 @@ typedef struct {
 } operands;
 
 /* One operand of a bf16 product: `batch` row-major rows x cols matrices
- * (leading dimension ld, stride apart): a weight's shadow where p lies in
- * a registered block and the view has the 16-byte alignment of rows and
- * start that cuBLAS's fast kernels want, else rounded into staging slot
- * `slot` (which has it). */
-static int bf16_operand(ph_gemm_rank *g, int slot, cudaStream_t st, const float *p, int rows, int cols, int ld,
-			int64_t stride, int batch, const void **out, int *ld_out, int64_t *stride_out, ph_err *err)
+ * (leading dimension ld, stride apart). */
+typedef struct {
+	const float *p;
+	int rows, cols, ld, batch;
+	int64_t stride;
+} operand_src;
+
+/* Its bf16 copy: a weight's shadow where p lies in a registered block and
+ * the view has the 16-byte alignment of rows and start that cuBLAS's fast
+ * kernels want; else the copy staging slot `slot` holds when `reuse` says
+ * p is unchanged since it was made; else p rounded into that slot. */
+static int bf16_operand(ph_gemm_rank *g, int slot, int reuse, cudaStream_t st, const operand_src *s,
+			const void **out, int *ld_out, int64_t *stride_out, ph_err *err)
 {
-	*out = p;
-	*ld_out = ld;
-	*stride_out = stride;
-	if (rows <= 0 || cols <= 0 || batch <= 0)
+	*out = s->p;
+	*ld_out = s->ld;
+	*stride_out = s->stride;
+	if (s->rows <= 0 || s->cols <= 0 || s->batch <= 0)
 		return PH_OK; /* nothing is read */
-	const int64_t extent = (int64_t)(batch - 1) * stride + (int64_t)(rows - 1) * ld + cols;
+	const int64_t extent = (int64_t)(s->batch - 1) * s->stride + (int64_t)(s->rows - 1) * s->ld + s->cols;
 	const void *view = NULL;
-	int rc = ph_bf16_param_view(p, extent, st, &view, err);
+	int rc = ph_bf16_param_view(s->p, extent, st, &view, err);
 	if (rc)
 		return rc;
-	if (view && alignment(view) >= 16 && ld % 8 == 0 && stride % 8 == 0) {
+	if (view && alignment(view) >= 16 && s->ld % 8 == 0 && s->stride % 8 == 0) {
 		*out = view;
 		return PH_OK;
 	}
-	return ph_bf16_stage_cast(&g->stage[slot], p, rows, cols, ld, batch, stride, st, out, ld_out, stride_out,
-				  err);
+	ph_bf16_stage *sl = &g->stage[slot];
+	if (reuse) { /* the slot holds it (checked by the caller) */
+		*out = sl->buf;
+		*ld_out = (s->cols + 7) / 8 * 8;
+		*stride_out = s->stride == 0 ? 0 : (int64_t)s->rows * *ld_out;
+		return PH_OK;
+	}
+	return ph_bf16_stage_cast(sl, s->p, s->rows, s->cols, s->ld, s->batch, s->stride, st, out, ld_out,
+				  stride_out, err);
 }
 
-/* op(A) is M x K and op(B) K x N: stored K x M / M x K and N x K / K x N. */
+static int slot_holds(const ph_gemm_rank *g, int slot, const operand_src *s)
+{
+	return ph_bf16_stage_holds(&g->stage[slot], s->p, s->rows, s->cols, s->ld, s->batch, s->stride);
+}
+
+/* op(A) is M x K and op(B) K x N: stored K x M / M x K and N x K / K x N.
+ * Under bf16 each gets a bf16 copy (bf16_operand); the staged ones take a
+ * slot each, and an operand reuse_operand promised unchanged keeps the
+ * slot that already holds its copy. */
 static int resolve(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda, int64_t sa,
 		   const float *B, int ldb, int64_t sb, int batch, operands *o, ph_err *err)
 {
 	ph_gemm_rank *g = (ph_gemm_rank *)ctx->gpu;
 	const int bf16 = ctx->precision == PH_PREC_BF16;
+	const float *promised = g->reuse;
+	g->reuse = NULL; /* a promise is for the next product only */
 	o->a = A, o->b = B, o->lda = lda, o->ldb = ldb, o->sa = sa, o->sb = sb;
 	o->type = CUDA_R_32F;
 	o->compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
 	if (!bf16 || !g->cast)
 		return PH_OK;
+	const operand_src a = { A, ta ? K : M, ta ? M : K, lda, batch, sa };
+	const operand_src b = { B, tb ? N : K, tb ? K : N, ldb, batch, sb };
+	/* slots: A in 0 and B in 1, unless a promised operand's copy sits in
+	 * the other one */
+	int slot_a = 0, slot_b = 1, keep_a = 0, keep_b = 0;
+	if (promised == A)
+		for (int k = 0; k < 2 && !keep_a; k++)
+			if (slot_holds(g, k, &a))
+				keep_a = 1, slot_a = k, slot_b = 1 - k;
+	if (promised == B && !(keep_a && A == B))
+		for (int k = 0; k < 2 && !keep_b; k++)
+			if ((!keep_a || k != slot_a) && slot_holds(g, k, &b))
+				keep_b = 1, slot_b = k, slot_a = keep_a ? slot_a : 1 - k;
 	cudaStream_t st = (cudaStream_t)ctx->stream;
 	int rc;
-	if ((rc = bf16_operand(g, 0, st, A, ta ? K : M, ta ? M : K, lda, sa, batch, &o->a, &o->lda, &o->sa, err)) ||
-	    (rc = bf16_operand(g, 1, st, B, tb ? N : K, tb ? K : N, ldb, sb, batch, &o->b, &o->ldb, &o->sb, err)))
+	if ((rc = bf16_operand(g, slot_a, keep_a, st, &a, &o->a, &o->lda, &o->sa, err)) ||
+	    (rc = bf16_operand(g, slot_b, keep_b, st, &b, &o->b, &o->ldb, &o->sb, err)))
 		return rc;
 	o->type = CUDA_R_16BF;
 	o->compute = CUBLAS_COMPUTE_32F;
@@ -416,6 +454,11 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 
 /* ---------------------------------------------------------------- */
 
+static void svc_reuse_operand(const ph_ctx *ctx, const float *p)
+{
+	((ph_gemm_rank *)ctx->gpu)->reuse = p;
+}
+
 int ph_gemm_open(ph_gemm_rank **out, ph_err *err)
 {
 	*out = NULL;
@@ -425,6 +468,7 @@ int ph_gemm_open(ph_gemm_rank **out, ph_err *err)
 	g->api.struct_size = sizeof(ph_gpu_api);
 	g->api.gemm = svc_gemm;
 	g->api.gemm_ex = svc_gemm_ex;
+	g->api.reuse_operand = svc_reuse_operand;
 	const char *env = getenv("PIPEHOST_GEMM_LT");
 	g->use_lt = !(env && strcmp(env, "0") == 0);
 	g->cast = ph_gemm_casts();

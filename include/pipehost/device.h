@@ -1,5 +1,5 @@
 /*
- * pipehost device services (ABI 1.2): what the host offers a layer's CUDA
+ * pipehost device services (ABI 1.3): what the host offers a layer's CUDA
  * twin through ph_ctx.gpu.  Plain C, no CUDA header needed to include it.
  *
  * Why the host does the matrix products: the precision policy (`[run]
@@ -14,6 +14,7 @@
 #ifndef PIPEHOST_DEVICE_H
 #define PIPEHOST_DEVICE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <pipehost/plugin.h>
@@ -54,7 +55,26 @@ typedef struct ph_gpu_api {
 	int (*gemm_ex)(const ph_ctx *ctx, int trans_a, int trans_b, int M, int N, int K,
 		       const float *A, int lda, const float *B, int ldb, float *C, int ldc,
 		       int epilogue, const float *bias, float *aux, ph_err *err);
+
+	/* ABI 1.3 (check struct_size): a promise about the next product this
+	 * rank asks for.  p, an operand of the previous product, is still
+	 * unchanged (nothing wrote it since) and the next product reads it
+	 * again with the same shape, as a backward does with dy for dx and
+	 * then for dW.  Under bf16 that product may then reuse the bf16 copy
+	 * the previous one made instead of rounding p again.  A promise that
+	 * does not match the next product is ignored; a false one (p written
+	 * in between) gives wrong results. */
+	void (*reuse_operand)(const ph_ctx *ctx, const float *p);
 } ph_gpu_api;
+
+/* ctx->gpu->reuse_operand where the host has it. */
+static inline void ph_gpu_reuse_operand(const ph_ctx *ctx, const float *p)
+{
+	if (ctx->gpu &&
+	    ctx->gpu->struct_size >= offsetof(ph_gpu_api, reuse_operand) + sizeof ctx->gpu->reuse_operand &&
+	    ctx->gpu->reuse_operand)
+		ctx->gpu->reuse_operand(ctx, p);
+}
 
 #ifdef __cplusplus
 }

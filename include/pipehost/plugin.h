@@ -37,9 +37,10 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 2 /* 1.1: optional split backward (backward_input/weight)
+#define PH_ABI_MINOR 3 /* 1.1: optional split backward (backward_input/weight)
                        * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
-                       *      gains device_scratch_bytes (see device.h) */
+                       *      gains device_scratch_bytes (see device.h)
+                       * 1.3: ph_gpu_api gains reuse_operand (device.h) */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */

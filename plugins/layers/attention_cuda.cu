@@ -101,6 +101,7 @@ extern "C" int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, f
 	if ((rc = ph_gemm(ctx, 0, 0, R, d, d, 1.0f, dy, d, params[2], d, 0.0f, datt, d, err)))
 		return rc;
 	if (grads) {
+		ph_gpu_reuse_operand(ctx, dy); /* the product before read dy too */
 		if ((rc = ph_gemm(ctx, 1, 0, d, d, R, 1.0f, dy, d, att, d, 1.0f, grads[2], d, err)))
 			return rc;
 		PH_CUDA_TRY(err, ph_k_colsum_acc(PH_STREAM(ctx), dy, R, d, grads[3]));
@@ -115,6 +116,8 @@ extern "C" int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, f
 		if ((rc = ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, x, d, 1.0f, grads[0], d, err)))
 			return rc;
 		PH_CUDA_TRY(err, ph_k_colsum_acc(PH_STREAM(ctx), dqkv, R, 3 * d, grads[1]));
+		if (dx)
+			ph_gpu_reuse_operand(ctx, dqkv);
 	}
 	if (dx)
 		return ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[0], d, 0.0f, dx, d, err);

@@ -187,6 +187,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	if (grads) {
 		TRY(ph_gemm(ctx, 1, 0, d, rd, R, 1.0f, db, d, v.g, rd, 1.0f, grads[P_FCPROJ], rd, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
+		ph_gpu_reuse_operand(ctx, db); /* the next product reads db again */
 	}
 	if (gelu_fused(ctx)) {
 		TRY(ph_gemm_xw_dgelu(ctx, R, rd, d, db, params[P_FCPROJ], v.u, dgu, err));
@@ -197,6 +198,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	if (grads) {
 		TRY(ph_gemm(ctx, 1, 0, rd, d, R, 1.0f, dgu, rd, v.h2, d, 1.0f, grads[P_FC], d, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));
+		ph_gpu_reuse_operand(ctx, dgu);
 	}
 	TRY(ph_gemm(ctx, 0, 0, R, d, rd, 1.0f, dgu, rd, params[P_FC], d, 0.0f, dh, d, err));
 	if (grads)
@@ -215,6 +217,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	if (grads) {
 		TRY(ph_gemm(ctx, 1, 0, d, d, R, 1.0f, db, d, v.att, d, 1.0f, grads[P_PROJ], d, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 3 * d));
+		ph_gpu_reuse_operand(ctx, db);
 	}
 	TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
 	if (ph_flash_usable(ctx, &ag))
@@ -226,6 +229,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	if (grads) {
 		TRY(ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, v.h1, d, 1.0f, grads[P_QKV], d, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dqkv, R, 3 * d, grads[P_BIAS]));
+		ph_gpu_reuse_operand(ctx, dqkv);
 	}
 	TRY(ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[P_QKV], d, 0.0f, dh1, d, err));
 	if (grads)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <cblas.h>
+#include <pipehost/device.h>
 #include <pipehost/plugin.h>
 
 #include "cuda_glue.h"
@@ -215,7 +216,13 @@ static int linear_backward(void *state, const ph_ctx *ctx, float *const *params,
 			   const float *dy, float *dx, ph_err *err)
 {
 	int rc = linear_backward_weight(state, ctx, params, grads, x, y, dy, err);
-	return rc ? rc : linear_backward_input(state, ctx, params, x, y, dy, dx, err);
+	if (rc)
+		return rc;
+	/* on a GPU both halves are one product each, both reading dy: under
+	 * bf16 the second may reuse the first's rounded copy of it */
+	if (ctx->device == PH_DEV_CUDA && dx && ctx->batch > 0)
+		ph_gpu_reuse_operand(ctx, dy);
+	return linear_backward_input(state, ctx, params, x, y, dy, dx, err);
 }
 
 static const ph_layer_ops linear_ops = {
