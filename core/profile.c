@@ -413,6 +413,12 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 		if (!b->params[p] || !b->grads[p])
 			return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s's parameters%s%s", name,
 				       e2.msg[0] ? ": " : "", e2.msg);
+		/* as the engine registers weights: under bf16 the products read
+		 * a bf16 copy made once, which the timing should see too */
+		int rc;
+		if (pl->dev && pl->dev->param_block && n &&
+		    (rc = pl->dev->param_block(pl->rs, b->params[p], (int64_t)n, err)))
+			return rc;
 	}
 	b->y = p_alloc(pl, out_n * sizeof(float));
 	b->dx = p_alloc(pl, in_n * sizeof(float));
