@@ -2,9 +2,10 @@
  *
  *   x [B, T, V] logits, targets [B, T] int32  ->  y [B, 2] = [loss, correct]
  *   saved: smax [B*T] then slog [B*T] (row max, log of the row's sum): the CPU's layout
- *   forward, one block per row r = b*T + t:
- *     m = max_k x_rk (first index on ties), sum = sum_k expf(x_rk - m) (tf_expf,
- *     float partial sums per thread combined in double by a fixed tree),
+ *   forward, one block per row r = b*T + t, reading the row once:
+ *     m = max_k x_rk (first index on ties), sum = sum_k expf(x_rk - m) (tf_expf;
+ *     each thread's float partial sum kept at its running max and brought
+ *     to m at the end, then combined in double by a fixed tree),
  *     ls = log(sum) in double; row loss (double)m + ls - x_r[t_r] and hit
  *     argmax == t_r go to device scratch; then one warp per sample adds its
  *     T rows (fixed tree) into y.
@@ -26,47 +27,59 @@
 #define SQ_THREADS 256
 #define SQ_WARPS (SQ_THREADS / 32)
 
-/* The row max over the non-NaN logits and its first index (all NaN: (NaN, 0)),
- * what seq_xent.c's vectorised row_max() gives; every thread gets the pair.
- * (Where a NaN leads the row, the CPU's m depends on how gcc vectorised
- * the reduction; the loss and the gradient of such a row are NaN anyway.)
- * Thread t scans k = t, t + SQ_THREADS, ...; then the warps, then warp 0's
- * pair merged with warp 1's, 2's, ... (any order gives the same pair). */
-static __device__ float sq_row_max(const float *xr, int V, int *arg)
+/* One read of a row (online softmax): thread t scans k = t, t + SQ_THREADS,
+ * ... keeping the first-index max of the non-NaN logits it saw (pt) and
+ * st = sum of expf(x_k - pt.v) over them, scaled by expf(old - new) when
+ * its max rises; a NaN makes st NaN.  Then the row's pair (*arg and the
+ * return value; all NaN: (NaN, 0), as seq_xent.c's vectorised row_max()
+ * gives), and each thread's st brought to the row max, summed in double by
+ * a fixed tree into *sum: sum_k expf(x_k - m).  Every thread gets them.
+ * The two-pass version (max, then the sum at the final max) rounds a
+ * little differently; the CPU's differs from both in the last bits. */
+static __device__ float sq_row_stats(const float *xr, int V, int *arg, double *sum)
 {
 	__shared__ ph_maxloc wp[SQ_WARPS];
-	ph_maxloc p = ph_d_warp_maxloc(ph_d_maxloc_scan(xr, V, threadIdx.x, SQ_THREADS));
+	__shared__ double ws[SQ_WARPS];
+	ph_maxloc pt = ph_d_maxloc_none();
+	float st = 0.0f;
+	for (int k = threadIdx.x; k < V; k += SQ_THREADS) {
+		const float v = xr[k];
+		if (v != v) {
+			st = v; /* NaN, and it stays NaN */
+		} else if (pt.i == INT_MAX) {
+			st = __fadd_rn(st, 1.0f);
+			pt.v = v, pt.i = k;
+		} else if (v > pt.v) { /* k rises: strict > keeps the first */
+			st = __fadd_rn(__fmul_rn(st, ph_d_expf(__fsub_rn(pt.v, v))), 1.0f);
+			pt.v = v, pt.i = k;
+		} else {
+			/* v == pt.v adds exp(0) without computing -inf - -inf */
+			st = __fadd_rn(st, v == pt.v ? 1.0f : ph_d_expf(__fsub_rn(v, pt.v)));
+		}
+	}
+	ph_maxloc p = ph_d_warp_maxloc(pt);
 	if ((threadIdx.x & 31) == 0)
 		wp[threadIdx.x >> 5] = p;
 	__syncthreads();
 	p = wp[0];
 	for (int w = 1; w < SQ_WARPS; w++)
 		p = ph_d_maxloc_merge(p, wp[w]);
-	__syncthreads(); /* wp is reused by the next row */
 	if (p.i == INT_MAX) { /* all NaN */
 		p.v = xr[0];
 		p.i = 0;
 	}
-	*arg = p.i;
-	return p.v;
-}
-
-/* sum_k expf(x_k - m): float per thread, double across, fixed order; every thread gets it */
-static __device__ double sq_row_sumexp(const float *xr, int V, float m)
-{
-	__shared__ double ws[SQ_WARPS];
-	float a = 0.0f;
-	for (int k = threadIdx.x; k < V; k += SQ_THREADS)
-		a = __fadd_rn(a, ph_d_expf(__fsub_rn(xr[k], m)));
-	double s = ph_d_warp_sum((double)a);
+	const float c = pt.i == INT_MAX || pt.v == p.v ? st : __fmul_rn(st, ph_d_expf(__fsub_rn(pt.v, p.v)));
+	double s = ph_d_warp_sum((double)c);
 	if ((threadIdx.x & 31) == 0)
 		ws[threadIdx.x >> 5] = s;
 	__syncthreads();
 	s = 0.0;
 	for (int w = 0; w < SQ_WARPS; w++)
 		s += ws[w];
-	__syncthreads();
-	return s;
+	__syncthreads(); /* wp and ws are reused by the next row */
+	*arg = p.i;
+	*sum = s;
+	return p.v;
 }
 
 /* x [rows, V], targets [rows] -> smax, slog, rloss, rhit [rows]; one block per row */
@@ -76,8 +89,9 @@ static __global__ void sq_rows_kernel(const float *x, const int32_t *targets, fl
 	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
 		const float *xr = x + (int64_t)r * V;
 		int arg;
-		const float m = sq_row_max(xr, V, &arg);
-		const double ls = log(sq_row_sumexp(xr, V, m));
+		double sum;
+		const float m = sq_row_stats(xr, V, &arg, &sum);
+		const double ls = log(sum);
 		if (threadIdx.x == 0) {
 			const int t = targets[r];
 			smax[r] = m;
