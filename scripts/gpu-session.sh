@@ -865,21 +865,25 @@ bench_gpt2() {
 }
 
 # bench/gpt2-124m.ini's layers timed one by one on the GPU (cost = profile,
-# micro-batch 1 sequence), bf16 then fp32: where a step's time goes.
+# micro-batch 1 sequence), bf16 (products on bf16 copies), bf16 with
+# PIPEHOST_GEMM_CAST=0 (cuBLAS rounding fp32 itself; a cache of its own, as
+# the cache key does not see the variable), then fp32: where a step's time goes.
 bench_profile() {
-	local t rc p data=""
+	local t rc p prec cast data=""
 	STAGE_T0=$SECONDS
 	[ -d /usr/share/games/fortunes ] || data="--set data.path=$SRC/core"
-	for p in bf16 fp32; do
+	for p in bf16 bf16-nocast fp32; do
+		prec=${p%-nocast} cast=1
+		[ "$p" = bf16-nocast ] && cast=0
 		t=$(stage_time 120 30) || {
 			say "bench profile $p: not run: $(left_s) s left (needs 30)"
 			return
 		}
 		echo "=== pipehost -c bench/gpt2-124m.ini --plan, cost = profile, $p, timeout $t s" >>"$OUT/bench.txt"
 		# shellcheck disable=SC2086 # $data is a list of options
-		tmo "$t" "$SRC/pipehost" -c "$SRC/bench/gpt2-124m.ini" --plan --set partition.cost=profile \
-			--set "partition.profile_cache=$PH/profile-cache" --set run.precision=$p $data \
-			>"$PH/logs/profile-$p.txt" 2>&1
+		PIPEHOST_GEMM_CAST=$cast tmo "$t" "$SRC/pipehost" -c "$SRC/bench/gpt2-124m.ini" --plan \
+			--set partition.cost=profile --set "partition.profile_cache=$PH/profile-cache-$p" \
+			--set run.precision=$prec $data >"$PH/logs/profile-$p.txt" 2>&1
 		rc=$?
 		cat "$PH/logs/profile-$p.txt" >>"$OUT/bench.txt"
 		echo "=== exit $rc" >>"$OUT/bench.txt"
