@@ -335,13 +335,13 @@ static int op_scale(void *v, float *g, int64_t n, double scale, ph_err *err)
 	return PH_OK;
 }
 
-/* Under bf16 (with PIPEHOST_GEMM_CAST unset or 1) products read weights
- * from a bf16 shadow of the block, made at first use after each write;
- * fp32 ranks need none. */
+/* Under bf16 products read weights from a bf16 shadow of the block, made
+ * at first use after each write (with PIPEHOST_GEMM_CAST=0 only products
+ * whose other operand a layer holds in bf16 do); fp32 ranks need none. */
 static int op_param_block(void *v, const float *w, int64_t n, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
-	if (r->precision != PH_PREC_BF16 || !ph_gemm_casts() || n <= 0)
+	if (r->precision != PH_PREC_BF16 || n <= 0)
 		return PH_OK;
 	ON_DEVICE(err, r);
 	return ph_bf16_params_register(w, n, err);

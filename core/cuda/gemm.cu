@@ -154,8 +154,8 @@ static int slot_holds(const ph_gemm_rank *g, int slot, const operand_src *s)
  * Under bf16 each gets a bf16 copy (bf16_operand); the staged ones take a
  * slot each, and an operand reuse_operand promised unchanged keeps the
  * slot that already holds its copy. */
-static int resolve(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda, int64_t sa,
-		   const float *B, int ldb, int64_t sb, int batch, operands *o, ph_err *err)
+static int resolve(const ph_ctx *ctx, int flags, int ta, int tb, int M, int N, int K, const void *A, int lda,
+		   int64_t sa, const void *B, int ldb, int64_t sb, int batch, operands *o, ph_err *err)
 {
 	ph_gemm_rank *g = (ph_gemm_rank *)ctx->gpu;
 	const int bf16 = ctx->precision == PH_PREC_BF16;
@@ -164,10 +164,24 @@ static int resolve(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const
 	o->a = A, o->b = B, o->lda = lda, o->ldb = ldb, o->sa = sa, o->sb = sb;
 	o->type = CUDA_R_32F;
 	o->compute = bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-	if (!bf16 || !g->cast)
+	/* an operand the caller holds in bf16 makes the product a bf16 one
+	 * whatever PIPEHOST_GEMM_CAST says: both operands must be */
+	if (!bf16 || (!g->cast && !flags))
 		return PH_OK;
-	const operand_src a = { A, ta ? K : M, ta ? M : K, lda, batch, sa };
-	const operand_src b = { B, tb ? N : K, tb ? K : N, ldb, batch, sb };
+	o->type = CUDA_R_16BF;
+	o->compute = CUBLAS_COMPUTE_32F;
+	const int a16 = (flags & PH_GEMM_A_BF16) != 0, b16 = (flags & PH_GEMM_B_BF16) != 0;
+	if (a16 && b16)
+		return PH_OK;
+	if (a16 || b16) { /* the fp32 one alone, in slot 0 (no promise applies) */
+		const operand_src s = a16 ? operand_src{ (const float *)B, tb ? N : K, tb ? K : N, ldb, batch, sb }
+					  : operand_src{ (const float *)A, ta ? K : M, ta ? M : K, lda, batch, sa };
+		cudaStream_t st = (cudaStream_t)ctx->stream;
+		return a16 ? bf16_operand(g, 0, 0, st, &s, &o->b, &o->ldb, &o->sb, err)
+			   : bf16_operand(g, 0, 0, st, &s, &o->a, &o->lda, &o->sa, err);
+	}
+	const operand_src a = { (const float *)A, ta ? K : M, ta ? M : K, lda, batch, sa };
+	const operand_src b = { (const float *)B, tb ? N : K, tb ? K : N, ldb, batch, sb };
 	/* slots: A in 0 and B in 1, unless a promised operand's copy sits in
 	 * the other one */
 	int slot_a = 0, slot_b = 1, keep_a = 0, keep_b = 0;
@@ -184,8 +198,6 @@ static int resolve(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const
 	if ((rc = bf16_operand(g, slot_a, keep_a, st, &a, &o->a, &o->lda, &o->sa, err)) ||
 	    (rc = bf16_operand(g, slot_b, keep_b, st, &b, &o->b, &o->ldb, &o->sb, err)))
 		return rc;
-	o->type = CUDA_R_16BF;
-	o->compute = CUBLAS_COMPUTE_32F;
 	return PH_OK;
 }
 
@@ -208,7 +220,7 @@ static int svc_gemm(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, floa
 		    ph_err *err)
 {
 	operands o;
-	int rc = resolve(ctx, ta, tb, M, N, K, A, lda, sa, B, ldb, sb, batch, &o, err);
+	int rc = resolve(ctx, 0, ta, tb, M, N, K, A, lda, sa, B, ldb, sb, batch, &o, err);
 	return rc ? rc : gemm_resolved(ctx, ta, tb, M, N, K, alpha, &o, beta, C, ldc, sc, batch, err);
 }
 
@@ -380,8 +392,9 @@ static void note_refusal(const lt_plan *p, cublasStatus_t s)
 			"such products run unfused\n", p->M, p->N, p->K, ph_blas_status(s));
 }
 
-static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
-		       const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
+/* gemm_ex and gemm_bf16 with an epilogue: flags as gemm_bf16's. */
+static int gemm_ex_typed(const ph_ctx *ctx, int flags, int ta, int tb, int M, int N, int K, const void *A, int lda,
+			 const void *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
 {
 	ph_gemm_rank *g = (ph_gemm_rank *)ctx->gpu;
 	const int with_bias = epi == PH_EPI_BIAS || epi == PH_EPI_BIAS_GELU || epi == PH_EPI_BIAS_ADD;
@@ -394,7 +407,7 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 	if (with_aux && !aux)
 		return ph_fail(err, PH_EINTERNAL, "gemm_ex: GELU epilogue without an aux matrix");
 	operands o;
-	int rc = resolve(ctx, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, 1, &o, err);
+	int rc = resolve(ctx, flags, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, 1, &o, err);
 	if (rc)
 		return rc;
 	/* cuBLASLt wants 16-byte vectors for bias and aux and an aux leading
@@ -454,6 +467,30 @@ static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, c
 
 /* ---------------------------------------------------------------- */
 
+static int svc_gemm_ex(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, const float *A, int lda,
+		       const float *B, int ldb, float *C, int ldc, int epi, const float *bias, float *aux, ph_err *err)
+{
+	return gemm_ex_typed(ctx, 0, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, epi, bias, aux, err);
+}
+
+static int svc_gemm_bf16(const ph_ctx *ctx, int flags, int ta, int tb, int M, int N, int K, float alpha,
+			 const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc, int epi,
+			 const float *bias, float *aux, ph_err *err)
+{
+	if (ctx->precision != PH_PREC_BF16)
+		return ph_fail(err, PH_EINTERNAL, "gemm_bf16: bf16 operands in a product at fp32 precision");
+	if (flags & ~(PH_GEMM_A_BF16 | PH_GEMM_B_BF16))
+		return ph_fail(err, PH_EINTERNAL, "gemm_bf16: unknown flags 0x%x", (unsigned)flags);
+	if (epi != PH_EPI_NONE) {
+		if (alpha != 1.f || beta != 0.f)
+			return ph_fail(err, PH_EINTERNAL, "gemm_bf16: an epilogue needs alpha 1 and beta 0");
+		return gemm_ex_typed(ctx, flags, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, epi, bias, aux, err);
+	}
+	operands o;
+	int rc = resolve(ctx, flags, ta, tb, M, N, K, A, lda, 0, B, ldb, 0, 1, &o, err);
+	return rc ? rc : gemm_resolved(ctx, ta, tb, M, N, K, alpha, &o, beta, C, ldc, 0, 1, err);
+}
+
 static void svc_reuse_operand(const ph_ctx *ctx, const float *p)
 {
 	((ph_gemm_rank *)ctx->gpu)->reuse = p;
@@ -469,6 +506,7 @@ int ph_gemm_open(ph_gemm_rank **out, ph_err *err)
 	g->api.gemm = svc_gemm;
 	g->api.gemm_ex = svc_gemm_ex;
 	g->api.reuse_operand = svc_reuse_operand;
+	g->api.gemm_bf16 = svc_gemm_bf16;
 	const char *env = getenv("PIPEHOST_GEMM_LT");
 	g->use_lt = !(env && strcmp(env, "0") == 0);
 	g->cast = ph_gemm_casts();

@@ -65,7 +65,29 @@ typedef struct ph_gpu_api {
 	 * does not match the next product is ignored; a false one (p written
 	 * in between) gives wrong results. */
 	void (*reuse_operand)(const ph_ctx *ctx, const float *p);
+
+	/* ABI 1.3, under precision = bf16 only: one product (batch 1) whose A
+	 * and/or B the layer already holds in bf16 (PH_GEMM_A_BF16,
+	 * PH_GEMM_B_BF16 in flags: uint16 elements, the top halves of the
+	 * floats rounded to nearest even; lda/ldb count elements).  The other
+	 * operand is fp32 as in gemm.  epilogue PH_EPI_NONE: gemm's
+	 *   C = alpha op(A) op(B) + beta C;
+	 * any other: gemm_ex's, with alpha 1 and beta 0.  A layer that
+	 * produces a product's input can write it in bf16 (half the bytes, and
+	 * no rounding pass of the host's at every product). */
+	int (*gemm_bf16)(const ph_ctx *ctx, int flags, int trans_a, int trans_b, int M, int N, int K, float alpha,
+			 const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc, int epilogue,
+			 const float *bias, float *aux, ph_err *err);
 } ph_gpu_api;
+
+enum { PH_GEMM_A_BF16 = 1, PH_GEMM_B_BF16 = 2 }; /* gemm_bf16's flags */
+
+/* Whether ctx->gpu has gemm_bf16 (a host of ABI 1.3 or later). */
+static inline int ph_gpu_has_gemm_bf16(const ph_ctx *ctx)
+{
+	return ctx->gpu && ctx->gpu->struct_size >= offsetof(ph_gpu_api, gemm_bf16) + sizeof ctx->gpu->gemm_bf16 &&
+	       ctx->gpu->gemm_bf16;
+}
 
 /* ctx->gpu->reuse_operand where the host has it. */
 static inline void ph_gpu_reuse_operand(const ph_ctx *ctx, const float *p)

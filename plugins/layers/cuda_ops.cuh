@@ -15,6 +15,8 @@
  *       non-NULL (the CPU layers save them).  eps: the layernorm layer's
  *       option (1e-5 by default); gpt_block uses GPT_LN_EPS = 1e-5f.
  *       Bitwise = tf_layernorm_forward (same 8-lane sum order).  y may alias x.
+ *       A y of __nv_bfloat16 gets that result rounded to bf16 (a product's
+ *       input; then y must not alias x).
  *   ph_k_layernorm_bwd(s, dy, x, g, mean, rstd, dx, dg, db, rows, d, scratch)
  *       dg += sum_rows dy * xhat, db += sum_rows dy (deterministic fixed tree,
  *       NOT the CPU's row order: last-bit differences), then
@@ -24,7 +26,8 @@
  *       may be NULL (skipped).  dx may alias dy.  scratch: needs 0 floats,
  *       pass NULL.  The halves alone: ph_k_layernorm_bwd_input (dx) and
  *       ph_k_layernorm_bwd_weight (dg, db).
- *   ph_k_gelu_fwd(s, x, y, n)        y = gelu_tanh(x)        bitwise = tf_gelu
+ *   ph_k_gelu_fwd(s, x, y, n)        y = gelu_tanh(x)        bitwise = tf_gelu;
+ *                                    y may be __nv_bfloat16 (rounded)
  *   ph_k_gelu_bwd(s, x, dy, dx, n)   dx = dy * gelu'(x)      bitwise = tf_gelu_grad;
  *                                    dx may alias dy
  *   ph_k_add(s, a, b, y, n)          y = a + b; y may alias a or b
@@ -64,8 +67,20 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include <cuda_bf16.h>
 #include <pipehost/rng.h>
 #include "cuda_common.cuh"
+
+/* Store v as the element type: fp32 as is, bf16 rounded to nearest even. */
+static __device__ __forceinline__ void ph_d_put(float *p, float v)
+{
+	*p = v;
+}
+
+static __device__ __forceinline__ void ph_d_put(__nv_bfloat16 *p, float v)
+{
+	*p = __float2bfloat16_rn(v);
+}
 
 /* ------------------------------------------------------------------ */
 /* Element-wise math, bit for bit transformer_ops.h's.                  */
@@ -208,8 +223,9 @@ static __device__ __forceinline__ float ph_ln_tree8(unsigned mask, float a)
  * x, y [rows, d]; g, b [d]; mean, rstd [rows] (or NULL).
  * Block: PH_LN_THREADS threads = PH_LN_THREADS/8 rows; grid: rows*8 threads.
  */
+template <typename Y>
 static __global__ void ph_layernorm_fwd_kernel(const float *x, const float *g, const float *b,
-					       float *y, float *mean, float *rstd, int rows, int d,
+					       Y *y, float *mean, float *rstd, int rows, int d,
 					       float eps)
 {
 	const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
@@ -246,9 +262,9 @@ static __global__ void ph_layernorm_fwd_kernel(const float *x, const float *g, c
 			rstd[row] = rs;
 	}
 	__syncwarp(mask); /* every read of the row above is done: y may alias x */
-	float *yr = y + row * d;
+	Y *yr = y + row * d;
 	for (int k = j; k < d; k += 8)
-		yr[k] = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[k], m), rs), g[k]), b[k]);
+		ph_d_put(yr + k, __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(xr[k], m), rs), g[k]), b[k]));
 }
 
 /*
@@ -363,14 +379,26 @@ static inline unsigned ph_ln_grid(int rows)
 	return (unsigned)(((int64_t)rows * 8 + PH_LN_THREADS - 1) / PH_LN_THREADS);
 }
 
+/* y in bf16 (the fp32 result rounded to nearest even), for a product's input */
+static inline cudaError_t ph_k_layernorm_fwd(cudaStream_t s, const float *x, const float *g,
+					     const float *b, __nv_bfloat16 *y, float *mean, float *rstd,
+					     int rows, int d, float eps)
+{
+	if (rows <= 0 || d <= 0)
+		return cudaSuccess;
+	ph_layernorm_fwd_kernel<__nv_bfloat16><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
+											  rows, d, eps);
+	return cudaGetLastError();
+}
+
 static inline cudaError_t ph_k_layernorm_fwd(cudaStream_t s, const float *x, const float *g,
 					     const float *b, float *y, float *mean, float *rstd,
 					     int rows, int d, float eps)
 {
 	if (rows <= 0 || d <= 0)
 		return cudaSuccess;
-	ph_layernorm_fwd_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
-									   rows, d, eps);
+	ph_layernorm_fwd_kernel<float><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
+										  rows, d, eps);
 	return cudaGetLastError();
 }
 
@@ -412,10 +440,11 @@ static inline cudaError_t ph_k_layernorm_bwd(cudaStream_t s, const float *dy, co
 /* ------------------------------------------------------------------ */
 /* Element-wise kernels: x, y, ... [n], grid-stride.                   */
 
-static __global__ void ph_gelu_fwd_kernel(const float *x, float *y, int64_t n)
+template <typename Y>
+static __global__ void ph_gelu_fwd_kernel(const float *x, Y *y, int64_t n)
 {
 	PH_GRID_STRIDE(i, n)
-		y[i] = ph_d_gelu(x[i]);
+		ph_d_put(y + i, ph_d_gelu(x[i]));
 }
 
 static __global__ void ph_gelu_bwd_kernel(const float *x, const float *dy, float *dx, int64_t n)
@@ -434,7 +463,16 @@ static inline cudaError_t ph_k_gelu_fwd(cudaStream_t s, const float *x, float *y
 {
 	if (n <= 0)
 		return cudaSuccess;
-	ph_gelu_fwd_kernel<<<ph_blocks(n), 256, 0, s>>>(x, y, n);
+	ph_gelu_fwd_kernel<float><<<ph_blocks(n), 256, 0, s>>>(x, y, n);
+	return cudaGetLastError();
+}
+
+/* y in bf16 (the fp32 GELU rounded to nearest even), for a product's input */
+static inline cudaError_t ph_k_gelu_fwd(cudaStream_t s, const float *x, __nv_bfloat16 *y, int64_t n)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	ph_gelu_fwd_kernel<__nv_bfloat16><<<ph_blocks(n), 256, 0, s>>>(x, y, n);
 	return cudaGetLastError();
 }
 

@@ -18,7 +18,8 @@
  * the two residual additions ride in the projections' products too.
  * Under bf16, where flash_attention.cuh takes the shape (ph_flash_usable),
  * the attention core is fused: the saved P region then holds only L2
- * [B, H, T] at its start; fp32 keeps the materialised core.
+ * [B, H, T] at its start; fp32 keeps the materialised core.  Under bf16,
+ * h1, h2 and g are saved in bf16 too (act16).
  *
  * Device scratch (gpt_block.c's meta sets device_scratch_bytes):
  *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
@@ -81,9 +82,10 @@ static ph_attn_geom attn_geom(const gpt_block_dims *g)
 	return a;
 }
 
-/* Under bf16 the MLP's GELU rides in the fc product's epilogue and its
- * gradient in the backward's product into dgu (one pass less over [R, rd]
- * each way: cuBLASLt's tanh GELU, to bf16 tolerance of the CPU's);
+/* Under bf16 the GELU's gradient rides in the backward's product into dgu,
+ * and, where act16 is off, the GELU in the fc product's epilogue (one pass
+ * less over [R, rd] each way: cuBLASLt's tanh GELU, to bf16 tolerance of
+ * the CPU's);
  * fp32 keeps cuda_ops.cuh's bit-for-bit twin of the CPU's GELU.
  * PIPEHOST_GELU_FUSE=0 in the environment keeps it separate under bf16 too,
  * to time one against the other on the same build. */
@@ -91,6 +93,20 @@ static int gelu_fused(const ph_ctx *ctx)
 {
 	static const int off = ph_env_off("PIPEHOST_GELU_FUSE"); /* read once (C++ makes that thread-safe) */
 	return !off && ctx->precision == PH_PREC_BF16;
+}
+
+/* Under bf16 the block writes the inputs of its products that it makes
+ * itself (the two layernorm outputs h1 and h2, and the GELU output g) in
+ * bf16, in the first half of their saved regions, and hands them to the
+ * host's bf16-operand products: half the bytes written, and no rounding
+ * pass of the host's before each product that reads them, forward and
+ * backward.  The GELU is then cuda_ops.cuh's kernel after a BIAS product
+ * (u stays fp32 for the backward).  PIPEHOST_BF16_ACT=0 keeps them fp32,
+ * to time one against the other. */
+static int act16(const ph_ctx *ctx)
+{
+	static const int off = ph_env_off("PIPEHOST_BF16_ACT");
+	return !off && ctx->precision == PH_PREC_BF16 && ph_gpu_has_gemm_bf16(ctx);
 }
 
 #define TRY(call)                         \
@@ -114,9 +130,17 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	const float *lnw = params[P_LNW], *lnb = params[P_LNB], *bias = params[P_BIAS];
 	float *tmp = (float *)ctx->scratch, *pd = tmp + n; /* [R, d], then [H, T, T] */
 
+	const int a16 = act16(ctx);
+	__nv_bfloat16 *h1b = (__nv_bfloat16 *)v.h1, *h2b = (__nv_bfloat16 *)v.h2, *gb = (__nv_bfloat16 *)v.g;
+
 	/* attention branch */
-	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
-	TRY(ph_gemm_xwt_bias(ctx, R, 3 * d, d, v.h1, params[P_QKV], bias, v.qkv, err));
+	if (a16) {
+		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, h1b, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
+		TRY(ph_gemm_x16wt_bias(ctx, R, 3 * d, d, h1b, params[P_QKV], bias, NULL, v.qkv, err));
+	} else {
+		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
+		TRY(ph_gemm_xwt_bias(ctx, R, 3 * d, d, v.h1, params[P_QKV], bias, v.qkv, err));
+	}
 	if (ph_flash_usable(ctx, &ag))
 		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, err));
 	else
@@ -131,6 +155,20 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	}
 
 	/* MLP branch */
+	if (a16) {
+		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, h2b, v.mean2, v.rstd2, R, d,
+						    GPT_LN_EPS));
+		TRY(ph_gemm_x16wt_bias(ctx, R, rd, d, h2b, params[P_FC], bias + 4 * d, NULL, v.u, err));
+		PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, gb, (int64_t)R * rd));
+		if (drop) {
+			TRY(ph_gemm_x16wt_bias(ctx, R, d, rd, gb, params[P_FCPROJ], bias + 4 * d + rd, NULL, tmp, err));
+			PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale,
+							  v.x1, tmp, y, n));
+		} else {
+			TRY(ph_gemm_x16wt_bias(ctx, R, d, rd, gb, params[P_FCPROJ], bias + 4 * d + rd, v.x1, y, err));
+		}
+		return PH_OK;
+	}
 	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, v.h2, v.mean2, v.rstd2, R, d, GPT_LN_EPS));
 	if (gelu_fused(ctx)) {
 		TRY(ph_gemm_xwt_bias_gelu(ctx, R, rd, d, v.h2, params[P_FC], bias + 4 * d, v.u, v.g, err));
@@ -167,6 +205,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	const gpt_saved v = saved_views(g, ctx);
 	const ph_attn_geom ag = attn_geom(g);
 	const int drop = ctx->training && g->rate > 0.0f;
+	const int a16 = act16(ctx); /* h1, h2 and g were saved in bf16 */
 	const float *lnw = params[P_LNW];
 	float *dx1 = (float *)ctx->scratch;     /* [R, d] */
 	float *dbr = dx1 + n;                   /* [R, d]: d(branch) = mask * d(residual) */
@@ -185,7 +224,10 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		db = dbr;
 	}
 	if (grads) {
-		TRY(ph_gemm(ctx, 1, 0, d, rd, R, 1.0f, db, d, v.g, rd, 1.0f, grads[P_FCPROJ], rd, err));
+		if (a16)
+			TRY(ph_gemm_dyt_x16_acc(ctx, R, d, rd, db, v.g, grads[P_FCPROJ], err));
+		else
+			TRY(ph_gemm(ctx, 1, 0, d, rd, R, 1.0f, db, d, v.g, rd, 1.0f, grads[P_FCPROJ], rd, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
 		ph_gpu_reuse_operand(ctx, db); /* the next product reads db again */
 	}
@@ -196,7 +238,10 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
 	}
 	if (grads) {
-		TRY(ph_gemm(ctx, 1, 0, rd, d, R, 1.0f, dgu, rd, v.h2, d, 1.0f, grads[P_FC], d, err));
+		if (a16)
+			TRY(ph_gemm_dyt_x16_acc(ctx, R, rd, d, dgu, v.h2, grads[P_FC], err));
+		else
+			TRY(ph_gemm(ctx, 1, 0, rd, d, R, 1.0f, dgu, rd, v.h2, d, 1.0f, grads[P_FC], d, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));
 		ph_gpu_reuse_operand(ctx, dgu);
 	}
@@ -227,7 +272,10 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		TRY(ph_attn_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh, dqkv,
 				     tmp, err));
 	if (grads) {
-		TRY(ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, v.h1, d, 1.0f, grads[P_QKV], d, err));
+		if (a16)
+			TRY(ph_gemm_dyt_x16_acc(ctx, R, 3 * d, d, dqkv, v.h1, grads[P_QKV], err));
+		else
+			TRY(ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, v.h1, d, 1.0f, grads[P_QKV], d, err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dqkv, R, 3 * d, grads[P_BIAS]));
 		ph_gpu_reuse_operand(ctx, dqkv);
 	}
