@@ -227,9 +227,11 @@ int ph_bf16_stage_cast(ph_bf16_stage *s, const float *src, int rows, int cols, i
 	}
 	s->src = src;
 	s->rows = rows, s->cols = cols, s->ld = ld, s->batch = batch, s->stride = stride;
+	s->ld_out = ldd;
+	s->stride_out = stride == 0 ? 0 : (int64_t)rows * ldd;
 	*out = s->buf;
-	*ld_out = ldd;
-	*stride_out = stride == 0 ? 0 : (int64_t)rows * ldd;
+	*ld_out = s->ld_out;
+	*stride_out = s->stride_out;
 	return PH_OK;
 }
 

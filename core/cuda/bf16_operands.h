@@ -48,6 +48,8 @@ typedef struct {
 	const float *src; /* the last operand cast into it (NULL: none) */
 	int rows, cols, ld, batch;
 	int64_t stride;
+	int ld_out;         /* and the copy's leading dimension and stride */
+	int64_t stride_out;
 } ph_bf16_stage;
 
 /* `batch` row-major matrices rows x cols at src (leading dimension ld, the

@@ -49,8 +49,9 @@
 
 typedef struct {
 	/* the key */
-	int ta, tb, M, N, K, lda, ldb, ldc, epi, precision;
+	int ta, tb, M, N, K, lda, ldb, ldc, epi;
 	int ab_type; /* cudaDataType_t of A and B: fp32, or bf16 copies */
+	int compute; /* cublasComputeType_t: resolve()'s, from the precision and ab_type */
 	uint32_t align_a, align_b, align_c;
 	/* the plan; usable 0: cuBLASLt refused, take the unfused path */
 	int usable;
@@ -137,8 +138,8 @@ static int bf16_operand(ph_gemm_rank *g, int slot, int reuse, cudaStream_t st, c
 	ph_bf16_stage *sl = &g->stage[slot];
 	if (reuse) { /* the slot holds it (checked by the caller) */
 		*out = sl->buf;
-		*ld_out = (s->cols + 7) / 8 * 8;
-		*stride_out = s->stride == 0 ? 0 : (int64_t)s->rows * *ld_out;
+		*ld_out = sl->ld_out;
+		*stride_out = sl->stride_out;
 		return PH_OK;
 	}
 	return ph_bf16_stage_cast(sl, s->p, s->rows, s->cols, s->ld, s->batch, s->stride, st, out, ld_out,
@@ -170,18 +171,16 @@ static int resolve(const ph_ctx *ctx, int flags, int ta, int tb, int M, int N, i
 		return PH_OK;
 	o->type = CUDA_R_16BF;
 	o->compute = CUBLAS_COMPUTE_32F;
+	const operand_src a = { (const float *)A, ta ? K : M, ta ? M : K, lda, batch, sa };
+	const operand_src b = { (const float *)B, tb ? N : K, tb ? K : N, ldb, batch, sb };
+	cudaStream_t st = (cudaStream_t)ctx->stream;
 	const int a16 = (flags & PH_GEMM_A_BF16) != 0, b16 = (flags & PH_GEMM_B_BF16) != 0;
 	if (a16 && b16)
 		return PH_OK;
-	if (a16 || b16) { /* the fp32 one alone, in slot 0 (no promise applies) */
-		const operand_src s = a16 ? operand_src{ (const float *)B, tb ? N : K, tb ? K : N, ldb, batch, sb }
-					  : operand_src{ (const float *)A, ta ? K : M, ta ? M : K, lda, batch, sa };
-		cudaStream_t st = (cudaStream_t)ctx->stream;
-		return a16 ? bf16_operand(g, 0, 0, st, &s, &o->b, &o->ldb, &o->sb, err)
-			   : bf16_operand(g, 0, 0, st, &s, &o->a, &o->lda, &o->sa, err);
-	}
-	const operand_src a = { (const float *)A, ta ? K : M, ta ? M : K, lda, batch, sa };
-	const operand_src b = { (const float *)B, tb ? N : K, tb ? K : N, ldb, batch, sb };
+	if (a16) /* the fp32 one alone, in slot 0 (no promise applies) */
+		return bf16_operand(g, 0, 0, st, &b, &o->b, &o->ldb, &o->sb, err);
+	if (b16)
+		return bf16_operand(g, 0, 0, st, &a, &o->a, &o->lda, &o->sa, err);
 	/* slots: A in 0 and B in 1, unless a promised operand's copy sits in
 	 * the other one */
 	int slot_a = 0, slot_b = 1, keep_a = 0, keep_b = 0;
@@ -193,12 +192,8 @@ static int resolve(const ph_ctx *ctx, int flags, int ta, int tb, int M, int N, i
 		for (int k = 0; k < 2 && !keep_b; k++)
 			if ((!keep_a || k != slot_a) && slot_holds(g, k, &b))
 				keep_b = 1, slot_b = k, slot_a = keep_a ? slot_a : 1 - k;
-	cudaStream_t st = (cudaStream_t)ctx->stream;
-	int rc;
-	if ((rc = bf16_operand(g, slot_a, keep_a, st, &a, &o->a, &o->lda, &o->sa, err)) ||
-	    (rc = bf16_operand(g, slot_b, keep_b, st, &b, &o->b, &o->ldb, &o->sb, err)))
-		return rc;
-	return PH_OK;
+	int rc = bf16_operand(g, slot_a, keep_a, st, &a, &o->a, &o->lda, &o->sa, err);
+	return rc ? rc : bf16_operand(g, slot_b, keep_b, st, &b, &o->b, &o->ldb, &o->sb, err);
 }
 
 static int gemm_resolved(const ph_ctx *ctx, int ta, int tb, int M, int N, int K, float alpha, const operands *o,
@@ -298,9 +293,7 @@ static void plan_release(lt_plan *p)
 static void plan_make(ph_gemm_rank *g, lt_plan *p)
 {
 	const cudaDataType_t ab = (cudaDataType_t)p->ab_type;
-	cublasComputeType_t ct = ab == CUDA_R_16BF		  ? CUBLAS_COMPUTE_32F
-				 : p->precision == PH_PREC_BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-								: CUBLAS_COMPUTE_32F;
+	const cublasComputeType_t ct = (cublasComputeType_t)p->compute;
 	cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
 	uint32_t epi = p->epi == PH_EPI_BIAS_GELU ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
 		       : p->epi == PH_EPI_DGELU   ? CUBLASLT_EPILOGUE_DGELU
@@ -355,8 +348,8 @@ static void plan_make(ph_gemm_rank *g, lt_plan *p)
 static int same_key(const lt_plan *a, const lt_plan *b)
 {
 	return a->ta == b->ta && a->tb == b->tb && a->M == b->M && a->N == b->N && a->K == b->K && a->lda == b->lda &&
-	       a->ldb == b->ldb && a->ldc == b->ldc && a->epi == b->epi && a->precision == b->precision &&
-	       a->ab_type == b->ab_type &&
+	       a->ldb == b->ldb && a->ldc == b->ldc && a->epi == b->epi && a->ab_type == b->ab_type &&
+	       a->compute == b->compute &&
 	       a->align_a == b->align_a && a->align_b == b->align_b && a->align_c == b->align_c;
 }
 
@@ -430,8 +423,8 @@ static int gemm_ex_typed(const ph_ctx *ctx, int flags, int ta, int tb, int M, in
 		key.ldb = o.ldb;
 		key.ldc = ldc;
 		key.epi = epi;
-		key.precision = ctx->precision;
 		key.ab_type = o.type;
+		key.compute = o.compute;
 		key.align_a = al_a;
 		key.align_b = al_b;
 		key.align_c = al_c < al_x ? al_c : al_x;
