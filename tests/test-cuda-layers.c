@@ -632,18 +632,24 @@ static void expect_fused(const char *label, const char *call, const gpu_case *c,
  * operands (tests/cuemu/cublas.cc); absent on a real GPU. */
 typedef unsigned long (*bf16_counter_fn)(void);
 
+/* Whether the fast path behind environment variable `name` is on: it is
+ * unless the variable is "0" (as the host and the layers read it). */
+static int env_on(const char *name)
+{
+	const char *v = getenv(name);
+	return !(v && !strcmp(v, "0"));
+}
+
 static int gemm_casts(void)
 {
-	const char *v = getenv("PIPEHOST_GEMM_CAST");
-	return !(v && !strcmp(v, "0"));
+	return env_on("PIPEHOST_GEMM_CAST");
 }
 
 /* gpt_block under bf16 keeps the inputs of its products in bf16 unless
  * PIPEHOST_BF16_ACT=0 (gpt_block_cuda.cu's act16). */
 static int act16_on(void)
 {
-	const char *v = getenv("PIPEHOST_BF16_ACT");
-	return !(v && !strcmp(v, "0"));
+	return env_on("PIPEHOST_BF16_ACT");
 }
 
 /* Layers whose calls are matrix products through ctx->gpu. */

@@ -379,26 +379,16 @@ static inline unsigned ph_ln_grid(int rows)
 	return (unsigned)(((int64_t)rows * 8 + PH_LN_THREADS - 1) / PH_LN_THREADS);
 }
 
-/* y in bf16 (the fp32 result rounded to nearest even), for a product's input */
+/* Y: float, or __nv_bfloat16 (the fp32 result rounded, for a product's input) */
+template <typename Y>
 static inline cudaError_t ph_k_layernorm_fwd(cudaStream_t s, const float *x, const float *g,
-					     const float *b, __nv_bfloat16 *y, float *mean, float *rstd,
+					     const float *b, Y *y, float *mean, float *rstd,
 					     int rows, int d, float eps)
 {
 	if (rows <= 0 || d <= 0)
 		return cudaSuccess;
-	ph_layernorm_fwd_kernel<__nv_bfloat16><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
-											  rows, d, eps);
-	return cudaGetLastError();
-}
-
-static inline cudaError_t ph_k_layernorm_fwd(cudaStream_t s, const float *x, const float *g,
-					     const float *b, float *y, float *mean, float *rstd,
-					     int rows, int d, float eps)
-{
-	if (rows <= 0 || d <= 0)
-		return cudaSuccess;
-	ph_layernorm_fwd_kernel<float><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
-										  rows, d, eps);
+	ph_layernorm_fwd_kernel<Y><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
+									      rows, d, eps);
 	return cudaGetLastError();
 }
 
@@ -459,20 +449,13 @@ static __global__ void ph_add_kernel(const float *a, const float *b, float *y, i
 		y[i] = __fadd_rn(a[i], b[i]);
 }
 
-static inline cudaError_t ph_k_gelu_fwd(cudaStream_t s, const float *x, float *y, int64_t n)
+/* Y: float, or __nv_bfloat16 (the fp32 GELU rounded, for a product's input) */
+template <typename Y>
+static inline cudaError_t ph_k_gelu_fwd(cudaStream_t s, const float *x, Y *y, int64_t n)
 {
 	if (n <= 0)
 		return cudaSuccess;
-	ph_gelu_fwd_kernel<float><<<ph_blocks(n), 256, 0, s>>>(x, y, n);
-	return cudaGetLastError();
-}
-
-/* y in bf16 (the fp32 GELU rounded to nearest even), for a product's input */
-static inline cudaError_t ph_k_gelu_fwd(cudaStream_t s, const float *x, __nv_bfloat16 *y, int64_t n)
-{
-	if (n <= 0)
-		return cudaSuccess;
-	ph_gelu_fwd_kernel<__nv_bfloat16><<<ph_blocks(n), 256, 0, s>>>(x, y, n);
+	ph_gelu_fwd_kernel<Y><<<ph_blocks(n), 256, 0, s>>>(x, y, n);
 	return cudaGetLastError();
 }
 

@@ -115,6 +115,26 @@ static int act16(const ph_ctx *ctx)
 			return rc;        \
 	} while (0)
 
+/* y [M, N] = x [M, K] . W^T + bias (+ r, a residual, where r is not NULL),
+ * x in bf16 where a16 (act16) says the block saved it so, else fp32. */
+static int xwt(const ph_ctx *ctx, int a16, int M, int N, int K, const void *x, const float *W, const float *bias,
+	       const float *r, float *y, ph_err *err)
+{
+	if (a16)
+		return ph_gemm_x16wt_bias(ctx, M, N, K, x, W, bias, r, y, err);
+	return r ? ph_gemm_xwt_bias_add(ctx, M, N, K, (const float *)x, W, bias, r, y, err)
+		 : ph_gemm_xwt_bias(ctx, M, N, K, (const float *)x, W, bias, y, err);
+}
+
+/* dW [N, K] += dy^T [N, M] . x [M, K], x as in xwt */
+static int dw_acc(const ph_ctx *ctx, int a16, int M, int N, int K, const float *dy, const void *x, float *dW,
+		  ph_err *err)
+{
+	if (a16)
+		return ph_gemm_dyt_x16_acc(ctx, M, N, K, dy, x, dW, err);
+	return ph_gemm(ctx, 1, 0, N, K, M, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K, err);
+}
+
 extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
 				      const float *x, float *y, ph_err *err)
 {
@@ -131,16 +151,14 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	float *tmp = (float *)ctx->scratch, *pd = tmp + n; /* [R, d], then [H, T, T] */
 
 	const int a16 = act16(ctx);
-	__nv_bfloat16 *h1b = (__nv_bfloat16 *)v.h1, *h2b = (__nv_bfloat16 *)v.h2, *gb = (__nv_bfloat16 *)v.g;
 
 	/* attention branch */
-	if (a16) {
-		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, h1b, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
-		TRY(ph_gemm_x16wt_bias(ctx, R, 3 * d, d, h1b, params[P_QKV], bias, NULL, v.qkv, err));
-	} else {
+	if (a16)
+		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, (__nv_bfloat16 *)v.h1, v.mean1, v.rstd1, R, d,
+						    GPT_LN_EPS));
+	else
 		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
-		TRY(ph_gemm_xwt_bias(ctx, R, 3 * d, d, v.h1, params[P_QKV], bias, v.qkv, err));
-	}
+	TRY(xwt(ctx, a16, R, 3 * d, d, v.h1, params[P_QKV], bias, NULL, v.qkv, err));
 	if (ph_flash_usable(ctx, &ag))
 		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, err));
 	else
@@ -155,33 +173,27 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	}
 
 	/* MLP branch */
-	if (a16) {
-		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, h2b, v.mean2, v.rstd2, R, d,
+	if (a16)
+		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, (__nv_bfloat16 *)v.h2, v.mean2, v.rstd2,
+						    R, d, GPT_LN_EPS));
+	else
+		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, v.h2, v.mean2, v.rstd2, R, d,
 						    GPT_LN_EPS));
-		TRY(ph_gemm_x16wt_bias(ctx, R, rd, d, h2b, params[P_FC], bias + 4 * d, NULL, v.u, err));
-		PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, gb, (int64_t)R * rd));
-		if (drop) {
-			TRY(ph_gemm_x16wt_bias(ctx, R, d, rd, gb, params[P_FCPROJ], bias + 4 * d + rd, NULL, tmp, err));
-			PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale,
-							  v.x1, tmp, y, n));
-		} else {
-			TRY(ph_gemm_x16wt_bias(ctx, R, d, rd, gb, params[P_FCPROJ], bias + 4 * d + rd, v.x1, y, err));
-		}
-		return PH_OK;
-	}
-	PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, v.h2, v.mean2, v.rstd2, R, d, GPT_LN_EPS));
-	if (gelu_fused(ctx)) {
+	if (!a16 && gelu_fused(ctx)) {
 		TRY(ph_gemm_xwt_bias_gelu(ctx, R, rd, d, v.h2, params[P_FC], bias + 4 * d, v.u, v.g, err));
 	} else {
-		TRY(ph_gemm_xwt_bias(ctx, R, rd, d, v.h2, params[P_FC], bias + 4 * d, v.u, err));
-		PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, v.g, (int64_t)R * rd));
+		TRY(xwt(ctx, a16, R, rd, d, v.h2, params[P_FC], bias + 4 * d, NULL, v.u, err));
+		if (a16)
+			PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, (__nv_bfloat16 *)v.g, (int64_t)R * rd));
+		else
+			PH_CUDA_TRY(err, ph_k_gelu_fwd(st, v.u, v.g, (int64_t)R * rd));
 	}
 	if (drop) {
-		TRY(ph_gemm_xwt_bias(ctx, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, tmp, err));
+		TRY(xwt(ctx, a16, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, NULL, tmp, err));
 		PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale, v.x1,
 						  tmp, y, n));
 	} else {
-		TRY(ph_gemm_xwt_bias_add(ctx, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, v.x1, y, err));
+		TRY(xwt(ctx, a16, R, d, rd, v.g, params[P_FCPROJ], bias + 4 * d + rd, v.x1, y, err));
 	}
 	return PH_OK;
 }
@@ -224,10 +236,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		db = dbr;
 	}
 	if (grads) {
-		if (a16)
-			TRY(ph_gemm_dyt_x16_acc(ctx, R, d, rd, db, v.g, grads[P_FCPROJ], err));
-		else
-			TRY(ph_gemm(ctx, 1, 0, d, rd, R, 1.0f, db, d, v.g, rd, 1.0f, grads[P_FCPROJ], rd, err));
+		TRY(dw_acc(ctx, a16, R, d, rd, db, v.g, grads[P_FCPROJ], err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
 		ph_gpu_reuse_operand(ctx, db); /* the next product reads db again */
 	}
@@ -238,10 +247,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
 	}
 	if (grads) {
-		if (a16)
-			TRY(ph_gemm_dyt_x16_acc(ctx, R, rd, d, dgu, v.h2, grads[P_FC], err));
-		else
-			TRY(ph_gemm(ctx, 1, 0, rd, d, R, 1.0f, dgu, rd, v.h2, d, 1.0f, grads[P_FC], d, err));
+		TRY(dw_acc(ctx, a16, R, rd, d, dgu, v.h2, grads[P_FC], err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));
 		ph_gpu_reuse_operand(ctx, dgu);
 	}
@@ -272,10 +278,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		TRY(ph_attn_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh, dqkv,
 				     tmp, err));
 	if (grads) {
-		if (a16)
-			TRY(ph_gemm_dyt_x16_acc(ctx, R, 3 * d, d, dqkv, v.h1, grads[P_QKV], err));
-		else
-			TRY(ph_gemm(ctx, 1, 0, 3 * d, d, R, 1.0f, dqkv, 3 * d, v.h1, d, 1.0f, grads[P_QKV], d, err));
+		TRY(dw_acc(ctx, a16, R, 3 * d, d, dqkv, v.h1, grads[P_QKV], err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dqkv, R, 3 * d, grads[P_BIAS]));
 		ph_gpu_reuse_operand(ctx, dqkv);
 	}
