@@ -652,6 +652,39 @@ static int act16_on(void)
 	return env_on("PIPEHOST_BF16_ACT");
 }
 
+/* The emulator's count of a kernel's launches (tests/cuemu/cuemu.cc);
+ * absent on a real GPU. */
+typedef unsigned long (*launch_counter_fn)(const char *name);
+
+/* How many operands the host rounds into its staging buffers
+ * (core/cuda/bf16_operands.cu's k_cast_rows) during one gpt_block call,
+ * or -1 for no expectation.  Under bf16 with the block's activations in
+ * bf16 (act16) and the fused core, every product input the block makes
+ * is bf16 already (h1, att, h2, g; the weights have their shadows): the
+ * forward rounds nothing, and the backward rounds the three gradients
+ * that come out of products or the residual (the fcproj and proj
+ * branches' dy, and dgu), each once for its pair of products; dqkv comes
+ * out of the fused core in bf16. */
+static long expected_staging(const gpu_case *c, int bf16, int backward)
+{
+	if (strcmp(c->type, "gpt_block") || !bf16 || !c->flash || !act16_on() || !gemm_casts())
+		return -1;
+	return backward ? 3 : 0;
+}
+
+static void expect_staging(const char *label, const char *call, const gpu_case *c, int bf16, int backward,
+			   launch_counter_fn launches, unsigned long before)
+{
+	const long want = expected_staging(c, bf16, backward);
+	if (!launches || want < 0)
+		return;
+	const unsigned long got = launches("k_cast_rows") - before;
+	ck_assert_msg(got == (unsigned long)want,
+		      "%s: the %s rounded %lu operands into staging, expected %ld (an input the block should hand "
+		      "over in bf16 went in fp32)",
+		      label, call, got, want);
+}
+
 /* Layers whose calls are matrix products through ctx->gpu. */
 static int uses_gemm(const gpu_case *c)
 {
@@ -757,9 +790,12 @@ static void run_case(int idx)
 	}
 	lt_counter_fn lt_count = (lt_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_lt_matmuls");
 	bf16_counter_fn bf16_count = (bf16_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_bf16_products");
+	launch_counter_fn launches = (launch_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_launches");
 	lt_counts lt0 = lt_snapshot(lt_count);
 	const unsigned long cast0 = bf16_count ? bf16_count() : 0;
+	unsigned long stage0 = launches ? launches("k_cast_rows") : 0;
 	gpu_fwd(label, ops, &D);
+	expect_staging(label, "forward", c, bf16, 0, launches, stage0);
 	expect_fused(label, "forward", c, bf16, H.meta.nparams, 1u << LT_BIAS | 1u << LT_GELU | 1u << LT_RESID,
 		     lt_count, &lt0);
 	if (bf16_count && uses_gemm(c)) {
@@ -790,8 +826,10 @@ static void run_case(int idx)
 	zero_grads(&D, &H);
 	fill_const(D.dx, H.nx, NAN);
 	lt0 = lt_snapshot(lt_count);
+	stage0 = launches ? launches("k_cast_rows") : 0;
 	gpu_bwd(label, ops, &D, D.dx);
 	expect_fused(label, "backward", c, bf16, H.meta.nparams, 1u << LT_DGELU, lt_count, &lt0);
+	expect_staging(label, "backward", c, bf16, 1, launches, stage0);
 	d2h(gdx, D.dx, (size_t)H.nx * sizeof(float));
 	read_grads(&D, &H, g1);
 	expect_close(label, "dx", gdx, H.dx, H.nx, tol);

@@ -96,12 +96,15 @@ static inline int ph_gemm_xwt_bias_gelu(const ph_ctx *ctx, int M, int N, int K, 
 	return ctx->gpu->gemm_ex(ctx, 0, 1, M, N, K, x, K, W, K, g, N, PH_EPI_BIAS_GELU, bias, u, err);
 }
 
-/* Products whose x (a layer's own activation) it holds in bf16 (ph_gpu_api's
- * gemm_bf16, ABI 1.3), under precision = bf16:
+/* Products whose x (a layer's own activation) or dy (a gradient it made)
+ * it holds in bf16 (ph_gpu_api's gemm_bf16, ABI 1.3), under precision =
+ * bf16:
  *   ph_gemm_x16wt_bias       y [M, N] = x16 [M, K] . W^T + bias (epi BIAS, or
  *                            BIAS_ADD with the residual r; r NULL: none)
  *   ph_gemm_dyt_x16_acc      dW [N, K] += dy^T [N, M] . x16 [M, K]
- * x16 dense, leading dimension K. */
+ *   ph_gemm_dy16t_x16_acc    dW [N, K] += dy16^T [N, M] . x16 [M, K]
+ *   ph_gemm_dy16w            dx [M, K] = dy16 [M, N] . W [N, K]
+ * Every matrix dense (leading dimension its column count). */
 static inline int ph_gemm_x16wt_bias(const ph_ctx *ctx, int M, int N, int K, const void *x16, const float *W,
 				     const float *bias, const float *r, float *y, ph_err *err)
 {
@@ -118,6 +121,24 @@ static inline int ph_gemm_dyt_x16_acc(const ph_ctx *ctx, int M, int N, int K, co
 		return ph_fail(err, PH_EINTERNAL, "the host has no bf16-operand products (ABI 1.3)");
 	return ctx->gpu->gemm_bf16(ctx, PH_GEMM_B_BF16, 1, 0, N, K, M, 1.0f, dy, N, x16, K, 1.0f, dW, K,
 				   PH_EPI_NONE, NULL, NULL, err);
+}
+
+static inline int ph_gemm_dy16t_x16_acc(const ph_ctx *ctx, int M, int N, int K, const void *dy16, const void *x16,
+					float *dW, ph_err *err)
+{
+	if (!ph_gpu_has_gemm_bf16(ctx))
+		return ph_fail(err, PH_EINTERNAL, "the host has no bf16-operand products (ABI 1.3)");
+	return ctx->gpu->gemm_bf16(ctx, PH_GEMM_A_BF16 | PH_GEMM_B_BF16, 1, 0, N, K, M, 1.0f, dy16, N, x16, K, 1.0f,
+				   dW, K, PH_EPI_NONE, NULL, NULL, err);
+}
+
+static inline int ph_gemm_dy16w(const ph_ctx *ctx, int M, int N, int K, const void *dy16, const float *W, float *dx,
+				ph_err *err)
+{
+	if (!ph_gpu_has_gemm_bf16(ctx))
+		return ph_fail(err, PH_EINTERNAL, "the host has no bf16-operand products (ABI 1.3)");
+	return ctx->gpu->gemm_bf16(ctx, PH_GEMM_A_BF16, 0, 0, M, K, N, 1.0f, dy16, N, W, K, 0.0f, dx, K, PH_EPI_NONE,
+				   NULL, NULL, err);
 }
 
 /* Its backward through the GELU: du [M, N] = (dy [M, K] . W [K, N]) *

@@ -82,6 +82,17 @@ static __device__ __forceinline__ void ph_d_put(__nv_bfloat16 *p, float v)
 	*p = __float2bfloat16_rn(v);
 }
 
+/* An element of fp32 or bf16 as fp32 (exact). */
+static __device__ __forceinline__ float ph_d_get(const float *p)
+{
+	return *p;
+}
+
+static __device__ __forceinline__ float ph_d_get(const __nv_bfloat16 *p)
+{
+	return __bfloat162float(*p);
+}
+
 /* ------------------------------------------------------------------ */
 /* Element-wise math, bit for bit transformer_ops.h's.                  */
 
@@ -314,7 +325,7 @@ static __global__ void ph_layernorm_bwd_input_kernel(const float *dy, const floa
  * PH_CS_COLS * blockIdx.x + tx in row order, then a fixed tree over ty.
  * Grid: ceil(cols / PH_CS_COLS) blocks.
  *
- * ph_colsum_kernel:    x [rows, cols]              out[j] += sum_i x[i][j]
+ * ph_colsum_kernel:    x [rows, cols] (fp32 or bf16)  out[j] += sum_i x[i][j]
  * ph_ln_dgdb_kernel:   dy, x [rows, d]; mean, rstd [rows]
  *                      dg[j] += sum_i dy[i][j] * xhat[i][j], db[j] += sum_i dy[i][j]
  */
@@ -337,14 +348,14 @@ static __device__ __forceinline__ float ph_block_colsum(float v, float (*sm)[PH_
 	return r;
 }
 
-static __global__ void ph_colsum_kernel(const float *x, int rows, int cols, float *out)
+template <typename TX> static __global__ void ph_colsum_kernel(const TX *x, int rows, int cols, float *out)
 {
 	__shared__ float sm[PH_CS_ROWS][PH_CS_COLS];
 	const int64_t c = (int64_t)blockIdx.x * PH_CS_COLS + threadIdx.x;
 	float a = 0.0f;
 	if (c < cols)
 		for (int64_t i = threadIdx.y; i < rows; i += PH_CS_ROWS)
-			a = __fadd_rn(a, x[i * cols + c]);
+			a = __fadd_rn(a, ph_d_get(x + i * cols + c));
 	a = ph_block_colsum(a, sm);
 	if (threadIdx.y == 0 && c < cols)
 		out[c] = __fadd_rn(out[c], a);
@@ -477,12 +488,12 @@ static inline cudaError_t ph_k_add(cudaStream_t s, const float *a, const float *
 	return cudaGetLastError();
 }
 
-static inline cudaError_t ph_k_colsum_acc(cudaStream_t s, const float *x, int rows, int cols,
-					  float *out)
+template <typename TX>
+static inline cudaError_t ph_k_colsum_acc(cudaStream_t s, const TX *x, int rows, int cols, float *out)
 {
 	if (rows <= 0 || cols <= 0)
 		return cudaSuccess;
-	ph_colsum_kernel<<<(unsigned)((cols + PH_CS_COLS - 1) / PH_CS_COLS), dim3(PH_CS_COLS, PH_CS_ROWS), 0,
+	ph_colsum_kernel<TX><<<(unsigned)((cols + PH_CS_COLS - 1) / PH_CS_COLS), dim3(PH_CS_COLS, PH_CS_ROWS), 0,
 			   s>>>(x, rows, cols, out);
 	return cudaGetLastError();
 }

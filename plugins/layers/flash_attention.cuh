@@ -139,6 +139,18 @@ __device__ static inline ph_fa_f4 ph_fa_ld4(const float *p, int vec4)
 	return v;
 }
 
+__device__ static inline void ph_fa_stbf4(ph_bf16 *p, float a, float b, float c, float d)
+{
+	ph_fa_bf4 v;
+	v.a = __floats2bfloat162_rn(a, b);
+	v.b = __floats2bfloat162_rn(c, d);
+	*(ph_fa_bf4 *)p = v;
+}
+
+/* 4 values into 4 consecutive elements of an output: fp32 (one 16-byte
+ * store where vec4), or bf16 rounded to nearest even (one 8-byte store
+ * where vec4: the staging cast's rounding, so a product reading these
+ * gets the bits it got from the fp32 values before) */
 __device__ static inline void ph_fa_st4(float *p, float a, float b, float c, float d, int vec4)
 {
 	if (vec4) {
@@ -150,12 +162,25 @@ __device__ static inline void ph_fa_st4(float *p, float a, float b, float c, flo
 	}
 }
 
-__device__ static inline void ph_fa_stbf4(ph_bf16 *p, float a, float b, float c, float d)
+__device__ static inline void ph_fa_st4(ph_bf16 *p, float a, float b, float c, float d, int vec4)
 {
-	ph_fa_bf4 v;
-	v.a = __floats2bfloat162_rn(a, b);
-	v.b = __floats2bfloat162_rn(c, d);
-	*(ph_fa_bf4 *)p = v;
+	if (vec4) {
+		ph_fa_stbf4(p, a, b, c, d);
+	} else {
+		p[0] = __float2bfloat16_rn(a), p[1] = __float2bfloat16_rn(b);
+		p[2] = __float2bfloat16_rn(c), p[3] = __float2bfloat16_rn(d);
+	}
+}
+
+/* An element of an fp32 or bf16 input as fp32 */
+__device__ static inline float ph_fa_f32(float x)
+{
+	return x;
+}
+
+__device__ static inline float ph_fa_f32(ph_bf16 x)
+{
+	return __bfloat162float(x);
 }
 
 /*
@@ -323,14 +348,14 @@ template <int HD> __device__ static inline void ph_fa_rows_to_a(ph_fa_a_row *a, 
  * warp's S tile (BC columns, so NB fragments at a time):
  *   out == NULL: acc[row] *= mul (in place, reloaded)
  *   out != NULL: out[col] = acc[row][col] * mul, out being the lane's row
- *                in global memory, when row_ok (the fragments are left alone)
+ *                in global memory (fp32, or bf16 rounded to nearest even),
+ *                when row_ok (the fragments are left alone)
  * Lane layout as everywhere here: row lane >> 1, 4-column chunks
  * c = 8t + 4 (lane & 1).  Starts and ends with __syncwarp: S is free to
  * reuse on both sides.
  */
-template <int HD>
-__device__ static inline void ph_fa_rows_scale(ph_fa_acc *acc, float *S, float mul, float *out, int row_ok,
-					       int vec4)
+template <int HD, typename TO>
+__device__ static inline void ph_fa_rows_scale(ph_fa_acc *acc, float *S, float mul, TO *out, int row_ok, int vec4)
 {
 	typedef ph_fa_dims<HD> D;
 	const int lane = threadIdx.x & 31, r = lane >> 1, hh = lane & 1;
@@ -379,11 +404,12 @@ __device__ static inline void ph_fa_rows_scale(ph_fa_acc *acc, float *S, float m
  *   att[b, i, h*HD ..] = sum_{j<=i} drop(P_ij) v_j,  P_ij = 2^(x_ij - L2_i)
  *   L2[(b*H + h)*T + i] for i in q0 .. q0+63, i < T
  * sl2 = log2(e)/sqrt(hd); b0: the first sample's index in the micro-batch
- * (for the dropout stream).
+ * (for the dropout stream).  att is fp32, or bf16 (TO) for a caller whose
+ * products read it in bf16 anyway.
  */
-template <int HD>
+template <int HD, typename TO>
 __global__ static void __launch_bounds__(PH_FA_THREADS)
-ph_fa_fwd_kernel(const float *__restrict__ qkv, float *__restrict__ att, float *__restrict__ L2, int H, int T, int d,
+ph_fa_fwd_kernel(const float *__restrict__ qkv, TO *__restrict__ att, float *__restrict__ L2, int H, int T, int d,
 		 float sl2, int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
 {
 	typedef ph_fa_dims<HD> D;
@@ -469,14 +495,14 @@ ph_fa_fwd_kernel(const float *__restrict__ qkv, float *__restrict__ att, float *
 			const int moved = __any_sync(PH_FA_FULL, mnew != m);
 			m = mnew;
 			if (kt > 0 && moved)
-				ph_fa_rows_scale<HD>(of, S, alpha, NULL, 0, 0);
+				ph_fa_rows_scale<HD>(of, S, alpha, (float *)NULL, 0, 0);
 			__syncwarp(); /* P complete */
 			ph_fa_acc_wy<HD, D::NB>(of, P, sV); /* O += P V */
 		}
 		__syncthreads(); /* K, V, S and P free for the next tile */
 	}
 	/* att = O / l, L2 = m + log2 l */
-	float *out = att + ((int64_t)b * T + i) * d + h * HD;
+	TO *out = att + ((int64_t)b * T + i) * d + h * HD;
 	ph_fa_rows_scale<HD>(of, S, 1.0f / l, out, i < T, vec4);
 	if (hh == 0 && i < T)
 		L2[(int64_t)bh * T + i] = m + log2f(l);
@@ -489,9 +515,11 @@ ph_fa_fwd_kernel(const float *__restrict__ qkv, float *__restrict__ att, float *
  * D[(b*H + h)*T + i] = sum_c dO[b, i, h*hd + c] O[b, i, h*hd + c] for B
  * samples: one warp per (b, i, h), lanes over c, a fixed shuffle tree.
  * (= sum_j P_ij dP_ij with the dropout mask inside, as the materialised
- * softmax backward sums it: O = drop(P) v.)
+ * softmax backward sums it: O = drop(P) v.)  O as the forward wrote it:
+ * fp32 or bf16.
  */
-__global__ static void ph_fa_rowdot_kernel(const float *__restrict__ dO, const float *__restrict__ O,
+template <typename TO>
+__global__ static void ph_fa_rowdot_kernel(const float *__restrict__ dO, const TO *__restrict__ O,
 					   float *__restrict__ Dv, int B, int T, int H, int hd, int d)
 {
 	const int lane = threadIdx.x & 31;
@@ -499,10 +527,11 @@ __global__ static void ph_fa_rowdot_kernel(const float *__restrict__ dO, const f
 	for (int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w < n; w += warps) {
 		const int h = (int)(w % H);
 		const int64_t row = w / H; /* b*T + i */
-		const float *a = dO + row * d + h * hd, *o = O + row * d + h * hd;
+		const float *a = dO + row * d + h * hd;
+		const TO *o = O + row * d + h * hd;
 		float s = 0.0f;
 		for (int c = lane; c < hd; c += 32)
-			s += a[c] * o[c];
+			s += a[c] * ph_fa_f32(o[c]);
 		for (int off = 16; off > 0; off >>= 1)
 			s += __shfl_xor_sync(PH_FA_FULL, s, off);
 		if (lane == 0)
@@ -515,13 +544,14 @@ __global__ static void ph_fa_rowdot_kernel(const float *__restrict__ dO, const f
  * key tile 0 (the one every query sees) first.  For the warp's keys j:
  *   dv_j = sum_{i>=j} drop(P_ij) dO_i
  *   dk_j = sm * sum_{i>=j} dS_ij q_i,  dS_ij = P_ij (M_ij dPd_ij - D_i)
- * written to the k and v columns of dqkv.  The per-warp tiles are
- * transposed ([16 keys][BC queries]): the lanes' rows are keys.
+ * written to the k and v columns of dqkv (fp32, or bf16: TG).  The
+ * per-warp tiles are transposed ([16 keys][BC queries]): the lanes' rows
+ * are keys.
  */
-template <int HD>
+template <int HD, typename TG>
 __global__ static void __launch_bounds__(PH_FA_THREADS)
 ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, const float *__restrict__ L2,
-		  const float *__restrict__ Dv, float *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
+		  const float *__restrict__ Dv, TG *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
 		  int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
 {
 	typedef ph_fa_dims<HD> D;
@@ -624,7 +654,7 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 		}
 		__syncthreads(); /* Q, dO, L2, D, S and P free for the next tile */
 	}
-	float *dk = dqkv + ((int64_t)b * T + j) * ld + d + h * HD;
+	TG *dk = dqkv + ((int64_t)b * T + j) * ld + d + h * HD;
 	ph_fa_rows_scale<HD>(dkf, S, sm, dk, j < T, vec4);
 	ph_fa_rows_scale<HD>(dvf, S, 1.0f, dk + d, j < T, vec4);
 }
@@ -633,12 +663,12 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
  * dQ: grid (B*H, ceil(T / 64)), one block per 64 queries (4 warps of 16),
  * the heaviest first, looping over key tiles as the forward does:
  *   dq_i = sm * sum_{j<=i} dS_ij k_j
- * written to the q columns of dqkv.
+ * written to the q columns of dqkv (TG as in ph_fa_dkdv_kernel).
  */
-template <int HD>
+template <int HD, typename TG>
 __global__ static void __launch_bounds__(PH_FA_THREADS)
 ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, const float *__restrict__ L2,
-		const float *__restrict__ Dv, float *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
+		const float *__restrict__ Dv, TG *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
 		int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
 {
 	typedef ph_fa_dims<HD> D;
@@ -717,7 +747,7 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 		}
 		__syncthreads();
 	}
-	float *dq = dqkv + ((int64_t)b * T + i) * ld + h * HD;
+	TG *dq = dqkv + ((int64_t)b * T + i) * ld + h * HD;
 	ph_fa_rows_scale<HD>(dqf, S, sm, dq, i < T, vec4);
 }
 
@@ -738,27 +768,27 @@ static inline int ph_fa_aligned(const void *a, const void *b, const void *c)
 	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15) == 0;
 }
 
-template <int HD>
+template <int HD, typename TO>
 static inline void ph_fa_forward_hd(cudaStream_t st, const ph_attn_geom *g, int batch, int drop, uint64_t key,
-				    const float *qkv, float *L2, float *att, float sl2, int vec4)
+				    const float *qkv, float *L2, TO *att, float sl2, int vec4)
 {
 	static_assert(sizeof(ph_fa_smem<HD>) <= 48 * 1024, "static shared memory over 48 KiB");
 	const dim3 grid((unsigned)(batch * g->H), (unsigned)((g->T + PH_FA_BR - 1) / PH_FA_BR));
-	ph_fa_fwd_kernel<HD><<<grid, PH_FA_THREADS, 0, st>>>(qkv, att, L2, g->H, g->T, g->d, sl2, drop, key, 0,
-							       g->rate, g->scale, vec4);
+	ph_fa_fwd_kernel<HD, TO><<<grid, PH_FA_THREADS, 0, st>>>(qkv, att, L2, g->H, g->T, g->d, sl2, drop, key, 0,
+								   g->rate, g->scale, vec4);
 }
 
-template <int HD>
+template <int HD, typename TG>
 static inline void ph_fa_backward_hd(cudaStream_t st, const ph_attn_geom *g, int batch, int b0, int drop,
 				     uint64_t key, const float *qkv, const float *L2, const float *Dv,
-				     const float *datt, float *dqkv, float sl2, float sm, int vec4)
+				     const float *datt, TG *dqkv, float sl2, float sm, int vec4)
 {
 	static_assert(sizeof(ph_fa_smem<HD>) <= 48 * 1024, "static shared memory over 48 KiB");
 	const dim3 grid((unsigned)(batch * g->H), (unsigned)((g->T + PH_FA_BR - 1) / PH_FA_BR));
-	ph_fa_dkdv_kernel<HD><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm,
-								drop, key, b0, g->rate, g->scale, vec4);
-	ph_fa_dq_kernel<HD><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop,
-							      key, b0, g->rate, g->scale, vec4);
+	ph_fa_dkdv_kernel<HD, TG><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2,
+								    sm, drop, key, b0, g->rate, g->scale, vec4);
+	ph_fa_dq_kernel<HD, TG><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm,
+								  drop, key, b0, g->rate, g->scale, vec4);
 }
 
 #define PH_FA_DISPATCH(hd, call)                                                   \
@@ -778,16 +808,19 @@ static inline void ph_fa_backward_hd(cudaStream_t st, const ph_attn_geom *g, int
  * Forward from the projected qkv of `batch` samples (ph_attn_forward's
  * twin; ph_flash_usable(ctx, g) must hold):
  *   att [B, T, d], L2 [B, H, T] (at the start of the saved P region)
+ * att is fp32, or bf16 (TO = ph_bf16) for a caller whose products read it
+ * in bf16: the same bits they would read after rounding the fp32 one.
  */
+template <typename TO>
 static inline int ph_flash_forward(const ph_ctx *ctx, const ph_attn_geom *g, int batch, int drop, uint64_t key,
-				   const float *qkv, float *L2, float *att, ph_err *err)
+				   const float *qkv, float *L2, TO *att, ph_err *err)
 {
 	const float sm = (float)(1.0 / sqrt((double)g->hd)), sl2 = sm * PH_FA_LOG2E;
 	const int vec4 = ph_fa_aligned(qkv, att, att);
 	const cudaStream_t st = PH_STREAM(ctx);
 	if (batch <= 0)
 		return PH_OK;
-#define PH_FA_FWD(HD) ph_fa_forward_hd<HD>(st, g, batch, drop, key, qkv, L2, att, sl2, vec4)
+#define PH_FA_FWD(HD) ph_fa_forward_hd<HD, TO>(st, g, batch, drop, key, qkv, L2, att, sl2, vec4)
 	PH_FA_DISPATCH(g->hd, PH_FA_FWD)
 #undef PH_FA_FWD
 	PH_CUDA_CHECK_LAUNCH(err, "flash attention forward");
@@ -796,13 +829,16 @@ static inline int ph_flash_forward(const ph_ctx *ctx, const ph_attn_geom *g, int
 
 /*
  * Backward (ph_attn_backward's twin): datt [B, T, d] -> dqkv [B, T, 3d]
- * (=), from qkv, L2 and the forward's att (for D).  tmp: the materialised
- * path's H*T*T floats of scratch; D [b, H, T] takes b*H*T of it, so the
- * batch goes in groups of at most T samples.
+ * (=), from qkv, L2 and the forward's att (for D; fp32 or bf16 as the
+ * forward wrote it).  dqkv is fp32, or bf16 (TG = ph_bf16) for a caller
+ * whose products read it in bf16.  tmp: the materialised path's H*T*T
+ * floats of scratch; D [b, H, T] takes b*H*T of it, so the batch goes in
+ * groups of at most T samples.
  */
+template <typename TO, typename TG>
 static inline int ph_flash_backward(const ph_ctx *ctx, const ph_attn_geom *g, int batch, int drop, uint64_t key,
-				    const float *qkv, const float *L2, const float *att, const float *datt,
-				    float *dqkv, float *tmp, ph_err *err)
+				    const float *qkv, const float *L2, const TO *att, const float *datt,
+				    TG *dqkv, float *tmp, ph_err *err)
 {
 	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
 	const float sm = (float)(1.0 / sqrt((double)hd)), sl2 = sm * PH_FA_LOG2E;
@@ -812,11 +848,11 @@ static inline int ph_flash_backward(const ph_ctx *ctx, const ph_attn_geom *g, in
 		const int nb = batch - b0 < T ? batch - b0 : T;
 		const size_t q = (size_t)b0 * T * ld, o = (size_t)b0 * T * d, l = (size_t)b0 * H * T;
 		const int64_t rows = (int64_t)nb * T * H;
-		ph_fa_rowdot_kernel<<<ph_attn_row_blocks(rows), 32 * PH_ATTN_ROW_WARPS, 0, st>>>(datt + o, att + o, tmp,
-											    nb, T, H, hd, d);
+		ph_fa_rowdot_kernel<TO><<<ph_attn_row_blocks(rows), 32 * PH_ATTN_ROW_WARPS, 0, st>>>(
+			datt + o, att + o, tmp, nb, T, H, hd, d);
 		PH_CUDA_CHECK_LAUNCH(err, "flash attention backward: D");
 #define PH_FA_BWD(HD) \
-	ph_fa_backward_hd<HD>(st, g, nb, b0, drop, key, qkv + q, L2 + l, tmp, datt + o, dqkv + q, sl2, sm, vec4)
+	ph_fa_backward_hd<HD, TG>(st, g, nb, b0, drop, key, qkv + q, L2 + l, tmp, datt + o, dqkv + q, sl2, sm, vec4)
 		PH_FA_DISPATCH(hd, PH_FA_BWD)
 #undef PH_FA_BWD
 		PH_CUDA_CHECK_LAUNCH(err, "flash attention backward");

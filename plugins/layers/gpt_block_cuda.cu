@@ -19,7 +19,8 @@
  * Under bf16, where flash_attention.cuh takes the shape (ph_flash_usable),
  * the attention core is fused: the saved P region then holds only L2
  * [B, H, T] at its start; fp32 keeps the materialised core.  Under bf16,
- * h1, h2 and g are saved in bf16 too (act16).
+ * h1, h2 and g are saved in bf16 too (act16), and so, where the core is
+ * fused, are att and the backward's dqkv (att16).
  *
  * Device scratch (gpt_block.c's meta sets device_scratch_bytes):
  *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
@@ -109,6 +110,19 @@ static int act16(const ph_ctx *ctx)
 	return !off && ctx->precision == PH_PREC_BF16 && ph_gpu_has_gemm_bf16(ctx);
 }
 
+/* With act16, where the fused core runs, it writes its output att (the
+ * projection's input, forward and weight gradient) in bf16 in the first
+ * half of att's saved region, and the backward's dqkv (the qkv weight
+ * gradient's and dh1's input) in bf16 in the first half of its scratch:
+ * the same values the products read before after their own rounding pass,
+ * which is now gone, and half the bytes.  What changes is what reads them
+ * as numbers: D = rowsum(dO * O) and the qkv bias gradient see the bf16
+ * values (as FlashAttention-2 and PyTorch's autocast do). */
+static int att16(const ph_ctx *ctx, const ph_attn_geom *ag)
+{
+	return act16(ctx) && ph_flash_usable(ctx, ag);
+}
+
 #define TRY(call)                         \
 	do {                              \
 		if ((rc = (call)) != PH_OK) \
@@ -126,13 +140,16 @@ static int xwt(const ph_ctx *ctx, int a16, int M, int N, int K, const void *x, c
 		 : ph_gemm_xwt_bias(ctx, M, N, K, (const float *)x, W, bias, y, err);
 }
 
-/* dW [N, K] += dy^T [N, M] . x [M, K], x as in xwt */
-static int dw_acc(const ph_ctx *ctx, int a16, int M, int N, int K, const float *dy, const void *x, float *dW,
-		  ph_err *err)
+/* dW [N, K] += dy^T [N, M] . x [M, K], x as in xwt, dy in bf16 where
+ * dy16 says so (then x is too) */
+static int dw_acc(const ph_ctx *ctx, int a16, int M, int N, int K, const void *dy, const void *x, float *dW,
+		  ph_err *err, int dy16 = 0)
 {
+	if (dy16)
+		return ph_gemm_dy16t_x16_acc(ctx, M, N, K, dy, x, dW, err);
 	if (a16)
-		return ph_gemm_dyt_x16_acc(ctx, M, N, K, dy, x, dW, err);
-	return ph_gemm(ctx, 1, 0, N, K, M, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K, err);
+		return ph_gemm_dyt_x16_acc(ctx, M, N, K, (const float *)dy, x, dW, err);
+	return ph_gemm(ctx, 1, 0, N, K, M, 1.0f, (const float *)dy, N, (const float *)x, K, 1.0f, dW, K, err);
 }
 
 extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
@@ -150,7 +167,7 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	const float *lnw = params[P_LNW], *lnb = params[P_LNB], *bias = params[P_BIAS];
 	float *tmp = (float *)ctx->scratch, *pd = tmp + n; /* [R, d], then [H, T, T] */
 
-	const int a16 = act16(ctx);
+	const int a16 = act16(ctx), o16 = att16(ctx, &ag);
 
 	/* attention branch */
 	if (a16)
@@ -159,17 +176,20 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
 	else
 		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
 	TRY(xwt(ctx, a16, R, 3 * d, d, v.h1, params[P_QKV], bias, NULL, v.qkv, err));
-	if (ph_flash_usable(ctx, &ag))
+	if (o16)
+		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,
+				     (ph_bf16 *)v.att, err));
+	else if (ph_flash_usable(ctx, &ag))
 		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, err));
 	else
 		TRY(ph_attn_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, pd,
 				    err));
 	if (drop) {
-		TRY(ph_gemm_xwt_bias(ctx, R, d, d, v.att, params[P_PROJ], bias + 3 * d, tmp, err));
+		TRY(xwt(ctx, o16, R, d, d, v.att, params[P_PROJ], bias + 3 * d, NULL, tmp, err));
 		PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID1), drop, g->rate, g->scale, x,
 						  tmp, v.x1, n));
 	} else { /* no dropout: the residual rides in the product */
-		TRY(ph_gemm_xwt_bias_add(ctx, R, d, d, v.att, params[P_PROJ], bias + 3 * d, x, v.x1, err));
+		TRY(xwt(ctx, o16, R, d, d, v.att, params[P_PROJ], bias + 3 * d, x, v.x1, err));
 	}
 
 	/* MLP branch */
@@ -217,7 +237,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	const gpt_saved v = saved_views(g, ctx);
 	const ph_attn_geom ag = attn_geom(g);
 	const int drop = ctx->training && g->rate > 0.0f;
-	const int a16 = act16(ctx); /* h1, h2 and g were saved in bf16 */
+	const int a16 = act16(ctx), o16 = att16(ctx, &ag); /* h1, h2 and g (and att) were saved in bf16 */
 	const float *lnw = params[P_LNW];
 	float *dx1 = (float *)ctx->scratch;     /* [R, d] */
 	float *dbr = dx1 + n;                   /* [R, d]: d(branch) = mask * d(residual) */
@@ -266,23 +286,34 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		db = dbr;
 	}
 	if (grads) {
-		TRY(ph_gemm(ctx, 1, 0, d, d, R, 1.0f, db, d, v.att, d, 1.0f, grads[P_PROJ], d, err));
+		TRY(dw_acc(ctx, o16, R, d, d, db, v.att, grads[P_PROJ], err));
 		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 3 * d));
 		ph_gpu_reuse_operand(ctx, db);
 	}
 	TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
-	if (ph_flash_usable(ctx, &ag))
-		TRY(ph_flash_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att, dh,
-				      dqkv, tmp, err));
+	ph_bf16 *dqkv16 = (ph_bf16 *)dqkv; /* o16: dqkv in bf16, in the first half of its place */
+	if (o16)
+		TRY(ph_flash_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,
+				      (const ph_bf16 *)v.att, dh, dqkv16, tmp, err));
+	else if (ph_flash_usable(ctx, &ag))
+		TRY(ph_flash_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,
+				      (const float *)v.att, dh, dqkv, tmp, err));
 	else
 		TRY(ph_attn_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh, dqkv,
 				     tmp, err));
 	if (grads) {
-		TRY(dw_acc(ctx, a16, R, 3 * d, d, dqkv, v.h1, grads[P_QKV], err));
-		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dqkv, R, 3 * d, grads[P_BIAS]));
-		ph_gpu_reuse_operand(ctx, dqkv);
+		TRY(dw_acc(ctx, a16, R, 3 * d, d, o16 ? (const void *)dqkv16 : dqkv, v.h1, grads[P_QKV], err, o16));
+		if (o16) {
+			PH_CUDA_TRY(err, ph_k_colsum_acc(st, (const ph_bf16 *)dqkv16, R, 3 * d, grads[P_BIAS]));
+		} else {
+			PH_CUDA_TRY(err, ph_k_colsum_acc(st, (const float *)dqkv, R, 3 * d, grads[P_BIAS]));
+			ph_gpu_reuse_operand(ctx, dqkv);
+		}
 	}
-	TRY(ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[P_QKV], d, 0.0f, dh1, d, err));
+	if (o16)
+		TRY(ph_gemm_dy16w(ctx, R, 3 * d, d, dqkv16, params[P_QKV], dh1, err));
+	else
+		TRY(ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[P_QKV], d, 0.0f, dh1, d, err));
 	if (grads)
 		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh1, x, v.mean1, v.rstd1, grads[P_LNW], grads[P_LNB], R,
 							   d));

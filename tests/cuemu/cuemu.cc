@@ -32,6 +32,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -354,6 +355,25 @@ static void exec_grid(const cfg &c, const char *name, void (*body)(void *), void
 	b->body = NULL;
 }
 
+/* Launches per kernel, by the name written at the launch without the
+ * parentheses cuemu-cc.sh puts around it and without template arguments:
+ * tests count a host's rounding passes (cuemu_launches). */
+static std::mutex launches_mu;
+static std::map<std::string, unsigned long> launches_by_name;
+
+static std::string base_name(const char *name)
+{
+	std::string s(name);
+	if (!s.empty() && s.front() == '(' && s.back() == ')')
+		s = s.substr(1, s.size() - 2);
+	size_t lt = s.find('<');
+	if (lt != std::string::npos)
+		s.erase(lt);
+	while (!s.empty() && s.back() == ' ')
+		s.pop_back();
+	return s;
+}
+
 void run_grid(const cfg &c, const char *name, void (*body)(void *), void *arg, void (*free_arg)(void *))
 {
 	unsigned long long threads = (unsigned long long)c.block.x * c.block.y * c.block.z;
@@ -362,6 +382,10 @@ void run_grid(const cfg &c, const char *name, void (*body)(void *), void *arg, v
 		last_error = cudaErrorInvalidConfiguration;
 		free_arg(arg);
 		return;
+	}
+	{
+		std::lock_guard<std::mutex> lk(launches_mu);
+		launches_by_name[base_name(name)]++;
 	}
 	cfg cc = c;
 	enqueue(c.stream, [cc, name, body, arg, free_arg] {
@@ -497,6 +521,15 @@ struct alloc_head {
 	int pad[11];
 };
 static const unsigned long long ALLOC_MAGIC = 0x63756d656d75ull; /* "cuemu" */
+
+/* How many launches of kernel `name` (as written at the launch, without
+ * template arguments) this process has made. */
+EXPORT unsigned long cuemu_launches(const char *name)
+{
+	std::lock_guard<std::mutex> lk(cuemu::launches_mu);
+	auto it = cuemu::launches_by_name.find(name);
+	return it == cuemu::launches_by_name.end() ? 0 : it->second;
+}
 
 EXPORT cudaError_t cudaGetDeviceCount(int *count)
 {

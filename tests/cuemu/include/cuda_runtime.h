@@ -236,7 +236,7 @@ template <class T> static inline T from_bits(unsigned long long b)
 } /* namespace cuemu */
 
 /* kernel<<<grid, block, shmem, stream>>>(args) is rewritten by cuemu-cc.sh
- * into CUEMU_LAUNCH(kernel, grid, block, shmem, stream)(args) */
+ * into CUEMU_LAUNCH((kernel), grid, block, shmem, stream)(args) */
 #define CUEMU_LAUNCH(k, ...) cuemu::launch_of(cuemu::cfg(__VA_ARGS__), #k, k)
 
 #define threadIdx (cuemu::cur->tid)
