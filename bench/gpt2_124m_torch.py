@@ -34,10 +34,14 @@ T x T square, forward and backward; causal kernels skip about half of it,
 so this overstates the work by ~7%, for pipehost and PyTorch alike.  At
 T = 1024: 855,383,040 FLOPs per token.
 
-    python3 bench/gpt2_124m_torch.py --mode eager|compile [--micro-batches 8] [--steps 20]
+    python3 bench/gpt2_124m_torch.py --mode eager|compile [--micro-batches 8] [--steps 20] [--kernels N]
 
 prints one line:
     torch-eager tokens/s=... tflops=... step_ms=... (and the settings)
+and with --kernels N, then one more step under torch.profiler and where
+its GPU time went: the N heaviest kernel names with their launches,
+milliseconds and share of the summed kernel time (bench/kernel_table.py's
+layout, for bench/gpt2-kernels.sh to set beside pipehost's).
 """
 import argparse
 import sys
@@ -97,6 +101,38 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def kernel_table(label, step, top):
+    """One step under torch.profiler: its CUDA kernels by name, heaviest first."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    by_name, launches = {}, 0
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and e.time_range.end > e.time_range.start:
+            if "memcpy" in e.name.lower() or "memset" in e.name.lower():
+                continue  # ncu's table has kernels only
+            n, t = by_name.get(e.name, (0, 0.0))
+            by_name[e.name] = (n + 1, t + (e.time_range.end - e.time_range.start) / 1000.0)
+            launches += 1
+    if not by_name:
+        print("%s: torch.profiler recorded no CUDA kernel (no CUPTI?)" % label, flush=True)
+        return
+    total = sum(t for _, t in by_name.values())
+    print("%s: %d kernel launches and %.2f ms of kernel time per step (1 step under torch.profiler)"
+          % (label, launches, total))
+    print("  %-60s %9s %9s %9s %6s" % ("kernel", "calls", "ms", "us/call", "share"))
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][1])
+    for name, (n, t) in ranked[:top]:
+        print("  %-60s %9d %9.3f %9.1f %5.1f%%" % (name[:60], n, t, 1000 * t / n, 100 * t / total))
+    rest = ranked[top:]
+    if rest:
+        print("  %-60s %9d %9.3f %9s %5.1f%%" % ("(%d others)" % len(rest), sum(v[0] for _, v in rest),
+                                               sum(v[1] for _, v in rest), "",
+                                               100 * sum(v[1] for _, v in rest) / total))
+    sys.stdout.flush()
+
+
 def optimizer(model, lr, wd):
     # pipehost's no-decay set: biases and layernorm gains (the 1-D tensors)
     dec = [p for p in model.parameters() if p.dim() >= 2]
@@ -113,6 +149,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
     ap.add_argument("--clip", type=float, default=1.0, help="clip_grad_norm_ to this; 0 = off")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                    help="then profile one step and list its N heaviest kernels (0: not)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gpt2_124m_torch.py: no CUDA device visible to PyTorch %s" % torch.__version__)
@@ -160,6 +198,8 @@ def main():
           "micro_batches=%d steps=%d torch=%s gpu=%s"
           % (args.mode, tok_s, tok_s * fpt / 1e12, 1000 * dt / args.steps, n_all, fpt, B, m, args.steps,
              torch.__version__, torch.cuda.get_device_name(dev).replace(" ", "_")), flush=True)
+    if args.kernels > 0:
+        kernel_table("torch-%s" % args.mode, step, args.kernels)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@
 #          then the whole make check (the GPU suites are not run twice)
 #   bench  the GPT-2 model's layers timed on the GPU (cost = profile, bf16
 #          and fp32) and in PyTorch, bench/gemm-modes, bench/fashion-mnist-gpu.sh,
-#          bench/gpt2-124m.sh (small STEPS)
+#          bench/gpt2-124m.sh (small STEPS), bench/gpt2-kernels.sh (one
+#          step's kernels under ncu and torch.profiler)
 # Each stage runs under `timeout`, cut to what is left of PH_GPU_BUDGET, so the
 # command ends before the tool's 600 s.  $OUT/summary.txt is written line by
 # line as stages end (and printed, so the tool's output_tail shows it); the
@@ -48,7 +49,7 @@
 #   PH_GPU_SUITES         the suites run first, one by one (default
 #                         "tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh")
 #   PH_GPU_SUITE_TIMEOUT  seconds for each of them (default 150, 180, 60)
-#   PH_GPU_BENCH          benchmarks, in order (default "profile gemm fashion gpt2")
+#   PH_GPU_BENCH          benchmarks, in order (default "profile gemm fashion gpt2 kernels")
 #   STEPS, WARMUP, M      gpt2-124m.sh's (default 5, 2, 8)
 #   PH_GPU_TORCH=0        skip gpt2-124m.sh's PyTorch rows
 #   PH_GPU_LINK_DATA=0    do not symlink the data sets to their Debian paths
@@ -921,6 +922,37 @@ bench_profile() {
 	fi
 }
 
+# bench/gpt2-kernels.sh: one GPT-2 step's kernels, pipehost under ncu and
+# PyTorch eager under torch.profiler, the heaviest first (M micro-batches).
+bench_kernels() {
+	local t rc py=python3
+	STAGE_T0=$SECONDS
+	t=$(stage_time 180 60) || {
+		say "bench kernels: not run: $(left_s) s left (needs 60); run 'run bench' in a later call"
+		return
+	}
+	[ "${PH_GPU_TORCH:-1}" = 0 ] && py=false
+	echo "=== bench/gpt2-kernels.sh $SRC, M=${M:-8}, timeout $t s" >>"$OUT/bench.txt"
+	PYTHON=$py M=${M:-8} TOP=${TOP:-25} KEEP=$PH/logs/kernels tmo "$t" sh "$SRC/bench/gpt2-kernels.sh" "$SRC" \
+		>"$PH/logs/kernels.txt" 2>&1
+	rc=$?
+	cat "$PH/logs/kernels.txt" >>"$OUT/bench.txt"
+	echo "=== exit $rc" >>"$OUT/bench.txt"
+	case $rc in
+	0)
+		say "bench kernels: OK ($(since) s); per step, the 8 heaviest kernels of each side:"
+		awk '/^(pipehost|torch-eager): / { n = 0; print; next } /^  / && n++ <= 8' "$PH/logs/kernels.txt" |
+			say_block "    "
+		;;
+	77) say "bench kernels: SKIP: $(grep -m1 'gpt2-kernels.sh:' "$PH/logs/kernels.txt")" ;;
+	124 | 137) say "bench kernels: TIMEOUT after $t s" ;;
+	*)
+		say "bench kernels: FAIL (exit $rc):"
+		tail -4 "$PH/logs/kernels.txt" | say_block "    "
+		;;
+	esac
+}
+
 # bench/gemm-modes: GPT-2's products under fp32, TF32, FAST_16BF and bf16.
 bench_gemm() {
 	local t rc
@@ -953,13 +985,14 @@ stage_bench() {
 	rm -rf "$PH/bench-tmp"
 	mkdir -p "$PH/bench-tmp"
 	export TMPDIR=$PH/bench-tmp
-	for b in ${PH_GPU_BENCH:-profile gemm fashion gpt2}; do
+	for b in ${PH_GPU_BENCH:-profile gemm fashion gpt2 kernels}; do
 		case $b in
 		profile) bench_profile ;;
 		gemm) bench_gemm ;;
 		fashion) bench_fashion ;;
 		gpt2) bench_gpt2 ;;
-		*) say "bench: unknown '$b' in PH_GPU_BENCH (profile, gemm, fashion, gpt2)" ;;
+		kernels) bench_kernels ;;
+		*) say "bench: unknown '$b' in PH_GPU_BENCH (profile, gemm, fashion, gpt2, kernels)" ;;
 		esac
 	done
 	unset TMPDIR
