@@ -63,15 +63,16 @@ typedef struct ph_device_ops {
 	int (*event_wait)(void *rs, void *ev, ph_err *err);
 
 	/* The optimizer step of one tensor on the GPU, the same arithmetic as
-	 * ph_optim_update (optim.c); then g is zeroed for the next step. */
-	int (*optim_update)(void *rs, const ph_optim_config *c, int64_t t, double lr, float *w, float *g, float *s,
-			    int64_t n, int decay, ph_err *err);
+	 * the CPU's: where clip != 1, g = (float)(g * clip) (the product in
+	 * double; gradient clipping), then ph_optim_update (optim.c); g is
+	 * left zeroed for the next step.  One kernel: the clip, the update
+	 * and the zeroing read and write each tensor once. */
+	int (*optim_update)(void *rs, const ph_optim_config *c, int64_t t, double lr, double clip, float *w, float *g,
+			    float *s, int64_t n, int decay, ph_err *err);
 	/* sum(g^2) in double, in a fixed order; waits for the result. */
 	int (*sumsq)(void *rs, const float *g, int64_t n, double *out, ph_err *err);
 	/* Tied copies on one GPU: a = a + b; b = a. */
 	int (*tie_sum)(void *rs, float *a, float *b, int64_t n, ph_err *err);
-	/* Clipping: g = (float)(g * scale), as the CPU does it. */
-	int (*scale)(void *rs, float *g, int64_t n, double scale, ph_err *err);
 
 	/* NCCL, between processes only (mpirun; core/comm.h): the ranks of one
 	 * process may share a GPU, which one NCCL communicator refuses, so

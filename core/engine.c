@@ -374,9 +374,9 @@ static int do_update(ph_engine *e, int rank)
 				ph_err err = { { 0 } };
 				for (int p = 0, rc = 0; p < L->meta.nparams; p++) {
 					int64_t n = ph_shape_numel(&L->meta.params[p].shape);
-					if ((e->clip_scale != 1.0 && (rc = e->dev->scale(e->rs[rank], P->pg[p], n, e->clip_scale, &err))) ||
-					    (rc = e->dev->optim_update(e->rs[rank], oc, e->t, e->lr, P->pw[p], P->pg[p],
-								       P->s + off * spp, n, !L->meta.params[p].no_decay, &err))) {
+					if ((rc = e->dev->optim_update(e->rs[rank], oc, e->t, e->lr, e->clip_scale, P->pw[p],
+								       P->pg[p], P->s + off * spp, n,
+								       !L->meta.params[p].no_decay, &err))) {
 						set_error(e, rank, &err);
 						return rc;
 					}

@@ -80,7 +80,7 @@ rel_within() {
 
 # rel_diff A B: |A - B| / |B|, for messages.
 rel_diff() {
-	awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.3g", m > 0 ? d / m : d }'
+	awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; m = b < 0 ? -b : b; printf "%.3g", (m > 0 ? d / m : d) }'
 }
 
 # weights_diff A B: how far apart two safetensors files of the same model

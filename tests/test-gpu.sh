@@ -12,7 +12,8 @@
 #    initial weights' forward) within 1e-5 relative, the last step's within
 #    1e-3 (AdamW amplifies last-bit differences in tiny gradients, so the
 #    runs drift apart a little over 20 steps), and the weights not
-#    byte-identical (else the job never reached the GPU);
+#    byte-identical (else the job never reached the GPU); and SGD with a
+#    hard gradient clip likewise (the clip reached the optimizer's kernel);
 #  - bf16: 1 against 4 ranks byte-identical, the first loss within 2e-2 of
 #    fp32's, the last loss a finite number; products from bf16 copies
 #    against PIPEHOST_GEMM_CAST=0 (byte-identical in the emulator, the last
@@ -89,6 +90,27 @@ if train c1 --set run.devices=cpu --set run.micro_batches=8 --set run.stages=1; 
 	fi
 else
 	not_ok "the same job on the CPU: run failed: $(tail -3 "$tmp/c1.log")"
+fi
+
+# The optimizer's kernel (the clip, the update and the zeroing of the
+# gradients in one pass): SGD with momentum and the gradient norm clipped
+# hard (clip = 0.05: every step clips) on the GPU against the same job on
+# the CPU, the last loss within 1e-3; and apart from the unclipped GPU
+# run's by more than 1e-2, so the clip took effect (SGD moves by the
+# clipped gradient's size, where AdamW would hide a dropped clip).
+sgd="--set optimizer.type=sgd --set optimizer.lr=0.05"
+# shellcheck disable=SC2086 # $gpu and $sgd are lists of options
+if train s1 $gpu --set run.stages=1 $sgd --set optimizer.clip=0.05 &&
+	train sc --set run.devices=cpu --set run.micro_batches=8 --set run.stages=1 $sgd --set optimizer.clip=0.05 &&
+	train s0 $gpu --set run.stages=1 $sgd; then
+	a=$(loss_at s1 last) b=$(loss_at sc last) c=$(loss_at s0 last)
+	if rel_within "$a" "$b" 1e-3 && ! rel_within "$a" "$c" 1e-2; then
+		ok "SGD, clipped: last loss GPU $a, CPU $b (within 1e-3); unclipped $c"
+	else
+		not_ok "SGD, clipped: last loss GPU $a, CPU $b (want within 1e-3: $(rel_diff "$a" "$b")), unclipped GPU $c (want apart by > 1e-2: $(rel_diff "$a" "$c"))"
+	fi
+else
+	not_ok "SGD with clipping: run failed: $(tail -3 "$tmp/s1.log") $(tail -3 "$tmp/sc.log") $(tail -3 "$tmp/s0.log")"
 fi
 
 # bf16

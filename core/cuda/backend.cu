@@ -252,8 +252,8 @@ static int op_event_wait(void *v, void *ev, ph_err *err)
 
 /* The step-wide scalars exactly as optim.c computes them, in double and
  * rounded once, so the per-element arithmetic matches the CPU's. */
-static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double lr, float *w, float *g, float *s,
-			   int64_t n, int decay, ph_err *err)
+static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double lr, double clip, float *w, float *g,
+			   float *s, int64_t n, int decay, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
 	if (!n)
@@ -274,17 +274,16 @@ static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double 
 		a.one_b2 = (float)(1.0 - c->beta2);
 		a.eps = (float)c->eps;
 		a.keep = (float)(1.0 - lr * (decay ? c->weight_decay : 0.0));
-		k_adamw<<<blocks, 256, 0, r->stream>>>(a, w, g, s, s + n, n);
+		k_adamw<<<blocks, 256, 0, r->stream>>>(a, clip, w, g, s, s + n, n);
 	} else {
 		ph_k_sgd_args a;
 		a.lr = (float)lr;
 		a.mom = (float)c->momentum;
 		a.wd = decay ? (float)c->weight_decay : 0.f;
 		a.nesterov = c->nesterov;
-		k_sgd<<<blocks, 256, 0, r->stream>>>(a, w, g, s, n);
+		k_sgd<<<blocks, 256, 0, r->stream>>>(a, clip, w, g, s, n);
 	}
 	TRY(err, cudaGetLastError());
-	TRY(err, cudaMemsetAsync(g, 0, (size_t)n * sizeof(float), r->stream));
 	return PH_OK;
 }
 
@@ -319,18 +318,6 @@ static int op_tie_sum(void *v, float *a, float *b, int64_t n, ph_err *err)
 	ph_bf16_params_wrote(a, (size_t)n * sizeof(float));
 	ph_bf16_params_wrote(b, (size_t)n * sizeof(float));
 	k_tie_sum<<<ph_k_blocks(n), 256, 0, r->stream>>>(a, b, n);
-	TRY(err, cudaGetLastError());
-	return PH_OK;
-}
-
-/* Clipping scales gradients before the update, in double then rounded, as
- * the CPU does: g = (float)(g * scale). */
-static int op_scale(void *v, float *g, int64_t n, double scale, ph_err *err)
-{
-	rank_state *r = (rank_state *)v;
-	ON_DEVICE(err, r);
-	ph_bf16_params_wrote(g, (size_t)n * sizeof(float));
-	k_scale<<<ph_k_blocks(n), 256, 0, r->stream>>>(g, n, scale);
 	TRY(err, cudaGetLastError());
 	return PH_OK;
 }
@@ -443,7 +430,6 @@ static const ph_device_ops cuda_ops = {
 	op_optim_update,
 	op_sumsq,
 	op_tie_sum,
-	op_scale,
 	NCCL_OPS,
 	op_sumsq_to,
 	op_param_block,

@@ -27,12 +27,24 @@ typedef struct {
 	float step_size, bc2_sqrt, b1, b2, one_b1, one_b2, eps, keep;
 } ph_k_adamw_args;
 
+/* The gradient as the update reads it: clipped, g = (float)(g * clip) with
+ * the product in double as the CPU does, where clip != 1; the tensor's
+ * element is zeroed for the next step's accumulation in the same pass. */
+__device__ static inline float k_take_grad(float *g, int64_t i, double clip)
+{
+	float gi = g[i];
+	if (clip != 1.0)
+		gi = __double2float_rn(__dmul_rn((double)gi, clip));
+	g[i] = 0.f;
+	return gi;
+}
+
 /* optim.c sgd(): d = g + wd*w; v = mom*s + d; w -= lr * (nesterov ? d + mom*v : v) */
-__global__ static void k_sgd(ph_k_sgd_args a, float *w, const float *g, float *s, int64_t n)
+__global__ static void k_sgd(ph_k_sgd_args a, double clip, float *w, float *g, float *s, int64_t n)
 {
 	K_GRID_STRIDE(i, n)
 	{
-		float d = g[i];
+		float d = k_take_grad(g, i, clip);
 		if (a.wd != 0.f)
 			d = __fadd_rn(d, __fmul_rn(a.wd, w[i]));
 		float v = __fadd_rn(__fmul_rn(a.mom, s[i]), d);
@@ -43,14 +55,14 @@ __global__ static void k_sgd(ph_k_sgd_args a, float *w, const float *g, float *s
 }
 
 /* optim.c adamw(): decoupled decay, then the moments, then the step. */
-__global__ static void k_adamw(ph_k_adamw_args a, float *w, const float *g, float *m, float *v, int64_t n)
+__global__ static void k_adamw(ph_k_adamw_args a, double clip, float *w, float *g, float *m, float *v, int64_t n)
 {
 	K_GRID_STRIDE(i, n)
 	{
 		float wi = w[i];
 		if (a.keep != 1.f)
 			wi = __fmul_rn(wi, a.keep);
-		float gi = g[i];
+		float gi = k_take_grad(g, i, clip);
 		float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.one_b1, gi));
 		float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.one_b2, gi), gi));
 		m[i] = mi;
@@ -58,13 +70,6 @@ __global__ static void k_adamw(ph_k_adamw_args a, float *w, const float *g, floa
 		float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
 		w[i] = __fsub_rn(wi, __fmul_rn(a.step_size, __fdiv_rn(mi, denom)));
 	}
-}
-
-/* g = (float)(g * scale), the product in double as the CPU does. */
-__global__ static void k_scale(float *g, int64_t n, double scale)
-{
-	K_GRID_STRIDE(i, n)
-	g[i] = __double2float_rn(__dmul_rn((double)g[i], scale));
 }
 
 /* Tied copies: a = a + b; b = a. */

@@ -2,9 +2,10 @@
 # cuemu-cc.sh CXX [nvcc flags...] -c SRC.cu -o OUT.o
 # Stands in for nvcc in the emulator build (configure --enable-cuda-emulator):
 # rewrites kernel<<<grid, block[, shmem[, stream]]>>>(args) into
-# CUEMU_LAUNCH((kernel), grid, block, ...)(args) (the parentheses keep the
-# commas of kernel<A, B> out of the macro's arguments; a template kernel
-# needs its arguments written out), then compiles the result as
+# CUEMU_LAUNCH("kernel", (kernel), grid, block, ...)(args) (the name for
+# messages; the parentheses keep the commas of kernel<A, B> out of the
+# macro's arguments; a template kernel needs its arguments written out),
+# then compiles the result as
 # C++ with the emulator's headers (tests/cuemu/include) first on the path.
 # nvcc-only flags (-gencode, -arch, -Xcompiler X) are dropped or unwrapped.
 set -e
@@ -34,7 +35,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/cuemu-cc.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 rewrite() {
 	printf '#line 1 "%s"\n' "$1"
-	perl -0777 -pe 's/\b([A-Za-z_]\w*(?:\s*<[^<>;(){}]*>)?)\s*<<<(.*?)>>>\s*\(/CUEMU_LAUNCH(($1), $2)(/gs' "$1"
+	perl -0777 -pe 's/\b([A-Za-z_]\w*(?:\s*<[^<>;(){}]*>)?)\s*<<<(.*?)>>>\s*\(/my ($k, $c) = ($1, $2); (my $n = $k) =~ s{\s+}{ }g; "CUEMU_LAUNCH(\"$n\", ($k), $c)("/gse' "$1"
 }
 for h in "$srcdir"/*.cuh; do
 	[ -f "$h" ] && rewrite "$h" >"$tmp/$(basename "$h")"

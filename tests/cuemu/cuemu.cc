@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -355,17 +356,36 @@ static void exec_grid(const cfg &c, const char *name, void (*body)(void *), void
 	b->body = NULL;
 }
 
-/* Launches per kernel, by the name written at the launch without the
- * parentheses cuemu-cc.sh puts around it and without template arguments:
- * tests count a host's rounding passes (cuemu_launches). */
+/* Launches per kernel, by the name written at the launch without template
+ * arguments: tests count a host's rounding passes (cuemu_launches). */
 static std::mutex launches_mu;
 static std::map<std::string, unsigned long> launches_by_name;
+
+/* PH_CUEMU_LAUNCHES=1: at exit, the launches per kernel on stderr, the
+ * most launched first (how many kernels a training step costs, whatever
+ * the tensors' sizes: a GPU pays a few microseconds of host time each). */
+static struct launch_report {
+	~launch_report()
+	{
+		const char *e = getenv("PH_CUEMU_LAUNCHES");
+		if (!e || strcmp(e, "1"))
+			return;
+		std::vector<std::pair<unsigned long, std::string>> v;
+		unsigned long total = 0;
+		for (auto &kv : launches_by_name) {
+			v.push_back({kv.second, kv.first});
+			total += kv.second;
+		}
+		std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
+		fprintf(stderr, "cuemu: %lu kernel launches\n", total);
+		for (auto &p : v)
+			fprintf(stderr, "cuemu: %10lu  %s\n", p.first, p.second.c_str());
+	}
+} launch_report_at_exit;
 
 static std::string base_name(const char *name)
 {
 	std::string s(name);
-	if (!s.empty() && s.front() == '(' && s.back() == ')')
-		s = s.substr(1, s.size() - 2);
 	size_t lt = s.find('<');
 	if (lt != std::string::npos)
 		s.erase(lt);

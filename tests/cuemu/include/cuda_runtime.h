@@ -236,8 +236,8 @@ template <class T> static inline T from_bits(unsigned long long b)
 } /* namespace cuemu */
 
 /* kernel<<<grid, block, shmem, stream>>>(args) is rewritten by cuemu-cc.sh
- * into CUEMU_LAUNCH((kernel), grid, block, shmem, stream)(args) */
-#define CUEMU_LAUNCH(k, ...) cuemu::launch_of(cuemu::cfg(__VA_ARGS__), #k, k)
+ * into CUEMU_LAUNCH("kernel", (kernel), grid, block, shmem, stream)(args) */
+#define CUEMU_LAUNCH(name, k, ...) cuemu::launch_of(cuemu::cfg(__VA_ARGS__), name, k)
 
 #define threadIdx (cuemu::cur->tid)
 #define blockIdx (cuemu::launch.block)
