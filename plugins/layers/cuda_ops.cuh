@@ -25,7 +25,8 @@
  *       dx may be NULL (skipped); dg and db
  *       may be NULL (skipped).  dx may alias dy.  scratch: needs 0 floats,
  *       pass NULL.  The halves alone: ph_k_layernorm_bwd_input (dx) and
- *       ph_k_layernorm_bwd_weight (dg, db).
+ *       ph_k_layernorm_bwd_weight (dg, db); ph_k_layernorm_bwd_input_add
+ *       adds a residual's gradient to dx in the same pass.
  *   ph_k_gelu_fwd(s, x, y, n)        y = gelu_tanh(x)        bitwise = tf_gelu;
  *                                    y may be __nv_bfloat16 (rounded)
  *   ph_k_gelu_bwd(s, x, dy, dx, n)   dx = dy * gelu'(x)      bitwise = tf_gelu_grad;
@@ -279,12 +280,14 @@ static __global__ void ph_layernorm_fwd_kernel(const float *x, const float *g, c
 }
 
 /*
- * dx = rstd * ((dy*g - mean(dy*g)) - xhat * mean(dy*g * xhat)), per row.
+ * dx = rstd * ((dy*g - mean(dy*g)) - xhat * mean(dy*g * xhat)), per row,
+ * plus res [rows, d] where res is not NULL (a residual branch's gradient,
+ * added as ph_k_add would, in the same pass).
  * dy, x, dx [rows, d]; g [d]; mean, rstd [rows].  Same launch shape as fwd.
  */
 static __global__ void ph_layernorm_bwd_input_kernel(const float *dy, const float *x, const float *g,
-						     const float *mean, const float *rstd, float *dx,
-						     int rows, int d)
+						     const float *mean, const float *rstd, const float *res,
+						     float *dx, int rows, int d)
 {
 	const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
 	if (row >= rows)
@@ -310,10 +313,12 @@ static __global__ void ph_layernorm_bwd_input_kernel(const float *dy, const floa
 	const float mg = __fmul_rn(sg, invC), mgx = __fmul_rn(sgx, invC);
 	__syncwarp(mask); /* dx may alias dy */
 	float *dxr = dx + row * d;
+	const float *rr = res ? res + row * d : NULL;
 	for (int k = j; k < d; k += 8) {
 		float xhat = __fmul_rn(__fsub_rn(xr[k], m), rs);
 		float gk = __fmul_rn(dyr[k], g[k]);
-		dxr[k] = __fmul_rn(rs, __fsub_rn(__fsub_rn(gk, mg), __fmul_rn(xhat, mgx)));
+		float v = __fmul_rn(rs, __fsub_rn(__fsub_rn(gk, mg), __fmul_rn(xhat, mgx)));
+		dxr[k] = rr ? __fadd_rn(v, rr[k]) : v;
 	}
 }
 
@@ -410,6 +415,20 @@ static inline cudaError_t ph_k_layernorm_bwd_input(cudaStream_t s, const float *
 	if (rows <= 0 || d <= 0 || !dx)
 		return cudaSuccess;
 	ph_layernorm_bwd_input_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd,
+										 (const float *)NULL, dx, rows, d);
+	return cudaGetLastError();
+}
+
+/* The same plus a residual: dx = layernorm's input gradient + res, the
+ * bits of ph_k_layernorm_bwd_input then ph_k_add(dx, res, dx), one pass
+ * fewer over [rows, d]. */
+static inline cudaError_t ph_k_layernorm_bwd_input_add(cudaStream_t s, const float *dy, const float *x,
+						       const float *g, const float *mean, const float *rstd,
+						       const float *res, float *dx, int rows, int d)
+{
+	if (rows <= 0 || d <= 0 || !dx)
+		return cudaSuccess;
+	ph_layernorm_bwd_input_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd, res,
 										 dx, rows, d);
 	return cudaGetLastError();
 }

@@ -275,8 +275,8 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	if (grads)
 		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh, v.x1, v.mean2, v.rstd2, grads[P_LNW] + d,
 							   grads[P_LNB] + d, R, d));
-	PH_CUDA_TRY(err, ph_k_layernorm_bwd_input(st, dh, v.x1, lnw + d, v.mean2, v.rstd2, dx1, R, d));
-	PH_CUDA_TRY(err, ph_k_add(st, dx1, dy, dx1, n)); /* dx1 += dy: the residual */
+	/* dx1 = ln2's input gradient + dy (the residual) */
+	PH_CUDA_TRY(err, ph_k_layernorm_bwd_input_add(st, dh, v.x1, lnw + d, v.mean2, v.rstd2, dy, dx1, R, d));
 
 	/* ---- attention branch: x1 = x + drop1(att Wproj^T + b_proj) ---- */
 	db = dx1;
@@ -317,9 +317,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	if (grads)
 		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh1, x, v.mean1, v.rstd1, grads[P_LNW], grads[P_LNB], R,
 							   d));
-	if (dx) {
-		PH_CUDA_TRY(err, ph_k_layernorm_bwd_input(st, dh1, x, lnw, v.mean1, v.rstd1, dx, R, d));
-		PH_CUDA_TRY(err, ph_k_add(st, dx, dx1, dx, n)); /* dx += dx1 */
-	}
+	if (dx) /* dx = ln1's input gradient + dx1 */
+		PH_CUDA_TRY(err, ph_k_layernorm_bwd_input_add(st, dh1, x, lnw, v.mean1, v.rstd1, dx1, dx, R, d));
 	return PH_OK;
 }
