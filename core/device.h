@@ -99,6 +99,15 @@ typedef struct ph_device_ops {
 	 * (core/cuda/bf16_operands.h).  Writes through the ops above are
 	 * tracked; kernels of layers never write parameters. */
 	int (*param_block)(void *rs, const float *w, int64_t n, ph_err *err);
+
+	/* The step's end with many tensors per launch (core/cuda/optimizer.h),
+	 * each tensor getting the bits of its own call above: optim_update
+	 * for k = 0 .. count-1, and sumsq_to of g[k] into out[k].  Some 260
+	 * launches a step become three for GPT-2 small. */
+	int (*optim_update_many)(void *rs, const ph_optim_config *c, int64_t t, double lr, double clip,
+				 float *const *w, float *const *g, float *const *s, const int64_t *n, const int *decay,
+				 int count, ph_err *err);
+	int (*sumsq_many)(void *rs, const float *const *g, const int64_t *n, int count, double *out, ph_err *err);
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128

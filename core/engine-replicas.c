@@ -222,11 +222,42 @@ static int alloc_sumsq_slots(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
+/* Rank r's tensors for the clip norm, in layer order, a tied copy not at
+ * all, into one sumsq_many call: the slots sumsq_to would fill one by one. */
+static int sumsq_many_rank(ph_engine *e, int r, int *used, ph_err *err)
+{
+	int count = 0, rc = PH_OK;
+	for (int l = 0; l < e->model->n; l++)
+		if (layer_rank(e, l) == r)
+			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
+				count += !tied_copy(e->model, l, q);
+	if (!count)
+		return PH_OK;
+	const float **g = calloc((size_t)count, sizeof *g);
+	int64_t *n = calloc((size_t)count, sizeof *n);
+	if (!g || !n)
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int l = 0, k = 0; !rc && l < e->model->n; l++)
+		if (layer_rank(e, l) == r)
+			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
+				if (!tied_copy(e->model, l, q)) {
+					g[k] = e->params[l].pg[q];
+					n[k++] = ph_shape_numel(&e->model->layers[l].meta.params[q].shape);
+				}
+	if (!rc)
+		rc = e->dev->sumsq_many(e->rs[r], g, n, count, e->ss_dev[r], err);
+	used[r] = count;
+	free(g);
+	free(n);
+	return rc;
+}
+
 /* The clip norm's sum over every tensor on GPUs: each tensor's sum of
- * squares queued into the next slot of its rank's device array, one copy
- * back per rank, then the host adds them in layer order (a tied copy not
- * at all): the order and the numbers of one sumsq() per tensor, without a
- * round trip per tensor. */
+ * squares queued into the next slot of its rank's device array (all of a
+ * rank's in one sumsq_many where the backend has it), one copy back per
+ * rank, then the host adds them in layer order (a tied copy not at all):
+ * the order and the numbers of one sumsq() per tensor, without a round
+ * trip per tensor. */
 static int gpu_sumsq_batched(ph_engine *e, double *total, ph_err *err)
 {
 	const int P = e->plan->ranks;
@@ -236,13 +267,20 @@ static int gpu_sumsq_batched(ph_engine *e, double *total, ph_err *err)
 	int *used = calloc((size_t)P, sizeof *used); /* slots filled, then read, per rank */
 	if (!used)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int l = 0; l < e->model->n && !rc; l++) {
-		const ph_layer *L = &e->model->layers[l];
-		const int r = layer_rank(e, l);
-		for (int q = 0; q < L->meta.nparams && !rc; q++)
-			if (!tied_copy(e->model, l, q))
-				rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape),
-						      &e->ss_dev[r][used[r]++], err);
+	const char *many = getenv("PIPEHOST_OPTIM_MANY");
+	if (e->dev->sumsq_many && !(many && !strcmp(many, "0"))) {
+		for (int r = 0; r < P && !rc; r++)
+			rc = sumsq_many_rank(e, r, used, err);
+	} else {
+		for (int l = 0; l < e->model->n && !rc; l++) {
+			const ph_layer *L = &e->model->layers[l];
+			const int r = layer_rank(e, l);
+			for (int q = 0; q < L->meta.nparams && !rc; q++)
+				if (!tied_copy(e->model, l, q))
+					rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q],
+							      ph_shape_numel(&L->meta.params[q].shape),
+							      &e->ss_dev[r][used[r]++], err);
+		}
 	}
 	for (int r = 0; r < P && !rc; r++)
 		if (used[r])

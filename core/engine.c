@@ -360,9 +360,67 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	return ph_fail(err, PH_EINTERNAL, "unknown op %d", o->kind);
 }
 
+/* Whether the GPU's step end batches its tensors (PIPEHOST_OPTIM_MANY=0:
+ * one launch each, the same bits; test-gpu.sh compares them). */
+static int optim_many(const ph_engine *e)
+{
+	const char *v = getenv("PIPEHOST_OPTIM_MANY");
+	return e->dev->optim_update_many && !(v && !strcmp(v, "0"));
+}
+
+/* A GPU rank's optimizer step: all its tensors in one launch. */
+static int update_many_gpu(ph_engine *e, int rank, ph_err *err)
+{
+	const ph_optim_config *oc = &e->cfg->optim;
+	const int spp = ph_optim_state_per_param(oc);
+	int count = 0;
+	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
+		for (int l = e->chunks[c].a; l < e->chunks[c].b; l++)
+			count += e->model->layers[l].meta.nparams;
+	if (!count)
+		return PH_OK;
+	float **w = calloc((size_t)count, sizeof *w), **g = calloc((size_t)count, sizeof *g),
+	      **s = calloc((size_t)count, sizeof *s);
+	int64_t *n = calloc((size_t)count, sizeof *n);
+	int *decay = calloc((size_t)count, sizeof *decay);
+	int rc = PH_OK, k = 0;
+	if (!w || !g || !s || !n || !decay)
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int c = rank; !rc && c < e->plan->nchunks; c += e->plan->ranks)
+		for (int l = e->chunks[c].a; l < e->chunks[c].b; l++) {
+			const ph_layer *L = &e->model->layers[l];
+			lparams_t *P = &e->params[l];
+			int64_t off = 0;
+			for (int p = 0; p < L->meta.nparams; p++, k++) {
+				n[k] = ph_shape_numel(&L->meta.params[p].shape);
+				w[k] = P->pw[p];
+				g[k] = P->pg[p];
+				s[k] = P->s + off * spp;
+				decay[k] = !L->meta.params[p].no_decay;
+				off += n[k];
+			}
+		}
+	if (!rc)
+		rc = e->dev->optim_update_many(e->rs[rank], oc, e->t, e->lr, e->clip_scale, w, g, s, n, decay, count,
+					       err);
+	free(w);
+	free(g);
+	free(s);
+	free(n);
+	free(decay);
+	return rc;
+}
+
 static int do_update(ph_engine *e, int rank)
 {
 	const ph_optim_config *oc = &e->cfg->optim;
+	if (e->dev && optim_many(e)) {
+		ph_err err = { { 0 } };
+		int rc = update_many_gpu(e, rank, &err);
+		if (rc)
+			set_error(e, rank, &err);
+		return rc; /* the update zeroed the gradients */
+	}
 	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks) {
 		chunk_t *ch = &e->chunks[c];
 		for (int l = ch->a; l < ch->b; l++) {

@@ -14,6 +14,8 @@
 #    runs drift apart a little over 20 steps), and the weights not
 #    byte-identical (else the job never reached the GPU); and SGD with a
 #    hard gradient clip likewise (the clip reached the optimizer's kernel);
+#  - the step's end with all of a rank's tensors in one launch against one
+#    launch per tensor (PIPEHOST_OPTIM_MANY=0): byte-identical;
 #  - bf16: 1 against 4 ranks byte-identical, the first loss within 2e-2 of
 #    fp32's, the last loss a finite number; products from bf16 copies
 #    against PIPEHOST_GEMM_CAST=0 (byte-identical in the emulator, the last
@@ -111,6 +113,19 @@ if train s1 $gpu --set run.stages=1 $sgd --set optimizer.clip=0.05 &&
 	fi
 else
 	not_ok "SGD with clipping: run failed: $(tail -3 "$tmp/s1.log") $(tail -3 "$tmp/sc.log") $(tail -3 "$tmp/s0.log")"
+fi
+
+# The step's end batched (every tensor of a rank in one launch for the
+# update, two for the clip norm) against one launch per tensor
+# (PIPEHOST_OPTIM_MANY=0): the same bytes, AdamW on 3 ranks and clipped SGD
+# shellcheck disable=SC2086
+if train m3 $gpu --set run.stages=3 --set optimizer.clip=0.5 &&
+	PIPEHOST_OPTIM_MANY=0 train o3 $gpu --set run.stages=3 --set optimizer.clip=0.5 &&
+	PIPEHOST_OPTIM_MANY=0 train o1 $gpu --set run.stages=1 $sgd --set optimizer.clip=0.05; then
+	same_weights "AdamW, clip 0.5, 3 ranks: the step's end batched" o3 m3
+	same_weights "SGD, clip 0.05: the step's end batched" o1 s1
+else
+	not_ok "PIPEHOST_OPTIM_MANY=0: run failed: $(tail -3 "$tmp/m3.log") $(tail -3 "$tmp/o3.log") $(tail -3 "$tmp/o1.log")"
 fi
 
 # bf16

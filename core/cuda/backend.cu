@@ -26,6 +26,7 @@ extern "C" {
 #include "bf16_operands.h"
 #include "gemm.h"
 #include "kernels.cuh"
+#include "optimizer.h"
 
 struct rank_state {
 	int ordinal;
@@ -34,6 +35,7 @@ struct rank_state {
 	cublasHandle_t blas;
 	cudnnHandle_t dnn;
 	ph_gemm_rank *gemm;   /* the products layers ask for (ctx->gpu) */
+	ph_optim_many *many;  /* the step's end, many tensors per launch */
 	double *partial;      /* sumsq: per-block partial sums, device */
 	double *result_host;  /* sumsq: pinned host result */
 };
@@ -83,6 +85,7 @@ static void op_close(void *v)
 	if (r->blas)
 		cublasDestroy(r->blas);
 	ph_gemm_close(r->gemm);
+	ph_optim_many_close(r->many);
 	if (r->partial)
 		cudaFree(r->partial);
 	if (r->result_host)
@@ -124,6 +127,8 @@ static int op_open(int ordinal, int precision, void **out, ph_err *err)
 			       cudnnGetErrorString(ds));
 	}
 	int rc = ph_gemm_open(&r->gemm, err);
+	if (!rc)
+		rc = ph_optim_many_open(&r->many, err);
 	if (rc) {
 		op_close(r);
 		return rc;
@@ -260,31 +265,25 @@ static int op_optim_update(void *v, const ph_optim_config *c, int64_t t, double 
 		return PH_OK;
 	ON_DEVICE(err, r);
 	ph_bf16_params_wrote(w, (size_t)n * sizeof(float));
-	unsigned blocks = ph_k_blocks(n);
-	if (c->type == PH_OPTIM_ADAMW) {
-		if (t < 1)
-			t = 1;
-		ph_k_adamw_args a;
-		double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
-		a.step_size = (float)(lr / bc1);
-		a.bc2_sqrt = (float)sqrt(bc2);
-		a.b1 = (float)c->beta1;
-		a.b2 = (float)c->beta2;
-		a.one_b1 = (float)(1.0 - c->beta1);
-		a.one_b2 = (float)(1.0 - c->beta2);
-		a.eps = (float)c->eps;
-		a.keep = (float)(1.0 - lr * (decay ? c->weight_decay : 0.0));
-		k_adamw<<<blocks, 256, 0, r->stream>>>(a, clip, w, g, s, s + n, n);
-	} else {
-		ph_k_sgd_args a;
-		a.lr = (float)lr;
-		a.mom = (float)c->momentum;
-		a.wd = decay ? (float)c->weight_decay : 0.f;
-		a.nesterov = c->nesterov;
-		k_sgd<<<blocks, 256, 0, r->stream>>>(a, clip, w, g, s, n);
-	}
-	TRY(err, cudaGetLastError());
-	return PH_OK;
+	return ph_cuda_optim_update(r->stream, c, t, lr, clip, w, g, s, n, decay, err);
+}
+
+static int op_optim_update_many(void *v, const ph_optim_config *c, int64_t t, double lr, double clip,
+				float *const *w, float *const *g, float *const *s, const int64_t *n, const int *decay,
+				int count, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	ON_DEVICE(err, r);
+	for (int k = 0; k < count; k++)
+		ph_bf16_params_wrote(w[k], (size_t)n[k] * sizeof(float));
+	return ph_optim_many_update(r->many, r->stream, c, t, lr, clip, w, g, s, n, decay, count, err);
+}
+
+static int op_sumsq_many(void *v, const float *const *g, const int64_t *n, int count, double *out, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	ON_DEVICE(err, r);
+	return ph_optim_many_sumsq(r->many, r->stream, g, n, count, out, err);
 }
 
 static int op_sumsq(void *v, const float *g, int64_t n, double *out, ph_err *err)
@@ -433,6 +432,8 @@ static const ph_device_ops cuda_ops = {
 	NCCL_OPS,
 	op_sumsq_to,
 	op_param_block,
+	op_optim_update_many,
+	op_sumsq_many,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)
