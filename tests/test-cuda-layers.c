@@ -660,22 +660,21 @@ typedef unsigned long (*launch_counter_fn)(const char *name);
  * (core/cuda/bf16_operands.cu's k_cast_rows) during one gpt_block call,
  * or -1 for no expectation.  Under bf16 with the block's activations in
  * bf16 (act16) and the fused core, every product input the block makes
- * is bf16 already (h1, att, h2, g; the weights have their shadows): the
- * forward rounds nothing, and the backward rounds the three gradients
- * that come out of products or the residual (the fcproj and proj
- * branches' dy, and dgu), each once for its pair of products; dqkv comes
- * out of the fused core in bf16. */
-static long expected_staging(const gpu_case *c, int bf16, int backward)
+ * is bf16 already (h1, att, h2, g; the weights have their shadows), and
+ * the backward rounds its gradients itself (the branches' dy and du in the
+ * pass that sums their columns, dqkv in the fused core): the host rounds
+ * nothing, forward or backward. */
+static long expected_staging(const gpu_case *c, int bf16)
 {
 	if (strcmp(c->type, "gpt_block") || !bf16 || !c->flash || !act16_on() || !gemm_casts())
 		return -1;
-	return backward ? 3 : 0;
+	return 0;
 }
 
-static void expect_staging(const char *label, const char *call, const gpu_case *c, int bf16, int backward,
+static void expect_staging(const char *label, const char *call, const gpu_case *c, int bf16,
 			   launch_counter_fn launches, unsigned long before)
 {
-	const long want = expected_staging(c, bf16, backward);
+	const long want = expected_staging(c, bf16);
 	if (!launches || want < 0)
 		return;
 	const unsigned long got = launches("k_cast_rows") - before;
@@ -795,7 +794,7 @@ static void run_case(int idx)
 	const unsigned long cast0 = bf16_count ? bf16_count() : 0;
 	unsigned long stage0 = launches ? launches("k_cast_rows") : 0;
 	gpu_fwd(label, ops, &D);
-	expect_staging(label, "forward", c, bf16, 0, launches, stage0);
+	expect_staging(label, "forward", c, bf16, launches, stage0);
 	expect_fused(label, "forward", c, bf16, H.meta.nparams, 1u << LT_BIAS | 1u << LT_GELU | 1u << LT_RESID,
 		     lt_count, &lt0);
 	if (bf16_count && uses_gemm(c)) {
@@ -829,7 +828,7 @@ static void run_case(int idx)
 	stage0 = launches ? launches("k_cast_rows") : 0;
 	gpu_bwd(label, ops, &D, D.dx);
 	expect_fused(label, "backward", c, bf16, H.meta.nparams, 1u << LT_DGELU, lt_count, &lt0);
-	expect_staging(label, "backward", c, bf16, 1, launches, stage0);
+	expect_staging(label, "backward", c, bf16, launches, stage0);
 	d2h(gdx, D.dx, (size_t)H.nx * sizeof(float));
 	read_grads(&D, &H, g1);
 	expect_close(label, "dx", gdx, H.dx, H.nx, tol);

@@ -104,6 +104,7 @@ static inline int ph_gemm_xwt_bias_gelu(const ph_ctx *ctx, int M, int N, int K, 
  *   ph_gemm_dyt_x16_acc      dW [N, K] += dy^T [N, M] . x16 [M, K]
  *   ph_gemm_dy16t_x16_acc    dW [N, K] += dy16^T [N, M] . x16 [M, K]
  *   ph_gemm_dy16w            dx [M, K] = dy16 [M, N] . W [N, K]
+ *   ph_gemm_dy16w_dgelu      du [M, K] = (dy16 [M, N] . W [N, K]) * gelu_tanh'(u)
  * Every matrix dense (leading dimension its column count). */
 static inline int ph_gemm_x16wt_bias(const ph_ctx *ctx, int M, int N, int K, const void *x16, const float *W,
 				     const float *bias, const float *r, float *y, ph_err *err)
@@ -139,6 +140,16 @@ static inline int ph_gemm_dy16w(const ph_ctx *ctx, int M, int N, int K, const vo
 		return ph_fail(err, PH_EINTERNAL, "the host has no bf16-operand products (ABI 1.3)");
 	return ctx->gpu->gemm_bf16(ctx, PH_GEMM_A_BF16, 0, 0, M, K, N, 1.0f, dy16, N, W, K, 0.0f, dx, K, PH_EPI_NONE,
 				   NULL, NULL, err);
+}
+
+static inline int ph_gemm_dy16w_dgelu(const ph_ctx *ctx, int M, int N, int K, const void *dy16, const float *W,
+				      const float *u, float *du, ph_err *err)
+{
+	if (!ph_gpu_has_gemm_bf16(ctx))
+		return ph_fail(err, PH_EINTERNAL, "the host has no bf16-operand products (ABI 1.3)");
+	/* aux is read, not written, under PH_EPI_DGELU */
+	return ctx->gpu->gemm_bf16(ctx, PH_GEMM_A_BF16, 0, 0, M, K, N, 1.0f, dy16, N, W, K, 0.0f, du, K, PH_EPI_DGELU,
+				   NULL, (float *)u, err);
 }
 
 /* Its backward through the GELU: du [M, N] = (dy [M, K] . W [K, N]) *

@@ -331,6 +331,8 @@ static __global__ void ph_layernorm_bwd_input_kernel(const float *dy, const floa
  * Grid: ceil(cols / PH_CS_COLS) blocks.
  *
  * ph_colsum_kernel:    x [rows, cols] (fp32 or bf16)  out[j] += sum_i x[i][j]
+ *                      (out NULL: none), and x16 = x rounded to bf16 where
+ *                      x16 is not NULL (a product's operand, in the same read)
  * ph_ln_dgdb_kernel:   dy, x [rows, d]; mean, rstd [rows]
  *                      dg[j] += sum_i dy[i][j] * xhat[i][j], db[j] += sum_i dy[i][j]
  */
@@ -353,14 +355,21 @@ static __device__ __forceinline__ float ph_block_colsum(float v, float (*sm)[PH_
 	return r;
 }
 
-template <typename TX> static __global__ void ph_colsum_kernel(const TX *x, int rows, int cols, float *out)
+template <typename TX>
+static __global__ void ph_colsum_kernel(const TX *x, int rows, int cols, float *out, __nv_bfloat16 *x16)
 {
 	__shared__ float sm[PH_CS_ROWS][PH_CS_COLS];
 	const int64_t c = (int64_t)blockIdx.x * PH_CS_COLS + threadIdx.x;
 	float a = 0.0f;
 	if (c < cols)
-		for (int64_t i = threadIdx.y; i < rows; i += PH_CS_ROWS)
-			a = __fadd_rn(a, ph_d_get(x + i * cols + c));
+		for (int64_t i = threadIdx.y; i < rows; i += PH_CS_ROWS) {
+			const float v = ph_d_get(x + i * cols + c);
+			a = __fadd_rn(a, v);
+			if (x16)
+				x16[i * cols + c] = __float2bfloat16_rn(v);
+		}
+	if (!out)
+		return; /* the whole block: no barrier follows */
 	a = ph_block_colsum(a, sm);
 	if (threadIdx.y == 0 && c < cols)
 		out[c] = __fadd_rn(out[c], a);
@@ -513,7 +522,20 @@ static inline cudaError_t ph_k_colsum_acc(cudaStream_t s, const TX *x, int rows,
 	if (rows <= 0 || cols <= 0)
 		return cudaSuccess;
 	ph_colsum_kernel<TX><<<(unsigned)((cols + PH_CS_COLS - 1) / PH_CS_COLS), dim3(PH_CS_COLS, PH_CS_ROWS), 0,
-			   s>>>(x, rows, cols, out);
+			       s>>>(x, rows, cols, out, (__nv_bfloat16 *)NULL);
+	return cudaGetLastError();
+}
+
+/* The same sums (out NULL: none) and x16 [rows, cols] = x rounded to bf16,
+ * to nearest even as the host's staging would round it for a product:
+ * one read of x for both. */
+static inline cudaError_t ph_k_colsum_cast(cudaStream_t s, const float *x, int rows, int cols, float *out,
+					   __nv_bfloat16 *x16)
+{
+	if (rows <= 0 || cols <= 0)
+		return cudaSuccess;
+	ph_colsum_kernel<float><<<(unsigned)((cols + PH_CS_COLS - 1) / PH_CS_COLS), dim3(PH_CS_COLS, PH_CS_ROWS), 0,
+				  s>>>(x, rows, cols, out, x16);
 	return cudaGetLastError();
 }
 

@@ -123,6 +123,19 @@ static int att16(const ph_ctx *ctx, const ph_attn_geom *ag)
 	return act16(ctx) && ph_flash_usable(ctx, ag);
 }
 
+/* With att16, the backward rounds the three gradients that each feed a
+ * weight gradient's product and the next input gradient's (the two
+ * branches' dy and du) to bf16 itself, in the pass that sums their columns
+ * for the bias gradients (ph_k_colsum_cast), and both products read that
+ * copy: no staging pass of the host's, and one read of each gradient
+ * fewer.  Same roundings, same sums, same bits.  The copies sit where dh1
+ * and dqkv are made later; du's [R, rd] in bf16 fits in dqkv's [R, 3d]
+ * floats while the MLP is at most 6 wide. */
+static int grad16(const ph_ctx *ctx, const gpt_block_dims *g, const ph_attn_geom *ag)
+{
+	return att16(ctx, ag) && g->r <= 6;
+}
+
 #define TRY(call)                         \
 	do {                              \
 		if ((rc = (call)) != PH_OK) \
@@ -238,6 +251,7 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	const ph_attn_geom ag = attn_geom(g);
 	const int drop = ctx->training && g->rate > 0.0f;
 	const int a16 = act16(ctx), o16 = att16(ctx, &ag); /* h1, h2 and g (and att) were saved in bf16 */
+	const int d16 = grad16(ctx, g, &ag);
 	const float *lnw = params[P_LNW];
 	float *dx1 = (float *)ctx->scratch;     /* [R, d] */
 	float *dbr = dx1 + n;                   /* [R, d]: d(branch) = mask * d(residual) */
@@ -246,6 +260,8 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	float *dgu = dh1 + n;                   /* [R, rd]: dg, then du in place */
 	float *dqkv = dgu + (size_t)R * rd;     /* [R, 3d] */
 	float *tmp = dqkv + (size_t)R * 3 * d;  /* [H, T, T] (x2 with dropout) */
+	ph_bf16 *db16 = (ph_bf16 *)dh1;         /* d16: a branch's dy in bf16, until dh1 is made */
+	ph_bf16 *dgu16 = (ph_bf16 *)dqkv;       /* d16: du in bf16, until dqkv is made */
 	const float *db;
 
 	/* ---- MLP branch: y = x1 + drop2(g Wfcproj^T + b_fcproj) ---- */
@@ -255,23 +271,39 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 						  dbr, n));
 		db = dbr;
 	}
-	if (grads) {
-		TRY(dw_acc(ctx, a16, R, d, rd, db, v.g, grads[P_FCPROJ], err));
-		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
-		ph_gpu_reuse_operand(ctx, db); /* the next product reads db again */
-	}
-	if (gelu_fused(ctx)) {
-		TRY(ph_gemm_xw_dgelu(ctx, R, rd, d, db, params[P_FCPROJ], v.u, dgu, err));
+	if (d16) {
+		PH_CUDA_TRY(err, ph_k_colsum_cast(st, db, R, d, grads ? grads[P_BIAS] + 4 * d + rd : NULL, db16));
+		if (grads)
+			TRY(ph_gemm_dy16t_x16_acc(ctx, R, d, rd, db16, v.g, grads[P_FCPROJ], err));
+		if (gelu_fused(ctx)) {
+			TRY(ph_gemm_dy16w_dgelu(ctx, R, d, rd, db16, params[P_FCPROJ], v.u, dgu, err));
+		} else {
+			TRY(ph_gemm_dy16w(ctx, R, d, rd, db16, params[P_FCPROJ], dgu, err));
+			PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
+		}
+		PH_CUDA_TRY(err, ph_k_colsum_cast(st, dgu, R, rd, grads ? grads[P_BIAS] + 4 * d : NULL, dgu16));
+		if (grads)
+			TRY(ph_gemm_dy16t_x16_acc(ctx, R, rd, d, dgu16, v.h2, grads[P_FC], err));
+		TRY(ph_gemm_dy16w(ctx, R, rd, d, dgu16, params[P_FC], dh, err));
 	} else {
-		TRY(ph_gemm(ctx, 0, 0, R, rd, d, 1.0f, db, d, params[P_FCPROJ], rd, 0.0f, dgu, rd, err));
-		PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
+		if (grads) {
+			TRY(dw_acc(ctx, a16, R, d, rd, db, v.g, grads[P_FCPROJ], err));
+			PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
+			ph_gpu_reuse_operand(ctx, db); /* the next product reads db again */
+		}
+		if (gelu_fused(ctx)) {
+			TRY(ph_gemm_xw_dgelu(ctx, R, rd, d, db, params[P_FCPROJ], v.u, dgu, err));
+		} else {
+			TRY(ph_gemm(ctx, 0, 0, R, rd, d, 1.0f, db, d, params[P_FCPROJ], rd, 0.0f, dgu, rd, err));
+			PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
+		}
+		if (grads) {
+			TRY(dw_acc(ctx, a16, R, rd, d, dgu, v.h2, grads[P_FC], err));
+			PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));
+			ph_gpu_reuse_operand(ctx, dgu);
+		}
+		TRY(ph_gemm(ctx, 0, 0, R, d, rd, 1.0f, dgu, rd, params[P_FC], d, 0.0f, dh, d, err));
 	}
-	if (grads) {
-		TRY(dw_acc(ctx, a16, R, rd, d, dgu, v.h2, grads[P_FC], err));
-		PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));
-		ph_gpu_reuse_operand(ctx, dgu);
-	}
-	TRY(ph_gemm(ctx, 0, 0, R, d, rd, 1.0f, dgu, rd, params[P_FC], d, 0.0f, dh, d, err));
 	if (grads)
 		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh, v.x1, v.mean2, v.rstd2, grads[P_LNW] + d,
 							   grads[P_LNB] + d, R, d));
@@ -285,12 +317,19 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 						  dbr, n));
 		db = dbr;
 	}
-	if (grads) {
-		TRY(dw_acc(ctx, o16, R, d, d, db, v.att, grads[P_PROJ], err));
-		PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 3 * d));
-		ph_gpu_reuse_operand(ctx, db);
+	if (d16) {
+		PH_CUDA_TRY(err, ph_k_colsum_cast(st, db, R, d, grads ? grads[P_BIAS] + 3 * d : NULL, db16));
+		if (grads)
+			TRY(ph_gemm_dy16t_x16_acc(ctx, R, d, d, db16, v.att, grads[P_PROJ], err));
+		TRY(ph_gemm_dy16w(ctx, R, d, d, db16, params[P_PROJ], dh, err)); /* datt */
+	} else {
+		if (grads) {
+			TRY(dw_acc(ctx, o16, R, d, d, db, v.att, grads[P_PROJ], err));
+			PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 3 * d));
+			ph_gpu_reuse_operand(ctx, db);
+		}
+		TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
 	}
-	TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
 	ph_bf16 *dqkv16 = (ph_bf16 *)dqkv; /* o16: dqkv in bf16, in the first half of its place */
 	if (o16)
 		TRY(ph_flash_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,
