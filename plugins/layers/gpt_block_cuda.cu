@@ -20,7 +20,9 @@
  * the attention core is fused: the saved P region then holds only L2
  * [B, H, T] at its start; fp32 keeps the materialised core.  Under bf16,
  * h1, h2 and g are saved in bf16 too (act16), and so, where the core is
- * fused, are att and the backward's dqkv (att16).
+ * fused, are att and the backward's dqkv (att16); the backward's other
+ * gradients that feed products it rounds itself (grad16): every product
+ * of the block then reads bf16 made by the block, or a weight's shadow.
  *
  * Device scratch (gpt_block.c's meta sets device_scratch_bytes):
  *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
@@ -153,16 +155,13 @@ static int xwt(const ph_ctx *ctx, int a16, int M, int N, int K, const void *x, c
 		 : ph_gemm_xwt_bias(ctx, M, N, K, (const float *)x, W, bias, y, err);
 }
 
-/* dW [N, K] += dy^T [N, M] . x [M, K], x as in xwt, dy in bf16 where
- * dy16 says so (then x is too) */
-static int dw_acc(const ph_ctx *ctx, int a16, int M, int N, int K, const void *dy, const void *x, float *dW,
-		  ph_err *err, int dy16 = 0)
+/* dW [N, K] += dy^T [N, M] . x [M, K], x as in xwt */
+static int dw_acc(const ph_ctx *ctx, int a16, int M, int N, int K, const float *dy, const void *x, float *dW,
+		  ph_err *err)
 {
-	if (dy16)
-		return ph_gemm_dy16t_x16_acc(ctx, M, N, K, dy, x, dW, err);
 	if (a16)
-		return ph_gemm_dyt_x16_acc(ctx, M, N, K, (const float *)dy, x, dW, err);
-	return ph_gemm(ctx, 1, 0, N, K, M, 1.0f, (const float *)dy, N, (const float *)x, K, 1.0f, dW, K, err);
+		return ph_gemm_dyt_x16_acc(ctx, M, N, K, dy, x, dW, err);
+	return ph_gemm(ctx, 1, 0, N, K, M, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K, err);
 }
 
 extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
@@ -340,19 +339,20 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 	else
 		TRY(ph_attn_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, dh, dqkv,
 				     tmp, err));
-	if (grads) {
-		TRY(dw_acc(ctx, a16, R, 3 * d, d, o16 ? (const void *)dqkv16 : dqkv, v.h1, grads[P_QKV], err, o16));
-		if (o16) {
+	if (o16) { /* the core wrote dqkv in bf16 (h1 is bf16 too) */
+		if (grads) {
+			TRY(ph_gemm_dy16t_x16_acc(ctx, R, 3 * d, d, dqkv16, v.h1, grads[P_QKV], err));
 			PH_CUDA_TRY(err, ph_k_colsum_acc(st, (const ph_bf16 *)dqkv16, R, 3 * d, grads[P_BIAS]));
-		} else {
+		}
+		TRY(ph_gemm_dy16w(ctx, R, 3 * d, d, dqkv16, params[P_QKV], dh1, err));
+	} else {
+		if (grads) {
+			TRY(dw_acc(ctx, a16, R, 3 * d, d, dqkv, v.h1, grads[P_QKV], err));
 			PH_CUDA_TRY(err, ph_k_colsum_acc(st, (const float *)dqkv, R, 3 * d, grads[P_BIAS]));
 			ph_gpu_reuse_operand(ctx, dqkv);
 		}
-	}
-	if (o16)
-		TRY(ph_gemm_dy16w(ctx, R, 3 * d, d, dqkv16, params[P_QKV], dh1, err));
-	else
 		TRY(ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[P_QKV], d, 0.0f, dh1, d, err));
+	}
 	if (grads)
 		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh1, x, v.mean1, v.rstd1, grads[P_LNW], grads[P_LNB], R,
 							   d));
