@@ -69,10 +69,17 @@ if ! "$ncu" --clock-control none --cache-control none --metrics gpu__time_durati
 	tail -3 "$tmp/ncu.csv" >&2 2>/dev/null || true
 	exit 1
 fi
-# (the table needs no torch: any python3)
-python3 "$top/bench/kernel_table.py" "$tmp/ncu.csv" --steps "$steps" --top "$ntop" --label "pipehost"
+# (the table needs no torch: any python3).  ncu may run the program and
+# still record nothing (no access to the counters): say so, and go on to
+# PyTorch's table.
+rc=0
+if ! python3 "$top/bench/kernel_table.py" "$tmp/ncu.csv" --steps "$steps" --top "$ntop" --label "pipehost"; then
+	echo "gpt2-kernels.sh: ncu recorded no kernel durations; its last lines:"
+	grep '==PROF==\|==ERROR==\|==WARNING==' "$tmp/ncu.csv" "$tmp/pipehost.log" 2>/dev/null | tail -3
+	rc=1
+fi
 
-[ "$py" = false ] && exit 0
+[ "$py" = false ] && exit "$rc"
 echo
 if ! "$py" "$top/bench/gpt2_124m_torch.py" --mode eager --micro-batches "$m" --steps 2 --warmup 2 \
 	--kernels "$ntop" </dev/null >"$tmp/torch.log" 2>&1; then
@@ -81,3 +88,4 @@ if ! "$py" "$top/bench/gpt2_124m_torch.py" --mode eager --micro-batches "$m" --s
 	exit 1
 fi
 sed -n '/^torch-eager: /,$p' "$tmp/torch.log"
+exit "$rc"
