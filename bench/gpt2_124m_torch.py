@@ -107,30 +107,14 @@ def kernel_table(label, step, top):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    by_name, launches = {}, 0
-    for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA") and e.time_range.end > e.time_range.start:
-            if "memcpy" in e.name.lower() or "memset" in e.name.lower():
-                continue  # ncu's table has kernels only
-            n, t = by_name.get(e.name, (0, 0.0))
-            by_name[e.name] = (n + 1, t + (e.time_range.end - e.time_range.start) / 1000.0)
-            launches += 1
-    if not by_name:
+    times = [(e.name, (e.time_range.end - e.time_range.start) / 1000.0) for e in prof.events()
+             if str(getattr(e, "device_type", "")).endswith("CUDA") and e.time_range.end > e.time_range.start
+             and "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]  # ncu's table: kernels only
+    if not times:
         print("%s: torch.profiler recorded no CUDA kernel (no CUPTI?)" % label, flush=True)
         return
-    total = sum(t for _, t in by_name.values())
-    print("%s: %d kernel launches and %.2f ms of kernel time per step (1 step under torch.profiler)"
-          % (label, launches, total))
-    print("  %-60s %9s %9s %9s %6s" % ("kernel", "calls", "ms", "us/call", "share"))
-    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][1])
-    for name, (n, t) in ranked[:top]:
-        print("  %-60s %9d %9.3f %9.1f %5.1f%%" % (name[:60], n, t, 1000 * t / n, 100 * t / total))
-    rest = ranked[top:]
-    if rest:
-        print("  %-60s %9d %9.3f %9s %5.1f%%" % ("(%d others)" % len(rest), sum(v[0] for _, v in rest),
-                                               sum(v[1] for _, v in rest), "",
-                                               100 * sum(v[1] for _, v in rest) / total))
-    sys.stdout.flush()
+    from kernel_table import print_table  # bench/, beside this script
+    print_table(label, times, 1, top, "1 step under torch.profiler")
 
 
 def optimizer(model, lr, wd):

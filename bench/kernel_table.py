@@ -81,6 +81,30 @@ def kernel_times(path):
     return out
 
 
+def print_table(label, times, steps, top, source):
+    """times [(kernel name, ms)] over `steps` steps, as one line of totals
+    per step (source: where they came from) and the `top` heaviest names;
+    gpt2_124m_torch.py prints PyTorch's with it too."""
+    by_name = {}
+    for name, ms in times:
+        n, t = by_name.get(name, (0, 0.0))
+        by_name[name] = (n + 1, t + ms)
+    total = sum(t for _, t in by_name.values())
+    s = steps
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][1])
+    print("%s: %d kernel launches and %.2f ms of kernel time per step (%s)"
+          % (label, round(len(times) / s), total / s, source))
+    print("  %-60s %9s %9s %9s %6s" % ("kernel", "calls", "ms", "us/call", "share"))
+    for name, (n, t) in ranked[:top]:
+        print("  %-60s %9.1f %9.3f %9.1f %5.1f%%" % (name[:60], n / s, t / s, 1000 * t / n, 100 * t / total))
+    rest = ranked[top:]
+    if rest:
+        n = sum(v[0] for _, v in rest)
+        t = sum(v[1] for _, v in rest)
+        print("  %-60s %9.1f %9.3f %9s %5.1f%%" % ("(%d others)" % len(rest), n / s, t / s, "", 100 * t / total))
+    sys.stdout.flush()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", help="ncu --csv output")
@@ -91,23 +115,8 @@ def main():
     times = kernel_times(args.csv)
     if not times:
         sys.exit("kernel_table.py: no kernel with %s in %s" % (METRIC, args.csv))
-    by_name = {}
-    for name, ms in times:
-        n, t = by_name.get(name, (0, 0.0))
-        by_name[name] = (n + 1, t + ms)
-    total = sum(t for _, t in by_name.values())
-    s = args.steps
-    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][1])
-    print("%s: %d kernel launches and %.2f ms of kernel time per step (%d launches over %g steps)"
-          % (args.label, round(len(times) / s), total / s, len(times), s))
-    print("  %-60s %9s %9s %9s %6s" % ("kernel", "calls", "ms", "us/call", "share"))
-    for name, (n, t) in ranked[:args.top]:
-        print("  %-60s %9.1f %9.3f %9.1f %5.1f%%" % (name[:60], n / s, t / s, 1000 * t / n, 100 * t / total))
-    rest = ranked[args.top:]
-    if rest:
-        n = sum(v[0] for _, v in rest)
-        t = sum(v[1] for _, v in rest)
-        print("  %-60s %9.1f %9.3f %9s %5.1f%%" % ("(%d others)" % len(rest), n / s, t / s, "", 100 * t / total))
+    print_table(args.label, times, args.steps, args.top,
+                "%d launches over %g steps" % (len(times), args.steps))
 
 
 if __name__ == "__main__":
