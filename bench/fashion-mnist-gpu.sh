@@ -22,13 +22,10 @@ data=${DATA:-/usr/share/datasets/fashion-mnist}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-[ -x "$bin" ] || { echo "fashion-mnist-gpu.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
-ngpu=0
-command -v nvidia-smi >/dev/null 2>&1 && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-if [ "$ngpu" -lt 1 ]; then
-	echo "fashion-mnist-gpu.sh: no GPU (nvidia-smi -L lists none): devices = auto would train on the CPU"
-	exit 77
-fi
+# shellcheck source=bench/gpu-lib.sh
+. "$top/bench/gpu-lib.sh"
+need_pipehost fashion-mnist-gpu.sh "$bin"
+need_gpu fashion-mnist-gpu.sh ": devices = auto would train on the CPU"
 if [ ! -e "$data/train-images-idx3-ubyte.gz" ]; then
 	echo "fashion-mnist-gpu.sh: no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist, or set DATA)"
 	exit 77

@@ -44,13 +44,10 @@ fpt=855383040        # FLOPs per token
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-[ -x "$bin" ] || { echo "gpt2-124m.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
-ngpu=0
-command -v nvidia-smi >/dev/null 2>&1 && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-if [ "$ngpu" -lt 1 ]; then
-	echo "gpt2-124m.sh: no GPU (nvidia-smi -L lists none); this benchmark needs one"
-	exit 77
-fi
+# shellcheck source=bench/gpu-lib.sh
+. "$top/bench/gpu-lib.sh"
+need_pipehost gpt2-124m.sh "$bin"
+need_gpu gpt2-124m.sh "; this benchmark needs one"
 torch=yes
 if ! "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
 	torch=no

@@ -37,13 +37,10 @@ tmp=${KEEP:-$(mktemp -d)}
 mkdir -p "$tmp"
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$tmp"' EXIT
 
-[ -x "$bin" ] || { echo "gpt2-kernels.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
-ngpu=0
-command -v nvidia-smi >/dev/null 2>&1 && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
-if [ "$ngpu" -lt 1 ]; then
-	echo "gpt2-kernels.sh: no GPU (nvidia-smi -L lists none); this benchmark needs one"
-	exit 77
-fi
+# shellcheck source=bench/gpu-lib.sh
+. "$top/bench/gpu-lib.sh"
+need_pipehost gpt2-kernels.sh "$bin"
+need_gpu gpt2-kernels.sh "; this benchmark needs one"
 ncu=${NCU:-}
 if [ -z "$ncu" ]; then
 	ncu=$(command -v ncu || true)
