@@ -216,6 +216,12 @@ void ph_eng_destroy_one(ph_engine *e);
 /* Zeroed memory where rank computes: host memory, or its GPU's. */
 void *ph_eng_balloc(ph_engine *e, int rank, size_t bytes);
 
+/* Whether a GPU step's end takes all of a rank's tensors per launch (the
+ * clip norm's sums of squares and the update; core/cuda/optimizer.h):
+ * where the backend can, unless PIPEHOST_OPTIM_MANY=0 asks for one launch
+ * per tensor (the same bits; test-gpu.sh compares them). */
+int ph_eng_step_end_batched(const ph_engine *e);
+
 /* A free activation slot for micro-batch mb of chunk c: at its forward,
  * or at its receive when the input comes from another process. */
 int ph_eng_take_slot(ph_engine *e, int c, int mb, int *out, ph_err *err);

@@ -267,8 +267,7 @@ static int gpu_sumsq_batched(ph_engine *e, double *total, ph_err *err)
 	int *used = calloc((size_t)P, sizeof *used); /* slots filled, then read, per rank */
 	if (!used)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	const char *many = getenv("PIPEHOST_OPTIM_MANY");
-	if (e->dev->sumsq_many && !(many && !strcmp(many, "0"))) {
+	if (ph_eng_step_end_batched(e)) {
 		for (int r = 0; r < P && !rc; r++)
 			rc = sumsq_many_rank(e, r, used, err);
 	} else {

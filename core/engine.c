@@ -360,12 +360,10 @@ static int run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	return ph_fail(err, PH_EINTERNAL, "unknown op %d", o->kind);
 }
 
-/* Whether the GPU's step end batches its tensors (PIPEHOST_OPTIM_MANY=0:
- * one launch each, the same bits; test-gpu.sh compares them). */
-static int optim_many(const ph_engine *e)
+int ph_eng_step_end_batched(const ph_engine *e)
 {
 	const char *v = getenv("PIPEHOST_OPTIM_MANY");
-	return e->dev->optim_update_many && !(v && !strcmp(v, "0"));
+	return e->dev && e->dev->optim_update_many && e->dev->sumsq_many && !(v && !strcmp(v, "0"));
 }
 
 /* A GPU rank's optimizer step: all its tensors in one launch. */
@@ -414,7 +412,7 @@ static int update_many_gpu(ph_engine *e, int rank, ph_err *err)
 static int do_update(ph_engine *e, int rank)
 {
 	const ph_optim_config *oc = &e->cfg->optim;
-	if (e->dev && optim_many(e)) {
+	if (ph_eng_step_end_batched(e)) {
 		ph_err err = { { 0 } };
 		int rc = update_many_gpu(e, rank, &err);
 		if (rc)

@@ -29,7 +29,7 @@ core_pipehost_LDADD = core/libphcore.la
 # The CUDA backend: a module the host dlopens when a rank runs on a GPU, so
 # that CPU runs never load the CUDA libraries (core/device.h).
 EXTRA_DIST += core/cuda/backend.cu core/cuda/kernels.cuh core/cuda/gemm.cu core/cuda/gemm.h \
-	core/cuda/bf16_operands.cu core/cuda/bf16_operands.h core/cuda/optimizer.cu core/cuda/optimizer.h
+	core/cuda/bf16_operands.cu core/cuda/bf16_operands.h core/cuda/optimizer.cu core/cuda/optimizer.h core/cuda/cuda_try.h
 if PH_CUDA
 backenddir = $(pkglibdir)/backends
 backend_LTLIBRARIES = core/cuda/pipehost-cuda.la
@@ -38,7 +38,8 @@ core_cuda_pipehost_cuda_la_LDFLAGS = -module -avoid-version -shared -export-symb
 core_cuda_pipehost_cuda_la_LIBADD = core/cuda/backend.lo core/cuda/gemm.lo core/cuda/bf16_operands.lo core/cuda/optimizer.lo $(CUDA_LIBS) $(CUBLAS_LIBS) $(CUDNN_LIBS) $(NCCL_LIBS) -lstdc++ -lm
 # Its own recipe, not .cu.lo: only the backend calls NCCL (PH_NCCL_DEFS, NCCL_LIBS; configure).
 core/cuda/backend.lo: $(top_srcdir)/core/cuda/backend.cu $(top_srcdir)/core/cuda/kernels.cuh $(top_srcdir)/core/cuda/gemm.h \
-	$(top_srcdir)/core/cuda/bf16_operands.h $(top_srcdir)/core/cuda/optimizer.h $(top_srcdir)/core/device.h \
+	$(top_srcdir)/core/cuda/bf16_operands.h $(top_srcdir)/core/cuda/optimizer.h $(top_srcdir)/core/cuda/cuda_try.h \
+	$(top_srcdir)/core/device.h \
 	$(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/plugin.h
 	$(AM_V_GEN)$(SHELL) $(top_srcdir)/scripts/nvcc-lt.sh $@ $(NVCC) $(NVCC_ALL_FLAGS) $(PH_NCCL_DEFS) -c $(top_srcdir)/core/cuda/backend.cu
 core/cuda/gemm.lo: $(top_srcdir)/core/cuda/gemm.cu $(top_srcdir)/core/cuda/gemm.h $(top_srcdir)/core/cuda/bf16_operands.h \
@@ -49,7 +50,7 @@ core/cuda/bf16_operands.lo: $(top_srcdir)/core/cuda/bf16_operands.cu $(top_srcdi
 	$(top_srcdir)/include/pipehost/plugin.h
 	$(AM_V_GEN)$(SHELL) $(top_srcdir)/scripts/nvcc-lt.sh $@ $(NVCC) $(NVCC_ALL_FLAGS) -c $(top_srcdir)/core/cuda/bf16_operands.cu
 core/cuda/optimizer.lo: $(top_srcdir)/core/cuda/optimizer.cu $(top_srcdir)/core/cuda/optimizer.h \
-	$(top_srcdir)/core/cuda/kernels.cuh $(top_srcdir)/core/optim.h $(top_srcdir)/include/pipehost/plugin.h
+	$(top_srcdir)/core/cuda/cuda_try.h $(top_srcdir)/core/cuda/kernels.cuh $(top_srcdir)/core/optim.h $(top_srcdir)/include/pipehost/plugin.h
 	$(AM_V_GEN)$(SHELL) $(top_srcdir)/scripts/nvcc-lt.sh $@ $(NVCC) $(NVCC_ALL_FLAGS) -c $(top_srcdir)/core/cuda/optimizer.cu
 CLEANFILES += core/cuda/backend.lo core/cuda/.libs/backend.o core/cuda/gemm.lo core/cuda/.libs/gemm.o \
 	core/cuda/bf16_operands.lo core/cuda/.libs/bf16_operands.o core/cuda/optimizer.lo core/cuda/.libs/optimizer.o

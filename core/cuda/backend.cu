@@ -24,6 +24,7 @@ extern "C" {
 }
 
 #include "bf16_operands.h"
+#include "cuda_try.h"
 #include "gemm.h"
 #include "kernels.cuh"
 #include "optimizer.h"
@@ -39,13 +40,6 @@ struct rank_state {
 	double *partial;      /* sumsq: per-block partial sums, device */
 	double *result_host;  /* sumsq: pinned host result */
 };
-
-#define TRY(err, call)                                                                             \
-	do {                                                                                       \
-		cudaError_t e_ = (call);                                                           \
-		if (e_ != cudaSuccess)                                                             \
-			return ph_fail((err), PH_EINTERNAL, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
-	} while (0)
 
 /* ---------------------------------------------------------------- */
 /* Device ops                                                         */

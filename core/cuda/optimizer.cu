@@ -9,15 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_try.h"
 #include "kernels.cuh"
 #include "optimizer.h"
-
-#define TRY(err, call)                                                                                     \
-	do {                                                                                               \
-		cudaError_t e_ = (call);                                                                   \
-		if (e_ != cudaSuccess)                                                                     \
-			return ph_fail((err), PH_EINTERNAL, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
-	} while (0)
 
 typedef struct {
 	float lr, mom, wd; /* wd: for tensors with decay; the others take 0 */

@@ -1,0 +1,18 @@
+/* TRY(err, call) for the backend's host code (backend.cu, optimizer.cu):
+ * a CUDA runtime call that fails becomes the caller's error return,
+ * naming the call and CUDA's reason. */
+#ifndef PH_CUDA_TRY_H
+#define PH_CUDA_TRY_H
+
+#include <cuda_runtime.h>
+
+#include <pipehost/plugin.h>
+
+#define TRY(err, call)                                                                                     \
+	do {                                                                                               \
+		cudaError_t e_ = (call);                                                                   \
+		if (e_ != cudaSuccess)                                                                     \
+			return ph_fail((err), PH_EINTERNAL, "CUDA: %s: %s", #call, cudaGetErrorString(e_)); \
+	} while (0)
+
+#endif
