@@ -366,8 +366,9 @@ int ph_eng_step_end_batched(const ph_engine *e)
 	return e->dev && e->dev->optim_update_many && e->dev->sumsq_many && !(v && !strcmp(v, "0"));
 }
 
-/* A GPU rank's optimizer step: all its tensors in one launch. */
-static int update_many_gpu(ph_engine *e, int rank, ph_err *err)
+/* A GPU rank's optimizer step: its tensors in one launch, or one launch
+ * each when the step's end is not batched (ph_eng_step_end_batched). */
+static int update_gpu(ph_engine *e, int rank, ph_err *err)
 {
 	const ph_optim_config *oc = &e->cfg->optim;
 	const int spp = ph_optim_state_per_param(oc);
@@ -398,9 +399,13 @@ static int update_many_gpu(ph_engine *e, int rank, ph_err *err)
 				off += n[k];
 			}
 		}
-	if (!rc)
+	if (!rc && ph_eng_step_end_batched(e))
 		rc = e->dev->optim_update_many(e->rs[rank], oc, e->t, e->lr, e->clip_scale, w, g, s, n, decay, count,
 					       err);
+	else
+		for (k = 0; !rc && k < count; k++)
+			rc = e->dev->optim_update(e->rs[rank], oc, e->t, e->lr, e->clip_scale, w[k], g[k], s[k], n[k],
+						  decay[k], err);
 	free(w);
 	free(g);
 	free(s);
@@ -412,9 +417,9 @@ static int update_many_gpu(ph_engine *e, int rank, ph_err *err)
 static int do_update(ph_engine *e, int rank)
 {
 	const ph_optim_config *oc = &e->cfg->optim;
-	if (ph_eng_step_end_batched(e)) {
+	if (e->dev) {
 		ph_err err = { { 0 } };
-		int rc = update_many_gpu(e, rank, &err);
+		int rc = update_gpu(e, rank, &err);
 		if (rc)
 			set_error(e, rank, &err);
 		return rc; /* the update zeroed the gradients */
@@ -426,20 +431,6 @@ static int do_update(ph_engine *e, int rank)
 			lparams_t *P = &e->params[l];
 			int spp = ph_optim_state_per_param(oc);
 			int64_t off = 0;
-			if (e->dev) {
-				ph_err err = { { 0 } };
-				for (int p = 0, rc = 0; p < L->meta.nparams; p++) {
-					int64_t n = ph_shape_numel(&L->meta.params[p].shape);
-					if ((rc = e->dev->optim_update(e->rs[rank], oc, e->t, e->lr, e->clip_scale, P->pw[p],
-								       P->pg[p], P->s + off * spp, n,
-								       !L->meta.params[p].no_decay, &err))) {
-						set_error(e, rank, &err);
-						return rc;
-					}
-					off += n;
-				}
-				continue; /* optim_update zeroed the gradients */
-			}
 			for (int p = 0; p < L->meta.nparams; p++) {
 				int64_t n = ph_shape_numel(&L->meta.params[p].shape);
 				float *g = P->pg[p];
