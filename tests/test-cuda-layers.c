@@ -171,8 +171,13 @@ static const gpu_case cases[] = {
 	  .what = "repeated ids" },
 	{ "embedding", KV("vocab", "256", "dim", "128"), S(128), 4, .x_kind = X_IDS, .vocab = 256,
 	  .what = "gpt-fortunes' shape" },
-	{ "layernorm", NULL, S(3, 8), 2, .what = "rows of 8" },
+	/* d a multiple of 4 up to 2048: one warp a row (cuda_ops.cuh's warp
+	 * kernels, C chunks of 128); else the 8-lane kernels (ln_kernels) */
+	{ "layernorm", NULL, S(3, 8), 2, .what = "rows of 8: one chunk, 2 lanes of 32 busy" },
 	{ "layernorm", KV("eps", "1e-5"), S(5, 96), 2, .x_kind = X_WIDE, .what = "rows of 96" },
+	{ "layernorm", NULL, S(3, 388), 2, .x_kind = X_WIDE, .what = "rows of 388: 4 chunks, the last partial" },
+	{ "layernorm", NULL, S(2, 1540), 2, .x_kind = X_WIDE, .what = "rows of 1540: the 16-chunk kernel" },
+	{ "layernorm", NULL, S(4, 10), 3, .x_kind = X_WIDE, .what = "rows of 10: the 8-lane kernels" },
 	{ "gelu", NULL, S(4, 5), 2, .x_kind = X_WIDE, .what = "small" },
 	{ "gelu", NULL, S(3, 1000), 2, .x_kind = X_WIDE, .what = "many blocks" },
 	{ "attention", KV("heads", "2"), S(4, 6), 2, .pscale = 0.5f, .deep = 1, .what = "2 heads, T = 4" },
@@ -684,6 +689,29 @@ static void expect_staging(const char *label, const char *call, const gpu_case *
 		      label, call, got, want);
 }
 
+/* The layernorm kernels a layernorm case must launch, forward and
+ * backward: one warp a row where d is a multiple of 4 up to 2048 (and
+ * PIPEHOST_LN_WARP is not 0), else the 8-lane kernels.  Other layers: none
+ * expected (NULL). */
+static void ln_kernels(const gpu_case *c, const char **fwd, const char **bwd)
+{
+	*fwd = *bwd = NULL;
+	if (strcmp(c->type, "layernorm"))
+		return;
+	const int64_t d = c->in.d[c->in.ndim - 1];
+	const int warp = env_on("PIPEHOST_LN_WARP") && d % 4 == 0 && d <= 2048;
+	*fwd = warp ? "ph_layernorm_fwd_warp_kernel" : "ph_layernorm_fwd_kernel";
+	*bwd = warp ? "ph_layernorm_bwd_input_warp_kernel" : "ph_layernorm_bwd_input_kernel";
+}
+
+static void expect_launched(const char *label, const char *call, const char *kernel, launch_counter_fn launches,
+			    unsigned long before)
+{
+	if (!launches || !kernel)
+		return;
+	ck_assert_msg(launches(kernel) > before, "%s: the %s did not launch %s", label, call, kernel);
+}
+
 /* Layers whose calls are matrix products through ctx->gpu. */
 static int uses_gemm(const gpu_case *c)
 {
@@ -793,8 +821,12 @@ static void run_case(int idx)
 	lt_counts lt0 = lt_snapshot(lt_count);
 	const unsigned long cast0 = bf16_count ? bf16_count() : 0;
 	unsigned long stage0 = launches ? launches("k_cast_rows") : 0;
+	const char *ln_fwd, *ln_bwd;
+	ln_kernels(c, &ln_fwd, &ln_bwd);
+	unsigned long ln0 = launches && ln_fwd ? launches(ln_fwd) : 0;
 	gpu_fwd(label, ops, &D);
 	expect_staging(label, "forward", c, bf16, launches, stage0);
+	expect_launched(label, "forward", ln_fwd, launches, ln0);
 	expect_fused(label, "forward", c, bf16, H.meta.nparams, 1u << LT_BIAS | 1u << LT_GELU | 1u << LT_RESID,
 		     lt_count, &lt0);
 	if (bf16_count && uses_gemm(c)) {
@@ -826,9 +858,11 @@ static void run_case(int idx)
 	fill_const(D.dx, H.nx, NAN);
 	lt0 = lt_snapshot(lt_count);
 	stage0 = launches ? launches("k_cast_rows") : 0;
+	ln0 = launches && ln_bwd ? launches(ln_bwd) : 0;
 	gpu_bwd(label, ops, &D, D.dx);
 	expect_fused(label, "backward", c, bf16, H.meta.nparams, 1u << LT_DGELU, lt_count, &lt0);
 	expect_staging(label, "backward", c, bf16, launches, stage0);
+	expect_launched(label, "backward", ln_bwd, launches, ln0);
 	d2h(gdx, D.dx, (size_t)H.nx * sizeof(float));
 	read_grads(&D, &H, g1);
 	expect_close(label, "dx", gdx, H.dx, H.nx, tol);

@@ -14,14 +14,17 @@
  *       two-pass population variance in float; mean/rstd [rows] written when
  *       non-NULL (the CPU layers save them).  eps: the layernorm layer's
  *       option (1e-5 by default); gpt_block uses GPT_LN_EPS = 1e-5f.
- *       Bitwise = tf_layernorm_forward (same 8-lane sum order).  y may alias x.
- *       A y of __nv_bfloat16 gets that result rounded to bf16 (a product's
- *       input; then y must not alias x).
+ *       Where d is a multiple of 4 up to 2048 (the warp-per-row kernels):
+ *       tf_layernorm_forward to rounding (another sum order); otherwise, or
+ *       under PIPEHOST_LN_WARP=0, bitwise = tf_layernorm_forward (the same
+ *       8-lane sum order).  y may alias x.  A y of __nv_bfloat16 gets that
+ *       result rounded to bf16 (a product's input; then y must not alias x).
  *   ph_k_layernorm_bwd(s, dy, x, g, mean, rstd, dx, dg, db, rows, d, scratch)
  *       dg += sum_rows dy * xhat, db += sum_rows dy (deterministic fixed tree,
  *       NOT the CPU's row order: last-bit differences), then
  *       dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat))  (bitwise =
- *       tf_layernorm_backward_input).  mean, rstd: the forward's (required).
+ *       tf_layernorm_backward_input on the forward's terms: to rounding
+ *       where the warp kernels run).  mean, rstd: the forward's (required).
  *       dx may be NULL (skipped); dg and db
  *       may be NULL (skipped).  dx may alias dy.  scratch: needs 0 floats,
  *       pass NULL.  The halves alone: ph_k_layernorm_bwd_input (dx) and
@@ -94,6 +97,34 @@ static __device__ __forceinline__ float ph_d_get(const __nv_bfloat16 *p)
 	return __bfloat162float(*p);
 }
 
+/* 4 floats in one 16-byte access, 4 bf16 in one 8-byte access (the
+ * address aligned to that size).  The emulator has no float4. */
+#ifdef CUEMU
+struct alignas(16) ph_f4 {
+	float x, y, z, w;
+};
+#else
+typedef float4 ph_f4;
+#endif
+struct alignas(8) ph_bf4 {
+	__nv_bfloat162 a, b;
+};
+
+/* v stored as 4 elements of Y at p: one 16-byte store (fp32) or one
+ * 8-byte store of the values rounded to nearest even (bf16) */
+static __device__ __forceinline__ void ph_d_put4(float *p, ph_f4 v)
+{
+	*(ph_f4 *)p = v;
+}
+
+static __device__ __forceinline__ void ph_d_put4(__nv_bfloat16 *p, ph_f4 v)
+{
+	ph_bf4 b;
+	b.a = __floats2bfloat162_rn(v.x, v.y);
+	b.b = __floats2bfloat162_rn(v.z, v.w);
+	*(ph_bf4 *)p = b;
+}
+
 /* ------------------------------------------------------------------ */
 /* Element-wise math, bit for bit transformer_ops.h's.                  */
 
@@ -149,6 +180,13 @@ static __device__ __forceinline__ int ph_d_warp_sum(int s)
 {
 	for (int off = 16; off > 0; off >>= 1)
 		s += __shfl_xor_sync(0xffffffffu, s, off);
+	return s;
+}
+
+static __device__ __forceinline__ float ph_d_warp_sum(float s)
+{
+	for (int off = 16; off > 0; off >>= 1)
+		s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
 	return s;
 }
 
@@ -323,6 +361,229 @@ static __global__ void ph_layernorm_bwd_input_kernel(const float *dy, const floa
 }
 
 /*
+ * Layer normalisation, the fast path: one warp per row, the row in
+ * registers.  The 8-lane kernels above give one row 8 threads, so at
+ * GPT-2's shapes (1024 rows of 768 a micro-batch) a launch has 32 blocks
+ * for 132 SMs, and each thread waits out some 24 memory round trips in
+ * turn.  Here lane l holds elements 128c + 4l .. 128c + 4l + 3 of chunk
+ * c = 0 .. C-1 as one 16-byte load, all of them issued before the first
+ * is used: the row comes from memory once and in one round trip, and the
+ * variance and the output are computed from the registers.
+ *
+ * For d a multiple of 4 up to 128 * PH_LNW_MAXC, with 16-byte-aligned x,
+ * dy, res and dx and 8-byte-aligned y (ph_ln_warp_chunks); other shapes,
+ * and PIPEHOST_LN_WARP=0 (to time one against the other), take the 8-lane
+ * kernels, which stay the plain reference.
+ *
+ * Sums: each lane adds its elements in chunk order (x, y, z, w of each
+ * chunk left to right), then ph_d_warp_sum's fixed butterfly: the same
+ * bits in every run and for every rank, but not the CPU's 8-lane order, so
+ * these match tf_layernorm_forward and tf_layernorm_backward_input to
+ * rounding (test-cuda-layers' fp32 row), not bit for bit.  The
+ * element-wise formulas are the 8-lane kernels'.
+ */
+#define PH_LNW_MAXC 16 /* chunks of 128: d <= 2048 */
+
+/* x, y [rows, d]; g, b [d]; mean, rstd [rows] or NULL.  Block: 256
+ * threads = 8 rows; grid: rows * 32 threads.  C: chunks of 128 (128 * C >= d). */
+template <int C, typename Y>
+static __global__ void __launch_bounds__(PH_LN_THREADS)
+ph_layernorm_fwd_warp_kernel(const float *x, const float *g, const float *b, Y *y, float *mean, float *rstd,
+			     int rows, int d, float eps)
+{
+	const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row >= rows) /* whole warps leave together */
+		return;
+	const int lane = threadIdx.x & 31;
+	const float *xr = x + row * d;
+	const float invC = __fdiv_rn(1.0f, (float)d);
+	ph_f4 v[C];
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		const int k = 128 * c + 4 * lane;
+		if (k < d)
+			v[c] = *(const ph_f4 *)(xr + k);
+	}
+	float a = 0.0f;
+#pragma unroll
+	for (int c = 0; c < C; c++)
+		if (128 * c + 4 * lane < d)
+			a = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(a, v[c].x), v[c].y), v[c].z), v[c].w);
+	const float m = __fmul_rn(ph_d_warp_sum(a), invC);
+	a = 0.0f;
+#pragma unroll
+	for (int c = 0; c < C; c++)
+		if (128 * c + 4 * lane < d) {
+			const float t0 = __fsub_rn(v[c].x, m), t1 = __fsub_rn(v[c].y, m);
+			const float t2 = __fsub_rn(v[c].z, m), t3 = __fsub_rn(v[c].w, m);
+			a = __fadd_rn(a, __fmul_rn(t0, t0));
+			a = __fadd_rn(a, __fmul_rn(t1, t1));
+			a = __fadd_rn(a, __fmul_rn(t2, t2));
+			a = __fadd_rn(a, __fmul_rn(t3, t3));
+		}
+	const float var = ph_d_warp_sum(a);
+	const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fmul_rn(var, invC), eps)));
+	if (lane == 0) {
+		if (mean)
+			mean[row] = m;
+		if (rstd)
+			rstd[row] = rs;
+	}
+	/* y may alias x: a lane writes only the elements it has read */
+	Y *yr = y + row * d;
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		const int k = 128 * c + 4 * lane;
+		if (k < d) {
+			const ph_f4 gk = *(const ph_f4 *)(g + k), bk = *(const ph_f4 *)(b + k);
+			ph_f4 o;
+			o.x = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[c].x, m), rs), gk.x), bk.x);
+			o.y = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[c].y, m), rs), gk.y), bk.y);
+			o.z = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[c].z, m), rs), gk.z), bk.z);
+			o.w = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(v[c].w, m), rs), gk.w), bk.w);
+			ph_d_put4(yr + k, o);
+		}
+	}
+}
+
+/* dx = rstd * ((dy*g - mean(dy*g)) - xhat * mean(dy*g * xhat)) (+ res), as
+ * ph_layernorm_bwd_input_kernel; dy and x in registers.  Same launch shape
+ * as the warp forward.  dx may alias dy or res. */
+template <int C>
+static __global__ void __launch_bounds__(PH_LN_THREADS)
+ph_layernorm_bwd_input_warp_kernel(const float *dy, const float *x, const float *g, const float *mean,
+				   const float *rstd, const float *res, float *dx, int rows, int d)
+{
+	const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+	if (row >= rows)
+		return;
+	const int lane = threadIdx.x & 31;
+	const float *xr = x + row * d, *dyr = dy + row * d;
+	const float invC = __fdiv_rn(1.0f, (float)d);
+	const float m = mean[row], rs = rstd[row];
+	ph_f4 gy[C], xh[C]; /* dy * g and xhat */
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		const int k = 128 * c + 4 * lane;
+		if (k < d) {
+			gy[c] = *(const ph_f4 *)(dyr + k);
+			xh[c] = *(const ph_f4 *)(xr + k);
+		}
+	}
+	float ag = 0.0f, agx = 0.0f;
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		const int k = 128 * c + 4 * lane;
+		if (k < d) {
+			const ph_f4 gk = *(const ph_f4 *)(g + k);
+			gy[c].x = __fmul_rn(gy[c].x, gk.x), gy[c].y = __fmul_rn(gy[c].y, gk.y);
+			gy[c].z = __fmul_rn(gy[c].z, gk.z), gy[c].w = __fmul_rn(gy[c].w, gk.w);
+			xh[c].x = __fmul_rn(__fsub_rn(xh[c].x, m), rs), xh[c].y = __fmul_rn(__fsub_rn(xh[c].y, m), rs);
+			xh[c].z = __fmul_rn(__fsub_rn(xh[c].z, m), rs), xh[c].w = __fmul_rn(__fsub_rn(xh[c].w, m), rs);
+			ag = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(ag, gy[c].x), gy[c].y), gy[c].z), gy[c].w);
+			agx = __fadd_rn(agx, __fmul_rn(gy[c].x, xh[c].x));
+			agx = __fadd_rn(agx, __fmul_rn(gy[c].y, xh[c].y));
+			agx = __fadd_rn(agx, __fmul_rn(gy[c].z, xh[c].z));
+			agx = __fadd_rn(agx, __fmul_rn(gy[c].w, xh[c].w));
+		}
+	}
+	const float mg = __fmul_rn(ph_d_warp_sum(ag), invC), mgx = __fmul_rn(ph_d_warp_sum(agx), invC);
+	float *dxr = dx + row * d;
+	const float *rr = res ? res + row * d : NULL;
+#pragma unroll
+	for (int c = 0; c < C; c++) {
+		const int k = 128 * c + 4 * lane;
+		if (k < d) {
+			ph_f4 o;
+			o.x = __fmul_rn(rs, __fsub_rn(__fsub_rn(gy[c].x, mg), __fmul_rn(xh[c].x, mgx)));
+			o.y = __fmul_rn(rs, __fsub_rn(__fsub_rn(gy[c].y, mg), __fmul_rn(xh[c].y, mgx)));
+			o.z = __fmul_rn(rs, __fsub_rn(__fsub_rn(gy[c].z, mg), __fmul_rn(xh[c].z, mgx)));
+			o.w = __fmul_rn(rs, __fsub_rn(__fsub_rn(gy[c].w, mg), __fmul_rn(xh[c].w, mgx)));
+			if (rr) {
+				const ph_f4 r4 = *(const ph_f4 *)(rr + k);
+				o.x = __fadd_rn(o.x, r4.x), o.y = __fadd_rn(o.y, r4.y);
+				o.z = __fadd_rn(o.z, r4.z), o.w = __fadd_rn(o.w, r4.w);
+			}
+			ph_d_put4(dxr + k, o);
+		}
+	}
+}
+
+/* Chunks of 128 for the warp kernels: C >= d / 128 from the instantiated
+ * set (1..8, 12, 16), or 0 when d or an address does not suit them (the
+ * 8-lane kernels then run).  `align16`: the pointers that are read or
+ * written 16 bytes at a time, OR-ed; `align8`: those 8 bytes at a time. */
+static inline int ph_ln_warp_chunks(int d, uintptr_t align16, uintptr_t align8)
+{
+	static int off = -1;
+	if (off < 0)
+		off = ph_env_off("PIPEHOST_LN_WARP");
+	if (off || d <= 0 || d % 4 || d > 128 * PH_LNW_MAXC || (align16 & 15) || (align8 & 7))
+		return 0;
+	const int c = (d + 127) / 128;
+	return c <= 8 ? c : c <= 12 ? 12 : 16;
+}
+
+static inline unsigned ph_lnw_grid(int rows)
+{
+	return (unsigned)(((int64_t)rows * 32 + PH_LN_THREADS - 1) / PH_LN_THREADS);
+}
+
+/* one launch of the warp forward with C chunks (a template argument, so
+ * the registers of the row are an array the compiler can keep) */
+template <int C, typename Y>
+static inline void ph_lnw_fwd_at(cudaStream_t s, const float *x, const float *g, const float *b, Y *y, float *mean,
+				 float *rstd, int rows, int d, float eps)
+{
+	ph_layernorm_fwd_warp_kernel<C, Y><<<ph_lnw_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd, rows,
+										    d, eps);
+}
+
+template <int C>
+static inline void ph_lnw_bwd_at(cudaStream_t s, const float *dy, const float *x, const float *g, const float *mean,
+				 const float *rstd, const float *res, float *dx, int rows, int d)
+{
+	ph_layernorm_bwd_input_warp_kernel<C><<<ph_lnw_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd, res,
+										       dx, rows, d);
+}
+
+/* C from ph_ln_warp_chunks */
+template <typename Y>
+static inline void ph_lnw_fwd(int C, cudaStream_t s, const float *x, const float *g, const float *b, Y *y,
+			      float *mean, float *rstd, int rows, int d, float eps)
+{
+	switch (C) {
+	case 1: ph_lnw_fwd_at<1>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 2: ph_lnw_fwd_at<2>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 3: ph_lnw_fwd_at<3>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 4: ph_lnw_fwd_at<4>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 5: ph_lnw_fwd_at<5>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 6: ph_lnw_fwd_at<6>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 7: ph_lnw_fwd_at<7>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 8: ph_lnw_fwd_at<8>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	case 12: ph_lnw_fwd_at<12>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	default: ph_lnw_fwd_at<16>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
+	}
+}
+
+static inline void ph_lnw_bwd(int C, cudaStream_t s, const float *dy, const float *x, const float *g,
+			      const float *mean, const float *rstd, const float *res, float *dx, int rows, int d)
+{
+	switch (C) {
+	case 1: ph_lnw_bwd_at<1>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 2: ph_lnw_bwd_at<2>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 3: ph_lnw_bwd_at<3>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 4: ph_lnw_bwd_at<4>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 5: ph_lnw_bwd_at<5>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 6: ph_lnw_bwd_at<6>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 7: ph_lnw_bwd_at<7>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 8: ph_lnw_bwd_at<8>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 12: ph_lnw_bwd_at<12>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	default: ph_lnw_bwd_at<16>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	}
+}
+
+/*
  * Column sums, deterministic: a block of (PH_CS_COLS, PH_CS_ROWS) threads
  * owns PH_CS_COLS adjacent columns (one 32-byte sector per row: a warp
  * reads 4 rows x 8 columns, fully used sectors, and d/8 blocks keep the
@@ -412,8 +673,33 @@ static inline cudaError_t ph_k_layernorm_fwd(cudaStream_t s, const float *x, con
 {
 	if (rows <= 0 || d <= 0)
 		return cudaSuccess;
-	ph_layernorm_fwd_kernel<Y><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd,
-									      rows, d, eps);
+	/* y is stored 16 bytes (fp32) or 8 bytes (bf16) at a time */
+	const uintptr_t a16 = (uintptr_t)x | (uintptr_t)g | (uintptr_t)b | (sizeof(Y) == 4 ? (uintptr_t)y : 0);
+	const int C = ph_ln_warp_chunks(d, a16, sizeof(Y) == 2 ? (uintptr_t)y : 0);
+	if (C)
+		ph_lnw_fwd(C, s, x, g, b, y, mean, rstd, rows, d, eps);
+	else
+		ph_layernorm_fwd_kernel<Y><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd, rows,
+										      d, eps);
+	return cudaGetLastError();
+}
+
+/* dx = layernorm's input gradient + res (res NULL: none), the bits of
+ * ph_k_layernorm_bwd_input then ph_k_add(dx, res, dx), one pass fewer over
+ * [rows, d]. */
+static inline cudaError_t ph_k_layernorm_bwd_input_add(cudaStream_t s, const float *dy, const float *x,
+						       const float *g, const float *mean, const float *rstd,
+						       const float *res, float *dx, int rows, int d)
+{
+	if (rows <= 0 || d <= 0 || !dx)
+		return cudaSuccess;
+	const uintptr_t a16 = (uintptr_t)dy | (uintptr_t)x | (uintptr_t)g | (uintptr_t)res | (uintptr_t)dx;
+	const int C = ph_ln_warp_chunks(d, a16, 0);
+	if (C)
+		ph_lnw_bwd(C, s, dy, x, g, mean, rstd, res, dx, rows, d);
+	else
+		ph_layernorm_bwd_input_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd, res,
+											 dx, rows, d);
 	return cudaGetLastError();
 }
 
@@ -423,23 +709,7 @@ static inline cudaError_t ph_k_layernorm_bwd_input(cudaStream_t s, const float *
 {
 	if (rows <= 0 || d <= 0 || !dx)
 		return cudaSuccess;
-	ph_layernorm_bwd_input_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd,
-										 (const float *)NULL, dx, rows, d);
-	return cudaGetLastError();
-}
-
-/* The same plus a residual: dx = layernorm's input gradient + res, the
- * bits of ph_k_layernorm_bwd_input then ph_k_add(dx, res, dx), one pass
- * fewer over [rows, d]. */
-static inline cudaError_t ph_k_layernorm_bwd_input_add(cudaStream_t s, const float *dy, const float *x,
-						       const float *g, const float *mean, const float *rstd,
-						       const float *res, float *dx, int rows, int d)
-{
-	if (rows <= 0 || d <= 0 || !dx)
-		return cudaSuccess;
-	ph_layernorm_bwd_input_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd, res,
-										 dx, rows, d);
-	return cudaGetLastError();
+	return ph_k_layernorm_bwd_input_add(s, dy, x, g, mean, rstd, (const float *)NULL, dx, rows, d);
 }
 
 static inline cudaError_t ph_k_layernorm_bwd_weight(cudaStream_t s, const float *dy, const float *x,

@@ -117,34 +117,23 @@ template <int HD> struct alignas(32) ph_fa_smem {
 	float lq[D::BC], dd[D::BC]; /* dK/dV: L2 and D of the query tile */
 };
 
-/* 4 floats in one 16-byte access where aligned (vec4), 4 bf16 in one 8-byte
- * store */
-#ifdef CUEMU
-struct alignas(16) ph_fa_f4 {
-	float x, y, z, w;
-};
-#else
-typedef float4 ph_fa_f4;
-#endif
-struct alignas(8) ph_fa_bf4 {
-	__nv_bfloat162 a, b;
-};
-
-__device__ static inline ph_fa_f4 ph_fa_ld4(const float *p, int vec4)
+/* Loads and stores of 4 elements: ph_f4 (16 bytes) and ph_bf4 (8 bytes)
+ * are cuda_ops.cuh's. */
+__device__ static inline ph_f4 ph_fa_ld4(const float *p, int vec4)
 {
 	if (vec4)
-		return __ldg((const ph_fa_f4 *)p);
-	ph_fa_f4 v;
+		return __ldg((const ph_f4 *)p);
+	ph_f4 v;
 	v.x = __ldg(p), v.y = __ldg(p + 1), v.z = __ldg(p + 2), v.w = __ldg(p + 3);
 	return v;
 }
 
 __device__ static inline void ph_fa_stbf4(ph_bf16 *p, float a, float b, float c, float d)
 {
-	ph_fa_bf4 v;
+	ph_bf4 v;
 	v.a = __floats2bfloat162_rn(a, b);
 	v.b = __floats2bfloat162_rn(c, d);
-	*(ph_fa_bf4 *)p = v;
+	*(ph_bf4 *)p = v;
 }
 
 /* 4 values into 4 consecutive elements of an output: fp32 (one 16-byte
@@ -154,9 +143,9 @@ __device__ static inline void ph_fa_stbf4(ph_bf16 *p, float a, float b, float c,
 __device__ static inline void ph_fa_st4(float *p, float a, float b, float c, float d, int vec4)
 {
 	if (vec4) {
-		ph_fa_f4 v;
+		ph_f4 v;
 		v.x = a, v.y = b, v.z = c, v.w = d;
-		*(ph_fa_f4 *)p = v;
+		*(ph_f4 *)p = v;
 	} else {
 		p[0] = a, p[1] = b, p[2] = c, p[3] = d;
 	}
@@ -199,7 +188,7 @@ __device__ static inline float ph_fa_f32(ph_bf16 x)
 template <int HD, int ROWS> struct ph_fa_tile {
 	static constexpr int G = HD / 4, N = ROWS * G / PH_FA_THREADS;
 	static_assert(ROWS * G % PH_FA_THREADS == 0, "tile of whole thread groups");
-	ph_fa_f4 v[N];
+	ph_f4 v[N];
 
 	__device__ inline void fetch(const float *src, int64_t ld, int r0, int T, int vec4)
 	{
@@ -373,14 +362,14 @@ __device__ static inline void ph_fa_rows_scale(ph_fa_acc *acc, float *S, float m
 			if (f0 + t / 2 >= D::NF) /* chunk t is in fragment f0 + t/2: past hd */
 				break;
 			float *x = S + r * D::LDS + c;
-			const ph_fa_f4 v = *(const ph_fa_f4 *)x;
+			const ph_f4 v = *(const ph_f4 *)x;
 			if (out) {
 				if (row_ok)
 					ph_fa_st4(out + 16 * f0 + c, v.x * mul, v.y * mul, v.z * mul, v.w * mul, vec4);
 			} else {
-				ph_fa_f4 w;
+				ph_f4 w;
 				w.x = v.x * mul, w.y = v.y * mul, w.z = v.z * mul, w.w = v.w * mul;
-				*(ph_fa_f4 *)x = w;
+				*(ph_f4 *)x = w;
 			}
 		}
 		if (!out) {
@@ -461,7 +450,7 @@ ph_fa_fwd_kernel(const float *__restrict__ qkv, TO *__restrict__ att, float *__r
 #pragma unroll
 			for (int t = 0; t < D::CH; t++) {
 				const int c = 8 * t + 4 * hh;
-				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				const ph_f4 v = *(const ph_f4 *)(S + r * D::LDS + c);
 				const float s4[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
 				for (int e = 0; e < 4; e++) {
@@ -611,8 +600,8 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 #pragma unroll
 			for (int t = 0; t < D::CH; t++) {
 				const int c = 8 * t + 4 * hh;
-				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
-				const ph_fa_f4 lq = *(const ph_fa_f4 *)(sh.lq + c);
+				const ph_f4 v = *(const ph_f4 *)(S + r * D::LDS + c);
+				const ph_f4 lq = *(const ph_f4 *)(sh.lq + c);
 				const float s4[4] = { v.x, v.y, v.z, v.w }, l4[4] = { lq.x, lq.y, lq.z, lq.w };
 				float pd[4];
 #pragma unroll
@@ -636,8 +625,8 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 #pragma unroll
 			for (int t = 0; t < D::CH; t++) {
 				const int c = 8 * t + 4 * hh;
-				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
-				const ph_fa_f4 dd = *(const ph_fa_f4 *)(sh.dd + c);
+				const ph_f4 v = *(const ph_f4 *)(S + r * D::LDS + c);
+				const ph_f4 dd = *(const ph_f4 *)(sh.dd + c);
 				const float g4[4] = { v.x, v.y, v.z, v.w }, d4[4] = { dd.x, dd.y, dd.z, dd.w };
 				float ds[4];
 #pragma unroll
@@ -720,7 +709,7 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 #pragma unroll
 			for (int t = 0; t < D::CH; t++) {
 				const int c = 8 * t + 4 * hh;
-				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				const ph_f4 v = *(const ph_f4 *)(S + r * D::LDS + c);
 				const float s4[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
 				for (int e = 0; e < 4; e++)
@@ -732,7 +721,7 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 #pragma unroll
 			for (int t = 0; t < D::CH; t++) {
 				const int c = 8 * t + 4 * hh;
-				const ph_fa_f4 v = *(const ph_fa_f4 *)(S + r * D::LDS + c);
+				const ph_f4 v = *(const ph_f4 *)(S + r * D::LDS + c);
 				float g[4] = { v.x, v.y, v.z, v.w }, keep[4] = { 1.0f, 1.0f, 1.0f, 1.0f };
 				if (drop)
 					ph_fa_keep4(key, rowidx * (uint64_t)T + (uint64_t)(k0 + c), rate, dscale, keep);
