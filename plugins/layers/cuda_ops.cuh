@@ -529,57 +529,28 @@ static inline unsigned ph_lnw_grid(int rows)
 	return (unsigned)(((int64_t)rows * 32 + PH_LN_THREADS - 1) / PH_LN_THREADS);
 }
 
-/* one launch of the warp forward with C chunks (a template argument, so
- * the registers of the row are an array the compiler can keep) */
-template <int C, typename Y>
-static inline void ph_lnw_fwd_at(cudaStream_t s, const float *x, const float *g, const float *b, Y *y, float *mean,
-				 float *rstd, int rows, int d, float eps)
-{
-	ph_layernorm_fwd_warp_kernel<C, Y><<<ph_lnw_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd, rows,
-										    d, eps);
-}
+/* launch(ph_lnw_c<N>()) for the instantiated chunk count N == C (from
+ * ph_ln_warp_chunks): the one list of the warp kernels' sizes, N a
+ * template argument so that the registers of a row are an array the
+ * compiler can keep */
+template <int N> struct ph_lnw_c {
+	static constexpr int value = N;
+};
 
-template <int C>
-static inline void ph_lnw_bwd_at(cudaStream_t s, const float *dy, const float *x, const float *g, const float *mean,
-				 const float *rstd, const float *res, float *dx, int rows, int d)
-{
-	ph_layernorm_bwd_input_warp_kernel<C><<<ph_lnw_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd, res,
-										       dx, rows, d);
-}
-
-/* C from ph_ln_warp_chunks */
-template <typename Y>
-static inline void ph_lnw_fwd(int C, cudaStream_t s, const float *x, const float *g, const float *b, Y *y,
-			      float *mean, float *rstd, int rows, int d, float eps)
+template <typename F>
+static inline void ph_lnw_at_chunks(int C, F launch)
 {
 	switch (C) {
-	case 1: ph_lnw_fwd_at<1>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 2: ph_lnw_fwd_at<2>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 3: ph_lnw_fwd_at<3>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 4: ph_lnw_fwd_at<4>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 5: ph_lnw_fwd_at<5>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 6: ph_lnw_fwd_at<6>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 7: ph_lnw_fwd_at<7>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 8: ph_lnw_fwd_at<8>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	case 12: ph_lnw_fwd_at<12>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	default: ph_lnw_fwd_at<16>(s, x, g, b, y, mean, rstd, rows, d, eps); break;
-	}
-}
-
-static inline void ph_lnw_bwd(int C, cudaStream_t s, const float *dy, const float *x, const float *g,
-			      const float *mean, const float *rstd, const float *res, float *dx, int rows, int d)
-{
-	switch (C) {
-	case 1: ph_lnw_bwd_at<1>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 2: ph_lnw_bwd_at<2>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 3: ph_lnw_bwd_at<3>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 4: ph_lnw_bwd_at<4>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 5: ph_lnw_bwd_at<5>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 6: ph_lnw_bwd_at<6>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 7: ph_lnw_bwd_at<7>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 8: ph_lnw_bwd_at<8>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	case 12: ph_lnw_bwd_at<12>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
-	default: ph_lnw_bwd_at<16>(s, dy, x, g, mean, rstd, res, dx, rows, d); break;
+	case 1: launch(ph_lnw_c<1>()); break;
+	case 2: launch(ph_lnw_c<2>()); break;
+	case 3: launch(ph_lnw_c<3>()); break;
+	case 4: launch(ph_lnw_c<4>()); break;
+	case 5: launch(ph_lnw_c<5>()); break;
+	case 6: launch(ph_lnw_c<6>()); break;
+	case 7: launch(ph_lnw_c<7>()); break;
+	case 8: launch(ph_lnw_c<8>()); break;
+	case 12: launch(ph_lnw_c<12>()); break;
+	default: launch(ph_lnw_c<16>()); break;
 	}
 }
 
@@ -677,7 +648,11 @@ static inline cudaError_t ph_k_layernorm_fwd(cudaStream_t s, const float *x, con
 	const uintptr_t a16 = (uintptr_t)x | (uintptr_t)g | (uintptr_t)b | (sizeof(Y) == 4 ? (uintptr_t)y : 0);
 	const int C = ph_ln_warp_chunks(d, a16, sizeof(Y) == 2 ? (uintptr_t)y : 0);
 	if (C)
-		ph_lnw_fwd(C, s, x, g, b, y, mean, rstd, rows, d, eps);
+		ph_lnw_at_chunks(C, [&](auto c) {
+			constexpr int n = decltype(c)::value;
+			ph_layernorm_fwd_warp_kernel<n, Y><<<ph_lnw_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean,
+												    rstd, rows, d, eps);
+		});
 	else
 		ph_layernorm_fwd_kernel<Y><<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(x, g, b, y, mean, rstd, rows,
 										      d, eps);
@@ -696,7 +671,11 @@ static inline cudaError_t ph_k_layernorm_bwd_input_add(cudaStream_t s, const flo
 	const uintptr_t a16 = (uintptr_t)dy | (uintptr_t)x | (uintptr_t)g | (uintptr_t)res | (uintptr_t)dx;
 	const int C = ph_ln_warp_chunks(d, a16, 0);
 	if (C)
-		ph_lnw_bwd(C, s, dy, x, g, mean, rstd, res, dx, rows, d);
+		ph_lnw_at_chunks(C, [&](auto c) {
+			constexpr int n = decltype(c)::value;
+			ph_layernorm_bwd_input_warp_kernel<n><<<ph_lnw_grid(rows), PH_LN_THREADS, 0, s>>>(
+				dy, x, g, mean, rstd, res, dx, rows, d);
+		});
 	else
 		ph_layernorm_bwd_input_kernel<<<ph_ln_grid(rows), PH_LN_THREADS, 0, s>>>(dy, x, g, mean, rstd, res,
 											 dx, rows, d);

@@ -128,37 +128,26 @@ __device__ static inline ph_f4 ph_fa_ld4(const float *p, int vec4)
 	return v;
 }
 
-__device__ static inline void ph_fa_stbf4(ph_bf16 *p, float a, float b, float c, float d)
-{
-	ph_bf4 v;
-	v.a = __floats2bfloat162_rn(a, b);
-	v.b = __floats2bfloat162_rn(c, d);
-	*(ph_bf4 *)p = v;
-}
-
-/* 4 values into 4 consecutive elements of an output: fp32 (one 16-byte
- * store where vec4), or bf16 rounded to nearest even (one 8-byte store
- * where vec4: the staging cast's rounding, so a product reading these
- * gets the bits it got from the fp32 values before) */
-__device__ static inline void ph_fa_st4(float *p, float a, float b, float c, float d, int vec4)
+/* 4 values into 4 consecutive elements of an output: fp32, or bf16
+ * rounded to nearest even (the staging cast's rounding, so a product
+ * reading these gets the bits it got from the fp32 values before); one
+ * 16-byte (fp32) or 8-byte (bf16) store where vec4 */
+template <typename T>
+__device__ static inline void ph_fa_st4(T *p, float a, float b, float c, float d, int vec4)
 {
 	if (vec4) {
 		ph_f4 v;
 		v.x = a, v.y = b, v.z = c, v.w = d;
-		*(ph_f4 *)p = v;
+		ph_d_put4(p, v);
 	} else {
-		p[0] = a, p[1] = b, p[2] = c, p[3] = d;
+		ph_d_put(p, a), ph_d_put(p + 1, b), ph_d_put(p + 2, c), ph_d_put(p + 3, d);
 	}
 }
 
-__device__ static inline void ph_fa_st4(ph_bf16 *p, float a, float b, float c, float d, int vec4)
+/* 4 bf16 at an 8-byte-aligned p (the tiles in shared memory) */
+__device__ static inline void ph_fa_stbf4(ph_bf16 *p, float a, float b, float c, float d)
 {
-	if (vec4) {
-		ph_fa_stbf4(p, a, b, c, d);
-	} else {
-		p[0] = __float2bfloat16_rn(a), p[1] = __float2bfloat16_rn(b);
-		p[2] = __float2bfloat16_rn(c), p[3] = __float2bfloat16_rn(d);
-	}
+	ph_fa_st4(p, a, b, c, d, 1);
 }
 
 /* An element of an fp32 or bf16 input as fp32 */
