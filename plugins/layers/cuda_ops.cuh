@@ -515,9 +515,7 @@ ph_layernorm_bwd_input_warp_kernel(const float *dy, const float *x, const float 
  * written 16 bytes at a time, OR-ed; `align8`: those 8 bytes at a time. */
 static inline int ph_ln_warp_chunks(int d, uintptr_t align16, uintptr_t align8)
 {
-	static int off = -1;
-	if (off < 0)
-		off = ph_env_off("PIPEHOST_LN_WARP");
+	static const int off = ph_env_off("PIPEHOST_LN_WARP"); /* read once (C++ makes that thread-safe) */
 	if (off || d <= 0 || d % 4 || d > 128 * PH_LNW_MAXC || (align16 & 15) || (align8 & 7))
 		return 0;
 	const int c = (d + 127) / 128;
