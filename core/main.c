@@ -39,7 +39,7 @@ static void usage(FILE *f)
 		"      --resume DIR         continue from the newest checkpoint in DIR (or from DIR/step-N)\n"
 		"      --trace FILE         write every op of every rank (Chrome trace JSON, opens in Perfetto)\n"
 		"      --simulate           run the schedule on the cost model: step time, bubble, peak memory\n"
-		"      --svg FILE           --simulate's timeline (default timeline.svg); --trace FILE: its Chrome trace\n"
+		"      --svg FILE           with --simulate: draw the timeline as SVG in FILE; --trace FILE: its Chrome trace\n"
 		"      --plugin-dir DIR     search DIR for plugins first (repeatable)\n"
 		"      --allow-writable-plugins  load plugins even from files or directories others can write\n"
 		"  -V, --version            print the version\n"
@@ -133,6 +133,10 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		return ph_fail(err, PH_EINVAL, "unexpected argument %s; the config goes after -c", argv[optind]);
 	if (!cli->config && !cli->list_plugins && !cli->list_options)
 		return ph_fail(err, PH_EINVAL, "no config given; run pipehost -c FILE (see pipehost --help)");
+	/* the SVG draws the simulated timeline; a real run's is --trace */
+	if (cli->svg && !cli->simulate)
+		return ph_fail(err, PH_EINVAL, "--svg %s needs --simulate (it draws the simulated timeline); add --simulate, "
+				       "or use --trace for a real run's timeline", cli->svg);
 	return PH_OK;
 }
 
@@ -296,7 +300,7 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	fflush(stdout);
 	if (cli->simulate) {
 		rc = ph_simulate_report(&plan, &model, &cfg, cost_f, cost_b, cfg.part.link_gbps * 1e9,
-					cli->svg ? cli->svg : "timeline.svg", cli->trace, stdout, err);
+					cli->svg, cli->trace, stdout, err);
 		goto out;
 	}
 	if (cli->plan_only)

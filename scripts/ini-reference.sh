@@ -7,5 +7,5 @@ bin=${PIPEHOST:-$top/pipehost}
 echo '```'
 "$bin" --list-options
 echo
-"$bin" --list-plugins | sed "s#from $top/#from #"
+"$bin" --list-plugins | sed -e "s#from $top/#from #" -e "s#/\.libs/#/#"
 echo '```'

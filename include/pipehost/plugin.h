@@ -8,7 +8,7 @@
  *
  *     cc -shared -fPIC $(pkg-config --cflags pipehost) -o mylayer.so mylayer.c
  *
- * Contracts (see DESIGN.md):
+ * Contracts (see docs/design.md):
  *  - The host owns all memory.  Plugins get pointers to parameters, gradients,
  *    activations, saved state and scratch sized from their meta.
  *  - Plugins never print and never exit: they return PH_OK or an error code and

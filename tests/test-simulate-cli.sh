@@ -1,0 +1,41 @@
+#!/bin/sh
+# --simulate from the command line writes only the files asked for: a plain
+# --simulate prints its report and leaves the current directory as it was;
+# --svg FILE draws the timeline into FILE; --svg without --simulate is refused.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+mkdir "$tmp/cwd"
+
+# plain --simulate: the report on stdout, nothing new in the directory it ran in
+if (cd "$tmp/cwd" && "$PIPEHOST" -c "$tiny" --simulate >"$tmp/plain.out" 2>"$tmp/plain.err"); then
+	if grep -q '^  step time ' "$tmp/plain.out"; then
+		ok "--simulate prints the step time"
+	else
+		not_ok "--simulate: no step time in $(head -c 400 "$tmp/plain.out")"
+	fi
+else
+	not_ok "--simulate failed: $(head -c 400 "$tmp/plain.err")"
+fi
+left=$(ls -A "$tmp/cwd")
+if [ -z "$left" ]; then
+	ok "--simulate without --svg writes nothing into the current directory"
+else
+	not_ok "--simulate without --svg left $left in the current directory"
+fi
+
+# --svg FILE: the timeline there, and the report says where
+if (cd "$tmp/cwd" && "$PIPEHOST" -c "$tiny" --simulate --svg "$tmp/t.svg" >"$tmp/svg.out" 2>"$tmp/svg.err") &&
+	grep -q '^<svg xmlns="http://www.w3.org/2000/svg"' "$tmp/t.svg" && grep -q '</svg>' "$tmp/t.svg" &&
+	grep -q "timeline written to $tmp/t.svg" "$tmp/svg.out"; then
+	ok "--simulate --svg FILE writes the timeline to FILE"
+else
+	not_ok "--simulate --svg: $(head -c 400 "$tmp/svg.err")"
+fi
+left=$(ls -A "$tmp/cwd")
+[ -z "$left" ] && ok "--simulate --svg FILE writes nothing else" || not_ok "--simulate --svg FILE also left $left"
+
+expect_error "--svg without --simulate" \
+	"^pipehost: --svg $tmp/u.svg needs --simulate \(it draws the simulated timeline\); add --simulate, or use --trace for a real run's timeline$" \
+	-c "$tiny" --svg "$tmp/u.svg"
+[ ! -e "$tmp/u.svg" ] && ok "--svg without --simulate writes no file" || not_ok "--svg without --simulate wrote $tmp/u.svg"
+finish
