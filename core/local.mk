@@ -4,7 +4,7 @@ core_libphcore_la_SOURCES = \
 	core/options.c core/options.h \
 	core/inifile.c core/inifile.h \
 	core/loader.c core/loader.h \
-	core/config.c core/config.h \
+	core/config.c core/config.h core/gpu_switches.c core/gpu_switches.h \
 	core/model.c core/model.h \
 	core/plan.c core/plan.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \

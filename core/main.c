@@ -14,6 +14,7 @@
 #include "comm.h"
 #include "config.h"
 #include "engine.h"
+#include "gpu_switches.h"
 #include "options.h"
 #include "planjson.h"
 #include "profile.h"
@@ -29,7 +30,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: pipehost -c FILE [options]      train the model FILE describes\n"
 		"       pipehost --list-plugins         every plugin found, with its options\n"
-		"       pipehost --list-options         the keys of [run], [data], [optimizer], [layer]\n"
+		"       pipehost --list-options         the keys of every core section ([run], [data], ...)\n"
 		"options:\n"
 		"  -c, --config FILE        the run's INI file\n"
 		"  -s, --set SEC.KEY=VALUE  override one INI key (repeatable), e.g. --set run.steps=20\n"
@@ -144,20 +145,10 @@ static void plugin_path(const cli_t *cli, const char *from_ini, char *buf, size_
 
 static void list_options(void)
 {
-	printf("[run]\n");
-	ph_options_print(stdout, ph_run_options, "  ");
-	printf("[data]\n");
-	ph_options_print(stdout, ph_data_options, "  ");
-	printf("[optimizer]\n");
-	ph_options_print(stdout, ph_optimizer_options, "  ");
-	printf("[partition]\n");
-	ph_options_print(stdout, ph_partition_options, "  ");
-	printf("[schedule]\n");
-	ph_options_print(stdout, ph_schedule_options, "  ");
-	printf("[checkpoint]\n");
-	ph_options_print(stdout, ph_checkpoint_options, "  ");
-	printf("[layer NAME]\n");
-	ph_options_print(stdout, ph_layer_common_options, "  ");
+	for (const ph_core_section *r = ph_core_sections; r->name; r++) {
+		printf("[%s]\n", r->name);
+		ph_options_print(stdout, r->options, "  ");
+	}
 }
 
 /* The per-sample input shape a data source gives, known without loading it. */
@@ -264,6 +255,9 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	if ((rc = ph_config_read(&cfg, cli->config, cli->overrides, cli->noverrides, err)))
 		goto out;
 	cfg.comm = *comm;
+	/* before the plugins load, so before any CUDA code can read them */
+	if ((rc = ph_gpu_switches_apply(&cfg.gpu, err)))
+		goto out;
 	plugin_path(cli, ph_config_plugin_path(&cfg), path, sizeof path);
 	if ((rc = ph_registry_load_path(&reg, path, err)))
 		goto out;

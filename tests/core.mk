@@ -14,3 +14,11 @@ SH_LOG_COMPILER = $(SHELL)
 TESTS += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh tests/test-lm.sh
 EXTRA_DIST += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh tests/test-lm.sh \
 	tests/lib.sh tests/fixtures tests/example-plugin
+
+# The core sections' one table and the [gpu] keys (test-sections.sh), with
+# a plugin that reports the environment it is loaded in.
+check_LTLIBRARIES += tests/plugins/probe/env_probe.la
+tests_plugins_probe_env_probe_la_SOURCES = tests/plugins/probe/env_probe.c
+tests_plugins_probe_env_probe_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+TESTS += tests/test-sections.sh
+EXTRA_DIST += tests/test-sections.sh
