@@ -22,3 +22,6 @@ tests_plugins_probe_env_probe_la_SOURCES = tests/plugins/probe/env_probe.c
 tests_plugins_probe_env_probe_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 TESTS += tests/test-sections.sh
 EXTRA_DIST += tests/test-sections.sh
+# ... and that they reach the CUDA code (in the emulator build; skips elsewhere).
+TESTS += tests/test-gpu-switches.sh
+EXTRA_DIST += tests/test-gpu-switches.sh
