@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "data.h"
+#include "data_source.h"
 #include "options.h"
 
 const ph_option ph_run_options[] = {
@@ -40,7 +40,7 @@ const ph_option ph_run_options[] = {
 };
 
 const ph_option ph_data_options[] = {
-	PH_OPT_CHOICE_(ph_data_cfg, source, "source", "fashion-mnist", "fashion-mnist|synthetic|text", "where samples come from"),
+	PH_OPT_STRING_(ph_data_cfg, source, "source", "fashion-mnist", "where samples come from: one of the sources below"),
 	PH_OPT_STRING_(ph_data_cfg, path, "path", "",
 		       "fashion-mnist: directory of the IDX .gz files (default " PH_FASHION_MNIST_DIR "); text: a file or "
 		       "directory (default " PH_FORTUNES_DIR ")"),
@@ -135,21 +135,21 @@ const ph_option ph_gpu_options[] = {
 };
 
 #define CFG(field) offsetof(ph_config, field)
-#define PLAIN(name, options, field, early) { name, PH_SECTION_PLAIN, options, CFG(field), early, 0, 0, 0 }
+#define PLAIN(name, options, field, early, more) { name, PH_SECTION_PLAIN, options, CFG(field), early, 0, 0, 0, more }
 #define TYPED(name, options, field, kind, ops, cfg) \
-	{ name, PH_SECTION_TYPED, options, CFG(field), 0, kind, CFG(ops), CFG(cfg) }
+	{ name, PH_SECTION_TYPED, options, CFG(field), 0, kind, CFG(ops), CFG(cfg), NULL }
 const ph_core_section ph_core_sections[] = {
-	PLAIN("run", ph_run_options, run, 0),
-	PLAIN("data", ph_data_options, data, 0),
-	PLAIN("optimizer", ph_optimizer_options, optim, 0),
+	PLAIN("run", ph_run_options, run, 0, NULL),
+	PLAIN("data", ph_data_options, data, 0, ph_data_sources_print),
+	PLAIN("optimizer", ph_optimizer_options, optim, 0, NULL),
 	TYPED("partition", ph_partition_options, part, PH_KIND_PARTITIONER, partitioner, partitioner_config),
 	TYPED("schedule", ph_schedule_options, sched, PH_KIND_SCHEDULE, schedule, schedule_config),
-	PLAIN("checkpoint", ph_checkpoint_options, checkpoint, 0),
+	PLAIN("checkpoint", ph_checkpoint_options, checkpoint, 0, NULL),
 	/* read before the plugins load: the switches must be in the
 	 * environment before any CUDA code can look */
-	PLAIN("gpu", ph_gpu_options, gpu, 1),
-	{ "layer NAME", PH_SECTION_LAYER, ph_layer_common_options, 0, 0, 0, 0, 0 },
-	{ NULL, 0, NULL, 0, 0, 0, 0, 0 }
+	PLAIN("gpu", ph_gpu_options, gpu, 1, NULL),
+	{ "layer NAME", PH_SECTION_LAYER, ph_layer_common_options, 0, 0, 0, 0, 0, NULL },
+	{ NULL, 0, NULL, 0, 0, 0, 0, 0, NULL }
 };
 
 const char *ph_config_plugin_path(ph_config *c)
@@ -276,6 +276,19 @@ static int unknown_section(ph_config *c, const ph_ini_section *s, ph_err *err)
 		len += (size_t)snprintf(all + len, len < sizeof all ? sizeof all - len : 0, "%s[%s]",
 					r == ph_core_sections ? "" : r[1].name ? ", " : " and ", r->name);
 	return where_fail(c, s->line, PH_EINVAL, err, "unknown section [%s]; sections are %s", s->name, all);
+}
+
+/* [data] source names a source of the registry (data_source.h). */
+static int resolve_data_source(ph_config *c, ph_err *err)
+{
+	c->data_source = ph_data_source_find(c->data.source);
+	if (c->data_source)
+		return PH_OK;
+	ph_ini_entry *e = ph_ini_find(&c->ini, "data", "source");
+	char names[256];
+	ph_data_source_names(names, sizeof names);
+	return where_fail(c, e ? e->line : 0, PH_EINVAL, err, "[data] source = %s is not a data source; the sources are: %s",
+			  c->data.source, names);
 }
 
 /* [partition] or [schedule]: `type` picks the plugin, the rest are its keys. */
@@ -421,6 +434,8 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 	for (const ph_core_section *r = ph_core_sections; r->name; r++)
 		if (r->kind == PH_SECTION_PLAIN && (rc = resolve_plain(c, r, err)))
 			return rc;
+	if ((rc = resolve_data_source(c, err)))
+		return rc;
 	for (const ph_core_section *r = ph_core_sections; r->name; r++)
 		if (r->kind == PH_SECTION_TYPED && (rc = resolve_typed(c, reg, r, err)))
 			return rc;

@@ -38,8 +38,6 @@ typedef struct {
 
 enum { PH_RECOMPUTE_NO = 0, PH_RECOMPUTE_YES = 1, PH_RECOMPUTE_EXCEPT_LAST = 2 };
 
-enum { PH_DATA_FASHION_MNIST = 0, PH_DATA_SYNTHETIC = 1, PH_DATA_TEXT = 2 };
-
 /* [checkpoint]: see core/checkpoint.h. */
 typedef struct {
 	char dir[PH_STR_MAX];    /* "": no checkpoints */
@@ -48,7 +46,7 @@ typedef struct {
 } ph_checkpoint_cfg;
 
 typedef struct {
-	int source;              /* PH_DATA_* */
+	char source[PH_STR_MAX]; /* a name of the data-source registry (data_source.h) */
 	char path[PH_STR_MAX];
 	int shuffle;
 	int64_t limit;           /* use only the first N training samples; 0 = all */
@@ -109,6 +107,7 @@ typedef struct {
 	ph_partition_cfg part;
 	ph_schedule_cfg sched;
 	ph_gpu_cfg gpu;
+	const struct ph_data_source *data_source; /* [data] source, found by ph_config_resolve */
 	const ph_partitioner_ops *partitioner;
 	void *partitioner_config;
 	const ph_schedule_ops *schedule;
@@ -155,6 +154,7 @@ typedef struct {
 	ph_plugin_kind plugin;    /* typed: the kind of plugin `type` names */
 	size_t ops_offset;        /* typed: where the plugin's ops go in ph_config */
 	size_t plugin_cfg_offset; /* typed: where its config goes */
+	void (*list_more)(FILE *f, const char *indent); /* --list-options: more after the keys */
 } ph_core_section;
 
 extern const ph_core_section ph_core_sections[];

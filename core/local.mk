@@ -10,7 +10,8 @@ core_libphcore_la_SOURCES = \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \
 	core/optim.c core/optim.h \
-	core/data.c core/data.h \
+	core/data.c core/data.h core/data_source.h core/data_sources.c \
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
 	core/weights.c core/weights.h \
 	core/train.c core/train.h \
 	core/checkpoint.c core/checkpoint.h \

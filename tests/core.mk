@@ -25,3 +25,6 @@ EXTRA_DIST += tests/test-sections.sh
 # ... and that they reach the CUDA code (in the emulator build; skips elsewhere).
 TESTS += tests/test-gpu-switches.sh
 EXTRA_DIST += tests/test-gpu-switches.sh
+# [data] source through the registry of data sources.
+TESTS += tests/test-data-sources.sh
+EXTRA_DIST += tests/test-data-sources.sh
