@@ -272,8 +272,8 @@ static int unknown_section(ph_config *c, const ph_ini_section *s, ph_err *err)
 	char all[512];
 	size_t len = 0;
 	all[0] = 0;
-	for (const ph_core_section *r = ph_core_sections; r->name; r++)
-		len += (size_t)snprintf(all + len, len < sizeof all ? sizeof all - len : 0, "%s[%s]",
+	for (const ph_core_section *r = ph_core_sections; r->name && len < sizeof all; r++)
+		len += (size_t)snprintf(all + len, sizeof all - len, "%s[%s]",
 					r == ph_core_sections ? "" : r[1].name ? ", " : " and ", r->name);
 	return where_fail(c, s->line, PH_EINVAL, err, "unknown section [%s]; sections are %s", s->name, all);
 }
