@@ -7,6 +7,7 @@
 #   test-cuda-layers    every layer's CUDA twin against its CPU twin
 #   test-gpu.sh         4 ranks on one GPU against 1 rank, schedules, bf16
 #   test-nccl.sh        two (emulated) GPUs in one process
+#   test-gpu-switches.sh  the [gpu] keys reach the kernels' switches
 # three times: threads of a block run forward, reversed and shuffled
 # between barriers, so a kernel with a race gives different bits and fails
 # the byte-for-byte checks.
@@ -22,7 +23,7 @@ mkdir -p "$root"
 cd "$root"
 "$src/configure" -q --enable-cuda-emulator --without-nccl
 make -j"$jobs"
-suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh"
+suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh"
 for order in forward reverse shuffle; do
 	if ! PH_CUEMU_ORDER=$order PH_CUEMU_DEVICES=2 make -j"$jobs" check TESTS="$suites" >"check-$order.log" 2>&1; then
 		cat "check-$order.log"

@@ -1,11 +1,12 @@
 /* INI -> typed configuration.  Every key is checked against an option table;
  * every error says where (file:line), what, and what to do. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
-#include "data.h"
+#include "data_source.h"
 #include "options.h"
 
 const ph_option ph_run_options[] = {
@@ -39,7 +40,7 @@ const ph_option ph_run_options[] = {
 };
 
 const ph_option ph_data_options[] = {
-	PH_OPT_CHOICE_(ph_data_cfg, source, "source", "fashion-mnist", "fashion-mnist|synthetic|text", "where samples come from"),
+	PH_OPT_STRING_(ph_data_cfg, source, "source", "fashion-mnist", "where samples come from: one of the sources below"),
 	PH_OPT_STRING_(ph_data_cfg, path, "path", "",
 		       "fashion-mnist: directory of the IDX .gz files (default " PH_FASHION_MNIST_DIR "); text: a file or "
 		       "directory (default " PH_FORTUNES_DIR ")"),
@@ -95,10 +96,6 @@ const ph_option ph_layer_common_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	char type[PH_STR_MAX];
-} typed_section;
-
 const ph_option ph_partition_options[] = {
 	PH_OPT_STRING_(ph_partition_cfg, type, "type", "uniform", "partitioner plugin name; its own keys follow"),
 	PH_OPT_CHOICE_(ph_partition_cfg, cost, "cost", "flops", "flops|params|profile",
@@ -115,22 +112,45 @@ const ph_option ph_partition_options[] = {
 	PH_OPT_END
 };
 const ph_option ph_schedule_options[] = {
-	PH_OPT_STRING_(typed_section, type, "type", "1f1b", "schedule plugin name"),
+	PH_OPT_STRING_(ph_schedule_cfg, type, "type", "1f1b", "schedule plugin name"),
 	PH_OPT_END
 };
 
-static const char *const core_sections[] = { "run", "data", "optimizer", "partition", "schedule", "checkpoint",
-					     NULL };
+/* Each key's environment variable is PIPEHOST_ and its name in capitals
+ * (gpu_switches.c); the variables stay for the bench scripts. */
+#define GPU_SWITCH(field, FIELD, help)                                                                 \
+	PH_OPT_CHOICE_(ph_gpu_cfg, field, #field, "auto", "auto|on|off",                               \
+		       help "; auto: on unless $PIPEHOST_" #FIELD " is 0 (on and off win over it)")
+const ph_option ph_gpu_options[] = {
+	GPU_SWITCH(gemm_lt, GEMM_LT, "cuBLASLt products with their epilogues (bias, GELU) fused; off: a product, then a pass of its own"),
+	GPU_SWITCH(gemm_cast, GEMM_CAST, "bf16: round product operands into bf16 copies of our own; off: cuBLAS rounds fp32 "
+			      "inputs itself (the same values by another road)"),
+	GPU_SWITCH(optim_many, OPTIM_MANY, "the step's end (clip norm, update) in one launch for all of a rank's tensors; off: "
+			       "one launch per tensor (the same bits)"),
+	GPU_SWITCH(ln_warp, LN_WARP, "layernorm: one warp a row held in registers; off: the 8-lane kernels, the CPU's order"),
+	GPU_SWITCH(attn_flash, ATTN_FLASH, "bf16 attention: the flash kernels; off: the materialised path"),
+	GPU_SWITCH(gelu_fuse, GELU_FUSE, "bf16 gpt_block: the GELU fused into the products; off: a separate pass"),
+	GPU_SWITCH(bf16_act, BF16_ACT, "bf16 gpt_block: layernorm and GELU outputs written in bf16; off: fp32"),
+	PH_OPT_END
+};
 
-int ph_config_read(ph_config *c, const char *path, const char *const *overrides, int noverrides,
-		   ph_err *err)
-{
-	memset(c, 0, sizeof *c);
-	int rc = ph_ini_load(path, &c->ini, err);
-	for (int i = 0; !rc && i < noverrides; i++)
-		rc = ph_ini_override(&c->ini, overrides[i], err);
-	return rc;
-}
+#define CFG(field) offsetof(ph_config, field)
+#define PLAIN(name, options, field, early, more) { name, PH_SECTION_PLAIN, options, CFG(field), early, 0, 0, 0, more }
+#define TYPED(name, options, field, kind, ops, cfg) \
+	{ name, PH_SECTION_TYPED, options, CFG(field), 0, kind, CFG(ops), CFG(cfg), NULL }
+const ph_core_section ph_core_sections[] = {
+	PLAIN("run", ph_run_options, run, 0, NULL),
+	PLAIN("data", ph_data_options, data, 0, ph_data_sources_print),
+	PLAIN("optimizer", ph_optimizer_options, optim, 0, NULL),
+	TYPED("partition", ph_partition_options, part, PH_KIND_PARTITIONER, partitioner, partitioner_config),
+	TYPED("schedule", ph_schedule_options, sched, PH_KIND_SCHEDULE, schedule, schedule_config),
+	PLAIN("checkpoint", ph_checkpoint_options, checkpoint, 0, NULL),
+	/* read before the plugins load: the switches must be in the
+	 * environment before any CUDA code can look */
+	PLAIN("gpu", ph_gpu_options, gpu, 1, NULL),
+	{ "layer NAME", PH_SECTION_LAYER, ph_layer_common_options, 0, 0, 0, 0, 0, NULL },
+	{ NULL, 0, NULL, 0, 0, 0, 0, 0, NULL }
+};
 
 const char *ph_config_plugin_path(ph_config *c)
 {
@@ -197,10 +217,89 @@ static int defaults(const ph_option *t, void *cfg, ph_err *err)
 	return ph_options_defaults(t, cfg, err);
 }
 
-/* [partition] or [schedule]: `type` picks the plugin, the rest are its keys. */
-static int resolve_typed(ph_config *c, const ph_registry *reg, const char *section, const ph_option *head,
-			 void *head_cfg, ph_plugin_kind kind, const void **ops_out, void **cfg_out, ph_err *err)
+static void *section_cfg(ph_config *c, const ph_core_section *r)
 {
+	return (char *)c + r->offset;
+}
+
+/* A plain section: its defaults, then its keys. */
+static int resolve_plain(ph_config *c, const ph_core_section *r, ph_err *err)
+{
+	int rc = defaults(r->options, section_cfg(c, r), err);
+	if (rc)
+		return rc;
+	const ph_option *t[2] = { r->options, NULL };
+	void *p[1] = { section_cfg(c, r) };
+	return apply_section(c, r->name, t, p, err);
+}
+
+int ph_config_read(ph_config *c, const char *path, const char *const *overrides, int noverrides,
+		   ph_err *err)
+{
+	memset(c, 0, sizeof *c);
+	int rc = ph_ini_load(path, &c->ini, err);
+	for (int i = 0; !rc && i < noverrides; i++)
+		rc = ph_ini_override(&c->ini, overrides[i], err);
+	for (const ph_core_section *r = ph_core_sections; !rc && r->name; r++)
+		if (r->kind == PH_SECTION_PLAIN && r->before_plugins)
+			rc = resolve_plain(c, r, err);
+	return rc;
+}
+
+/* Whether the INI section `name` is one of the table's. */
+static int known_section(const char *name)
+{
+	for (const ph_core_section *r = ph_core_sections; r->name; r++) {
+		if (r->kind == PH_SECTION_LAYER ? strncmp(name, "layer ", 6) == 0 || strcmp(name, "layer") == 0
+						: strcmp(name, r->name) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* An unknown section: the nearest name, or every one ("[run], ... and [layer NAME]"). */
+static int unknown_section(ph_config *c, const ph_ini_section *s, ph_err *err)
+{
+	const char *best = NULL;
+	int bd = 1 << 30;
+	for (const ph_core_section *r = ph_core_sections; r->name; r++) {
+		int d = r->kind == PH_SECTION_LAYER ? 1 << 30 : ph_edit_distance(s->name, r->name);
+		if (d < bd)
+			bd = d, best = r->name;
+	}
+	if (bd <= 3)
+		return where_fail(c, s->line, PH_EINVAL, err, "unknown section [%s]; did you mean [%s]?", s->name, best);
+	char all[512];
+	size_t len = 0;
+	all[0] = 0;
+	for (const ph_core_section *r = ph_core_sections; r->name && len < sizeof all; r++)
+		len += (size_t)snprintf(all + len, sizeof all - len, "%s[%s]",
+					r == ph_core_sections ? "" : r[1].name ? ", " : " and ", r->name);
+	return where_fail(c, s->line, PH_EINVAL, err, "unknown section [%s]; sections are %s", s->name, all);
+}
+
+/* [data] source names a source of the registry (data_source.h). */
+static int resolve_data_source(ph_config *c, ph_err *err)
+{
+	c->data_source = ph_data_source_find(c->data.source);
+	if (c->data_source)
+		return PH_OK;
+	ph_ini_entry *e = ph_ini_find(&c->ini, "data", "source");
+	char names[256];
+	ph_data_source_names(names, sizeof names);
+	return where_fail(c, e ? e->line : 0, PH_EINVAL, err, "[data] source = %s is not a data source; the sources are: %s",
+			  c->data.source, names);
+}
+
+/* [partition] or [schedule]: `type` picks the plugin, the rest are its keys. */
+static int resolve_typed(ph_config *c, const ph_registry *reg, const ph_core_section *r, ph_err *err)
+{
+	const char *section = r->name;
+	const ph_option *head = r->options;
+	void *head_cfg = section_cfg(c, r);
+	ph_plugin_kind kind = r->plugin;
+	const void **ops_out = (const void **)((char *)c + r->ops_offset);
+	void **cfg_out = (void **)((char *)c + r->plugin_cfg_offset);
 	int rc = defaults(head, head_cfg, err);
 	if (rc)
 		return rc;
@@ -322,67 +421,24 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 {
 	int rc;
-	if ((rc = defaults(ph_run_options, &c->run, err)) || (rc = defaults(ph_data_options, &c->data, err)) ||
-	    (rc = defaults(ph_optimizer_options, &c->optim, err)) ||
-	    (rc = defaults(ph_checkpoint_options, &c->checkpoint, err)))
-		return rc;
+	for (const ph_core_section *r = ph_core_sections; r->name; r++)
+		if (r->kind == PH_SECTION_PLAIN && (rc = defaults(r->options, section_cfg(c, r), err)))
+			return rc;
 	/* Sections must be known before any key is read, so that a misspelt
 	 * section is reported as such rather than as missing keys. */
-	for (int i = 0; i < c->ini.nsections; i++) {
-		const ph_ini_section *s = &c->ini.sections[i];
-		int known = strncmp(s->name, "layer ", 6) == 0 || strcmp(s->name, "layer") == 0;
-		for (int k = 0; !known && core_sections[k]; k++)
-			known = strcmp(s->name, core_sections[k]) == 0;
-		if (!known) {
-			const char *best = NULL;
-			int bd = 1 << 30;
-			for (int k = 0; core_sections[k]; k++) {
-				int d = ph_edit_distance(s->name, core_sections[k]);
-				if (d < bd)
-					bd = d, best = core_sections[k];
-			}
-			if (bd <= 3)
-				return where_fail(c, s->line, PH_EINVAL, err, "unknown section [%s]; did you mean [%s]?", s->name,
-						  best);
-			return where_fail(c, s->line, PH_EINVAL, err,
-					  "unknown section [%s]; sections are [run], [data], [optimizer], [partition], "
-					  "[schedule], [checkpoint] and [layer NAME]",
-					  s->name);
-		}
-	}
-	{
-		const ph_option *t[2] = { ph_run_options, NULL };
-		void *p[1] = { &c->run };
-		if ((rc = apply_section(c, "run", t, p, err)))
+	for (int i = 0; i < c->ini.nsections; i++)
+		if (!known_section(c->ini.sections[i].name))
+			return unknown_section(c, &c->ini.sections[i], err);
+	/* The plain sections, then the typed ones (they need the registry),
+	 * then the layers. */
+	for (const ph_core_section *r = ph_core_sections; r->name; r++)
+		if (r->kind == PH_SECTION_PLAIN && (rc = resolve_plain(c, r, err)))
 			return rc;
-	}
-	{
-		const ph_option *t[2] = { ph_data_options, NULL };
-		void *p[1] = { &c->data };
-		if ((rc = apply_section(c, "data", t, p, err)))
-			return rc;
-	}
-	{
-		const ph_option *t[2] = { ph_optimizer_options, NULL };
-		void *p[1] = { &c->optim };
-		if ((rc = apply_section(c, "optimizer", t, p, err)))
-			return rc;
-	}
-	{
-		const ph_option *t[2] = { ph_checkpoint_options, NULL };
-		void *p[1] = { &c->checkpoint };
-		if ((rc = apply_section(c, "checkpoint", t, p, err)))
-			return rc;
-	}
-	typed_section sched_head;
-	memset(&sched_head, 0, sizeof sched_head);
-	if ((rc = resolve_typed(c, reg, "partition", ph_partition_options, &c->part, PH_KIND_PARTITIONER,
-				(const void **)&c->partitioner, &c->partitioner_config, err)))
+	if ((rc = resolve_data_source(c, err)))
 		return rc;
-	if ((rc = resolve_typed(c, reg, "schedule", ph_schedule_options, &sched_head, PH_KIND_SCHEDULE,
-				(const void **)&c->schedule,
-				&c->schedule_config, err)))
-		return rc;
+	for (const ph_core_section *r = ph_core_sections; r->name; r++)
+		if (r->kind == PH_SECTION_TYPED && (rc = resolve_typed(c, reg, r, err)))
+			return rc;
 	for (int i = 0; i < c->ini.nsections; i++)
 		if (strncmp(c->ini.sections[i].name, "layer", 5) == 0 &&
 		    (rc = resolve_layer(c, reg, &c->ini.sections[i], err)))

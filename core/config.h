@@ -38,8 +38,6 @@ typedef struct {
 
 enum { PH_RECOMPUTE_NO = 0, PH_RECOMPUTE_YES = 1, PH_RECOMPUTE_EXCEPT_LAST = 2 };
 
-enum { PH_DATA_FASHION_MNIST = 0, PH_DATA_SYNTHETIC = 1, PH_DATA_TEXT = 2 };
-
 /* [checkpoint]: see core/checkpoint.h. */
 typedef struct {
 	char dir[PH_STR_MAX];    /* "": no checkpoints */
@@ -48,7 +46,7 @@ typedef struct {
 } ph_checkpoint_cfg;
 
 typedef struct {
-	int source;              /* PH_DATA_* */
+	char source[PH_STR_MAX]; /* a name of the data-source registry (data_source.h) */
 	char path[PH_STR_MAX];
 	int shuffle;
 	int64_t limit;           /* use only the first N training samples; 0 = all */
@@ -76,6 +74,20 @@ typedef struct {
 	char profile_cache[PH_STR_MAX];
 } ph_partition_cfg;
 
+/* [schedule]: `type` names the plugin; the rest are its keys. */
+typedef struct {
+	char type[PH_STR_MAX];
+} ph_schedule_cfg;
+
+/* [gpu]: the CUDA fast paths, each auto (its PIPEHOST_* environment
+ * variable decides: on unless it is 0), on or off.  ph_gpu_switches_apply
+ * (gpu_switches.h) turns them into those variables before any CUDA code
+ * runs.  One int per key of ph_gpu_options, in that order. */
+enum { PH_GPU_AUTO = 0, PH_GPU_ON = 1, PH_GPU_OFF = 2 };
+typedef struct {
+	int gemm_lt, gemm_cast, optim_many, ln_warp, attn_flash, gelu_fuse, bf16_act;
+} ph_gpu_cfg;
+
 typedef struct {
 	char name[64];           /* expanded name (NAME or NAMEi for repeat) */
 	char section[128];       /* the INI section it came from */
@@ -93,6 +105,9 @@ typedef struct {
 	ph_optim_config optim;
 	ph_checkpoint_cfg checkpoint;
 	ph_partition_cfg part;
+	ph_schedule_cfg sched;
+	ph_gpu_cfg gpu;
+	const struct ph_data_source *data_source; /* [data] source, found by ph_config_resolve */
 	const ph_partitioner_ops *partitioner;
 	void *partitioner_config;
 	const ph_schedule_ops *schedule;
@@ -121,8 +136,32 @@ static inline int ph_config_split(const ph_config *c)
 	return c->run.replicas >= c->comm.size ? 1 : (int)(c->comm.size / c->run.replicas);
 }
 
-/* Read the INI file, apply overrides, and return the raw plugin path the
- * registry must load before ph_config_resolve (it may come from [run]). */
+/* The core INI sections, one row each, in the order --list-options and
+ * the errors name them: the parser, its known-section check, its errors
+ * and --list-options all read this one table. */
+typedef enum {
+	PH_SECTION_PLAIN,  /* its keys fill one struct of ph_config */
+	PH_SECTION_TYPED,  /* `type` names a plugin whose own keys follow */
+	PH_SECTION_LAYER   /* [layer NAME], one a layer */
+} ph_section_kind;
+
+typedef struct {
+	const char *name;         /* "run"; "layer NAME" for the layer row; NULL ends */
+	ph_section_kind kind;
+	const ph_option *options; /* its keys (typed: the host's; layer: every layer's) */
+	size_t offset;            /* plain and typed: its struct within ph_config */
+	int before_plugins;       /* plain: applied by ph_config_read already */
+	ph_plugin_kind plugin;    /* typed: the kind of plugin `type` names */
+	size_t ops_offset;        /* typed: where the plugin's ops go in ph_config */
+	size_t plugin_cfg_offset; /* typed: where its config goes */
+	void (*list_more)(FILE *f, const char *indent); /* --list-options: more after the keys */
+} ph_core_section;
+
+extern const ph_core_section ph_core_sections[];
+
+/* Read the INI file, apply overrides and the sections needed before any
+ * plugin loads ([gpu]), and return the raw plugin path the registry must
+ * load before ph_config_resolve (it may come from [run]). */
 int ph_config_read(ph_config *c, const char *path, const char *const *overrides, int noverrides,
 		   ph_err *err);
 const char *ph_config_plugin_path(ph_config *c);
@@ -141,5 +180,6 @@ extern const ph_option ph_checkpoint_options[];
 extern const ph_option ph_layer_common_options[];
 extern const ph_option ph_partition_options[];
 extern const ph_option ph_schedule_options[];
+extern const ph_option ph_gpu_options[];
 
 #endif

@@ -1,4 +1,5 @@
-/* Data sets: Fashion-MNIST from Debian's IDX files, and a synthetic source for tests. */
+/* Data sets in memory, and the loaders behind the data sources
+ * (data_source.h: the ops a [data] source = NAME provides). */
 #ifndef PH_CORE_DATA_H
 #define PH_CORE_DATA_H
 
@@ -6,6 +7,10 @@
 
 #define PH_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define PH_FORTUNES_DIR "/usr/share/games/fortunes"
+
+/* Refuse anything bigger before allocating: a corrupt header must not make
+ * us try to allocate terabytes.  Fashion-MNIST train is 47 M pixels. */
+#define PH_DATA_MAX_ELEMS 100000000LL
 
 typedef struct {
 	int64_t n;                 /* samples */

@@ -4,13 +4,14 @@ core_libphcore_la_SOURCES = \
 	core/options.c core/options.h \
 	core/inifile.c core/inifile.h \
 	core/loader.c core/loader.h \
-	core/config.c core/config.h \
+	core/config.c core/config.h core/gpu_switches.c core/gpu_switches.h \
 	core/model.c core/model.h \
 	core/plan.c core/plan.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \
 	core/optim.c core/optim.h \
-	core/data.c core/data.h \
+	core/data.c core/data.h core/data_source.h core/data_sources.c \
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
 	core/weights.c core/weights.h \
 	core/train.c core/train.h \
 	core/checkpoint.c core/checkpoint.h \

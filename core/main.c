@@ -13,7 +13,9 @@
 
 #include "comm.h"
 #include "config.h"
+#include "data_source.h"
 #include "engine.h"
+#include "gpu_switches.h"
 #include "options.h"
 #include "planjson.h"
 #include "profile.h"
@@ -29,7 +31,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: pipehost -c FILE [options]      train the model FILE describes\n"
 		"       pipehost --list-plugins         every plugin found, with its options\n"
-		"       pipehost --list-options         the keys of [run], [data], [optimizer], [layer]\n"
+		"       pipehost --list-options         the keys of every core section ([run], [data], ...)\n"
 		"options:\n"
 		"  -c, --config FILE        the run's INI file\n"
 		"  -s, --set SEC.KEY=VALUE  override one INI key (repeatable), e.g. --set run.steps=20\n"
@@ -148,76 +150,12 @@ static void plugin_path(const cli_t *cli, const char *from_ini, char *buf, size_
 
 static void list_options(void)
 {
-	printf("[run]\n");
-	ph_options_print(stdout, ph_run_options, "  ");
-	printf("[data]\n");
-	ph_options_print(stdout, ph_data_options, "  ");
-	printf("[optimizer]\n");
-	ph_options_print(stdout, ph_optimizer_options, "  ");
-	printf("[partition]\n");
-	ph_options_print(stdout, ph_partition_options, "  ");
-	printf("[schedule]\n");
-	ph_options_print(stdout, ph_schedule_options, "  ");
-	printf("[checkpoint]\n");
-	ph_options_print(stdout, ph_checkpoint_options, "  ");
-	printf("[layer NAME]\n");
-	ph_options_print(stdout, ph_layer_common_options, "  ");
-}
-
-/* The per-sample input shape a data source gives, known without loading it. */
-static int data_shape(const ph_config *c, ph_shape *s, ph_err *err)
-{
-	memset(s, 0, sizeof *s);
-	if (c->data.source == PH_DATA_FASHION_MNIST) {
-		*s = (ph_shape){ 3, { 1, 28, 28 } };
-		return PH_OK;
+	for (const ph_core_section *r = ph_core_sections; r->name; r++) {
+		printf("[%s]\n", r->name);
+		ph_options_print(stdout, r->options, "  ");
+		if (r->list_more)
+			r->list_more(stdout, "  ");
 	}
-	if (c->data.source == PH_DATA_TEXT) {
-		*s = (ph_shape){ 1, { c->data.seq_len } };
-		return PH_OK;
-	}
-	if (c->data.shape.n < 1 || c->data.shape.n > PH_MAX_DIMS)
-		return ph_fail(err, PH_EINVAL, "[data] shape needs 1 to %d dimensions", PH_MAX_DIMS);
-	s->ndim = c->data.shape.n;
-	for (int i = 0; i < s->ndim; i++)
-		s->d[i] = c->data.shape.v[i];
-	return PH_OK;
-}
-
-static int load_data(const ph_config *c, const ph_shape *shape, ph_dataset *train, ph_dataset *test, ph_err *err)
-{
-	if (c->data.source == PH_DATA_FASHION_MNIST) {
-		int rc = ph_data_load_fashion_mnist(c->data.path, 1, train, err);
-		return rc ? rc : ph_data_load_fashion_mnist(c->data.path, 0, test, err);
-	}
-	if (c->data.source == PH_DATA_TEXT) {
-		int rc = ph_data_load_text(c->data.path, (int)c->data.seq_len, c->data.holdout, 1, train, err);
-		return rc ? rc : ph_data_load_text(c->data.path, (int)c->data.seq_len, c->data.holdout, 0, test, err);
-	}
-	uint64_t seed = (uint64_t)c->run.seed;
-	int rc = ph_data_synthetic(c->data.samples, shape, (int)c->data.classes, seed, train, err);
-	/* the test split shares the class prototypes (same seed) but not the samples */
-	if (!rc) {
-		ph_dataset all;
-		rc = ph_data_synthetic(c->data.samples + c->data.test_samples, shape, (int)c->data.classes, seed, &all, err);
-		if (!rc) {
-			int64_t numel = ph_shape_numel(shape);
-			memset(test, 0, sizeof *test);
-			*test = all;
-			test->n = c->data.test_samples;
-			test->x = malloc((size_t)(test->n * numel) * sizeof(float));
-			test->y = malloc((size_t)test->n * all.targets_per_sample * sizeof(int32_t));
-			if (!test->x || !test->y) {
-				ph_data_free(&all);
-				return ph_fail(err, PH_ENOMEM, "out of memory");
-			}
-			memcpy(test->x, all.x + c->data.samples * numel, (size_t)(test->n * numel) * sizeof(float));
-			memcpy(test->y, all.y + c->data.samples * all.targets_per_sample,
-			       (size_t)test->n * all.targets_per_sample * sizeof(int32_t));
-			ph_data_free(&all);
-		}
-	}
-	return rc;
 }
 
 static int save_weights(ph_engine *e, const char *path, ph_err *err)
@@ -268,6 +206,9 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	if ((rc = ph_config_read(&cfg, cli->config, cli->overrides, cli->noverrides, err)))
 		goto out;
 	cfg.comm = *comm;
+	/* before the plugins load, so before any CUDA code can read them */
+	if ((rc = ph_gpu_switches_apply(&cfg.gpu, err)))
+		goto out;
 	plugin_path(cli, ph_config_plugin_path(&cfg), path, sizeof path);
 	if ((rc = ph_registry_load_path(&reg, path, err)))
 		goto out;
@@ -276,7 +217,8 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	if ((rc = ph_config_resolve(&cfg, &reg, err)))
 		goto out;
 	ph_shape in;
-	if ((rc = data_shape(&cfg, &in, err)))
+	const ph_data_source *source = cfg.data_source;
+	if ((rc = source->sample_shape(&cfg, &in, err)))
 		goto out;
 	int mbsize = (int)(cfg.run.batch / (cfg.run.micro_batches * cfg.run.replicas));
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)))
@@ -305,7 +247,7 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	}
 	if (cli->plan_only)
 		goto out;
-	if ((rc = load_data(&cfg, &in, &train, &test, err)))
+	if ((rc = source->load(&cfg, &in, &train, &test, err)))
 		goto out;
 	/* The engine copies batch x numel(in) floats per step: a data set of
 	 * other samples must never reach it. */
@@ -344,7 +286,7 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	if (res.interrupted)
 		goto out; /* stopped by SIGINT/SIGTERM after writing a checkpoint: exit 0 */
 	printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
-	if (res.test_loss >= 0 && cfg.data.source == PH_DATA_TEXT)
+	if (res.test_loss >= 0 && source->per_byte)
 		printf("; validation loss %.4f nats/byte (%.4f bits/byte) on %lld sequences", res.test_loss,
 		       res.test_loss / 0.6931471805599453, (long long)res.test_samples);
 	else if (res.test_loss >= 0)

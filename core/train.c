@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "data_source.h"
 #include "train.h"
 
 /* SIGINT/SIGTERM: the first asks the loop to stop after the step under way
@@ -90,7 +91,7 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 	res->test_loss = st.targets ? st.loss_sum / st.targets : 0;
 	res->test_accuracy = st.targets ? st.correct / st.targets : 0;
 	res->test_samples = count;
-	if (c->data.source == PH_DATA_TEXT)
+	if (c->data_source && c->data_source->per_byte)
 		/* byte-level: the loss is nats per byte; bits per byte = nats / ln 2 */
 		printf("epoch %lld: validation loss %.4f nats/byte (%.4f bits/byte), next-byte accuracy %.2f%% "
 		       "(%lld sequences)\n", (long long)epoch, res->test_loss, res->test_loss / 0.6931471805599453,

@@ -4,7 +4,8 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights
 TESTS += tests/test-data tests/test-optim tests/test-weights
 
-tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h
+tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_source.h core/data_sources.c \
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c
 tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) -lm
 

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include "data.h"
+#include "data_source.h"
 
 static char dir[4096];
 
@@ -400,6 +401,115 @@ START_TEST(test_gather)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* The data-source registry and each source's ops.                      */
+
+static void expect_same(const ph_dataset *a, const ph_dataset *b)
+{
+	ck_assert_int_eq(a->n, b->n);
+	ck_assert_int_eq(a->targets_per_sample, b->targets_per_sample);
+	ck_assert_int_eq(a->nclasses, b->nclasses);
+	ck_assert_mem_eq(&a->shape, &b->shape, sizeof a->shape);
+	int64_t numel = ph_shape_numel(&a->shape);
+	ck_assert_mem_eq(a->x, b->x, (size_t)(a->n * numel) * sizeof(float));
+	ck_assert_mem_eq(a->y, b->y, (size_t)(a->n * a->targets_per_sample) * sizeof(int32_t));
+}
+
+START_TEST(test_registry)
+{
+	const char *names[] = { "fashion-mnist", "synthetic", "text" };
+	for (int i = 0; i < 3; i++) {
+		const ph_data_source *src = ph_data_source_find(names[i]);
+		ck_assert_ptr_nonnull(src);
+		ck_assert_str_eq(src->name, names[i]);
+		ck_assert(src->help && src->help[0] && src->sample_shape && src->load);
+	}
+	ck_assert_ptr_null(ph_data_source_find("mnist"));
+	ck_assert_ptr_null(ph_data_source_find(""));
+	char buf[128];
+	ph_data_source_names(buf, sizeof buf);
+	ck_assert_str_eq(buf, "fashion-mnist, synthetic, text");
+	ph_data_source_names(buf, 12); /* cut short, still a string */
+	ck_assert_str_eq(buf, "fashion-mni");
+	ck_assert(ph_data_source_find("text")->per_byte);
+	ck_assert(!ph_data_source_find("synthetic")->per_byte);
+}
+END_TEST
+
+/* Through the ops, each source gives the bytes its loader gives. */
+START_TEST(test_source_ops)
+{
+	ph_config c;
+	memset(&c, 0, sizeof c);
+	ph_err err = { "" };
+	ph_shape s;
+	ph_dataset tr, ev, want, all;
+
+	/* synthetic: shape from [data] shape; the evaluation split is the
+	 * tail of samples + test_samples made from the same seed */
+	c.run.seed = 11;
+	c.data.samples = 40, c.data.test_samples = 9, c.data.classes = 3;
+	c.data.shape = (ph_intlist){ 2, { 2, 5 } };
+	const ph_data_source *syn = ph_data_source_find("synthetic");
+	ck_assert_int_eq(syn->sample_shape(&c, &s, &err), PH_OK);
+	ck_assert_int_eq(s.ndim, 2);
+	ck_assert_int_eq(s.d[1], 5);
+	ck_assert_int_eq(syn->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(ph_data_synthetic(40, &s, 3, 11, &want, &err), PH_OK);
+	expect_same(&tr, &want);
+	ck_assert_int_eq(ph_data_synthetic(49, &s, 3, 11, &all, &err), PH_OK);
+	ck_assert_int_eq(ev.n, 9);
+	ck_assert_mem_eq(ev.x, all.x + 40 * 10, 9 * 10 * sizeof(float));
+	ck_assert_mem_eq(ev.y, all.y + 40, 9 * sizeof(int32_t));
+	ph_data_free(&tr), ph_data_free(&ev), ph_data_free(&want), ph_data_free(&all);
+	c.data.shape.n = 0;
+	ck_assert_int_eq(syn->sample_shape(&c, &s, &err), PH_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "[data] shape needs 1 to"));
+
+	/* text: [seq_len] samples, both splits as ph_data_load_text's */
+	const char *txt = in_dir("corpus.txt");
+	FILE *f = fopen(txt, "w");
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < 300; i++)
+		fputc('a' + i % 26, f);
+	fclose(f);
+	ck_assert_int_lt(snprintf(c.data.path, sizeof c.data.path, "%s", txt), (int)sizeof c.data.path);
+	c.data.seq_len = 8, c.data.holdout = 0.25;
+	const ph_data_source *text = ph_data_source_find("text");
+	ck_assert_int_eq(text->sample_shape(&c, &s, &err), PH_OK);
+	ck_assert_int_eq(s.ndim, 1);
+	ck_assert_int_eq(s.d[0], 8);
+	ck_assert_int_eq(text->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(ph_data_load_text(txt, 8, 0.25, 1, &want, &err), PH_OK);
+	expect_same(&tr, &want);
+	ph_data_free(&want);
+	ck_assert_int_eq(ph_data_load_text(txt, 8, 0.25, 0, &want, &err), PH_OK);
+	expect_same(&ev, &want);
+	ph_data_free(&tr), ph_data_free(&ev), ph_data_free(&want);
+
+	/* fashion-mnist: [1,28,28]; a missing evaluation split fails the
+	 * load and leaves both splits empty */
+	write_set("train", 5, 5, labels5);
+	ck_assert_int_lt(snprintf(c.data.path, sizeof c.data.path, "%s", dir), (int)sizeof c.data.path);
+	const ph_data_source *fm = ph_data_source_find("fashion-mnist");
+	ck_assert_int_eq(fm->sample_shape(&c, &s, &err), PH_OK);
+	ck_assert_int_eq(s.ndim, 3);
+	ck_assert_int_eq(s.d[2], 28);
+	memset(&tr, 0x5a, sizeof tr);
+	ck_assert_int_eq(fm->load(&c, &s, &tr, &ev, &err), PH_EIO);
+	ck_assert_ptr_nonnull(strstr(err.msg, "t10k-images-idx3-ubyte.gz not found"));
+	ck_assert_ptr_null(tr.x);
+	ck_assert_ptr_null(ev.x);
+	write_set("t10k", 3, 3, labels5);
+	ck_assert_int_eq(fm->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(tr.n, 5);
+	ck_assert_int_eq(ev.n, 3);
+	ck_assert_int_eq(ph_data_load_fashion_mnist(dir, 0, &want, &err), PH_OK);
+	expect_same(&ev, &want);
+	ph_data_free(&tr), ph_data_free(&ev), ph_data_free(&want);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("data");
@@ -415,6 +525,8 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_synthetic_refusals);
 	tcase_add_test(tc, test_permutation);
 	tcase_add_test(tc, test_gather);
+	tcase_add_test(tc, test_registry);
+	tcase_add_test(tc, test_source_ops);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -700,6 +700,54 @@ START_TEST(test_dp_brute)
 }
 END_TEST
 
+/* Values each finite whose sum overflows: every partitioner that adds
+ * them up says so, instead of a memory misfit (dp), an internal error
+ * (parameters) or a split computed from infinities (histogram). */
+START_TEST(test_sums_overflow)
+{
+	const struct { const char *name; double *values; } cases[] = {
+		{ "dp", F.fwd }, { "histogram", F.fwd }, { "parameters", F.par }, { "dp", F.par },
+	};
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		for (int K = 1; K <= 2; K++) {
+			fx(cases[c].name, 3, K);
+			cases[c].values[0] = cases[c].values[2] = 1e308;
+			ASSERT_FAILS("summed over the 3 layers exceeds the largest double");
+			ck_assert_int_eq(run(), PH_EINVAL);
+		}
+	}
+	/* forward and backward each sum finite, both together do not */
+	fx("dp", 2, 1);
+	F.fwd[0] = F.bwd[1] = 1e308;
+	ASSERT_FAILS("dp: forward + backward cost summed over the 2 layers exceeds the largest double");
+	fx("histogram", 2, 2);
+	F.fwd[0] = F.bwd[1] = 1e308;
+	ASSERT_FAILS("histogram: forward + backward cost summed");
+}
+END_TEST
+
+/* The checks every partitioner shares, in the same words. */
+START_TEST(test_shared_checks)
+{
+	const char *names[] = { "uniform", "parameters", "histogram", "dp", "type", "explicit" };
+	for (int k = 0; k < 6; k++) {
+		char want[160];
+		fx(names[k], 4, 5);
+		ASSERT_FAILS("more stages (5) than layers (4); lower stages to 4 or fewer");
+		snprintf(want, sizeof want, "%s: more stages (3) than allowed cut points allow (2 stages at most)", names[k]);
+		fx(names[k], 6, 3);
+		cuts_only((int[]){ 1, -1 });
+		if (k == 4)
+			set("regex", "dense");
+		if (k == 5)
+			set("bounds", "0,2,4");
+		ASSERT_FAILS(want);
+		fx(names[k], 0, 1);
+		ASSERT_FAILS("need at least 1 layer and 1 stage (got 0 layers, 1 stages)");
+	}
+}
+END_TEST
+
 /* Every partitioner, random models: a valid split or a clean error. */
 START_TEST(test_fuzz_contract)
 {
@@ -740,6 +788,8 @@ static Suite *suite(void)
 	tcase_add_test(t, test_explicit);
 	tcase_add_test(t, test_dp_hand);
 	tcase_add_test(t, test_dp_infeasible);
+	tcase_add_test(t, test_sums_overflow);
+	tcase_add_test(t, test_shared_checks);
 	suite_add_tcase(s, t);
 	TCase *b = tcase_create("brute force");
 	tcase_add_test(b, test_uniform_brute);

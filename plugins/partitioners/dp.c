@@ -20,52 +20,26 @@
  * When no split fits, the error names the stage that is furthest over its
  * limit in the split that minimises the worst overshoot, and by how much.
  */
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
 
-static int can_end(const ph_partition_problem *pb, int j)
-{
-	return j == pb->n || !pb->cut_after || pb->cut_after[j - 1];
-}
-
-static int finite_nonneg(const double *a, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (!(a[i] >= 0) || isinf(a[i]))
-			return i;
-	return -1;
-}
+#include "cuts.h"
 
 static int check_problem(const ph_partition_problem *pb, ph_err *err)
 {
-	if (pb->n < 1 || pb->stages < 1)
-		return ph_fail(err, PH_EINVAL, "dp: need at least 1 layer and 1 stage (got %d layers, %d stages)",
-			       pb->n, pb->stages);
-	if (pb->stages > pb->n)
-		return ph_fail(err, PH_EINVAL, "dp: more stages (%d) than layers (%d); lower stages to %d or fewer",
-			       pb->stages, pb->n, pb->n);
-	int most = 1;
-	for (int j = 1; j < pb->n; j++)
-		most += can_end(pb, j);
-	if (pb->stages > most)
-		return ph_fail(err, PH_EINVAL, "dp: more stages (%d) than allowed cut points allow (%d stages at most); lower stages or allow cuts",
-			       pb->stages, most);
-	if (!pb->fwd_cost || !pb->bwd_cost || !pb->param_bytes || !pb->act_bytes || !pb->keep_bytes)
-		return ph_fail(err, PH_EINVAL, "dp: the host gave no costs or sizes");
-	const struct { const double *a; const char *what; } per_layer[] = {
-		{ pb->fwd_cost, "forward cost" }, { pb->bwd_cost, "backward cost" },
-		{ pb->param_bytes, "parameter bytes" }, { pb->act_bytes, "activation bytes" },
-		{ pb->keep_bytes, "kept bytes" },
-	};
-	for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0]; k++) {
-		int i = finite_nonneg(per_layer[k].a, pb->n);
-		if (i >= 0)
-			return ph_fail(err, PH_EINVAL, "dp: layer %d (%s) has %s %g; need a finite value >= 0",
-				       i, pb->names ? pb->names[i] : "?", per_layer[k].what, per_layer[k].a[i]);
-	}
+	int rc = cuts_check(pb, "dp", err);
+	if (!rc)
+		rc = cuts_check_costs(pb, "dp", err);
+	if (!rc)
+		rc = cuts_check_values(pb, "dp", pb->param_bytes, "parameter bytes", err);
+	if (!rc)
+		rc = cuts_check_values(pb, "dp", pb->act_bytes, "activation bytes", err);
+	if (!rc)
+		rc = cuts_check_values(pb, "dp", pb->keep_bytes, "kept bytes", err);
+	if (rc)
+		return rc;
 	if (!(pb->state_factor >= 0) || isinf(pb->state_factor) ||
 	    !(pb->link_bytes_per_s >= 0))
 		return ph_fail(err, PH_EINVAL, "dp: state_factor %g and link bandwidth %g must be >= 0",
@@ -80,13 +54,9 @@ typedef struct {
 	double *cost, *param, *keep; /* prefix sums, n+1 each */
 	double tmax, mmax;           /* filters for the later passes */
 	int pass;                    /* which criteria apply as filters */
-	double *bt;                  /* (K+1) x (n+1) bottleneck table */
-	long *dist;                  /* (K+1) x (n+1) distance table */
 } work;
 
 enum { FIT = 1, TIME = 2, MEM = 4 };
-
-#define AT(tab, s, i) (w->tab[(size_t)(s) * (size_t)(w->pb->n + 1) + (size_t)(i)])
 
 /* Layers i..j-1 as one stage.  Each (s, i, j) always gives the same double,
  * so comparing against an optimum computed from the same call is exact. */
@@ -114,18 +84,23 @@ static double stage_limit(const work *w, int s)
 	return pb->mem_limit && pb->mem_limit[s] > 0 ? pb->mem_limit[s] : INFINITY;
 }
 
+/* The values the passes minimise the largest of (cuts_value_fn). */
+static double v_time(const void *w, int s, int i, int j) { return stage_time(w, i, j); }
+static double v_mem(const void *w, int s, int i, int j) { return stage_mem(w, s, i, j); }
+
 /* Memory over the limit (negative: under; -inf: no limit). */
-static double stage_over(const work *w, int s, int i, int j)
+static double v_over(const void *ctx, int s, int i, int j)
 {
+	const work *w = ctx;
 	double lim = stage_limit(w, s);
 	return isinf(lim) ? -INFINITY : stage_mem(w, s, i, j) - lim;
 }
 
-/* Whether stage s may be layers i..j-1 under the filters of this pass. */
-static int allowed(const work *w, int s, int i, int j)
+/* Whether stage s may be layers i..j-1 under the filters of this pass
+ * (cuts_allowed_fn: the cut points are cuts.c's). */
+static int allowed(const void *ctx, int s, int i, int j)
 {
-	if (!can_end(w->pb, j))
-		return 0;
+	const work *w = ctx;
 	if ((w->pass & FIT) && stage_mem(w, s, i, j) > stage_limit(w, s))
 		return 0;
 	if ((w->pass & TIME) && stage_time(w, i, j) > w->tmax)
@@ -133,78 +108,6 @@ static int allowed(const work *w, int s, int i, int j)
 	if ((w->pass & MEM) && stage_mem(w, s, i, j) > w->mmax)
 		return 0;
 	return 1;
-}
-
-static int may_start(const work *w, int s, int i)
-{
-	return i < w->pb->n && (s == 0) == (i == 0);
-}
-
-/* Least possible max over stages of value() among the splits the filters
- * allow; fills bt for walk_bottleneck().  `value`: time, memory, overshoot. */
-typedef double (*value_fn)(const work *w, int s, int i, int j);
-
-static double v_time(const work *w, int s, int i, int j) { return stage_time(w, i, j); }
-static double v_mem(const work *w, int s, int i, int j) { return stage_mem(w, s, i, j); }
-
-static double bottleneck(work *w, value_fn value)
-{
-	int n = w->pb->n, K = w->pb->stages;
-	/* -inf: nothing left to take the max with; +inf: no way to finish. */
-	for (int i = 0; i <= n; i++)
-		AT(bt, K, i) = i == n ? -INFINITY : INFINITY;
-	for (int s = K - 1; s >= 0; s--)
-		for (int i = 0; i <= n; i++) {
-			double best = INFINITY;
-			if (may_start(w, s, i))
-				for (int j = i + 1; j <= n; j++)
-					if (allowed(w, s, i, j) && AT(bt, s + 1, j) < INFINITY) {
-						double here = fmax(value(w, s, i, j), AT(bt, s + 1, j));
-						if (here < best)
-							best = here;
-					}
-			AT(bt, s, i) = best;
-		}
-	return AT(bt, 0, 0);
-}
-
-/* Walk bt: the earliest boundaries reaching the optimum `opt`. */
-static void walk_bottleneck(const work *w, value_fn value, double opt, int *first)
-{
-	int n = w->pb->n, K = w->pb->stages;
-	first[0] = 0;
-	for (int s = 0; s < K; s++) {
-		int i = first[s], j = i + 1;
-		for (; j <= n; j++)
-			if (allowed(w, s, i, j) && value(w, s, i, j) <= opt && AT(bt, s + 1, j) <= opt)
-				break;
-		first[s + 1] = j;
-	}
-}
-
-/* Among the splits the filters allow, the nearest to target[], earliest. */
-static void nearest(work *w, const int *target, int *first)
-{
-	int n = w->pb->n, K = w->pb->stages;
-	for (int i = 0; i <= n; i++)
-		AT(dist, K, i) = i == n ? 0 : LONG_MAX;
-	for (int s = K - 1; s >= 0; s--)
-		for (int i = 0; i <= n; i++) {
-			long best = LONG_MAX;
-			if (may_start(w, s, i))
-				for (int j = i + 1; j <= n; j++)
-					if (allowed(w, s, i, j) && AT(dist, s + 1, j) < best)
-						best = AT(dist, s + 1, j);
-			AT(dist, s, i) = best == LONG_MAX ? LONG_MAX : best + labs((long)i - target[s]);
-		}
-	first[0] = 0;
-	for (int s = 0; s < K; s++) {
-		int i = first[s], j = i + 1;
-		long want = AT(dist, s, i) - labs((long)i - target[s]);
-		while (!(allowed(w, s, i, j) && AT(dist, s + 1, j) == want))
-			j++;
-		first[s + 1] = j;
-	}
 }
 
 /* "3.2 GiB" */
@@ -219,15 +122,15 @@ static const char *human(double bytes, char *buf, size_t len)
 }
 
 /* No split fits: report the least bad one. */
-static int explain_misfit(work *w, int *first, ph_err *err)
+static int explain_misfit(work *w, cuts_dp *dp, int *first, ph_err *err)
 {
 	const ph_partition_problem *pb = w->pb;
 	w->pass = 0;
-	double worst = bottleneck(w, stage_over);
-	walk_bottleneck(w, stage_over, worst, first);
+	double worst = cuts_bottleneck(dp, v_over);
+	cuts_walk_bottleneck(dp, v_over, worst, first);
 	int s = 0;
 	for (int t = 0; t < pb->stages; t++)
-		if (stage_over(w, t, first[t], first[t + 1]) == worst) {
+		if (v_over(w, t, first[t], first[t + 1]) == worst) {
 			s = t;
 			break;
 		}
@@ -248,43 +151,41 @@ static int dp_partition(const void *config, const ph_partition_problem *pb,
 	if (rc)
 		return rc;
 	int n = pb->n, K = pb->stages;
-	size_t cells = (size_t)(K + 1) * (size_t)(n + 1);
 	work w = { .pb = pb };
+	cuts_dp dp = { .allowed = allowed, .ctx = &w };
 	w.cost = malloc(sizeof(double) * (size_t)(n + 1));
 	w.param = malloc(sizeof(double) * (size_t)(n + 1));
 	w.keep = malloc(sizeof(double) * (size_t)(n + 1));
-	w.bt = calloc(cells, sizeof *w.bt);
-	w.dist = calloc(cells, sizeof *w.dist);
 	int *target = malloc(sizeof *target * (size_t)(K + 1));
-	if (!w.cost || !w.param || !w.keep || !w.bt || !w.dist || !target) {
+	if (!w.cost || !w.param || !w.keep || !target) {
 		rc = ph_fail(err, PH_ENOMEM, "dp: out of memory for %d layers x %d stages", n, K);
 		goto out;
 	}
+	if ((rc = cuts_dp_init(&dp, pb, "dp", err)))
+		goto out;
 	w.cost[0] = w.param[0] = w.keep[0] = 0;
 	for (int i = 0; i < n; i++) {
 		w.cost[i + 1] = w.cost[i] + pb->fwd_cost[i] + pb->bwd_cost[i];
 		w.param[i + 1] = w.param[i] + pb->param_bytes[i];
 		w.keep[i + 1] = w.keep[i] + pb->keep_bytes[i];
 	}
-	for (int s = 0; s <= K; s++)
-		target[s] = s * (n / K) + (s < n % K ? s : n % K);
+	cuts_uniform_target(n, K, target);
 
 	w.pass = FIT;
-	w.tmax = bottleneck(&w, v_time);
+	w.tmax = cuts_bottleneck(&dp, v_time);
 	if (isinf(w.tmax)) {
-		rc = explain_misfit(&w, first, err);
+		rc = explain_misfit(&w, &dp, first, err);
 		goto out;
 	}
 	w.pass = FIT | TIME;
-	w.mmax = bottleneck(&w, v_mem);
+	w.mmax = cuts_bottleneck(&dp, v_mem);
 	w.pass = FIT | TIME | MEM;
-	nearest(&w, target, first);
+	rc = cuts_nearest(&dp, target, first, "dp", err);
 out:
+	cuts_dp_free(&dp);
 	free(w.cost);
 	free(w.param);
 	free(w.keep);
-	free(w.bt);
-	free(w.dist);
 	free(target);
 	return rc;
 }

@@ -7,6 +7,8 @@
  */
 #include <pipehost/plugin.h>
 
+#include "cuts.h"
+
 typedef struct {
 	ph_intlist bounds;
 } explicit_config;
@@ -22,8 +24,9 @@ static int explicit_partition(const void *config, const ph_partition_problem *pb
 {
 	const explicit_config *cfg = config;
 	int n = pb->n, K = pb->stages;
-	if (n < 1 || K < 1)
-		return ph_fail(err, PH_EINVAL, "explicit: need at least 1 layer and 1 stage (got %d layers, %d stages)", n, K);
+	int rc = cuts_check(pb, "explicit", err);
+	if (rc)
+		return rc;
 	if (!cfg || cfg->bounds.n < 1)
 		return ph_fail(err, PH_EINVAL, "explicit: set bounds to the first layer of each of the %d stages, e.g. bounds = 0,...", K);
 	const ph_intlist *b = &cfg->bounds;
@@ -41,7 +44,7 @@ static int explicit_partition(const void *config, const ph_partition_problem *pb
 			return ph_fail(err, PH_EINVAL, "explicit: stage %d starts at layer %lld, but the model has layers 0..%d only",
 				       s, (long long)b->v[s], n - 1);
 		int j = (int)b->v[s];
-		if (pb->cut_after && !pb->cut_after[j - 1])
+		if (!cuts_can_end(pb, j))
 			return ph_fail(err, PH_EINVAL, "explicit: stage %d starts at layer %d (%s), but the model may not be cut after layer %d (%s); move that bound",
 				       s, j, pb->names ? pb->names[j] : "?", j - 1, pb->names ? pb->names[j - 1] : "?");
 	}

@@ -11,78 +11,19 @@
  * partitioner, which minimises the slowest stage exactly.  With all costs
  * zero every layer counts the same.
  */
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
 
-static int can_end(const ph_partition_problem *pb, int j)
-{
-	return j == pb->n || !pb->cut_after || pb->cut_after[j - 1];
-}
-
-static int check_problem(const ph_partition_problem *pb, ph_err *err)
-{
-	if (pb->n < 1 || pb->stages < 1)
-		return ph_fail(err, PH_EINVAL, "histogram: need at least 1 layer and 1 stage (got %d layers, %d stages)",
-			       pb->n, pb->stages);
-	if (pb->stages > pb->n)
-		return ph_fail(err, PH_EINVAL, "histogram: more stages (%d) than layers (%d); lower stages to %d or fewer",
-			       pb->stages, pb->n, pb->n);
-	int most = 1;
-	for (int j = 1; j < pb->n; j++)
-		most += can_end(pb, j);
-	if (pb->stages > most)
-		return ph_fail(err, PH_EINVAL, "histogram: more stages (%d) than allowed cut points allow (%d stages at most); lower stages or allow cuts",
-			       pb->stages, most);
-	if (!pb->fwd_cost || !pb->bwd_cost)
-		return ph_fail(err, PH_EINVAL, "histogram: the host gave no layer costs");
-	for (int i = 0; i < pb->n; i++) {
-		double c = pb->fwd_cost[i] + pb->bwd_cost[i];
-		if (!(pb->fwd_cost[i] >= 0 && pb->bwd_cost[i] >= 0) || isinf(c))
-			return ph_fail(err, PH_EINVAL, "histogram: layer %d (%s) has cost %g + %g; need finite values >= 0",
-				       i, pb->names ? pb->names[i] : "?", pb->fwd_cost[i], pb->bwd_cost[i]);
-	}
-	return PH_OK;
-}
-
-/* Boundaries nearest to target[] that the cut points allow. */
-static int nearest(const ph_partition_problem *pb, const int *target, int *first, ph_err *err)
-{
-	int n = pb->n, K = pb->stages;
-	long *d = malloc(sizeof *d * (size_t)(K + 1) * (size_t)(n + 1));
-	if (!d)
-		return ph_fail(err, PH_ENOMEM, "histogram: out of memory for %d layers x %d stages", n, K);
-#define D(s, i) d[(size_t)(s) * (size_t)(n + 1) + (size_t)(i)]
-	for (int i = 0; i <= n; i++)
-		D(K, i) = i == n ? 0 : LONG_MAX;
-	for (int s = K - 1; s >= 0; s--)
-		for (int i = 0; i <= n; i++) {
-			long best = LONG_MAX;
-			if (i < n && (s == 0) == (i == 0))
-				for (int j = i + 1; j <= n; j++)
-					if (can_end(pb, j) && D(s + 1, j) < best)
-						best = D(s + 1, j);
-			D(s, i) = best == LONG_MAX ? LONG_MAX : best + labs((long)i - target[s]);
-		}
-	first[0] = 0;
-	for (int s = 0; s < K; s++) {
-		int i = first[s], j = i + 1;
-		long want = D(s, i) - labs((long)i - target[s]);
-		while (!(can_end(pb, j) && D(s + 1, j) == want))
-			j++;
-		first[s + 1] = j;
-	}
-#undef D
-	free(d);
-	return PH_OK;
-}
+#include "cuts.h"
 
 static int histogram_partition(const void *config, const ph_partition_problem *pb,
 			       int *first, ph_err *warn, ph_err *err)
 {
-	int rc = check_problem(pb, err);
+	int rc = cuts_check(pb, "histogram", err);
+	if (!rc)
+		rc = cuts_check_costs(pb, "histogram", err);
 	if (rc)
 		return rc;
 	int n = pb->n, K = pb->stages;
@@ -112,13 +53,13 @@ static int histogram_partition(const void *config, const ph_partition_problem *p
 		if (target[s + 1] <= target[s])
 			empty = s;
 	for (int s = 1; s < K && banned < 0; s++)
-		if (target[s] > 0 && !can_end(pb, target[s]))
+		if (target[s] > 0 && !cuts_can_end(pb, target[s]))
 			banned = s;
 	if (empty < 0 && banned < 0) {
 		for (int s = 0; s <= K; s++)
 			first[s] = target[s];
 	} else {
-		rc = nearest(pb, target, first, err);
+		rc = cuts_nearest_allowed(pb, target, first, "histogram", err);
 		/* The layer at target[empty] jumped over stage `empty`. */
 		int big = empty >= 0 ? target[empty] : 0;
 		if (rc == PH_OK && empty >= 0)

@@ -16,11 +16,12 @@
  * The regex is POSIX extended and matches anywhere in the type name;
  * anchor it (^transformer$) to match whole names.
  */
-#include <limits.h>
 #include <regex.h>
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
+
+#include "cuts.h"
 
 typedef struct {
 	char regex[PH_STR_MAX];
@@ -32,69 +33,15 @@ static const ph_option type_options[] = {
 	PH_OPT_END
 };
 
-static int can_end(const ph_partition_problem *pb, int j)
-{
-	return j == pb->n || !pb->cut_after || pb->cut_after[j - 1];
-}
-
-static int check_problem(const ph_partition_problem *pb, ph_err *err)
-{
-	if (pb->n < 1 || pb->stages < 1)
-		return ph_fail(err, PH_EINVAL, "type: need at least 1 layer and 1 stage (got %d layers, %d stages)",
-			       pb->n, pb->stages);
-	if (pb->stages > pb->n)
-		return ph_fail(err, PH_EINVAL, "type: more stages (%d) than layers (%d); lower stages to %d or fewer",
-			       pb->stages, pb->n, pb->n);
-	int most = 1;
-	for (int j = 1; j < pb->n; j++)
-		most += can_end(pb, j);
-	if (pb->stages > most)
-		return ph_fail(err, PH_EINVAL, "type: more stages (%d) than allowed cut points allow (%d stages at most); lower stages or allow cuts",
-			       pb->stages, most);
-	if (!pb->types)
-		return ph_fail(err, PH_EINVAL, "type: the host gave no layer types");
-	return PH_OK;
-}
-
-/* Boundaries nearest to target[] that the cut points allow. */
-static int nearest(const ph_partition_problem *pb, const int *target, int *first, ph_err *err)
-{
-	int n = pb->n, K = pb->stages;
-	long *d = malloc(sizeof *d * (size_t)(K + 1) * (size_t)(n + 1));
-	if (!d)
-		return ph_fail(err, PH_ENOMEM, "type: out of memory for %d layers x %d stages", n, K);
-#define D(s, i) d[(size_t)(s) * (size_t)(n + 1) + (size_t)(i)]
-	for (int i = 0; i <= n; i++)
-		D(K, i) = i == n ? 0 : LONG_MAX;
-	for (int s = K - 1; s >= 0; s--)
-		for (int i = 0; i <= n; i++) {
-			long best = LONG_MAX;
-			if (i < n && (s == 0) == (i == 0))
-				for (int j = i + 1; j <= n; j++)
-					if (can_end(pb, j) && D(s + 1, j) < best)
-						best = D(s + 1, j);
-			D(s, i) = best == LONG_MAX ? LONG_MAX : best + labs((long)i - target[s]);
-		}
-	first[0] = 0;
-	for (int s = 0; s < K; s++) {
-		int i = first[s], j = i + 1;
-		long want = D(s, i) - labs((long)i - target[s]);
-		while (!(can_end(pb, j) && D(s + 1, j) == want))
-			j++;
-		first[s + 1] = j;
-	}
-#undef D
-	free(d);
-	return PH_OK;
-}
-
 static int type_partition(const void *config, const ph_partition_problem *pb,
 			  int *first, ph_err *warn, ph_err *err)
 {
 	const type_config *cfg = config;
-	int rc = check_problem(pb, err);
+	int rc = cuts_check(pb, "type", err);
 	if (rc)
 		return rc;
+	if (!pb->types)
+		return ph_fail(err, PH_EINVAL, "type: the host gave no layer types");
 	if (!cfg || !cfg->regex[0])
 		return ph_fail(err, PH_EINVAL, "type: set regex, e.g. regex = ^transformer$");
 	regex_t re;
@@ -129,13 +76,13 @@ static int type_partition(const void *config, const ph_partition_problem *pb,
 	}
 	int banned = -1;
 	for (int s = 1; s < K && banned < 0; s++)
-		if (!can_end(pb, target[s]))
+		if (!cuts_can_end(pb, target[s]))
 			banned = s;
 	if (banned < 0) {
 		for (int s = 0; s <= K; s++)
 			first[s] = target[s];
 	} else {
-		rc = nearest(pb, target, first, err);
+		rc = cuts_nearest_allowed(pb, target, first, "type", err);
 		if (rc == PH_OK)
 			ph_fail(warn, PH_OK, "type: the cut points forbid starting stage %d at layer %d (%s); used the nearest allowed split",
 				banned, target[banned], pb->names ? pb->names[target[banned]] : "?");

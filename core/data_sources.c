@@ -1,0 +1,40 @@
+/* The registry of data sources: the one table [data] source = NAME is
+ * looked up in.  A new source is one file with its ph_data_source and one
+ * line here (docs/data-sources.md). */
+#include <string.h>
+
+#include "data_source.h"
+
+static const ph_data_source *const sources[] = {
+	&ph_data_source_fashion_mnist,
+	&ph_data_source_synthetic,
+	&ph_data_source_text,
+	NULL,
+};
+
+const ph_data_source *ph_data_source_find(const char *name)
+{
+	for (int i = 0; sources[i]; i++)
+		if (strcmp(sources[i]->name, name) == 0)
+			return sources[i];
+	return NULL;
+}
+
+void ph_data_source_names(char *buf, size_t len)
+{
+	size_t used = 0;
+	if (len)
+		buf[0] = 0;
+	for (int i = 0; sources[i] && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", sources[i]->name);
+}
+
+void ph_data_sources_print(FILE *f, const char *indent)
+{
+	for (int i = 0; sources[i]; i++) {
+		fprintf(f, "%ssource = %-14s %s", indent, sources[i]->name, sources[i]->help);
+		for (int k = 0; sources[i]->keys && sources[i]->keys[k]; k++)
+			fprintf(f, "%s%s", k ? ", " : "; reads ", sources[i]->keys[k]);
+		fprintf(f, "\n");
+	}
+}
