@@ -33,7 +33,7 @@ list_sources() {
 	else
 		(cd "$root" && find . \( -name .git -o -name build-aux -o -name m4 -o -name autom4te.cache \
 			-o -name .deps -o -name .libs -o -name 'ci-*' -o -name '_build' \) -prune -o -type f -print |
-			sed 's|^\./||' | grep -v -x -e build-config.h -e install-dirs.h)
+			sed 's|^\./||' | grep -v -x -e build-config.h)
 	fi | grep -E '\.(c|h|cu|cuh|cc|sh|py|am|ac|mk)$'
 }
 
