@@ -231,7 +231,7 @@ static int load_dir(ph_registry *r, const char *dir, ph_err *err)
 		n++;
 	}
 	closedir(d);
-	if (!rc)
+	if (!rc && n > 0) /* qsort's array may not be NULL, even empty (UBSan) */
 		qsort(names, (size_t)n, sizeof *names, cmp_str);
 	for (int i = 0; i < n; i++) {
 		if (!rc) {
