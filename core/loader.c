@@ -231,7 +231,7 @@ static int load_dir(ph_registry *r, const char *dir, ph_err *err)
 		n++;
 	}
 	closedir(d);
-	if (!rc)
+	if (!rc && n > 0) /* qsort's array may not be NULL, even empty (UBSan) */
 		qsort(names, (size_t)n, sizeof *names, cmp_str);
 	for (int i = 0; i < n; i++) {
 		if (!rc) {
@@ -251,6 +251,11 @@ int ph_registry_load_path(ph_registry *r, const char *list, ph_err *err)
 	snprintf(buf, sizeof buf, "%s", list ? list : "");
 	char *save = NULL;
 	for (char *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+		/* what "none found" lists: every directory searched, the missing marked */
+		struct stat st;
+		size_t used = strlen(r->searched);
+		snprintf(r->searched + used, sizeof r->searched - used, "%s%s%s", used ? ", " : "", dir,
+			 stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? "" : " (missing)");
 		int rc = load_dir(r, dir, err);
 		if (rc)
 			return rc;
@@ -304,7 +309,7 @@ void ph_registry_names(const ph_registry *r, ph_plugin_kind kind, char *buf, siz
 		used += (size_t)w;
 	}
 	if (!buf[0])
-		snprintf(buf, len, "(none found: check the plugin path)");
+		snprintf(buf, len, "none in %s (add a --plugin-dir)", r->searched[0] ? r->searched : "no directory");
 }
 
 void ph_registry_print(FILE *f, const ph_registry *r)

@@ -22,6 +22,7 @@ typedef struct {
 	ph_registry_entry *entries;
 	int nentries, entries_cap;
 	int allow_writable;        /* --allow-writable-plugins: skip the permission check */
+	char searched[2048];       /* the directories ph_registry_load_path searched, for messages */
 } ph_registry;
 
 /* Load every *.so in each directory of a colon-separated list (sorted by

@@ -2,6 +2,7 @@
  *
  *   pipehost -c run.ini [--set section.key=value ...] [--plan] [--save-weights FILE] [--resume DIR]
  *   pipehost --list-plugins | --list-options
+ *   pipehost --check-plugin FILE.so [--shape 4x8] [--batch N] [--set NAME.KEY=VALUE ...]
  *
  * Only this file exits: everything below returns status codes, and every
  * failure reaches the user as one line on stderr and exit status 1. */
@@ -11,6 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include "check_plugin.h"
 #include "comm.h"
 #include "config.h"
 #include "data_source.h"
@@ -26,12 +30,14 @@
 #define PH_PLUGIN_DIR "/usr/local/lib/pipehost"
 #endif
 
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: pipehost -c FILE [options]      train the model FILE describes\n"
 		"       pipehost --list-plugins         every plugin found, with its options\n"
 		"       pipehost --list-options         the keys of every core section ([run], [data], ...)\n"
+		"       pipehost --check-plugin FILE.so  run the project's plugin tests on a plugin (PASS/FAIL lines)\n"
 		"options:\n"
 		"  -c, --config FILE        the run's INI file\n"
 		"  -s, --set SEC.KEY=VALUE  override one INI key (repeatable), e.g. --set run.steps=20\n"
@@ -44,6 +50,12 @@ static void usage(FILE *f)
 		"      --svg FILE           with --simulate: draw the timeline as SVG in FILE; --trace FILE: its Chrome trace\n"
 		"      --plugin-dir DIR     search DIR for plugins first (repeatable)\n"
 		"      --allow-writable-plugins  load plugins even from files or directories others can write\n"
+		"      --check-plugin FILE  check a plugin: ABI, then each layer's meta, gradients, determinism,\n"
+		"                           each schedule's validity, each partitioner's cuts; --set NAME.KEY=VALUE\n"
+		"                           sets a plugin's option\n"
+		"      --shape DxD...       --check-plugin: a layer's per-sample input, e.g. 4x8 (default: 4x8,\n"
+		"                           2x6x6 or 8, the first the layer accepts)\n"
+		"      --batch N            --check-plugin: the largest batch to check (default 4; 1 is checked too)\n"
 		"  -V, --version            print the version\n"
 		"plugins are searched in --plugin-dir, [run] plugin_path, $PIPEHOST_PLUGIN_PATH and %s\n",
 		PH_PLUGIN_DIR);
@@ -62,11 +74,15 @@ typedef struct {
 	const char *trace;
 	int simulate;
 	const char *svg;
+	const char *check_plugin; /* --check-plugin FILE */
+	const char *shape;        /* --shape, for --check-plugin */
+	int batch;                /* --batch, for --check-plugin */
 } cli_t;
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
-	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME, OPT_ALLOWW };
+	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME, OPT_ALLOWW,
+	       OPT_CHECK, OPT_SHAPE, OPT_BATCH };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
@@ -77,6 +93,8 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		{ "simulate", no_argument, NULL, OPT_SIMULATE }, { "svg", required_argument, NULL, OPT_SVG },
 		{ "resume", required_argument, NULL, OPT_RESUME },
 		{ "allow-writable-plugins", no_argument, NULL, OPT_ALLOWW },
+		{ "check-plugin", required_argument, NULL, OPT_CHECK }, { "shape", required_argument, NULL, OPT_SHAPE },
+		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
 	int ch;
@@ -105,7 +123,21 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		case OPT_TRACE: cli->trace = optarg; break;
 		case OPT_SIMULATE: cli->simulate = 1; break;
 		case OPT_SVG: cli->svg = optarg; break;
+		case OPT_CHECK: cli->check_plugin = optarg; break;
+		case OPT_SHAPE: cli->shape = optarg; break;
+		case OPT_BATCH: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (end == optarg || *end || v < 1 || v > 4096)
+				return ph_fail(err, PH_EINVAL, "--batch %s: give a number of samples from 1 to 4096", optarg);
+			cli->batch = (int)v;
+			break;
+		}
 		case OPT_PDIR: {
+			struct stat st;
+			if (stat(optarg, &st) != 0 || !S_ISDIR(st.st_mode))
+				return ph_fail(err, PH_EINVAL, "--plugin-dir %s: %s; give a directory that holds plugins (.so files)",
+					       optarg, stat(optarg, &st) != 0 ? "no such directory" : "not a directory");
 			size_t used = strlen(cli->plugin_dirs);
 			snprintf(cli->plugin_dirs + used, sizeof cli->plugin_dirs - used, "%s%s", used ? ":" : "", optarg);
 			break;
@@ -133,7 +165,12 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 	}
 	if (optind < argc)
 		return ph_fail(err, PH_EINVAL, "unexpected argument %s; the config goes after -c", argv[optind]);
-	if (!cli->config && !cli->list_plugins && !cli->list_options)
+	if ((cli->shape || cli->batch) && !cli->check_plugin)
+		return ph_fail(err, PH_EINVAL, "%s is for --check-plugin FILE.so only", cli->shape ? "--shape" : "--batch");
+	if (cli->check_plugin && (cli->config || cli->list_plugins || cli->list_options))
+		return ph_fail(err, PH_EINVAL, "--check-plugin runs alone: drop %s",
+			       cli->config ? "-c" : cli->list_plugins ? "--list-plugins" : "--list-options");
+	if (!cli->config && !cli->list_plugins && !cli->list_options && !cli->check_plugin)
 		return ph_fail(err, PH_EINVAL, "no config given; run pipehost -c FILE (see pipehost --help)");
 	/* the SVG draws the simulated timeline; a real run's is --trace */
 	if (cli->svg && !cli->simulate)
@@ -180,6 +217,11 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	reg.allow_writable = cli->allow_writable;
 	char path[8192];
 	int rc;
+	if (cli->check_plugin) {
+		ph_check_opts co = { .file = cli->check_plugin, .shape = cli->shape, .batch = cli->batch,
+				     .sets = cli->overrides, .nsets = cli->noverrides, .allow_writable = cli->allow_writable };
+		return ph_check_plugin(&co, stdout, err);
+	}
 	if (!cli->config) {
 		plugin_path(cli, NULL, path, sizeof path);
 		if (cli->list_options)

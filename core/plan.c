@@ -339,22 +339,7 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 	if (warn.msg[0])
 		fprintf(stderr, "pipehost: partitioner %s: %s\n", c->partitioner->head.name, warn.msg);
 	/* A third-party partitioner's answer is checked like any input. */
-	if (p->first[0] != 0 || p->first[K] != n) {
-		rc = ph_fail(err, PH_EINTERNAL, "partitioner %s returned bounds starting at %d and ending at %d; they must "
-			     "cover layers 0..%d", c->partitioner->head.name, p->first[0], p->first[K], n - 1);
-		goto out;
-	}
-	for (int k = 0; k < K; k++) {
-		if (p->first[k + 1] <= p->first[k]) {
-			rc = ph_fail(err, PH_EINTERNAL, "partitioner %s left stage %d empty", c->partitioner->head.name, k);
-			goto out;
-		}
-		if (k > 0 && !cut[p->first[k] - 1]) {
-			rc = ph_fail(err, PH_EINVAL, "partitioner %s cut after layer %s, which has cut = no",
-				     c->partitioner->head.name, names[p->first[k] - 1]);
-			goto out;
-		}
-	}
+	rc = ph_plan_check_bounds(c->partitioner->head.name, &pbm, p->first, err);
 out:
 	free(buf);
 	free(names);
@@ -362,6 +347,25 @@ out:
 	free(cut);
 	free(inflight);
 	return rc;
+}
+
+int ph_plan_check_bounds(const char *partitioner, const ph_partition_problem *pb, const int *first, ph_err *err)
+{
+	int n = pb->n, K = pb->stages;
+	if (first[0] != 0 || first[K] != n)
+		return ph_fail(err, PH_EINTERNAL, "partitioner %s returned bounds starting at %d and ending at %d; they must "
+			       "cover layers 0..%d", partitioner, first[0], first[K], n - 1);
+	for (int k = 0; k < K; k++) {
+		if (first[k + 1] > n)
+			return ph_fail(err, PH_EINTERNAL, "partitioner %s starts stage %d at layer %d, past the last layer %d",
+				       partitioner, k + 1, first[k + 1], n - 1);
+		if (first[k + 1] <= first[k])
+			return ph_fail(err, PH_EINTERNAL, "partitioner %s left stage %d empty", partitioner, k);
+		if (k > 0 && pb->cut_after && !pb->cut_after[first[k] - 1])
+			return ph_fail(err, PH_EINVAL, "partitioner %s cut after layer %s, which has cut = no", partitioner,
+				       pb->names ? pb->names[first[k] - 1] : "?");
+	}
+	return PH_OK;
 }
 
 int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,

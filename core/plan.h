@@ -43,6 +43,11 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const doubl
 /* May a stage end after layer l, given [partition] cuts and the layer's cut. */
 int ph_plan_can_cut(const ph_config *c, const ph_layer_cfg *l);
 
+/* Is first[0..stages] a valid cut of pb's layers: from 0 to n, no stage
+ * empty, every boundary where pb->cut_after allows one?  The error names
+ * the partitioner. */
+int ph_plan_check_bounds(const char *partitioner, const ph_partition_problem *pb, const int *first, ph_err *err);
+
 /* Check compute lists and lower them (exposed for tests and for schedules
  * read from files). */
 int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err *err);

@@ -16,5 +16,6 @@ apt-get install -y -qq --no-install-recommends \
 	build-essential autoconf automake libtool pkg-config make \
 	libinih-dev check libopenblas-dev libcjson-dev zlib1g-dev \
 	libopenmpi-dev openmpi-bin \
-	dataset-fashion-mnist fortunes >/dev/null
+	dataset-fashion-mnist fortunes \
+	man-db >/dev/null
 echo "pipehost: build dependencies and Fashion-MNIST installed"

@@ -1,0 +1,19 @@
+# Tests of what a user adopting pipehost meets: the install (man page,
+# examples, templates, completion), pipehost --check-plugin, the plugin
+# path's messages, the license tags (scripts/spdx.sh).
+# Test plugins, each broken in one way --check-plugin must name.
+check_LTLIBRARIES += tests/plugins/check-bad-backward.la tests/plugins/check-bad-meta.la \
+	tests/plugins/check-deadlock.la tests/plugins/check-crash.la
+tests_plugins_check_bad_backward_la_SOURCES = tests/plugins/check-bad-backward.c
+tests_plugins_check_bad_backward_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_check_bad_meta_la_SOURCES = tests/plugins/check-bad-meta.c
+tests_plugins_check_bad_meta_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_check_deadlock_la_SOURCES = tests/plugins/check-deadlock.c
+tests_plugins_check_deadlock_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_check_crash_la_SOURCES = tests/plugins/check-crash.c
+tests_plugins_check_crash_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+
+TESTS += tests/test-check-plugin.sh tests/test-install.sh tests/test-plugin-path.sh tests/test-spdx.sh \
+	tests/test-completion.sh
+EXTRA_DIST += tests/test-check-plugin.sh tests/test-install.sh tests/test-plugin-path.sh tests/test-spdx.sh \
+	tests/test-completion.sh tests/adopt.mk

@@ -1,0 +1,106 @@
+#!/bin/sh
+# pipehost --check-plugin: every shipped plugin passes it; a layer with a
+# wrong backward, one whose meta disagrees with its forward, a schedule that
+# deadlocks and a layer that crashes each fail, naming the check; a bad
+# request is one line and nothing checked.
+. "$top_srcdir/tests/lib.sh"
+
+# check_fails DESC PLUGIN REGEX: non-zero exit, a FAIL line matching REGEX,
+# and one line on stderr naming the file
+check_fails() {
+	"$PIPEHOST" --check-plugin "$2" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$rc" -ne 0 ] && grep -Eq -- "$3" "$tmp/out" && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+		grep -q "checks failed" "$tmp/err"; then
+		ok "$1: $(grep -E -- "$3" "$tmp/out" | head -1 | cut -c1-200)"
+	else
+		not_ok "$1: exit $rc; $(grep '^FAIL' "$tmp/out" | head -3) stderr: $(cat "$tmp/err")"
+	fi
+}
+
+# Every shipped plugin.  The options that have no default and that the
+# checker cannot choose (a file, a list, a regex) are given: a table of
+# one of the fixtures' shapes, bounds for 8 layers in 2 stages, the blocks.
+n_shipped=0
+for so in "$top_builddir"/plugins/*/.libs/*.so; do
+	[ -e "$so" ] || continue
+	n_shipped=$((n_shipped + 1))
+	name=$(basename "$so" .so)
+	set --
+	case $name in
+	table) set -- --set "table.file=$fixtures/schedules/1f1b-p2-m4.csv" ;;
+	explicit) set -- --set explicit.bounds=0,4 ;;
+	type) set -- --set type.regex=gpt_block ;;
+	esac
+	if "$PIPEHOST" --check-plugin "$so" "$@" >"$tmp/out" 2>"$tmp/err" && ! grep -q '^FAIL' "$tmp/out"; then
+		ok "$name: $(tail -1 "$tmp/out")"
+	else
+		not_ok "$name: $(grep '^FAIL' "$tmp/out" | head -3) $(cat "$tmp/err")"
+	fi
+done
+if [ "$n_shipped" -ge 20 ]; then ok "$n_shipped shipped plugins checked"; else not_ok "only $n_shipped plugins under plugins/*/.libs"; fi
+
+# What a pass checks, on one layer: one line per check, all of them there.
+"$PIPEHOST" --check-plugin "$top_builddir/plugins/layers/.libs/linear.so" >"$tmp/linear" 2>&1
+for check in "abi and descriptor" "layer linear: options" "layer linear: create" \
+	"layer linear: meta matches forward and backward \(batch 1\)" \
+	"layer linear: meta matches forward and backward \(batch 4\)" "layer linear: determinism" \
+	"layer linear: split backward" "layer linear: gradients \(batch 1\)" "layer linear: gradients \(batch 4\)"; do
+	if grep -Eq "^PASS $check" "$tmp/linear"; then ok "linear: PASS $check"; else not_ok "linear: no PASS $check: $(cat "$tmp/linear")"; fi
+done
+
+# The broken plugins, each failing the check that sees its bug.
+check_fails "wrong backward" "$TEST_PLUGIN_DIR/check-bad-backward.so" \
+	"^FAIL layer check_bad_backward: gradients \(batch 1\): check_bad_backward: dweight\[0\] analytic"
+check_fails "meta disagrees with forward" "$TEST_PLUGIN_DIR/check-bad-meta.so" \
+	"^FAIL layer check_bad_meta: meta matches forward and backward \(batch 1\): check_bad_meta forward wrote past y"
+check_fails "deadlocking schedule" "$TEST_PLUGIN_DIR/check-deadlock.so" \
+	"^FAIL schedule check_deadlock: p=2 v=1 m=4: schedule deadlocks"
+if grep -q "^PASS schedule check_deadlock: p=1 v=1 m=4" "$tmp/out"; then
+	ok "the deadlocking schedule passes where it is valid (1 rank)"
+else
+	not_ok "check_deadlock on 1 rank: $(cat "$tmp/out")"
+fi
+# A crash: a FAIL of the check under way (under ASan, whose handler ends
+# the process and prints its report, "ended the process"), then the count.
+"$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/check-crash.so" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && grep -Eq "^FAIL layer check_crash: create: (crashed \(signal 11|the plugin ended the process)" "$tmp/out" &&
+	grep -q "^[0-9]* check(s): .* 1 failed" "$tmp/out" && grep -q "checks failed" "$tmp/err"; then
+	ok "a layer that crashes: $(grep '^FAIL' "$tmp/out")"
+else
+	not_ok "a layer that crashes: exit $rc; $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
+fi
+check_fails "not a plugin" "$TEST_PLUGIN_DIR/not_a_plugin.so" "^FAIL abi and descriptor: .*exports no pipehost_plugin symbol"
+check_fails "a required string option not given" "$top_builddir/plugins/schedules/.libs/table.so" \
+	"^FAIL schedule table: options: file is required and has no default; give one with --set table.file=VALUE"
+
+# --shape: the layer is checked on that input.
+if "$PIPEHOST" --check-plugin "$top_builddir/plugins/layers/.libs/relu.so" --shape 3x5 --batch 2 >"$tmp/out" 2>&1 &&
+	grep -q "^PASS layer relu: create: input 3x5 of reals U(-1, 1), batches 1 and 2" "$tmp/out" &&
+	grep -q "^PASS layer relu: gradients (batch 2)" "$tmp/out"; then
+	ok "--shape 3x5 --batch 2"
+else
+	not_ok "--shape 3x5 --batch 2: $(cat "$tmp/out")"
+fi
+# A shape the layer refuses is a FAIL naming --shape.
+conv2d="$top_builddir/plugins/layers/.libs/conv2d.so"
+if "$PIPEHOST" --check-plugin "$conv2d" --shape 8 >"$tmp/out" 2>&1; then
+	not_ok "conv2d --shape 8 passed"
+elif grep -q "^FAIL layer conv2d: create: refused every input tried (8: conv2d.*); give one it accepts with --shape" "$tmp/out"; then
+	ok "a --shape the layer refuses: $(grep "^FAIL" "$tmp/out" | cut -c1-160)"
+else
+	not_ok "conv2d --shape 8: $(cat "$tmp/out")"
+fi
+
+# Bad requests: one line, nothing checked.
+linear="$top_builddir/plugins/layers/.libs/linear.so"
+expect_error "no such file" "^pipehost: --check-plugin $tmp/nope.so: No such file or directory$" --check-plugin "$tmp/nope.so"
+expect_error "--set for another plugin" "^pipehost: --set relu.units=2: .*linear.so provides no plugin named relu$" \
+	--check-plugin "$linear" --set relu.units=2
+expect_error "--set of no such option" "^pipehost: --set linear.unit=2: layer linear has no option unit" \
+	--check-plugin "$linear" --set linear.unit=2
+expect_error "bad --shape" "^pipehost: --shape 4xx8: expected 1 to 4 sizes" --check-plugin "$linear" --shape 4xx8
+expect_error "--shape without --check-plugin" "^pipehost: --shape is for --check-plugin FILE.so only$" -c "$fixtures/tiny.ini" --shape 4
+expect_error "bad --batch" "^pipehost: --batch 0: give a number of samples from 1 to 4096$" --check-plugin "$linear" --batch 0
+finish

@@ -1,0 +1,115 @@
+#!/bin/sh
+# A fresh `make install` into a staging directory gives a user everything:
+# the man page (man shows it, with every option of --help and every section
+# of --list-options), the bash completion, every example job (each runs from
+# the installed tree, 2 steps), and the three plugin templates, which build
+# from the installed tree with pkg-config alone, load, and pass
+# --check-plugin.
+. "$top_srcdir/tests/lib.sh"
+dest="$tmp/dest"
+# a nested make of the same tree: not the outer make's job server
+if env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$top_builddir" install DESTDIR="$dest" >"$tmp/install.log" 2>&1; then
+	ok "make install DESTDIR=..."
+else
+	not_ok "make install: $(tail -3 "$tmp/install.log")"
+	finish
+	exit
+fi
+pc=$(find "$dest" -name pipehost.pc | head -1)
+prefix=$(pkg-config --variable=prefix "$pc")
+inst="$dest$prefix"
+bin="$inst/bin/pipehost"
+plugins="$dest$(pkg-config --variable=plugindir "$pc")"
+# the installed pipehost, with the installed plugins only (the tests'
+# environment points PIPEHOST_PLUGIN_PATH into the build tree)
+ipipehost() { PIPEHOST_PLUGIN_PATH= "$bin" "$@"; }
+
+# The man page.
+page=$(find "$dest" -path '*/man1/pipehost.1' | head -1)
+if [ -z "$page" ]; then
+	not_ok "no man1/pipehost.1 installed"
+elif command -v man >/dev/null 2>&1; then
+	if MANWIDTH=250 man -l "$page" >"$tmp/man" 2>"$tmp/man.err" && grep -q "pipehost --check-plugin FILE.so" "$tmp/man"; then
+		ok "man -l shows the installed page ($(wc -l <"$tmp/man") lines)"
+	else
+		not_ok "man -l $page: $(head -3 "$tmp/man.err")"
+	fi
+	missing=
+	for opt in $("$bin" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+		grep -q -- "$opt" "$tmp/man" || missing="$missing $opt"
+	done
+	for sec in $("$bin" --list-options | sed -n 's/^\[\(.*\)\]$/\1/p' | tr ' ' '_'); do
+		grep -q -- "^ *\[$(echo "$sec" | tr '_' ' ')\]" "$tmp/man" || missing="$missing [$sec]"
+	done
+	for key in $("$bin" --list-options | sed -n 's/^  \([a-z_0-9]*\) .*/\1/p' | sort -u); do
+		grep -Eq "^ +$key( |$)" "$tmp/man" || missing="$missing $key"
+	done
+	[ -z "$missing" ] && ok "the page has every option of --help, every section and key of --list-options" ||
+		not_ok "the man page lacks:$missing"
+else
+	ok "# SKIP man is not installed (Debian: man-db)"
+fi
+
+# The bash completion.
+comp=$(find "$dest" -path '*/bash-completion/completions/pipehost' | head -1)
+[ -n "$comp" ] && bash -n "$comp" && ok "bash completion installed (${comp#"$dest"})" ||
+	not_ok "no bash-completion/completions/pipehost under $dest"
+
+# Every example of the source tree is installed, and runs as installed.
+for src in "$top_srcdir"/etc/*.ini; do
+	name=$(basename "$src")
+	ex="$inst/share/pipehost/examples/$name"
+	if [ ! -f "$ex" ]; then
+		not_ok "example $name not installed"
+		continue
+	fi
+	# the data it reads must be there (Debian's dataset-fashion-mnist, fortunes)
+	need=$(sed -n 's/^path *= *\([^ ;]*\).*/\1/p' "$ex")
+	case $(sed -n 's/^source *= *\([^ ;]*\).*/\1/p' "$ex") in
+	text) need=${need:-/usr/share/games/fortunes} ;;
+	fashion-mnist) need=${need:-/usr/share/datasets/fashion-mnist} ;;
+	esac
+	if [ -n "$need" ] && [ ! -e "$need" ]; then
+		ok "# SKIP example $name: its data $need is not installed"
+		continue
+	fi
+	# 2 steps of one sample a micro-batch: the test stays fast
+	mb=$(sed -n 's/^micro_batches *= *\([0-9]*\).*/\1/p' "$ex")
+	if (cd "$tmp" && ipipehost -c "$ex" --plugin-dir "$plugins" --set run.steps=2 --set run.eval=no \
+		--set "run.batch=${mb:-4}") \
+		>"$tmp/ex.log" 2>&1 && grep -q "trained 2 steps" "$tmp/ex.log"; then
+		ok "example $name runs from the installed tree: $(grep 'trained 2 steps' "$tmp/ex.log")"
+	else
+		not_ok "example $name: $(tail -3 "$tmp/ex.log")"
+	fi
+done
+
+# The templates: copied out, built with pkg-config alone, tested, loaded, checked.
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+for kind in layer:scale:layers schedule:windowed:schedules partitioner:greedy:partitioners; do
+	k=${kind%%:*} rest=${kind#*:}
+	name=${rest%%:*} list=${rest#*:}
+	src="$inst/share/pipehost/templates/$k"
+	if [ ! -f "$src/Makefile" ]; then
+		not_ok "template $k not installed"
+		continue
+	fi
+	cp -r "$src" "$tmp/$k"
+	chmod -R u+w "$tmp/$k"
+	# pkg-config's prefix moved to the staging directory; the Makefile finds
+	# the headers and pipehost (bindir) through it
+	if PIPEHOST_PLUGIN_PATH= make -C "$tmp/$k" check PKG_CONFIG="pkg-config --define-variable=prefix=$inst" \
+		>"$tmp/$k.log" 2>&1; then
+		ok "template $k builds with pkg-config alone, passes its test and --check-plugin: $(grep '^ok' "$tmp/$k.log")"
+	else
+		not_ok "template $k: make check: $(grep -E 'FAIL|rror' "$tmp/$k.log" | head -3) $(tail -2 "$tmp/$k.log")"
+	fi
+	if ipipehost --list-plugins --plugin-dir "$tmp/$k" --plugin-dir "$plugins" >"$tmp/list" 2>&1 &&
+		awk -v kind="$list:" -v n="$name" '/^[^ ]/ { on = ($1 == kind) } on && $1 == n { found = 1 } END { exit !found }' \
+			"$tmp/list"; then
+		ok "pipehost --list-plugins --plugin-dir lists the $k template's $name"
+	else
+		not_ok "--list-plugins with the $k template: $(head -3 "$tmp/list")"
+	fi
+done
+finish
