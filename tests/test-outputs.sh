@@ -113,6 +113,13 @@ if ph --save-weights "$tmp/link.st" >/dev/null 2>"$tmp/err" && [ -L "$tmp/link.s
 else
 	not_ok "symlink: $(ls -l "$tmp/link.st") $(cat "$tmp/err")"
 fi
+echo "not a trace" >"$tmp/target.json"
+ln -s "$tmp/target.json" "$tmp/link.json"
+if ph --trace "$tmp/link.json" >/dev/null 2>"$tmp/err" && [ -L "$tmp/link.json" ] && grep -q '"traceEvents"' "$tmp/target.json"; then
+	ok "--trace a symlink: followed, the link stays a link"
+else
+	not_ok "trace symlink: $(ls -l "$tmp/link.json") $(cat "$tmp/err")"
+fi
 ln -s "$tmp/nowhere.st" "$tmp/dangling.st"
 refused_early "--save-weights a dangling symlink" "--save-weights $tmp/dangling.st is a symlink to nothing \(No such file or directory\)" \
 	-c "$tiny" --set run.steps=8 --save-weights "$tmp/dangling.st"
