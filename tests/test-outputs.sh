@@ -50,6 +50,10 @@ else
 	not_ok "resume into its own dir: $(cat "$tmp/err")"
 fi
 
+expect_error "a resumed run into another run's checkpoint dir" \
+	"checkpoint dir $tmp/ck holds 1 checkpoint\(s\) of another run \(run [0-9a-f]{8}, newest step-00000003\)" \
+	-c "$tiny" --set run.steps=9 --set optimizer.lr_schedule=constant --set "checkpoint.dir=$tmp/ck" --resume "$tmp/own"
+
 # --- 11. one process per checkpoint dir ----------------------------------
 "$PIPEHOST" -c "$tiny" --set run.steps=100000 --set "checkpoint.dir=$tmp/busy" --set checkpoint.every=50 \
 	>/dev/null 2>&1 &
