@@ -6,6 +6,9 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <math.h>
+#include <sys/random.h>
+#include <xxhash.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -15,11 +18,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define WEIGHTS_FILE "weights.safetensors"
 #define OPTIM_FILE "optimizer.safetensors"
 #define STATE_FILE "state.json"
+#define MANIFEST_FILE "manifest.txt"
+#define MANIFEST_MAGIC "pipehost-checkpoint-manifest 1"
+#define MANIFEST_MAX 65536
+#define DAMAGED_PREFIX "damaged-"
 #define STEP_PREFIX "step-"
 #define TMP_PREFIX ".tmp-"
 
@@ -243,6 +251,8 @@ static int sync_dir(const char *dir)
 /* Write a small file crash-safely: temp name, fsync, rename. */
 static int write_file_atomic(const char *path, const char *data, size_t len, ph_err *err)
 {
+	if (len > 0 && !data)
+		return ph_fail(err, PH_EINVAL, "%s: nothing to write", path);
 	char tmp[PATH_MAX];
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp)
 		return ph_fail(err, PH_EINVAL, "%s: path too long", path);
@@ -303,6 +313,16 @@ int ph_checkpoint_prepare(const char *dir, ph_err *err)
 	if (access(dir, W_OK | X_OK))
 		return ph_fail(err, PH_EIO, "checkpoint dir %s is not writable: %s; check [checkpoint] dir", dir,
 			       strerror(errno));
+	/* access() passes a read-only mount for root: create a file to know */
+	char probe[PATH_MAX];
+	if ((size_t)snprintf(probe, sizeof probe, "%s/" TMP_PREFIX "probe.%ld", dir, (long)getpid()) >= sizeof probe)
+		return ph_fail(err, PH_EINVAL, "checkpoint dir %s: path too long", dir);
+	int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return ph_fail(err, PH_EIO, "checkpoint dir %s is not writable: %s; check [checkpoint] dir", dir,
+			       strerror(errno));
+	close(fd);
+	unlink(probe);
 	return PH_OK;
 }
 
@@ -471,7 +491,7 @@ static char *state_json(int64_t step, const ph_ckpt_id *id, int64_t seed, int64_
 }
 
 static int write_tensors(const char *dir, const char *file, ph_tensor_ref *t, int n, int64_t step,
-			 const ph_ckpt_id *id, ph_err *err)
+			 const ph_ckpt_id *id, uint64_t *size, uint64_t *hash, ph_err *err)
 {
 	char p[PATH_MAX], stepbuf[24];
 	if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, file) >= sizeof p)
@@ -479,7 +499,7 @@ static int write_tensors(const char *dir, const char *file, ph_tensor_ref *t, in
 	snprintf(stepbuf, sizeof stepbuf, "%lld", (long long)step);
 	const char *const meta[] = { "format", "pt", "producer", "pipehost " PACKAGE_VERSION, "step", stepbuf,
 				     "config_digest", id->digest, NULL };
-	return ph_safetensors_write(p, t, n, meta, err);
+	return ph_safetensors_write_hashed(p, t, n, meta, size, hash, err);
 }
 
 /* Keep the `keep` highest steps and `just`; remove the rest, each first
@@ -503,11 +523,62 @@ static void apply_keep(const char *dir, int keep, int64_t just)
 		if ((size_t)snprintf(from, sizeof from, "%s/%s", dir, v[i].name) >= sizeof from ||
 		    (size_t)snprintf(to, sizeof to, "%s/" TMP_PREFIX "del-%s", dir, v[i].name) >= sizeof to)
 			continue;
-		if (rename(from, to) == 0)
-			remove_tree(to);
+		/* a failure here loses nothing (an extra old step stays), but
+		 * it is said */
+		if (rename(from, to))
+			fprintf(stderr, "pipehost: warning: cannot remove old checkpoint %s ([checkpoint] keep = %d): "
+				"%s\n", from, keep, strerror(errno));
+		else if (remove_tree(to))
+			fprintf(stderr, "pipehost: warning: cannot remove %s: %s\n", to, strerror(errno));
 	}
 	free(v);
-	sync_dir(dir);
+	if (sync_dir(dir))
+		fprintf(stderr, "pipehost: warning: syncing checkpoint dir %s: %s\n", dir, strerror(errno));
+}
+
+/* The first tensor holding a NaN or an infinity, or -1. */
+static int first_nonfinite(const ph_tensor_ref *t, int n, int64_t *at)
+{
+	for (int i = 0; i < n; i++) {
+		int64_t k = ph_shape_numel(&t[i].shape);
+		for (int64_t j = 0; j < k; j++)
+			if (!isfinite(t[i].data[j])) {
+				*at = j;
+				return i;
+			}
+	}
+	return -1;
+}
+
+static void hex64(uint64_t v, char out[17])
+{
+	snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+/* The manifest: every file of the step with its size and XXH3-64, the step
+ * and the run, and a last line with the checksum of the lines before it. */
+static int write_manifest(const char *sdir, const char *run, int64_t step, const char *const *names,
+			  const uint64_t *sizes, const uint64_t *hashes, int n, ph_err *err)
+{
+	char text[4096];
+	size_t len = 0;
+	len += (size_t)snprintf(text + len, sizeof text - len, MANIFEST_MAGIC "\nrun %s\nstep %lld\n", run,
+				(long long)step);
+	for (int i = 0; i < n && len < sizeof text; i++) {
+		char h[17];
+		hex64(hashes[i], h);
+		len += (size_t)snprintf(text + len, sizeof text - len, "file %s %llu xxh3 %s\n", names[i],
+					(unsigned long long)sizes[i], h);
+	}
+	if (len + 40 >= sizeof text)
+		return ph_fail(err, PH_EINTERNAL, "%s: manifest too long", sdir);
+	char h[17];
+	hex64(XXH3_64bits(text, len), h);
+	len += (size_t)snprintf(text + len, sizeof text - len, "end xxh3 %s\n", h);
+	char p[PATH_MAX];
+	if ((size_t)snprintf(p, sizeof p, "%s/" MANIFEST_FILE, sdir) >= sizeof p)
+		return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
+	return write_file_atomic(p, text, len, err);
 }
 
 int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckpt_id *id,
@@ -520,22 +591,42 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 	int rc = make_dirs(dir, err);
 	if (rc)
 		return rc;
-	remove_stale(dir);
-	char tmp[PATH_MAX], final[PATH_MAX];
-	if ((size_t)snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX STEP_PREFIX "%08lld", dir, (long long)step) >= sizeof tmp ||
-	    (size_t)snprintf(final, sizeof final, "%s/" STEP_PREFIX "%08lld", dir, (long long)step) >= sizeof final)
-		return ph_fail(err, PH_EINVAL, "checkpoint dir %s: path too long", dir);
-	if (mkdir(tmp, 0755))
-		return ph_fail(err, PH_EIO, "cannot create %s: %s; check [checkpoint] dir is writable", tmp,
-			       strerror(errno));
-
+	/* Never a checkpoint of non-finite values: it would take the place of
+	 * the last good one (and push it out with `keep`). */
 	ph_tensor_ref *w = NULL, *s = NULL;
 	int nw = 0, ns = 0;
 	char *json = NULL;
-	if ((rc = ph_engine_tensors(e, &w, &nw, err)) || (rc = ph_engine_state_tensors(e, &s, &ns, err)))
-		goto fail;
-	if ((rc = write_tensors(tmp, WEIGHTS_FILE, w, nw, step, id, err)) ||
-	    (rc = write_tensors(tmp, OPTIM_FILE, s, ns, step, id, err)))
+	if ((rc = ph_engine_tensors(e, &w, &nw, err)) || (rc = ph_engine_state_tensors(e, &s, &ns, err))) {
+		free(w);
+		return rc;
+	}
+	int64_t at = 0;
+	int bad = first_nonfinite(w, nw, &at), bad_s = bad < 0 ? first_nonfinite(s, ns, &at) : -1;
+	if (bad >= 0 || bad_s >= 0) {
+		const ph_tensor_ref *b = bad >= 0 ? &w[bad] : &s[bad_s];
+		rc = ph_fail(err, PH_EINVAL, "step %lld: %s holds %s at element %lld: training diverged; checkpoint "
+			     "not written, older ones kept; lower [optimizer] lr or check beta2/eps", (long long)step,
+			     b->name, isnan(b->data[at]) ? "NaN" : "an infinity", (long long)at);
+		free(w);
+		free(s);
+		return rc;
+	}
+	remove_stale(dir);
+	char tmp[PATH_MAX], final[PATH_MAX];
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s/" TMP_PREFIX STEP_PREFIX "%08lld", dir, (long long)step) >= sizeof tmp ||
+	    (size_t)snprintf(final, sizeof final, "%s/" STEP_PREFIX "%08lld", dir, (long long)step) >= sizeof final) {
+		rc = ph_fail(err, PH_EINVAL, "checkpoint dir %s: path too long", dir);
+		goto out;
+	}
+	if (mkdir(tmp, 0755)) {
+		rc = ph_fail(err, PH_EIO, "cannot create %s: %s; check [checkpoint] dir is writable", tmp,
+			     strerror(errno));
+		goto out;
+	}
+	static const char *const names[] = { STATE_FILE, WEIGHTS_FILE, OPTIM_FILE };
+	uint64_t sizes[3], hashes[3];
+	if ((rc = write_tensors(tmp, WEIGHTS_FILE, w, nw, step, id, &sizes[1], &hashes[1], err)) ||
+	    (rc = write_tensors(tmp, OPTIM_FILE, s, ns, step, id, &sizes[2], &hashes[2], err)))
 		goto fail;
 	/* the optimizer in use, from the engine's names for its state */
 	const char *opt = ns > 0 ? (strstr(s[0].name, ".momentum") ? "sgd" : "adamw")
@@ -550,7 +641,10 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 		rc = ph_fail(err, PH_EINVAL, "checkpoint dir %s: path too long", dir);
 		goto fail;
 	}
-	if ((rc = write_file_atomic(sp, json, strlen(json), err)))
+	sizes[0] = strlen(json);
+	hashes[0] = XXH3_64bits(json, sizes[0]);
+	if ((rc = write_file_atomic(sp, json, sizes[0], err)) ||
+	    (rc = write_manifest(tmp, id->run, step, names, sizes, hashes, 3, err)))
 		goto fail;
 	if (sync_dir(tmp)) {
 		rc = ph_fail(err, PH_EIO, "syncing %s: %s", tmp, strerror(errno));
@@ -793,30 +887,178 @@ void ph_checkpoint_diff(const char *ours, const char *theirs, char *buf, size_t 
 	}
 }
 
-int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *id, int64_t *step, char *path,
-		       size_t len, ph_err *err)
+/* ------------------------------------------------------------------ */
+/* The manifest.                                                        */
+
+typedef struct {
+	char run[33];
+	int64_t step;
+	int n;
+	struct {
+		char name[64];
+		uint64_t size, hash;
+	} f[8];
+} manifest;
+
+/* Read and check sdir/manifest.txt.  *missing is set (and PH_EIO returned)
+ * when there is none at all. */
+static int read_manifest(const char *sdir, manifest *m, int *missing, ph_err *err)
 {
-	char sdir[PATH_MAX];
-	if (!path_or_dir || !*path_or_dir)
-		return ph_fail(err, PH_EINVAL, "no checkpoint given to resume from");
-	struct stat sb;
-	if (stat(path_or_dir, &sb))
-		return ph_fail(err, PH_EIO, "cannot resume from %s: %s; check --resume", path_or_dir, strerror(errno));
-	if (!S_ISDIR(sb.st_mode))
-		return ph_fail(err, PH_EINVAL, "cannot resume from %s: not a directory; give the checkpoint dir or "
-			       "one of its step-* directories", path_or_dir);
-	if (is_dir_with_state(path_or_dir)) {
-		if ((size_t)snprintf(sdir, sizeof sdir, "%s", path_or_dir) >= sizeof sdir)
-			return ph_fail(err, PH_EINVAL, "checkpoint path too long");
-	} else {
-		int64_t s;
-		int found = ph_checkpoint_latest(path_or_dir, sdir, sizeof sdir, &s, err);
-		if (found < 0)
-			return -found;
-		if (!found)
-			return ph_fail(err, PH_EINVAL, "no checkpoint in %s (expected %s/step-NNNNNNNN/state.json); check "
-				       "--resume", path_or_dir, path_or_dir);
+	memset(m, 0, sizeof *m);
+	*missing = 0;
+	char p[PATH_MAX];
+	if ((size_t)snprintf(p, sizeof p, "%s/" MANIFEST_FILE, sdir) >= sizeof p)
+		return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		*missing = errno == ENOENT;
+		return ph_fail(err, PH_EIO, "%s: cannot open: %s", p, strerror(errno));
 	}
+	char buf[MANIFEST_MAX + 1];
+	size_t len = 0;
+	for (;;) {
+		ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		len += (size_t)r;
+		if (len == sizeof buf - 1)
+			break;
+	}
+	close(fd);
+	buf[len] = 0;
+	/* the last line checks every byte before it */
+	char *end = len >= 2 ? memrchr(buf, '\n', len - 1) : NULL;
+	size_t body = end ? (size_t)(end - buf) + 1 : 0;
+	char want[17], got[17];
+	if (!end || len == MANIFEST_MAX || sscanf(end + 1, "end xxh3 %16[0-9a-f]", want) != 1 ||
+	    strlen(end + 1) != 26 || buf[len - 1] != '\n' || memchr(buf, 0, len))
+		return ph_fail(err, PH_EINVAL, "%s: no valid last line \"end xxh3 HEX\": damaged checkpoint", p);
+	hex64(XXH3_64bits(buf, body), got);
+	if (strcmp(want, got))
+		return ph_fail(err, PH_EINVAL, "%s: its checksum does not match its contents: damaged checkpoint", p);
+	char *line = buf, *save = NULL;
+	int lineno = 0;
+	*end = 0;
+	for (char *l = strtok_r(line, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		lineno++;
+		long long step;
+		unsigned long long size;
+		char name[64], hash[17], tail;
+		if (lineno == 1) {
+			if (strcmp(l, MANIFEST_MAGIC))
+				return ph_fail(err, PH_EINVAL, "%s: first line is not \"" MANIFEST_MAGIC "\"", p);
+		} else if (sscanf(l, "run %32[0-9a-f]%c", m->run, &tail) == 1 && strlen(m->run) == 32) {
+		} else if (sscanf(l, "step %lld%c", &step, &tail) == 1 && step >= 0) {
+			m->step = step;
+		} else if (sscanf(l, "file %63s %llu xxh3 %16[0-9a-f]%c", name, &size, hash, &tail) == 3 &&
+			   strlen(hash) == 16 && m->n < 8 && !strchr(name, '/')) {
+			snprintf(m->f[m->n].name, sizeof m->f[m->n].name, "%s", name);
+			m->f[m->n].size = size;
+			m->f[m->n].hash = strtoull(hash, NULL, 16);
+			m->n++;
+		} else {
+			return ph_fail(err, PH_EINVAL, "%s:%d: not a manifest line: damaged checkpoint", p, lineno);
+		}
+	}
+	if (!m->run[0] || m->n == 0)
+		return ph_fail(err, PH_EINVAL, "%s: no run or no files listed: damaged checkpoint", p);
+	return PH_OK;
+}
+
+/* Each file's size and checksum against the manifest. */
+static int verify_files(const char *sdir, const manifest *m, ph_err *err)
+{
+	char *buf = malloc(1 << 20);
+	XXH3_state_t *h = XXH3_createState();
+	int rc = PH_OK;
+	if (!buf || !h) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory verifying %s", sdir);
+		goto out;
+	}
+	for (int i = 0; i < m->n && !rc; i++) {
+		char p[PATH_MAX];
+		if ((size_t)snprintf(p, sizeof p, "%s/%s", sdir, m->f[i].name) >= sizeof p) {
+			rc = ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
+			break;
+		}
+		int fd = open(p, O_RDONLY | O_CLOEXEC);
+		struct stat sb;
+		if (fd < 0) {
+			rc = ph_fail(err, PH_EIO, "%s: cannot open: %s", p, strerror(errno));
+			break;
+		}
+		if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != m->f[i].size) {
+			rc = ph_fail(err, PH_EINVAL, "%s: %lld bytes, its manifest says %llu: damaged checkpoint", p,
+				     (long long)sb.st_size, (unsigned long long)m->f[i].size);
+			close(fd);
+			break;
+		}
+		XXH3_64bits_reset(h);
+		ssize_t r;
+		uint64_t got = 0;
+		while ((r = read(fd, buf, 1 << 20)) != 0) {
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0) {
+				rc = ph_fail(err, PH_EIO, "%s: read error: %s", p, strerror(errno));
+				break;
+			}
+			XXH3_64bits_update(h, buf, (size_t)r);
+			got += (uint64_t)r;
+		}
+		close(fd);
+		if (!rc && (got != m->f[i].size || XXH3_64bits_digest(h) != m->f[i].hash))
+			rc = ph_fail(err, PH_EINVAL, "%s: its checksum does not match the manifest's: damaged checkpoint "
+				     "(changed after it was written)", p);
+	}
+out:
+	XXH3_freeState(h);
+	free(buf);
+	return rc;
+}
+
+int ph_checkpoint_run_of(const char *sdir, char run[33])
+{
+	manifest m;
+	int missing;
+	ph_err e2;
+	run[0] = 0;
+	if (read_manifest(sdir, &m, &missing, &e2))
+		return 0;
+	memcpy(run, m.run, 33);
+	return 1;
+}
+
+void ph_checkpoint_new_run(char run[33])
+{
+	unsigned char b[16];
+	size_t got = 0;
+	while (got < sizeof b) {
+		ssize_t r = getrandom(b + got, sizeof b - got, 0);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	if (got < sizeof b) {
+		/* no entropy source: time and pid still tell runs apart */
+		uint64_t x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+		for (size_t i = got; i < sizeof b; i++, x = x * 6364136223846793005ull + 1442695040888963407ull)
+			b[i] = (unsigned char)(x >> 56);
+	}
+	for (int i = 0; i < 16; i++)
+		snprintf(run + 2 * i, 3, "%02x", b[i]);
+}
+
+/* Load one step directory.  *damaged: the failure is damage (a file
+ * unreadable, malformed or not what the manifest says), not a checkpoint
+ * of another config. */
+static int load_step(const char *sdir, ph_engine *e, const ph_ckpt_id *id, int64_t *step, char run[33],
+		     int *damaged, ph_err *err)
+{
+	*damaged = 1;
+	run[0] = 0;
 	char p[PATH_MAX];
 	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, sdir) >= sizeof p)
 		return ph_fail(err, PH_EINVAL, "checkpoint path too long");
@@ -828,12 +1070,26 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 	const char *base = strrchr(sdir, '/');
 	base = base ? base + 1 : sdir;
 	int64_t named = parse_step_name(base);
+	manifest m;
+	int missing = 0, mrc;
+	ph_err merr;
 	if (named >= 0 && named != st.step) {
 		rc = ph_fail(err, PH_EINVAL, "%s says step %lld but the directory is %s: corrupt checkpoint", p,
 			     (long long)st.step, base);
 		goto done;
 	}
+	/* every byte checked first, reported after the finer checks below
+	 * (which say more about what is wrong) */
+	mrc = read_manifest(sdir, &m, &missing, &merr);
+	if (!mrc && (mrc = verify_files(sdir, &m, &merr)) == PH_OK && m.step != st.step)
+		mrc = ph_fail(&merr, PH_EINVAL, "%s/" MANIFEST_FILE " says step %lld, " STATE_FILE " step %lld: damaged "
+			      "checkpoint", sdir, (long long)m.step, (long long)st.step);
 	if (id && strcmp(st.digest, id->digest)) {
+		if (mrc && !missing) {
+			rc = ph_fail(err, mrc, "%s", merr.msg);
+			goto done;
+		}
+		*damaged = 0;
 		char diff[160];
 		ph_checkpoint_diff(id->text, st.identity, diff, sizeof diff);
 		rc = ph_fail(err, PH_EINVAL, "checkpoint %s was written for another model or training config (digest "
@@ -848,18 +1104,195 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 		if ((size_t)snprintf(wf, sizeof wf, "%s/" WEIGHTS_FILE, sdir) >= sizeof wf ||
 		    (size_t)snprintf(of, sizeof of, "%s/" OPTIM_FILE, sdir) >= sizeof of)
 			rc = ph_fail(err, PH_EINVAL, "checkpoint path too long");
-		else if (!(rc = ph_safetensors_read(wf, w, nw, err)) && !(rc = ph_safetensors_read(of, s, ns, err)))
-			rc = ph_engine_upload_tensors(e, err);
+		else if (!(rc = ph_safetensors_read(wf, w, nw, err)) && !(rc = ph_safetensors_read(of, s, ns, err))) {
+			if (mrc && !missing)
+				rc = ph_fail(err, mrc, "%s", merr.msg);
+			else
+				rc = ph_engine_upload_tensors(e, err);
+			if (!rc && missing)
+				fprintf(stderr, "pipehost: warning: %s has no " MANIFEST_FILE " (written by an older "
+					"pipehost?): its files cannot be verified\n", sdir);
+		}
 	}
 	free(w);
 	free(s);
 	if (!rc) {
-		if (step)
-			*step = st.step;
-		if (path)
-			snprintf(path, len, "%s", sdir);
+		*step = st.step;
+		if (!missing)
+			memcpy(run, m.run, 33);
 	}
 done:
 	ph_ckpt_state_free(&st);
+	return rc;
+}
+
+int ph_checkpoint_is_step(const char *path)
+{
+	return is_dir_with_state(path);
+}
+
+/* Move a damaged step out of view (never deleted: it may be all there is). */
+static void set_aside(const char *dir, const char *name, char *to, size_t len)
+{
+	char from[PATH_MAX];
+	to[0] = 0;
+	if ((size_t)snprintf(from, sizeof from, "%s/%s", dir, name) >= sizeof from)
+		return;
+	for (int i = 0; i < 100; i++) {
+		if (i == 0)
+			snprintf(to, len, "%s/" DAMAGED_PREFIX "%s", dir, name);
+		else
+			snprintf(to, len, "%s/" DAMAGED_PREFIX "%s.%d", dir, name, i);
+		if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+			return;
+		if (errno != EEXIST)
+			break;
+	}
+	to[0] = 0;
+}
+
+int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *id, int aside, int64_t *step,
+		       char run[33], char *path, size_t len, ph_err *err)
+{
+	if (!path_or_dir || !*path_or_dir)
+		return ph_fail(err, PH_EINVAL, "no checkpoint given to resume from");
+	struct stat sb;
+	if (stat(path_or_dir, &sb))
+		return ph_fail(err, PH_EIO, "cannot resume from %s: %s; check --resume", path_or_dir, strerror(errno));
+	if (!S_ISDIR(sb.st_mode))
+		return ph_fail(err, PH_EINVAL, "cannot resume from %s: not a directory; give the checkpoint dir or "
+			       "one of its step-* directories", path_or_dir);
+	int damaged, rc;
+	int64_t st = 0;
+	if (is_dir_with_state(path_or_dir)) {
+		/* a step named by the user: that one or none */
+		if ((rc = load_step(path_or_dir, e, id, &st, run, &damaged, err)))
+			return rc;
+		if (step)
+			*step = st;
+		if (path)
+			snprintf(path, len, "%s", path_or_dir);
+		return PH_OK;
+	}
+	step_ent *v;
+	int n;
+	if ((rc = list_steps(path_or_dir, &v, &n, err)))
+		return rc;
+	if (n == 0) {
+		free(v);
+		return ph_fail(err, PH_EINVAL, "no checkpoint in %s (expected %s/step-NNNNNNNN/state.json); check "
+			       "--resume", path_or_dir, path_or_dir);
+	}
+	/* The newest that loads; a damaged one is named and passed over,
+	 * loudly, for the one before it. */
+	ph_err *why = calloc((size_t)n, sizeof *why);
+	if (!why) {
+		free(v);
+		return ph_fail(err, PH_ENOMEM, "out of memory listing %s", path_or_dir);
+	}
+	int i, first_rc = PH_OK;
+	for (i = 0; i < n; i++) {
+		char sdir[PATH_MAX];
+		if ((size_t)snprintf(sdir, sizeof sdir, "%s/%s", path_or_dir, v[i].name) >= sizeof sdir) {
+			rc = ph_fail(err, PH_EINVAL, "checkpoint path %s/%s too long", path_or_dir, v[i].name);
+			break;
+		}
+		rc = load_step(sdir, e, id, &st, run, &damaged, &why[i]);
+		if (!rc) {
+			if (path)
+				snprintf(path, len, "%s", sdir);
+			break;
+		}
+		if (!first_rc)
+			first_rc = rc;
+		if (!damaged)
+			break; /* another config: so are the older ones */
+	}
+	if (rc) {
+		/* the newest one's reason: it is the one the user expected */
+		*err = why[0];
+		free(why);
+		free(v);
+		return first_rc;
+	}
+	/* Passed over: say which and why, and move them aside when this run
+	 * will write in the directory (they would hold step numbers it needs). */
+	for (int k = 0; k < i; k++) {
+		char sdir[PATH_MAX], to[PATH_MAX] = "";
+		snprintf(sdir, sizeof sdir, "%s/%s", path_or_dir, v[k].name);
+		if (aside)
+			set_aside(path_or_dir, v[k].name, to, sizeof to);
+		fprintf(stderr, "pipehost: WARNING: checkpoint %s is damaged: %s; resuming from the previous verified "
+			"checkpoint %s/%s%s%s\n", sdir, why[k].msg, path_or_dir, v[i].name, to[0] ? "; the damaged one is "
+			"kept as " : "", to);
+	}
+	free(why);
+	free(v);
+	if (step)
+		*step = st;
+	return PH_OK;
+}
+
+int ph_checkpoint_claim(const char *dir, char run[33], int fresh, int overwrite, ph_err *err)
+{
+	step_ent *v;
+	int n, rc = list_steps(dir, &v, &n, err);
+	if (rc)
+		return rc;
+	/* resumed from a step without a manifest: the run of the newest step
+	 * that has one goes on (there is no other way to tell) */
+	for (int i = 0; !run[0] && !fresh && i < n; i++) {
+		char sdir[PATH_MAX];
+		snprintf(sdir, sizeof sdir, "%s/%s", dir, v[i].name);
+		ph_checkpoint_run_of(sdir, run);
+	}
+	if (!run[0])
+		ph_checkpoint_new_run(run);
+	int others = 0, newest = -1;
+	char other_run[33] = "";
+	for (int i = 0; i < n; i++) {
+		char sdir[PATH_MAX], r[33];
+		snprintf(sdir, sizeof sdir, "%s/%s", dir, v[i].name);
+		int known = ph_checkpoint_run_of(sdir, r);
+		/* a resumed run passes over steps it cannot read (damaged):
+		 * only a readable other run id is another run's */
+		if (fresh ? (!known || strcmp(r, run)) : (known && strcmp(r, run))) {
+			if (!others++) {
+				newest = i;
+				snprintf(other_run, sizeof other_run, "%s", known ? r : "unknown");
+			}
+		}
+	}
+	if (others && !overwrite) {
+		rc = ph_fail(err, PH_EINVAL, "checkpoint dir %s holds %d checkpoint(s) of another run (run %.8s, newest "
+			     "%s); resume it with --resume %s, set another [checkpoint] dir, or set [checkpoint] "
+			     "overwrite = yes", dir, others, other_run, v[newest].name, dir);
+		free(v);
+		return rc;
+	}
+	if (others) {
+		int removed = 0;
+		for (int i = 0; i < n; i++) {
+			char sdir[PATH_MAX], to[PATH_MAX], r[33];
+			snprintf(sdir, sizeof sdir, "%s/%s", dir, v[i].name);
+			int known = ph_checkpoint_run_of(sdir, r);
+			if (!(fresh ? (!known || strcmp(r, run)) : (known && strcmp(r, run))))
+				continue;
+			snprintf(to, sizeof to, "%s/" TMP_PREFIX "del-%s", dir, v[i].name);
+			if (rename(sdir, to) || remove_tree(to)) {
+				rc = ph_fail(err, PH_EIO, "checkpoint dir %s: cannot remove %s ([checkpoint] overwrite): %s",
+					     dir, v[i].name, strerror(errno));
+				break;
+			}
+			removed++;
+		}
+		if (!rc) {
+			sync_dir(dir);
+			printf("checkpoint dir %s: %d checkpoint(s) of run %.8s removed ([checkpoint] overwrite = yes)\n", dir,
+			       removed, other_run);
+			fflush(stdout);
+		}
+	}
+	free(v);
 	return rc;
 }

@@ -3,6 +3,19 @@
  *   DIR/step-00000120/weights.safetensors     LAYER.PARAM, F32
  *   DIR/step-00000120/optimizer.safetensors   LAYER.PARAM.momentum | .adam_m/.adam_v
  *   DIR/step-00000120/state.json              format, version, step, seed, digest
+ *   DIR/step-00000120/manifest.txt            run id, step, each file's size and XXH3-64
+ *
+ * The manifest binds the files of a step together: every byte of every
+ * file is checked against it on load (a flipped bit, a file copied from
+ * another step), and its last line checks the manifest itself.  A resume
+ * from DIR passes over a damaged newest step to the previous one that
+ * verifies, with a WARNING line naming it.
+ *
+ * A directory belongs to one run: the run id (random, made by a fresh run,
+ * carried on by every resume) is in each manifest; a fresh run refuses a
+ * directory holding another run's checkpoints unless [checkpoint]
+ * overwrite = yes, and a running pipehost holds a lock on it (runlock.h).
+ * No checkpoint of non-finite weights or optimizer state is ever written.
  *
  * The data order and dropout are pure functions of (seed, step) and the
  * learning rate of the step, so the step is the whole position: a resumed
@@ -13,7 +26,7 @@
  * fsynced, renamed to DIR/step-00000120 and DIR is fsynced.  A kill at any
  * moment leaves the previous complete checkpoint or the new complete one;
  * a step-* directory only ever exists complete.  Leftover .tmp-* entries are
- * ignored by readers and removed by the next save.  One run per DIR.
+ * ignored by readers and removed by the next save.
  *
  * The config digest covers what gives the weights their meaning and the run
  * its trajectory, and nothing else (see ph_checkpoint_identity), so a
@@ -36,6 +49,7 @@
 typedef struct {
 	char digest[17];
 	char *text;          /* malloc'd, lines ending in '\n' */
+	char run[33];        /* the run writing: 32 hex digits (manifest.txt) */
 } ph_ckpt_id;
 
 /* state.json, parsed and validated. */
@@ -60,13 +74,16 @@ int ph_checkpoint_identity(const ph_config *c, ph_engine *e, int64_t train_sampl
 			   int64_t total_steps, ph_ckpt_id *id, ph_err *err);
 void ph_checkpoint_id_free(ph_ckpt_id *id);
 
-/* Create DIR if needed and check it is a writable directory: called before
- * training so a bad [checkpoint] dir fails at once, not at the first save. */
+/* Create DIR if needed and check it is a writable directory (a file is
+ * created and removed in it): called before training so a bad [checkpoint]
+ * dir fails at once, not at the first save. */
 int ph_checkpoint_prepare(const char *dir, ph_err *err);
 
 /* Write DIR/step-NNNNNNNN for `step` completed steps (DIR is created if
  * needed), then, when keep > 0, delete all but the `keep` highest steps
- * (never the one just written).  path (len bytes, may be NULL) gets the
+ * (never the one just written; a failed deletion is a warning line).
+ * Weights or optimizer state holding a NaN or an infinity are refused
+ * before anything is written, so the last finite checkpoint stays.  path (len bytes, may be NULL) gets the
  * step directory written. */
 int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckpt_id *id,
 		       int64_t seed, int64_t total_steps, int keep, char *path, size_t len,
@@ -79,8 +96,33 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
  * is copied; after a failure the engine's contents are unspecified and it
  * must not be trained).  *step gets the completed steps, path the step
  * directory used. */
-int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *id,
-		       int64_t *step, char *path, size_t len, ph_err *err);
+int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *id, int aside, int64_t *step,
+		       char run[33], char *path, size_t len, ph_err *err);
+
+/* With path_or_dir a checkpoint DIR, a damaged step (any file unreadable,
+ * malformed, or not what manifest.txt says) is passed over for the next
+ * older one, with a WARNING line on stderr naming it and why; with aside
+ * set (this run writes in DIR and holds its lock) it is renamed
+ * DIR/damaged-step-N, kept, out of the way.  A step of another config ends
+ * the search.  When none loads, err is the newest one's failure.  run gets
+ * the checkpoint's run id ("" for one without manifest.txt, which loads
+ * with a warning). */
+
+/* 1 if path is a step directory (holds state.json). */
+int ph_checkpoint_is_step(const char *path);
+
+/* A new random run id. */
+void ph_checkpoint_new_run(char run[33]);
+
+/* The run id in sdir/manifest.txt: 1, or 0 when it cannot be read. */
+int ph_checkpoint_run_of(const char *sdir, char run[33]);
+
+/* Make DIR this run's: a fresh run refuses any step of DIR (they are
+ * another run's), a resumed one any step whose manifest names another run;
+ * with overwrite those steps are deleted instead, and a line says so.  An
+ * empty run is filled: a new id for a fresh run; for a run resumed from a
+ * step without manifest.txt, the newest run id found in DIR, or a new one. */
+int ph_checkpoint_claim(const char *dir, char run[33], int fresh, int overwrite, ph_err *err);
 
 /* The highest complete DIR/step-N: 1 found (path filled), 0 none, or a
  * negative -PH_E* code with err set (DIR unreadable). */

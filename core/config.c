@@ -76,6 +76,7 @@ const ph_option ph_checkpoint_options[] = {
 	PH_OPT_STRING_(ph_checkpoint_cfg, dir, "dir", "", "write checkpoints to DIR/step-NNNNNNNN (resume with --resume DIR); empty = none"),
 	PH_OPT_INT_(ph_checkpoint_cfg, every, "every", "0", 0, PH_NO_MAX, "save every N steps; 0 = only on SIGINT/SIGTERM and at the end"),
 	PH_OPT_INT_(ph_checkpoint_cfg, keep, "keep", "0", 0, 1000000, "keep the newest K checkpoints, delete older ones; 0 = keep all"),
+	PH_OPT_BOOL_(ph_checkpoint_cfg, overwrite, "overwrite", "no", "a fresh run deletes another run's checkpoints in dir instead of refusing"),
 	PH_OPT_END
 };
 

@@ -43,6 +43,7 @@ typedef struct {
 	char dir[PH_STR_MAX];    /* "": no checkpoints */
 	int64_t every;           /* steps between checkpoints; 0 = on SIGINT/SIGTERM and at the end */
 	int64_t keep;            /* newest checkpoints kept; 0 = all */
+	int overwrite;           /* a fresh run may delete another run's checkpoints in dir */
 } ph_checkpoint_cfg;
 
 typedef struct {

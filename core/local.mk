@@ -15,14 +15,15 @@ core_libphcore_la_SOURCES = \
 	core/weights.c core/weights.h \
 	core/train.c core/train.h \
 	core/checkpoint.c core/checkpoint.h \
+	core/outputs.c core/outputs.h core/runlock.c core/runlock.h \
 	core/trace.c core/trace.h \
 	core/simulate.c core/simulate.h \
 	core/device.c core/device.h \
 	core/comm.c core/comm.h \
 	core/layer_inst.c core/layer_inst.h core/fd_check.c core/fd_check.h \
 	core/check_plugin.c core/check_plugin.h
-core_libphcore_la_CFLAGS = $(AM_CFLAGS) $(INIH_CFLAGS) $(CJSON_CFLAGS) $(ZLIB_CFLAGS) $(BLAS_CFLAGS)
-core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(ZLIB_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
+core_libphcore_la_CFLAGS = $(AM_CFLAGS) $(INIH_CFLAGS) $(CJSON_CFLAGS) $(ZLIB_CFLAGS) $(BLAS_CFLAGS) $(XXHASH_CFLAGS)
+core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) $(ZLIB_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
 
 bin_PROGRAMS += core/pipehost
 core_pipehost_SOURCES = core/main.c

@@ -195,21 +195,6 @@ static void list_options(void)
 	}
 }
 
-static int save_weights(ph_engine *e, const char *path, ph_err *err)
-{
-	ph_tensor_ref *t;
-	int n;
-	int rc = ph_engine_tensors(e, &t, &n, err);
-	if (rc)
-		return rc;
-	static const char *const meta[] = { "format", "pt", "producer", "pipehost " PACKAGE_VERSION, NULL };
-	rc = ph_safetensors_write(path, t, n, meta, err);
-	free(t);
-	if (!rc)
-		printf("weights written to %s (%d tensors)\n", path, n);
-	return rc;
-}
-
 static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 {
 	ph_registry reg;
@@ -289,6 +274,9 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	}
 	if (cli->plan_only)
 		goto out;
+	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
+	if ((rc = ph_train_check_outputs(&cfg, cli->config, cli->resume, cli->trace, wpath, err)))
+		goto out; /* an output that cannot be written fails now, not after training */
 	if ((rc = source->load(&cfg, &in, &train, &test, err)))
 		goto out;
 	/* The engine copies batch x numel(in) floats per step: a data set of
@@ -327,7 +315,10 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		goto out;
 	if (res.interrupted)
 		goto out; /* stopped by SIGINT/SIGTERM after writing a checkpoint: exit 0 */
-	printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
+	if (res.steps_run)
+		printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
+	else
+		printf("trained no step (the run of %lld steps was complete); no loss to report", (long long)res.steps);
 	if (res.test_loss >= 0 && source->per_byte)
 		printf("; validation loss %.4f nats/byte (%.4f bits/byte) on %lld sequences", res.test_loss,
 		       res.test_loss / 0.6931471805599453, (long long)res.test_samples);
@@ -343,14 +334,7 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 			printf(" %d: %.2f MiB%s", r, b / (1024.0 * 1024.0), r + 1 < plan.ranks ? "," : "");
 	}
 	printf("%s\n", cfg.run.recompute ? " (recompute on)" : "");
-	if (cli->trace && writer) {
-		if ((rc = ph_engine_write_trace(engine, cli->trace, err)))
-			goto out;
-		printf("trace written to %s\n", cli->trace);
-	}
-	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
-	if (wpath[0] && !(rc = ph_engine_gather(engine, err)) && writer)
-		rc = save_weights(engine, wpath, err);
+	rc = ph_train_write_outputs(&cfg, engine, &res, cli->trace, wpath, err);
 out:
 	free(cost_f);
 	free(cost_b);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "outputs.h"
 #include "plan.h"
 #include "trace.h"
 
@@ -45,12 +46,21 @@ static void event_name(const ph_trace_event *e, int v, char *buf, size_t len)
 
 int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err)
 {
-	char tmp[4096];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-		return ph_fail(err, PH_EINVAL, "trace path %s is too long", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return ph_fail(err, PH_EIO, "cannot write the trace %s: %s", tmp, strerror(errno));
+	/* through core/outputs.h: a symlink followed, a device or FIFO
+	 * written through, a file replaced atomically */
+	ph_outfile o;
+	int rc = ph_outfile_open(&o, path, "--trace", err);
+	if (rc)
+		return rc;
+	int fd = dup(o.fd);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!f) {
+		rc = ph_fail(err, PH_EIO, "cannot write the trace %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		ph_outfile_abort(&o);
+		return rc;
+	}
 	fprintf(f, "{\"traceEvents\":[\n");
 	fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"pipehost\"}}");
 	for (int r = 0; r < ranks; r++) {
@@ -70,5 +80,15 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 	}
 	fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
 
-	return ph_file_commit(f, tmp, path, "trace", err);
+	errno = 0;
+	int bad = ferror(f) || fflush(f) != 0;
+	int e = errno;
+	if (fclose(f) != 0 && !bad)
+		bad = 1, e = errno;
+	if (bad) {
+		ph_outfile_abort(&o);
+		return ph_fail(err, PH_EIO, "cannot write the trace %s: %s; the previous file is unchanged", path,
+			       e ? strerror(e) : "I/O error");
+	}
+	return ph_outfile_commit(&o, "--trace", err);
 }

@@ -17,7 +17,8 @@ typedef struct {
 
 /* Write events as Chrome trace JSON ("traceEvents", one complete event "X"
  * per op, pid 0, tid = rank, names like "F3" / "2B0" / "send-act 3").
- * Temp file + rename: never a half-written trace. */
+ * Temp file + rename: never a half-written trace; a symlink is followed, a
+ * device or FIFO written through (core/outputs.h). */
 int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err);
 
 /* Finish a file written to tmp and rename it over path (fsync first; on any

@@ -2,15 +2,50 @@
  * learning rate a pure function of the step: nothing here depends on the
  * schedule or the partition, which is what keeps runs comparable, and the
  * step alone is the position a checkpoint needs to resume exactly. */
+#include "build-config.h"
+#include <errno.h>
+#include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
 #include "data_source.h"
+#include "outputs.h"
+#include "runlock.h"
 #include "train.h"
+
+/* An output failed but training goes on: remember it (say it now when
+ * training goes on for a while), and fail at the end. */
+static void output_failed(ph_train_result *res, const char *msg, int say_now)
+{
+	if (say_now)
+		fprintf(stderr, "pipehost: %s\n", msg);
+	if (res->nfailed < 4) {
+		snprintf(res->failed[res->nfailed], sizeof res->failed[0], "%s", msg);
+		res->said[res->nfailed] = say_now;
+	}
+	res->nfailed++;
+}
+
+/* After each metrics line: a write error (a full disk, EIO) is reported
+ * once; the file is closed and training goes on without it. */
+static void metrics_check(FILE **m, const char *path, ph_train_result *res)
+{
+	if (!*m || (!ferror(*m) && fflush(*m) == 0))
+		return;
+	char msg[PH_ERR_MAX];
+	int e = errno;
+	snprintf(msg, sizeof msg, "metrics file %s: write failed: %s; training goes on without metrics, the exit "
+		 "status will be 1", path, e ? strerror(e) : "I/O error");
+	fclose(*m);
+	*m = NULL;
+	output_failed(res, msg, 1);
+}
 
 /* SIGINT/SIGTERM: the first asks the loop to stop after the step under way
  * (and write a checkpoint); a second one takes the default action at once. */
@@ -61,6 +96,30 @@ static void restore_stop_signals(sig_guard *g)
 	g->installed = 0;
 }
 
+/* The directory --resume PATH reads: PATH's parent for a step, or PATH. */
+static void resume_dir(const char *resume, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", resume);
+	if (!ph_checkpoint_is_step(resume))
+		return;
+	size_t k = strlen(buf);
+	while (k > 1 && buf[k - 1] == '/')
+		buf[--k] = 0;
+	char *slash = strrchr(buf, '/');
+	if (slash && slash != buf)
+		*slash = 0;
+	else
+		snprintf(buf, len, "%s", slash ? "/" : ".");
+}
+
+static int same_dir(const char *a, const char *resume)
+{
+	char b[4096];
+	struct stat x, y;
+	resume_dir(resume, b, sizeof b);
+	return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -79,7 +138,7 @@ static void fmt_eta(double s, char *buf, size_t len)
 }
 
 static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, int64_t epoch, int64_t step,
-		    FILE *metrics, ph_train_result *res, ph_err *err)
+		    FILE **metrics, ph_train_result *res, ph_err *err)
 {
 	int64_t count = c->data.test_limit ? c->data.test_limit : test->n;
 	if (count > test->n)
@@ -100,11 +159,12 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 		printf("epoch %lld: test loss %.4f, accuracy %.2f%% (%lld samples)\n", (long long)epoch, res->test_loss,
 		       100.0 * res->test_accuracy, (long long)count);
 	fflush(stdout);
-	if (metrics) {
-		fprintf(metrics, "{\"eval\":true,\"epoch\":%lld,\"step\":%lld,\"test_loss\":%.6f,\"test_accuracy\":%.6f,"
+	if (*metrics) {
+		errno = 0;
+		fprintf(*metrics, "{\"eval\":true,\"epoch\":%lld,\"step\":%lld,\"test_loss\":%.6f,\"test_accuracy\":%.6f,"
 			"\"samples\":%lld}\n", (long long)epoch, (long long)step, res->test_loss, res->test_accuracy,
 			(long long)count);
-		fflush(metrics);
+		metrics_check(metrics, c->run.metrics, res);
 	}
 	return PH_OK;
 }
@@ -135,6 +195,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	memset(&sig, 0, sizeof sig);
 	int64_t start = 0, saved_at = -1;
 	char ckdir_buf[4096];
+	int lockfd = -1;
 	int tps = train->targets_per_sample;
 	int64_t numel = ph_shape_numel(&train->shape);
 	float *x = NULL;
@@ -145,12 +206,28 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	/* under mpirun only process 0 writes checkpoints and metrics; the
 	 * others hold the same weights (core/engine-replicas.c) */
 	int writer = ph_comm_writer(&c->comm);
-	if (ckdir && writer && (rc = ph_checkpoint_prepare(ckdir, err)))
+	/* --resume without [checkpoint] dir keeps saving beside the
+	 * checkpoint it resumes from: the directory of a step, or DIR. */
+	int derived = 0;
+	if (resume && !ckdir) {
+		resume_dir(resume, ckdir_buf, sizeof ckdir_buf);
+		ckdir = ckdir_buf;
+		derived = 1;
+	}
+	/* Before step 1: the directory exists, can be written, and is this
+	 * run's alone (locked while it runs; claimed below). */
+	struct stat dsb;
+	if (ckdir && writer && (!derived || (!stat(ckdir, &dsb) && S_ISDIR(dsb.st_mode))) &&
+	    ((rc = ph_checkpoint_prepare(ckdir, err)) || (rc = ph_runlock_acquire(ckdir, &lockfd, err))))
 		goto out;
 	if ((ckdir || resume) && (rc = ph_checkpoint_identity(c, e, n, total, &id, err)))
 		goto out;
 	if (resume) {
-		if ((rc = ph_checkpoint_load(resume, e, &id, &start, res->checkpoint, sizeof res->checkpoint, err)))
+		/* a damaged step is moved aside only in the directory this
+		 * process writes and has locked */
+		int aside = writer && lockfd >= 0 && (derived || same_dir(ckdir, resume));
+		if ((rc = ph_checkpoint_load(resume, e, &id, aside, &start, id.run, res->checkpoint,
+					     sizeof res->checkpoint, err)))
 			goto out;
 		if (start > total) {
 			rc = ph_fail(err, PH_EINVAL, "checkpoint %s is at step %lld, past this run's %lld steps; raise [run] "
@@ -160,20 +237,11 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		}
 		saved_at = start;
 		res->steps = start;
-		/* --resume without [checkpoint] dir keeps saving beside the
-		 * checkpoint it resumed from. */
-		if (!ckdir) {
-			snprintf(ckdir_buf, sizeof ckdir_buf, "%s", res->checkpoint);
-			char *slash = strrchr(ckdir_buf, '/');
-			if (slash && slash != ckdir_buf)
-				*slash = 0;
-			else
-				snprintf(ckdir_buf, sizeof ckdir_buf, "%s", slash ? "/" : ".");
-			ckdir = ckdir_buf;
-		}
 		printf("resumed from %s at step %lld of %lld\n", res->checkpoint, (long long)start, (long long)total);
 		fflush(stdout);
 	}
+	if (ckdir && writer && (rc = ph_checkpoint_claim(ckdir, id.run, !resume, c->checkpoint.overwrite, err)))
+		goto out;
 	x = malloc((size_t)(B * numel) * sizeof *x);
 	y = malloc((size_t)(B * tps) * sizeof *y);
 	perm = malloc((size_t)n * sizeof *perm);
@@ -206,7 +274,17 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		if ((rc = ph_engine_train_step(e, s, x, y, lr, &st, err)))
 			goto out;
 		double loss = st.loss_sum / (double)st.targets;
+		if (!isfinite(loss)) {
+			/* the weights that gave it are not finite either (or will
+			 * not be after this update): nothing is saved from here on */
+			rc = ph_fail(err, PH_EINVAL, "step %lld: the loss is %s: training diverged and stopped; %s%s%s; lower "
+				     "[optimizer] lr or check beta2/eps", (long long)s + 1, isnan(loss) ? "NaN" : "infinite",
+				     saved_at > 0 ? "the last checkpoint, " : "no checkpoint or weights written",
+				     saved_at > 0 ? res->checkpoint : "", saved_at > 0 ? ", is finite and kept" : "");
+			goto out;
+		}
 		res->final_loss = loss;
+		res->steps_run++;
 		res->steps = s + 1;
 		double t = now_s() - t0;
 		int64_t here = s + 1 - start; /* steps done by this process */
@@ -225,9 +303,10 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			fflush(stdout);
 		}
 		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start)) {
+			errno = 0;
 			fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"samples_per_s\":%.1f,"
 				"\"elapsed_s\":%.3f}\n", (long long)s + 1, (long long)epoch + 1, loss, lr, sps, t);
-			fflush(metrics);
+			metrics_check(&metrics, c->run.metrics, res);
 		}
 		/* under mpirun only process 0 reports, so only it evaluates,
 		 * unless its pipeline is split over processes, which then all
@@ -235,7 +314,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		if (c->run.eval && test && (pos == spe - 1 || last) && (writer || ph_config_split(c) > 1)) {
 			if (tty)
 				printf("\n");
-			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, metrics, res, err)))
+			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, &metrics, res, err)))
 				goto out;
 		}
 		/* a signal stops every process at the same step (mpirun sends
@@ -247,12 +326,20 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		if (ckdir && ((every && (s + 1) % every == 0) || last || stop)) {
 			/* every process: a pipeline split over processes brings
 			 * its weights together first */
-			if ((rc = ph_engine_gather(e, err)) ||
-			    (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
-								res->checkpoint, sizeof res->checkpoint, err))))
+			if ((rc = ph_engine_gather(e, err)))
 				goto out;
-			saved_at = s + 1;
-			if (!stop) {
+			if (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
+							       res->checkpoint, sizeof res->checkpoint, err))) {
+				/* the final one: the other outputs are still written
+				 * (ph_train_write_outputs), and the exit is 1 */
+				if (!last || stop)
+					goto out;
+				output_failed(res, err->msg, 0);
+				rc = PH_OK;
+			} else {
+				saved_at = s + 1;
+			}
+			if (!stop && saved_at == s + 1) {
 				printf("%scheckpoint: step %lld written to %s\n", tty ? "\n" : "", (long long)s + 1,
 				       res->checkpoint);
 				fflush(stdout);
@@ -281,13 +368,102 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	res->seconds = now_s() - t0;
 out:
 	restore_stop_signals(&sig);
+	ph_runlock_release(&lockfd);
 	ph_checkpoint_id_free(&id);
-	if (metrics)
-		fclose(metrics);
+	if (metrics && fclose(metrics) && !rc) {
+		char msg[PH_ERR_MAX];
+		snprintf(msg, sizeof msg, "metrics file %.150s: closing failed: %s", c->run.metrics, strerror(errno));
+		output_failed(res, msg, 0);
+	}
 	free(x);
 	free(y);
 	free(perm);
 	return rc;
+}
+
+int ph_train_check_outputs(const ph_config *c, const char *config_path, const char *resume, const char *trace_path,
+			   const char *weights_path, ph_err *err)
+{
+	if (!ph_comm_writer(&c->comm))
+		return PH_OK; /* only process 0 writes files */
+	char latest[4096] = "";
+	if (resume && resume[0] && !ph_checkpoint_is_step(resume)) {
+		ph_err ignored;
+		if (ph_checkpoint_latest(resume, latest, sizeof latest, NULL, &ignored) != 1)
+			latest[0] = 0;
+	}
+	const char *const inputs[] = { config_path, c->data.path, c->run.init, resume, latest };
+	const ph_output outs[] = {
+		{ weights_path == c->run.save_weights ? "[run] save_weights" : "--save-weights", weights_path },
+		{ "[run] metrics", c->run.metrics },
+		{ "--trace", trace_path },
+	};
+	return ph_outputs_check(outs, 3, inputs, 5, err);
+}
+
+static int write_weights(ph_engine *e, const char *path, ph_err *err)
+{
+	ph_tensor_ref *t;
+	int n;
+	int rc = ph_engine_tensors(e, &t, &n, err);
+	if (rc)
+		return rc;
+	for (int i = 0; i < n; i++) {
+		int64_t k = ph_shape_numel(&t[i].shape);
+		for (int64_t j = 0; j < k; j++)
+			if (!isfinite(t[i].data[j])) {
+				rc = ph_fail(err, PH_EINVAL, "--save-weights %s: not written: %s holds %s (training diverged)",
+					     path, t[i].name, isnan(t[i].data[j]) ? "NaN" : "an infinity");
+				free(t);
+				return rc;
+			}
+	}
+	static const char *const meta[] = { "format", "pt", "producer", "pipehost " PACKAGE_VERSION, NULL };
+	rc = ph_safetensors_write(path, t, n, meta, err);
+	free(t);
+	if (!rc)
+		printf("weights written to %s (%d tensors)\n", path, n);
+	return rc;
+}
+
+int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_result *res, const char *trace_path,
+			   const char *weights_path, ph_err *err)
+{
+	int writer = ph_comm_writer(&c->comm);
+	/* every failure, and whether it was printed during training */
+	char msg[6][PH_ERR_MAX];
+	int said[6], n = 0, rc;
+	for (int i = 0; i < res->nfailed && i < 4; i++, n++) {
+		snprintf(msg[n], sizeof msg[n], "%s", res->failed[i]);
+		said[n] = res->said[i];
+	}
+	/* each output whatever became of the others */
+	ph_err one;
+	if (trace_path && trace_path[0] && writer) {
+		if ((rc = ph_engine_write_trace(e, trace_path, &one))) {
+			snprintf(msg[n], sizeof msg[n], "%s", one.msg);
+			said[n++] = 0;
+		} else {
+			printf("trace written to %s\n", trace_path);
+		}
+	}
+	if (weights_path && weights_path[0]) {
+		/* every process takes part in the gather; process 0 writes */
+		if ((rc = ph_engine_gather(e, &one)) || (writer && (rc = write_weights(e, weights_path, &one)))) {
+			snprintf(msg[n], sizeof msg[n], "%s", one.msg);
+			said[n++] = 0;
+		}
+	}
+	fflush(stdout);
+	int failed = res->nfailed > 4 ? n + res->nfailed - 4 : n;
+	if (!failed)
+		return PH_OK;
+	if (failed == 1 && !said[0])
+		return ph_fail(err, PH_EIO, "%s", msg[0]); /* one failure: its line alone */
+	for (int i = 0; i < n; i++)
+		if (!said[i])
+			fprintf(stderr, "pipehost: %s\n", msg[i]);
+	return ph_fail(err, PH_EIO, "the run trained, but %d of its outputs failed: each is named above", failed);
 }
 
 int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,

@@ -14,6 +14,12 @@ typedef struct {
 	double test_accuracy;
 	int64_t test_samples;
 	double seconds;
+	int64_t steps_run;        /* steps this process trained (0: the run was already complete) */
+	/* outputs that failed without stopping the run (the metrics file, the
+	 * final checkpoint): each a line, the exit status non-zero */
+	int nfailed;
+	char failed[4][PH_ERR_MAX];
+	int said[4];              /* printed already (during training) */
 } ph_train_result;
 
 /* Checkpointing and resume ([checkpoint] dir/every/keep, --resume). */
@@ -29,11 +35,30 @@ typedef struct {
  * every ck->every steps and at the end, and catch SIGINT/SIGTERM: the step
  * under way finishes, a checkpoint is written, a line says where and how to
  * resume, and ph_train_ck returns PH_OK with res->interrupted = 1.  A second
- * signal stops the process at once (default action).  A resume without
+ * signal stops the process at once (default action).  The checkpoint
+ * directory is locked and claimed for this run before step 1
+ * (checkpoint.h).  A loss that is NaN or infinite stops the run with an
+ * error; a metrics file that cannot be written is reported once and
+ * training goes on (res->failed); so does a final checkpoint that fails.  A resume without
  * ck->dir keeps saving in the directory of the checkpoint it resumed from.
  * ck may be NULL. */
 int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
 		const ph_train_ckpt *ck, ph_train_result *res, ph_err *err);
+
+/* Before the data loads and step 1: every output file of the run (the
+ * weights, the metrics file, the trace) can be written, is not an input
+ * (the INI, the data, the initial weights, the checkpoint resumed from) and
+ * is not shared (core/outputs.h).  The checkpoint dir is checked by
+ * ph_train_ck before step 1. */
+int ph_train_check_outputs(const ph_config *c, const char *config_path, const char *resume, const char *trace_path,
+			   const char *weights_path, ph_err *err);
+
+/* After training: the trace (trace_path) and the weights (weights_path),
+ * each attempted even when an earlier output failed (res->failed too).
+ * Weights holding a NaN or an infinity are not written.  One failure is
+ * err's line; several are each printed on stderr and err sums them up. */
+int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_result *res, const char *trace_path,
+			   const char *weights_path, ph_err *err);
 
 /* ph_train_ck without checkpoints. */
 int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,

@@ -5,6 +5,7 @@
 #include "weights.h"
 
 #include <cjson/cJSON.h>
+#include <xxhash.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,6 +13,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "outputs.h"
 
 /* The reference implementation's limit: a bigger header is not a checkpoint. */
 #define ST_MAX_HEADER (100ull * 1000 * 1000)
@@ -28,20 +31,12 @@ static void swap32(void *p, size_t n)
 #define ST_SWAP 0
 #endif
 
-static int write_all(int fd, const void *buf, size_t len)
+/* Write and hash (h may be NULL). */
+static int out_write(ph_outfile *o, XXH3_state_t *h, const void *buf, size_t len)
 {
-	const char *p = buf;
-	while (len > 0) {
-		ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		len -= (size_t)w;
-	}
-	return 0;
+	if (h)
+		XXH3_64bits_update(h, buf, len);
+	return ph_outfile_write(o, buf, len);
 }
 
 static int read_all_at(int fd, void *buf, size_t len, uint64_t off)
@@ -145,7 +140,7 @@ static char *build_header(const ph_tensor_ref *t, int n, const char *const *meta
 	return s;
 }
 
-static int write_tensor(int fd, const ph_tensor_ref *t)
+static int write_tensor(ph_outfile *o, XXH3_state_t *h, const ph_tensor_ref *t)
 {
 	size_t count = (size_t)ref_bytes(t) / 4;
 #if ST_SWAP
@@ -154,39 +149,24 @@ static int write_tensor(int fd, const ph_tensor_ref *t)
 		size_t k = count - i < 4096 ? count - i : 4096;
 		memcpy(buf, t->data + i, k * 4);
 		swap32(buf, k);
-		if (write_all(fd, buf, k * 4))
+		if (out_write(o, h, buf, k * 4))
 			return -1;
 	}
 	return 0;
 #else
-	return count ? write_all(fd, t->data, count * 4) : 0;
+	return count ? out_write(o, h, t->data, count * 4) : 0;
 #endif
-}
-
-/* fsync the directory holding path, so the rename itself is durable. */
-static int sync_dir(const char *path)
-{
-	char dir[PATH_MAX];
-	const char *slash = strrchr(path, '/');
-	if (!slash)
-		strcpy(dir, ".");
-	else if (slash == path)
-		strcpy(dir, "/");
-	else
-		snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	int rc = fsync(fd);
-	/* Some file systems cannot sync a directory; that is not our failure. */
-	if (rc && (errno == EINVAL || errno == EROFS))
-		rc = 0;
-	close(fd);
-	return rc;
 }
 
 int ph_safetensors_write(const char *path, const ph_tensor_ref *t, int n,
 			 const char *const *metadata, ph_err *err)
+{
+	return ph_safetensors_write_hashed(path, t, n, metadata, NULL, NULL, err);
+}
+
+int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
+				const char *const *metadata, uint64_t *size, uint64_t *hash,
+				ph_err *err)
 {
 	if (n < 0 || (n > 0 && !t))
 		return ph_fail(err, PH_EINVAL, "%s: bad tensor list", path);
@@ -216,45 +196,38 @@ int ph_safetensors_write(const char *path, const ph_tensor_ref *t, int n,
 	memset(hdr + 8 + len, ' ', padded - len);
 	free(json);
 
-	char tmp[PATH_MAX];
-	if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
-		free(hdr);
-		return ph_fail(err, PH_EINVAL, "%s: path too long", path);
-	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = ph_fail(err, PH_EIO, "%s: cannot create %s: %s; check the directory "
-			     "exists and is writable", path, tmp, strerror(errno));
+	ph_outfile o;
+	if ((rc = ph_outfile_open(&o, path, "output", err))) {
 		free(hdr);
 		return rc;
 	}
-	const char *stage = "writing";
-	int bad = write_all(fd, hdr, 8 + padded);
-	for (int i = 0; !bad && i < n; i++)
-		bad = write_tensor(fd, &t[i]);
-	if (!bad && (stage = "syncing", fsync(fd)))
-		bad = 1;
+	XXH3_state_t *h = hash ? XXH3_createState() : NULL;
+	if (hash && (!h || XXH3_64bits_reset(h) == XXH_ERROR)) {
+		XXH3_freeState(h);
+		ph_outfile_abort(&o);
+		free(hdr);
+		return ph_fail(err, PH_ENOMEM, "%s: no memory for its checksum", path);
+	}
+	uint64_t total = 8 + padded;
+	int bad = out_write(&o, h, hdr, 8 + padded);
+	for (int i = 0; !bad && i < n; i++) {
+		bad = write_tensor(&o, h, &t[i]);
+		total += (uint64_t)ref_bytes(&t[i]);
+	}
 	int saved = errno;
-	if (close(fd) && !bad) {
-		bad = 1, stage = "closing";
-		saved = errno;
-	}
-	if (!bad && (stage = "renaming", rename(tmp, path))) {
-		bad = 1;
-		saved = errno;
-	}
 	free(hdr);
+	if (hash)
+		*hash = XXH3_64bits_digest(h);
+	if (size)
+		*size = total;
+	XXH3_freeState(h);
 	if (bad) {
 		/* The old file at path, if any, was never touched. */
-		unlink(tmp);
-		return ph_fail(err, PH_EIO, "%s: %s %s failed: %s; the previous file is "
-			       "unchanged (check free space and permissions)", path, stage,
-			       tmp, strerror(saved));
+		ph_outfile_abort(&o);
+		return ph_fail(err, PH_EIO, "%s: writing failed: %s; the previous file is "
+			       "unchanged (check free space and permissions)", path, strerror(saved));
 	}
-	if (sync_dir(path))
-		return ph_fail(err, PH_EIO, "%s: written, but syncing its directory "
-			       "failed: %s; it may not survive a crash", path, strerror(errno));
-	return PH_OK;
+	return ph_outfile_commit(&o, "output", err);
 }
 
 /* ------------------------------------------------------------------ */

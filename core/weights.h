@@ -5,6 +5,7 @@
 #define PH_CORE_WEIGHTS_H
 
 #include <pipehost/plugin.h>
+#include <stdint.h>
 
 typedef struct {
 	char name[128];       /* "LAYER.PARAM" */
@@ -14,9 +15,16 @@ typedef struct {
 
 /* Write tensors (in the given order) as F32 to path: a temp file in the same
  * directory, fsync, rename, fsync the directory; never a half-written file.
+ * A symlink is followed, a device or FIFO written through (core/outputs.h).
  * metadata: optional NULL-terminated key/value pairs for __metadata__. */
 int ph_safetensors_write(const char *path, const ph_tensor_ref *t, int n,
 			 const char *const *metadata, ph_err *err);
+
+/* ph_safetensors_write, and the file's size and XXH3-64 checksum of every
+ * byte written (for a checkpoint's manifest; either may be NULL). */
+int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
+				const char *const *metadata, uint64_t *size, uint64_t *hash,
+				ph_err *err);
 
 /* Read path and copy each tensor named in t[] into t[i].data, checking dtype
  * (F32) and shape.  Validates the whole file first: header length bounded

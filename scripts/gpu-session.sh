@@ -74,6 +74,7 @@ DEBS=(
 	libinih-dev libinih1 libinireader0                 # inih (libinih-dev's symlinks need both)
 	libcjson-dev libcjson1                             # cJSON
 	zlib1g-dev zlib1g                                  # libz.so points at zlib1g's file
+	libxxhash-dev libxxhash0                           # xxHash (checkpoint checksums)
 	libopenblas-pthread-dev libopenblas0-pthread       # cblas.h, openblas.pc (under openblas-pthread/pkgconfig), libopenblas.so.0
 	libgfortran5 libquadmath0                          # libopenblas.so.0 needs them
 	check libsubunit-dev libsubunit0                   # libcheck (static) and check.pc, which Requires: libsubunit

@@ -14,7 +14,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
 	build-essential autoconf automake libtool pkg-config make \
-	libinih-dev check libopenblas-dev libcjson-dev zlib1g-dev \
+	libinih-dev check libopenblas-dev libcjson-dev zlib1g-dev libxxhash-dev \
 	libopenmpi-dev openmpi-bin \
 	dataset-fashion-mnist fortunes \
 	man-db >/dev/null

@@ -13,7 +13,7 @@ tests_test_optim_SOURCES = tests/test-optim.c core/optim.c core/optim.h
 tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_optim_LDADD = $(CHECK_LIBS) -lm
 
-tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h
-tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
-tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) -lm
+tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h core/outputs.c core/outputs.h
+tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
+tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) -lm
 endif

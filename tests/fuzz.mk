@@ -22,17 +22,17 @@ FUZZ_CC = clang
 FUZZ_FLAGS = -g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer
 FUZZ_CPPFLAGS = -I$(top_builddir) -I$(top_srcdir)/include -I$(top_srcdir)/core -I$(top_srcdir)/tests/fuzz \
-	$(CJSON_CFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS)
-FUZZ_LIBS = $(CJSON_LIBS) $(INIH_LIBS) $(ZLIB_LIBS) -ldl -lm
+	$(CJSON_CFLAGS) $(XXHASH_CFLAGS) $(INIH_CFLAGS) $(ZLIB_CFLAGS)
+FUZZ_LIBS = $(CJSON_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(ZLIB_LIBS) -ldl -lm
 FUZZ_RUN_FLAGS = -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_DIR = tests/fuzz/build
 
 FUZZ_DATA_SRC = core/data.c core/data_sources.c core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c
 FUZZ_CONFIG_SRC = tests/fuzz/fuzz-config.c core/config.c core/inifile.c core/options.c core/loader.c core/device.c \
 	$(FUZZ_DATA_SRC)
-FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c
-FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/weights.c core/config.c core/inifile.c \
-	core/options.c core/loader.c core/device.c $(FUZZ_DATA_SRC)
+FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c core/outputs.c
+FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/weights.c core/outputs.c core/runlock.c core/config.c \
+	core/inifile.c core/options.c core/loader.c core/device.c $(FUZZ_DATA_SRC)
 FUZZ_IDX_SRC = tests/fuzz/fuzz-idx.c $(FUZZ_DATA_SRC)
 FUZZ_HDRS = $(top_srcdir)/tests/fuzz/fuzz-util.h $(top_srcdir)/core/*.h $(top_srcdir)/include/pipehost/*.h
 

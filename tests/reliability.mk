@@ -1,7 +1,18 @@
 # Reliability (issue #7): checkpoints and resume, SIGINT, SIGKILL at random
-# moments, corrupted checkpoints.  Fuzzing lives in fuzz.mk (make fuzz).
-TESTS += tests/test-checkpoint.sh tests/test-crash.sh tests/test-corrupt.sh
+# moments, corrupted checkpoints; outputs checked before step 1, never
+# replacing what they must not (test-outputs.sh); a failure injected at every
+# write, fsync and rename of a checkpoint (test-faults.sh, through the
+# LD_PRELOAD shim tests/faultfs.c); any flipped byte of a checkpoint found on
+# load (test-bitflip.sh).  Fuzzing lives in fuzz.mk (make fuzz).
+TESTS += tests/test-checkpoint.sh tests/test-crash.sh tests/test-corrupt.sh tests/test-outputs.sh \
+	tests/test-faults.sh tests/test-bitflip.sh
 EXTRA_DIST += tests/test-checkpoint.sh tests/test-crash.sh tests/test-corrupt.sh tests/fuzz.mk .ci/sanitize.sh \
-	docs/corrupted-inputs.md
+	docs/corrupted-inputs.md tests/test-outputs.sh tests/test-faults.sh tests/test-bitflip.sh \
+	docs/reliability-outputs.md
+
+check_LTLIBRARIES += tests/faultfs.la
+tests_faultfs_la_SOURCES = tests/faultfs.c
+tests_faultfs_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_faultfs_la_LIBADD = -ldl
 
 include $(srcdir)/tests/fuzz.mk

@@ -1,0 +1,57 @@
+/* Output files: proved writable before step 1, and written so that nothing
+ * is replaced that must not be.
+ *
+ * What a path may name, and what happens to it:
+ *   - nothing yet, or a regular file: written to a temporary file beside it,
+ *     fsynced and renamed over it (atomic: the old file or the new one, never
+ *     half of either); an existing file keeps its permission bits;
+ *   - a symlink: followed; its target is replaced as above and the link
+ *     stays a link (a link to nothing is refused);
+ *   - a character or block device, or a FIFO: written through, never
+ *     replaced (--save-weights /dev/null works and /dev/null stays a device);
+ *   - a directory, a socket: refused.
+ * An output that is one of the run's inputs (same st_dev and st_ino: the
+ * INI, data files, initial weights) is refused before step 1, and so is a
+ * path two outputs share. */
+#ifndef PH_CORE_OUTPUTS_H
+#define PH_CORE_OUTPUTS_H
+
+#include <pipehost/plugin.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* One output of a run, for ph_outputs_check.  what names it for people
+ * ("--save-weights", "[run] metrics"); path "" or NULL = not asked for. */
+typedef struct {
+	const char *what;
+	const char *path;
+} ph_output;
+
+/* Check every output: its kind (above), that it can be written (a probe
+ * file is created and removed in its directory; a read-only file, a
+ * read-only file system or a missing directory fails here), that it is none
+ * of inputs[] (files; a directory among them stands for every file in it)
+ * and that no two outputs name the same file.  One line naming the output
+ * on the first fault. */
+int ph_outputs_check(const ph_output *outs, int nouts, const char *const *inputs, int ninputs, ph_err *err);
+
+/* A file being written (see the top of this file). */
+typedef struct {
+	int fd;
+	int direct;             /* a device or FIFO: written in place */
+	mode_t mode;            /* permission bits of the file replaced, or 0644 */
+	char target[4096];      /* the file finally written (symlinks resolved) */
+	char tmp[4096];         /* the temporary file, "" when direct */
+} ph_outfile;
+
+/* Open path for writing; what names it in messages. */
+int ph_outfile_open(ph_outfile *o, const char *path, const char *what, ph_err *err);
+/* Write len bytes (short writes and EINTR retried); -1 with errno set. */
+int ph_outfile_write(ph_outfile *o, const void *buf, size_t len);
+/* fsync, close, rename over the target and fsync its directory.  On failure
+ * the temporary file is removed and the target is as it was. */
+int ph_outfile_commit(ph_outfile *o, const char *what, ph_err *err);
+/* Give up: close and remove the temporary file. */
+void ph_outfile_abort(ph_outfile *o);
+
+#endif

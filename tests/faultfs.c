@@ -1,0 +1,149 @@
+/* LD_PRELOAD shim for tests/test-faults.sh: counts the write, fsync and
+ * rename calls that touch a file under $FAULTFS_DIR and makes the Nth one
+ * fail, to prove that a checkpoint save failing at any of them loses
+ * nothing.
+ *
+ *   FAULTFS_DIR=path    only calls on files whose path starts with it count
+ *   FAULTFS_N=N         the Nth counted call fails (0 or unset: none)
+ *   FAULTFS_MODE=eio | enospc | short
+ *                       eio/enospc: the call returns -1 with that errno;
+ *                       short: a write writes half its bytes (at least 1)
+ *                       and says so, as the kernel may; fsync and rename
+ *                       are then not failed
+ *   FAULTFS_COUNT=file  at exit, the number of counted calls is written there
+ *   FAULTFS_NOSYNC=1    fsync does nothing (and succeeds): the test checks
+ *                       what a failure leaves, not durability (test-crash.sh
+ *                       does), and a hundred runs' fsyncs take a minute
+ *
+ * Calls made by libc itself (stdio's buffers) do not pass through here:
+ * pipehost writes its checkpoints with write(2) directly. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static long counted;
+
+static int under_dir(const char *path)
+{
+	const char *dir = getenv("FAULTFS_DIR");
+	return dir && dir[0] && path && !strncmp(path, dir, strlen(dir));
+}
+
+static int fd_under_dir(int fd)
+{
+	char link[64], path[PATH_MAX];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, path, sizeof path - 1);
+	if (n < 0)
+		return 0;
+	path[n] = 0;
+	return under_dir(path);
+}
+
+/* Count one call; 1 if this one must fail. */
+static int hit(void)
+{
+	counted++;
+	const char *n = getenv("FAULTFS_N");
+	return n && atol(n) == counted;
+}
+
+/* The errno of a failing call, or 0 for a short write. */
+static int fault_errno(void)
+{
+	const char *m = getenv("FAULTFS_MODE");
+	if (m && !strcmp(m, "short"))
+		return 0;
+	return m && !strcmp(m, "enospc") ? ENOSPC : EIO;
+}
+
+/* Absolute path of a relative one (the test passes absolute dirs). */
+static int path_hit(const char *a, const char *b)
+{
+	char abs[PATH_MAX], cwd[PATH_MAX];
+	int in = 0;
+	const char *p[2] = { a, b };
+	for (int i = 0; i < 2 && !in; i++) {
+		if (!p[i])
+			continue;
+		if (p[i][0] == '/' || !getcwd(cwd, sizeof cwd))
+			in = under_dir(p[i]);
+		else if ((size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, p[i]) < sizeof abs)
+			in = under_dir(abs);
+	}
+	return in && hit();
+}
+
+ssize_t write(int fd, const void *buf, size_t len)
+{
+	static ssize_t (*real)(int, const void *, size_t);
+	if (!real)
+		real = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+	if (fd > 2 && fd_under_dir(fd) && hit()) {
+		int e = fault_errno();
+		if (!e && len > 0)
+			return real(fd, buf, len > 1 ? len / 2 : 1);
+		if (e) {
+			errno = e;
+			return -1;
+		}
+	}
+	return real(fd, buf, len);
+}
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+	if (!real)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+	if (fd_under_dir(fd) && hit() && fault_errno()) {
+		errno = fault_errno();
+		return -1;
+	}
+	const char *nosync = getenv("FAULTFS_NOSYNC");
+	if (nosync && !strcmp(nosync, "1"))
+		return 0;
+	return real(fd);
+}
+
+int rename(const char *from, const char *to)
+{
+	static int (*real)(const char *, const char *);
+	if (!real)
+		real = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+	if (path_hit(from, to) && fault_errno()) {
+		errno = fault_errno();
+		return -1;
+	}
+	return real(from, to);
+}
+
+int renameat2(int olddirfd, const char *from, int newdirfd, const char *to, unsigned int flags)
+{
+	static int (*real)(int, const char *, int, const char *, unsigned int);
+	if (!real)
+		real = (int (*)(int, const char *, int, const char *, unsigned int))dlsym(RTLD_NEXT, "renameat2");
+	if (path_hit(from, to) && fault_errno()) {
+		errno = fault_errno();
+		return -1;
+	}
+	return real(olddirfd, from, newdirfd, to, flags);
+}
+
+__attribute__((destructor)) static void report(void)
+{
+	const char *f = getenv("FAULTFS_COUNT");
+	if (!f || !f[0])
+		return;
+	FILE *o = fopen(f, "w");
+	if (o) {
+		fprintf(o, "%ld\n", counted);
+		fclose(o);
+	}
+}

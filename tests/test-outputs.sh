@@ -1,0 +1,264 @@
+#!/bin/sh
+# Nothing lost, nothing silent: every output is checked before step 1 (a
+# directory, a read-only place, an input of the run, two outputs on one
+# file); a symlink is followed and a FIFO or device written through, never
+# replaced; a checkpoint dir belongs to one run and one process; checkpoints
+# carry a manifest checked on load, and a damaged newest one is passed over
+# loudly; a diverged run stops (exit 1) and never writes or prunes past its
+# last finite checkpoint; a metrics file that cannot be written is said; the
+# final outputs are all attempted when one fails.  Files that existed before
+# a refused run are checksummed before and after.
+# docs/reliability-outputs.md lists the messages.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+shim="$top_builddir/tests/.libs/faultfs.so"
+
+ph() { "$PIPEHOST" -c "$tiny" --set run.steps=8 "$@"; }
+sums() { find "$@" -type f -exec sha256sum {} + 2>/dev/null | sort; }
+# refused_early DESC REGEX ARGS...: one line matching REGEX, exit 1, and
+# not one step trained first
+refused_early() {
+	desc=$1
+	expect_error "$@"
+	if grep -q "^epoch\|^trained" "$tmp/out"; then
+		not_ok "$desc: refused only after training"
+	fi
+}
+
+ph --save-weights "$tmp/ref.st" >/dev/null 2>"$tmp/err" || not_ok "reference run: $(cat "$tmp/err")"
+
+# --- 1. a checkpoint dir belongs to one run -------------------------------
+ph --set "checkpoint.dir=$tmp/ck" --set checkpoint.every=4 >/dev/null 2>&1
+before=$(sums "$tmp/ck")
+refused_early "a fresh run into another run's checkpoint dir" \
+	"checkpoint dir $tmp/ck holds 2 checkpoint\(s\) of another run \(run [0-9a-f]{8}, newest step-00000008\); resume it with --resume $tmp/ck, set another \[checkpoint\] dir, or set \[checkpoint\] overwrite = yes" \
+	-c "$tiny" --set run.steps=8 --set "checkpoint.dir=$tmp/ck" --set checkpoint.keep=1
+[ "$(sums "$tmp/ck")" = "$before" ] && ok "... and the other run's checkpoints are unchanged (sha256)" ||
+	not_ok "the other run's checkpoints changed"
+if ph --set run.steps=3 --set "checkpoint.dir=$tmp/ck" --set checkpoint.overwrite=yes >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^checkpoint dir $tmp/ck: 2 checkpoint(s) of run [0-9a-f]* removed (\[checkpoint\] overwrite = yes)$" "$tmp/out" &&
+	[ "$(ls "$tmp/ck" | tr '\n' ' ')" = "step-00000003 " ]; then
+	ok "[checkpoint] overwrite = yes: the other run's checkpoints removed, said on stdout"
+else
+	not_ok "overwrite: $(ls -A "$tmp/ck" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+if ph --set run.steps=6 --set optimizer.lr_schedule=constant --set "checkpoint.dir=$tmp/own" >/dev/null 2>&1 &&
+	ph --set run.steps=9 --set optimizer.lr_schedule=constant --set "checkpoint.dir=$tmp/own" --resume "$tmp/own" \
+		>"$tmp/out" 2>"$tmp/err" && [ "$(ls "$tmp/own" | tr '\n' ' ')" = "step-00000006 step-00000009 " ]; then
+	ok "a resumed run goes on writing its own dir"
+else
+	not_ok "resume into its own dir: $(cat "$tmp/err")"
+fi
+
+expect_error "a resumed run into another run's checkpoint dir" \
+	"checkpoint dir $tmp/ck holds 1 checkpoint\(s\) of another run \(run [0-9a-f]{8}, newest step-00000003\)" \
+	-c "$tiny" --set run.steps=9 --set optimizer.lr_schedule=constant --set "checkpoint.dir=$tmp/ck" --resume "$tmp/own"
+
+# --- 11. one process per checkpoint dir ----------------------------------
+"$PIPEHOST" -c "$tiny" --set run.steps=100000 --set "checkpoint.dir=$tmp/busy" --set checkpoint.every=50 \
+	>/dev/null 2>&1 &
+pid=$!
+w=0
+while [ ! -d "$tmp/busy/step-00000050" ] && [ $w -lt 400 ]; do sleep 0.05; w=$((w + 1)); done
+before=$(sums "$tmp/busy/step-00000050")
+refused_early "a second process on a dir in use" \
+	"checkpoint dir $tmp/busy is in use by another pipehost process \(it holds the lock\); wait for that run to end or set another \[checkpoint\] dir" \
+	-c "$tiny" --set run.steps=100000 --resume "$tmp/busy"
+kill -TERM "$pid" 2>/dev/null
+wait "$pid"
+[ "$(sums "$tmp/busy/step-00000050")" = "$before" ] && ok "... and the first one's step-00000050 is unchanged" ||
+	not_ok "step-00000050 changed under the second process"
+
+# --- 2. outputs checked before step 1 ------------------------------------
+mkdir -p "$tmp/adir"
+refused_early "--save-weights a directory" "--save-weights $tmp/adir is a directory; give a file name" \
+	-c "$tiny" --set run.steps=8 --save-weights "$tmp/adir"
+refused_early "--trace a directory" "--trace $tmp/adir is a directory; give a file name" \
+	-c "$tiny" --set run.steps=8 --trace "$tmp/adir"
+refused_early "[run] save_weights in a missing directory" \
+	"\[run\] save_weights $tmp/nodir/w.st: cannot create files in $tmp/nodir: No such file or directory" \
+	-c "$tiny" --set run.steps=8 --set "run.save_weights=$tmp/nodir/w.st"
+mkdir -p "$tmp/ro" && chmod 555 "$tmp/ro"
+if touch "$tmp/ro/probe" 2>/dev/null; then
+	rm -f "$tmp/ro/probe"
+	ro=/sys # root writes a mode-555 dir; sysfs refuses even root
+else
+	ro=$tmp/ro
+fi
+refused_early "--save-weights where files cannot be created ($ro)" \
+	"--save-weights $ro/w.st: cannot create files in $ro: (Permission denied|Read-only file system)" \
+	-c "$tiny" --set run.steps=8 --save-weights "$ro/w.st"
+refused_early "[run] metrics where files cannot be created ($ro)" \
+	"\[run\] metrics $ro/m.jsonl: cannot create files in $ro" -c "$tiny" --set run.steps=8 --set "run.metrics=$ro/m.jsonl"
+chmod 755 "$tmp/ro"
+
+# the final checkpoint fails (ENOSPC on its first write): --save-weights is
+# still written, and the exit is 1 naming the checkpoint
+if [ -f "$shim" ]; then
+	rm -f "$tmp/w.st"
+	FAULTFS_DIR="$tmp/full" FAULTFS_MODE=enospc FAULTFS_N=1 LD_PRELOAD="$shim" \
+		ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+		"$PIPEHOST" -c "$tiny" --set run.steps=8 --set "checkpoint.dir=$tmp/full" --save-weights "$tmp/w.st" \
+		>"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$rc" -ne 0 ] && cmp -s "$tmp/ref.st" "$tmp/w.st" && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+		grep -q "^pipehost: $tmp/full/.tmp-step-00000008/weights.safetensors: writing failed: No space left on device" "$tmp/err"; then
+		ok "a final checkpoint that fails: --save-weights still written, exit 1: $(cat "$tmp/err")"
+	else
+		not_ok "final checkpoint failing: exit $rc, weights $(cmp "$tmp/ref.st" "$tmp/w.st" 2>&1), $(cat "$tmp/err")"
+	fi
+fi
+
+# --- 3. what an output names is not replaced -----------------------------
+echo "not weights" >"$tmp/target.st"
+ln -s "$tmp/target.st" "$tmp/link.st"
+if ph --save-weights "$tmp/link.st" >/dev/null 2>"$tmp/err" && [ -L "$tmp/link.st" ] && cmp -s "$tmp/ref.st" "$tmp/target.st"; then
+	ok "--save-weights a symlink: followed, the link stays a link, its target holds the weights"
+else
+	not_ok "symlink: $(ls -l "$tmp/link.st") $(cat "$tmp/err")"
+fi
+echo "not a trace" >"$tmp/target.json"
+ln -s "$tmp/target.json" "$tmp/link.json"
+if ph --trace "$tmp/link.json" >/dev/null 2>"$tmp/err" && [ -L "$tmp/link.json" ] && grep -q '"traceEvents"' "$tmp/target.json"; then
+	ok "--trace a symlink: followed, the link stays a link"
+else
+	not_ok "trace symlink: $(ls -l "$tmp/link.json") $(cat "$tmp/err")"
+fi
+ln -s "$tmp/nowhere.st" "$tmp/dangling.st"
+refused_early "--save-weights a dangling symlink" "--save-weights $tmp/dangling.st is a symlink to nothing \(No such file or directory\)" \
+	-c "$tiny" --set run.steps=8 --save-weights "$tmp/dangling.st"
+mkfifo "$tmp/fifo"
+cat "$tmp/fifo" >"$tmp/from-fifo" &
+cat_pid=$!
+ph --save-weights "$tmp/fifo" >/dev/null 2>"$tmp/err"
+rc=$?
+if [ -p "$tmp/fifo" ]; then
+	wait "$cat_pid"
+	fifo_ok=1
+else
+	kill "$cat_pid" 2>/dev/null # it waits on the FIFO that was replaced
+	fifo_ok=
+fi
+if [ "$rc" -eq 0 ] && [ -n "$fifo_ok" ] && cmp -s "$tmp/ref.st" "$tmp/from-fifo"; then
+	ok "--save-weights a FIFO: written through, still a FIFO"
+else
+	not_ok "FIFO: exit $rc, $(ls -l "$tmp/fifo") $(cat "$tmp/err")"
+fi
+# /dev/null only once the FIFO case passes: the old code replaced it
+if [ -n "$fifo_ok" ] && [ -c /dev/null ]; then
+	if ph --save-weights /dev/null >/dev/null 2>"$tmp/err" && [ -c /dev/null ]; then
+		ok "--save-weights /dev/null: written through, still a device"
+	else
+		not_ok "/dev/null: $(cat "$tmp/err")"
+	fi
+fi
+cp "$tiny" "$tmp/run.ini"
+"$PIPEHOST" -c "$tiny" --set run.steps=2 --save-weights "$tmp/init.st" >/dev/null 2>&1
+mkdir -p "$tmp/data" && printf 'hello world, hello text. ' >"$tmp/data/text.txt"
+before=$(sums "$tmp/run.ini" "$tmp/init.st" "$tmp/data")
+refused_early "--save-weights the run's own INI" "--save-weights $tmp/run.ini is $tmp/run.ini, an input of this run; write to another file" \
+	-c "$tmp/run.ini" --set run.steps=8 --save-weights "$tmp/run.ini"
+ln -s "$tmp/run.ini" "$tmp/ini-link"
+refused_early "[run] metrics the run's INI through a symlink" "\[run\] metrics $tmp/ini-link is $tmp/run.ini, an input of this run" \
+	-c "$tmp/run.ini" --set run.steps=8 --set "run.metrics=$tmp/ini-link"
+refused_early "--save-weights the initial weights" "--save-weights $tmp/init.st is $tmp/init.st, an input of this run" \
+	-c "$tmp/run.ini" --set run.steps=8 --set "run.init=$tmp/init.st" --save-weights "$tmp/init.st"
+refused_early "--trace a data file" "--trace $tmp/data/text.txt is $tmp/data/text.txt, an input of this run" \
+	-c "$fixtures/tiny-lm.ini" --set run.steps=2 --set "data.path=$tmp/data/text.txt" --trace "$tmp/data/text.txt"
+[ "$(sums "$tmp/run.ini" "$tmp/init.st" "$tmp/data")" = "$before" ] && ok "... the INI, initial weights and data unchanged (sha256)" ||
+	not_ok "an input of the run changed"
+refused_early "two outputs on one file" "\[run\] metrics $tmp/same is also another output of this run; give each its own file" \
+	-c "$tiny" --set run.steps=8 --save-weights "$tmp/same" --set "run.metrics=$tmp/same"
+
+# --- 4. manifests ---------------------------------------------------------
+ph --set "checkpoint.dir=$tmp/m" --set checkpoint.every=4 >/dev/null 2>&1
+s8="$tmp/m/step-00000008"
+cp -r "$tmp/m" "$tmp/m0"
+# one bit of the last tensor's data: the file still parses
+size=$(wc -c <"$s8/weights.safetensors")
+b=$(od -An -tu1 -j$((size - 1)) -N1 "$s8/weights.safetensors" | tr -d ' ')
+# shellcheck disable=SC2059
+printf "$(printf '\\%03o' $((b ^ 1)))" | dd of="$s8/weights.safetensors" bs=1 seek=$((size - 1)) conv=notrunc 2>/dev/null
+expect_error "a flipped bit in tensor data" \
+	"$s8/weights.safetensors: its checksum does not match the manifest's: damaged checkpoint \(changed after it was written\)" \
+	-c "$tiny" --set run.steps=8 --resume "$s8"
+rm -rf "$tmp/m" && cp -r "$tmp/m0" "$tmp/m"
+cp "$tmp/m/step-00000004/optimizer.safetensors" "$s8/"
+expect_error "a file copied from another step" \
+	"$s8/optimizer.safetensors: its checksum does not match the manifest's: damaged checkpoint" \
+	-c "$tiny" --set run.steps=8 --resume "$s8"
+# --resume DIR passes over the damaged newest, loudly, and sets it aside
+if ph --resume "$tmp/m" --save-weights "$tmp/fb.st" >"$tmp/out" 2>"$tmp/err" &&
+	[ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+	grep -q "^pipehost: WARNING: checkpoint $s8 is damaged: $s8/optimizer.safetensors: its checksum does not match the manifest's: damaged checkpoint (changed after it was written); resuming from the previous verified checkpoint $tmp/m/step-00000004; the damaged one is kept as $tmp/m/damaged-step-00000008$" "$tmp/err" &&
+	grep -q "^resumed from $tmp/m/step-00000004 at step 4 of 8$" "$tmp/out" && cmp -s "$tmp/ref.st" "$tmp/fb.st" &&
+	[ -d "$tmp/m/damaged-step-00000008" ] && [ -d "$s8" ]; then
+	ok "--resume DIR with a damaged newest: $(cat "$tmp/err" | cut -c1-80)...; ends byte-identical"
+else
+	not_ok "fallback: $(cat "$tmp/err") $(grep resumed "$tmp/out") $(ls "$tmp/m" | tr '\n' ' ')"
+fi
+rm -rf "$tmp/m" && cp -r "$tmp/m0" "$tmp/m"
+echo '{"format":"pipehost-checkpoint",' >"$s8/state.json"
+if ph --resume "$tmp/m" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^pipehost: WARNING: checkpoint $s8 is damaged: $s8/state.json: not valid JSON (error near byte [0-9]* of 33): corrupt checkpoint; resuming from the previous verified checkpoint $tmp/m/step-00000004" "$tmp/err"; then
+	ok "a corrupt state.json in the newest step: said, not passed over silently"
+else
+	not_ok "corrupt state.json: $(cat "$tmp/err")"
+fi
+rm -rf "$tmp/m" && cp -r "$tmp/m0" "$tmp/m"
+rm "$s8/manifest.txt"
+if ph --resume "$s8" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^pipehost: warning: $s8 has no manifest.txt (written by an older pipehost?): its files cannot be verified$" "$tmp/err"; then
+	ok "a step without manifest.txt (an older pipehost's) loads, with a warning"
+else
+	not_ok "no manifest: $(cat "$tmp/err")"
+fi
+rm -rf "$tmp/m" && cp -r "$tmp/m0" "$tmp/m"
+sed -i 's/^step 8$/step 9/' "$s8/manifest.txt"
+expect_error "a manifest edited by hand" "$s8/manifest.txt: its checksum does not match its contents: damaged checkpoint" \
+	-c "$tiny" --set run.steps=8 --resume "$s8"
+
+# --- 5. divergence --------------------------------------------------------
+expect_error "beta2 = 1: the loss is NaN at step 2" \
+	"step 2: the loss is NaN: training diverged and stopped; no checkpoint or weights written; lower \[optimizer\] lr or check beta2/eps" \
+	-c "$tiny" --set run.steps=8 --set optimizer.beta2=1 --save-weights "$tmp/nan.st"
+[ ! -e "$tmp/nan.st" ] && ok "... and no weights file" || not_ok "NaN weights written to $tmp/nan.st"
+# lr 1, weight decay 3: finite for 33 steps, then the optimizer state overflows
+"$PIPEHOST" -c "$tiny" --set run.steps=40 --set optimizer.lr=1 --set optimizer.weight_decay=3 \
+	--set optimizer.lr_schedule=constant --set optimizer.warmup=0 --set "checkpoint.dir=$tmp/div" \
+	--set checkpoint.every=1 --set checkpoint.keep=2 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+newest=$(ls "$tmp/div" | tail -1)
+finite=yes
+for s in "$tmp/div"/step-*; do
+	od -An -tf4 "$s/weights.safetensors" "$s/optimizer.safetensors" | grep -qi "nan\|inf" && finite=no
+done
+if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ "$finite" = yes ] && [ -n "$newest" ] &&
+	grep -Eq "^pipehost: step ([0-9]+): [a-z0-9._]+ holds (NaN|an infinity) at element [0-9]+: training diverged; checkpoint not written, older ones kept" "$tmp/err"; then
+	ok "a run diverging at $(sed -n 's/^pipehost: step \([0-9]*\):.*/\1/p' "$tmp/err"): exit 1, $newest and the one before kept, all finite"
+else
+	not_ok "divergence: exit $rc, finite=$finite, $(ls "$tmp/div" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+
+# --- 6. metrics write errors ----------------------------------------------
+if [ -c /dev/full ]; then
+	ph --set run.metrics=/dev/full --save-weights "$tmp/mf.st" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$rc" -ne 0 ] && grep -q "^trained 8 steps" "$tmp/out" && cmp -s "$tmp/ref.st" "$tmp/mf.st" &&
+		[ "$(grep -c "^pipehost: metrics file /dev/full: write failed: No space left on device; training goes on without metrics, the exit status will be 1$" "$tmp/err")" -eq 1 ]; then
+		ok "metrics to /dev/full: one line, training goes on, weights written, exit 1"
+	else
+		not_ok "metrics /dev/full: exit $rc, $(cat "$tmp/err")"
+	fi
+fi
+
+# --- a resume of a finished run tells the truth ---------------------------
+ph --set "checkpoint.dir=$tmp/done" >/dev/null 2>&1
+if ph --resume "$tmp/done" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^trained no step (the run of 8 steps was complete); no loss to report$" "$tmp/out" &&
+	! grep -q "final loss" "$tmp/out"; then
+	ok "resuming a finished run: 'trained no step ...; no loss to report'"
+else
+	not_ok "finished run: $(grep trained "$tmp/out") $(cat "$tmp/err")"
+fi
+finish
