@@ -14,8 +14,10 @@
 #include "comm.h"
 #include "config.h"
 #include "engine.h"
+#include "memcheck.h"
 #include "options.h"
 #include "planjson.h"
+#include "signals.h"
 #include "profile.h"
 #include "simulate.h"
 #include "train.h"
@@ -265,7 +267,12 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		goto out;
 	cfg.comm = *comm;
 	plugin_path(cli, ph_config_plugin_path(&cfg), path, sizeof path);
-	if ((rc = ph_registry_load_path(&reg, path, err)))
+	/* every .so of a --plugin-dir is loaded and checked; of the rest of
+	 * the path, only those that may hold a plugin the INI names */
+	if ((rc = ph_registry_load_path(&reg, cli->list_plugins ? path : cli->plugin_dirs, err)))
+		goto out;
+	ph_registry_search_path(&reg, path);
+	if ((rc = ph_registry_load_for_ini(&reg, &cfg.ini, err)))
 		goto out;
 	if (cli->list_plugins)
 		ph_registry_print(stdout, &reg);
@@ -300,6 +307,8 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		goto out;
 	}
 	if (cli->plan_only)
+		goto out;
+	if ((rc = ph_memcheck_run(&plan, &model, &cfg, err)))
 		goto out;
 	if ((rc = load_data(&cfg, &in, &train, &test, err)))
 		goto out;
@@ -382,6 +391,7 @@ int main(int argc, char **argv)
 	memset(&cli, 0, sizeof cli);
 	ph_err err = { { 0 } };
 	ph_comm comm = { 0, 1, 0, 0, 0, NULL };
+	ph_signals_init(); /* a closed stdout or a file-size limit: an error, not a silent death */
 	int rc = parse_cli(argc, argv, &cli, &err);
 	/* under mpirun: join the other processes; only process 0 prints
 	 * progress (errors still reach stderr from every process) */

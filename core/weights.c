@@ -3,6 +3,7 @@
  * file's real size before it copies a byte, and refuses with one line that
  * names the file.  The writer never leaves a half-written file behind. */
 #include "weights.h"
+#include "readfile.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -415,7 +416,8 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 				       "name or %d dimensions (0..%d)", path, i,
 				       t[i].shape.ndim, PH_MAX_DIMS);
 
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO must not block the open; the fstat below refuses it */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return ph_fail(err, PH_EIO, "%s: cannot open: %s; check the path", path,
 			       strerror(errno));
@@ -426,7 +428,8 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 
 	struct stat st;
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		rc = ph_fail(err, PH_EIO, "%s: not a regular file", path);
+		rc = ph_fail(err, PH_EIO, "%s: not a regular file but %s; give a safetensors file", path,
+			     ph_file_kind(st.st_mode));
 		goto done;
 	}
 	uint64_t fsize = (uint64_t)st.st_size;

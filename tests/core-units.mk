@@ -4,7 +4,7 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights
 TESTS += tests/test-data tests/test-optim tests/test-weights
 
-tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h
+tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/readfile.c core/readfile.h
 tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) -lm
 
@@ -12,7 +12,7 @@ tests_test_optim_SOURCES = tests/test-optim.c core/optim.c core/optim.h
 tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_optim_LDADD = $(CHECK_LIBS) -lm
 
-tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h
+tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h core/readfile.c core/readfile.h
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) -lm
 endif

@@ -27,11 +27,12 @@ FUZZ_LIBS = $(CJSON_LIBS) $(INIH_LIBS) $(ZLIB_LIBS) -ldl -lm
 FUZZ_RUN_FLAGS = -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_DIR = tests/fuzz/build
 
-FUZZ_CONFIG_SRC = tests/fuzz/fuzz-config.c core/config.c core/inifile.c core/options.c core/loader.c core/device.c
-FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c
+FUZZ_CONFIG_SRC = tests/fuzz/fuzz-config.c core/config.c core/inifile.c core/options.c core/loader.c core/device.c \
+	core/loader-trust.c core/readfile.c
+FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c core/readfile.c
 FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/weights.c core/config.c core/inifile.c \
-	core/options.c core/loader.c core/device.c
-FUZZ_IDX_SRC = tests/fuzz/fuzz-idx.c core/data.c
+	core/options.c core/loader.c core/device.c core/loader-trust.c core/readfile.c
+FUZZ_IDX_SRC = tests/fuzz/fuzz-idx.c core/data.c core/readfile.c
 FUZZ_HDRS = $(top_srcdir)/tests/fuzz/fuzz-util.h $(top_srcdir)/core/*.h $(top_srcdir)/include/pipehost/*.h
 
 EXTRA_DIST += tests/fuzz/fuzz-util.h tests/fuzz/fuzz-config.c tests/fuzz/fuzz-safetensors.c \

@@ -1,0 +1,118 @@
+/* Signal handling (signals.h).  Handlers only set flags and write(2) a
+ * fixed line: everything else happens at the loop's decision points. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "signals.h"
+
+static volatile sig_atomic_t stop_signal;   /* the first stop signal, or 0 */
+static volatile sig_atomic_t stop_at_s;     /* CLOCK_MONOTONIC seconds of it */
+static int catching, agreed, stdout_dead;
+static struct sigaction old_int, old_term;
+
+void ph_signals_init(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);
+}
+
+void ph_stdout_check(void)
+{
+	if (stdout_dead || !ferror(stdout))
+		return;
+	stdout_dead = 1;
+	fprintf(stderr, "pipehost: standard output can no longer be written (its reader went away?); "
+			"progress is no longer printed, training goes on\n");
+	if (!freopen("/dev/null", "w", stdout))
+		clearerr(stdout);
+}
+
+static long now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
+	return (long)ts.tv_sec;
+}
+
+static void on_stop_signal(int sig)
+{
+	if (stop_signal) {
+		/* the same ^C delivered twice (terminal and mpirun) is one request */
+		if (now_s() - stop_at_s < 2)
+			return;
+		signal(sig, SIG_DFL);
+		raise(sig);
+		return;
+	}
+	stop_signal = sig;
+	stop_at_s = (sig_atomic_t)now_s();
+	static const char msg[] = "\npipehost: interrupted: finishing this step, then writing a checkpoint "
+				  "(interrupt again to stop at once)\n";
+	ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+	(void)w;
+}
+
+void ph_stop_catch(void)
+{
+	stop_signal = 0;
+	agreed = 0;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGTERM, &sa, &old_term);
+	/* An ignored SIGINT (a background job of a script) stays ignored. */
+	sigaction(SIGINT, NULL, &old_int);
+	if (old_int.sa_handler != SIG_IGN)
+		sigaction(SIGINT, &sa, NULL);
+	catching = 1;
+}
+
+void ph_stop_release(void)
+{
+	if (!catching)
+		return;
+	sigaction(SIGTERM, &old_term, NULL);
+	sigaction(SIGINT, &old_int, NULL);
+	catching = 0;
+}
+
+int ph_stop_requested(void)
+{
+	return catching && stop_signal;
+}
+
+int ph_stop_catching(void)
+{
+	return catching;
+}
+
+int ph_stop_agree(const ph_comm *comm, int *stop, ph_err *err)
+{
+	int v = agreed || ph_stop_requested();
+	if (catching && comm && comm->size > 1 && comm->ops) {
+		int rc = comm->ops->max_int(&v, err);
+		if (rc)
+			return rc;
+	}
+	if (v)
+		agreed = 1;
+	*stop = v;
+	return PH_OK;
+}
+
+int ph_stop_agreed(void)
+{
+	return agreed;
+}
+
+int ph_stop_local(void)
+{
+	if (ph_stop_requested())
+		agreed = 1;
+	return agreed;
+}
