@@ -2,6 +2,7 @@
  * fixed line: everything else happens at the loop's decision points. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@ static volatile sig_atomic_t stop_signal;   /* the first stop signal, or 0 */
 static volatile sig_atomic_t stop_at_s;     /* CLOCK_MONOTONIC seconds of it */
 static int catching, agreed, stdout_dead;
 static struct sigaction old_int, old_term;
+static char stop_msg[512];
 
 void ph_signals_init(void)
 {
@@ -49,14 +51,30 @@ static void on_stop_signal(int sig)
 	}
 	stop_signal = sig;
 	stop_at_s = (sig_atomic_t)now_s();
-	static const char msg[] = "\npipehost: interrupted: finishing this step, then writing a checkpoint "
-				  "(interrupt again to stop at once)\n";
-	ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+	ssize_t w = write(STDERR_FILENO, stop_msg, strlen(stop_msg));
 	(void)w;
+}
+
+/* The line the first stop signal prints.  Under Open MPI's mpirun a signal
+ * to mpirun is forwarded as SIGTERM and followed by SIGKILL after
+ * odls_base_sigkill_timeout seconds (1 by default): too soon for a step and
+ * a checkpoint, so the line says how to give them time. */
+static void prepare_stop_msg(void)
+{
+	const char *base = "\npipehost: interrupted: finishing this step, then writing a checkpoint "
+			   "(interrupt again to stop at once)";
+	const char *t = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+	if (getenv("OMPI_COMM_WORLD_SIZE") && (!t || atoi(t) < 30))
+		snprintf(stop_msg, sizeof stop_msg, "%s; mpirun kills the processes %s s after it forwards a "
+			 "signal: start it with --mca odls_base_sigkill_timeout 600, or signal the pipehost "
+			 "processes themselves\n", base, t ? t : "1");
+	else
+		snprintf(stop_msg, sizeof stop_msg, "%s\n", base);
 }
 
 void ph_stop_catch(void)
 {
+	prepare_stop_msg();
 	stop_signal = 0;
 	agreed = 0;
 	struct sigaction sa;

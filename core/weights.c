@@ -248,6 +248,10 @@ int ph_safetensors_write(const char *path, const ph_tensor_ref *t, int n,
 	if (bad) {
 		/* The old file at path, if any, was never touched. */
 		unlink(tmp);
+		if (saved == EFBIG) /* SIGXFSZ is ignored (core/signals.c): a full disk by another name */
+			return ph_fail(err, PH_EIO, "%s: %s failed: file size limit reached (ulimit -f, or the file "
+				       "system's largest file); the previous file is unchanged: raise the limit", path,
+				       stage);
 		return ph_fail(err, PH_EIO, "%s: %s %s failed: %s; the previous file is "
 			       "unchanged (check free space and permissions)", path, stage,
 			       tmp, strerror(saved));
