@@ -41,15 +41,19 @@ int ph_plugin_trust(const char *path, int is_dir, ph_err *err)
 			return ph_fail(err, PH_EIO, "plugin %s %s: cannot check %s; fix its permissions", what, path, cur);
 		const char *why = untrusted(&st, last, is_dir);
 		if (why) {
-			const char *fix = strstr(why, "owned") ? "chown it to you or root" : "chmod go-w";
+			char fix[PATH_MAX + 64];
+			if (strstr(why, "owned"))
+				snprintf(fix, sizeof fix, "give it to yourself or root (chown)");
+			else
+				snprintf(fix, sizeof fix, "fix it with chmod go-w %s", cur);
 			if (last && !strcmp(cur, path))
 				return ph_fail(err, PH_EINVAL,
-					       "plugin %s %s %s; fix it with %s %s, or pass --allow-writable-plugins if "
-					       "you trust every user who can write it", what, path, why, fix, path);
+					       "plugin %s %s %s; %s, or pass --allow-writable-plugins if you trust every "
+					       "user who can write it", what, path, why, fix);
 			return ph_fail(err, PH_EINVAL,
-				       "plugin %s %s: %s%s %s; fix it with %s %s, or pass --allow-writable-plugins if "
-				       "you trust every user who can write it", what, path,
-				       last ? "its real file " : "the directory ", cur, why, fix, cur);
+				       "plugin %s %s: %s%s %s; %s, or pass --allow-writable-plugins if you trust every "
+				       "user who can write it", what, path, last ? "its real file " : "the directory ", cur,
+				       why, fix);
 		}
 		if (!strcmp(cur, "/"))
 			return PH_OK;

@@ -150,7 +150,7 @@ expect_error "a plugin directory under a world-writable one" \
 if [ "$(id -u)" -eq 0 ]; then
 	mkdir -p "$tmp/theirs" && cp "$relu" "$tmp/theirs/" && chown 65534 "$tmp/theirs/relu.so"
 	expect_error "a .so owned by another user" \
-		"plugin file $tmp/theirs/relu.so is owned by another user; fix it with chown it to you or root" \
+		"plugin file $tmp/theirs/relu.so is owned by another user; give it to yourself or root \(chown\)" \
 		-c "$tiny" --plugin-dir "$tmp/theirs" --plan
 else
 	echo "# not root: cannot give a file to another user; ownership case skipped"
