@@ -706,7 +706,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				ch->work_y[l - ch->a] = ph_eng_balloc(e, ch->rank, yb);
 				ch->work_saved[l - ch->a] = ph_eng_balloc(e, ch->rank, sb);
 				if (!ch->work_y[l - ch->a] || !ch->work_saved[l - ch->a])
-					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s", L->cfg->name);
+					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s (%.1f MiB asked)",
+						       L->cfg->name, (double)(yb + sb) / (1024.0 * 1024.0));
 				ch->act_bytes += yb + sb;
 			}
 		}
@@ -732,8 +733,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				/* a lean slot's last layer keeps its output, not its saved bytes */
 				sl->saved[l - ch->a] = sl->lean ? ch->work_saved[l - ch->a] : ph_eng_balloc(e, ch->rank, sb);
 				if (!sl->y[l - ch->a] || !sl->saved[l - ch->a])
-					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
-						       L->cfg->name);
+					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s (%.1f MiB asked)",
+						       L->cfg->name, (double)(yb + sb) / (1024.0 * 1024.0));
 				ch->act_bytes += yb + sb;
 			}
 			if (e->split) {
@@ -919,7 +920,8 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		P->hs = e->dev ? zalloc(n * spp * sizeof(float)) : P->s;
 		if (!P->w || !P->g || !P->s || !P->hw || !P->hs)
 			return ph_fail(err, PH_ENOMEM, "out of memory for the parameters of layer %s (%.1f MiB asked)%s%s",
-				       L->cfg->name, (double)n * (3 + spp) * sizeof(float) / (1024.0 * 1024.0),
+				       L->cfg->name,
+				       (double)n * (2 + spp + (e->dev ? 1 + spp : 0)) * sizeof(float) / (1024.0 * 1024.0),
 				       e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
 		if (e->dev && e->dev->param_block && n && (rc0 = e->dev->param_block(e->rs[r], P->w, (int64_t)n, err)))
 			return rc0;

@@ -26,6 +26,19 @@ if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
 	else
 		not_ok "a run over ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
 	fi
+	# the check skipped: the allocation that fails names its size
+	(
+		ulimit -v 3000000
+		PIPEHOST_MEMCHECK=0 "$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 \
+			>/dev/null 2>"$tmp/uv.err"
+		echo $? >"$tmp/uv.rc"
+	)
+	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
+		grep -Eq "out of memory for (the parameters|activations) of layer [a-z0-9]+ \([0-9.]+ MiB asked\)" "$tmp/uv.err"; then
+		ok "PIPEHOST_MEMCHECK=0 under ulimit -v: the failed allocation names its size: $(cat "$tmp/uv.err")"
+	else
+		not_ok "PIPEHOST_MEMCHECK=0 under ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
+	fi
 else
 	echo "# ulimit -v unavailable or ASan: RLIMIT_AS case skipped"
 fi
