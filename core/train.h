@@ -28,8 +28,9 @@ typedef struct {
  * against this config: see ph_checkpoint_identity).  With ck->dir set, save
  * every ck->every steps and at the end, and catch SIGINT/SIGTERM: the step
  * under way finishes, a checkpoint is written, a line says where and how to
- * resume, and ph_train_ck returns PH_OK with res->interrupted = 1.  A second
- * signal stops the process at once (default action).  A resume without
+ * resume, and ph_train_ck returns PH_OK with res->interrupted = 1.  An
+ * evaluation under way stops between rounds (core/signals.h).  A second
+ * signal, 2 s or more after the first, stops the process at once.  A resume without
  * ck->dir keeps saving in the directory of the checkpoint it resumed from.
  * ck may be NULL. */
 int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
