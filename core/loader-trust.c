@@ -52,7 +52,7 @@ int ph_plugin_trust(const char *path, int is_dir, ph_err *err)
 					       "user who can write it", what, path, why, fix);
 			return ph_fail(err, PH_EINVAL,
 				       "plugin %s %s: %s%s %s; %s, or pass --allow-writable-plugins if you trust every "
-				       "user who can write it", what, path, last ? "its real file " : "the directory ", cur,
+				       "user who can write it", what, path, last ? "its real path " : "the directory ", cur,
 				       why, fix);
 		}
 		if (!strcmp(cur, "/"))

@@ -156,6 +156,11 @@ mkdir -p "$tmp/ww" "$tmp/link" && cp "$relu" "$tmp/ww/" && chmod 777 "$tmp/ww" &
 expect_error "a symlink to a .so in a world-writable directory" \
 	"plugin file $tmp/link/relu.so: the directory $tmp/ww is writable by other users; fix it with chmod go-w" \
 	-c "$tiny" --plugin-dir "$tmp/link" --plan
+mkdir -p "$tmp/ww2" "$tmp/link2" && cp "$relu" "$tmp/ww2/" && chmod o+w "$tmp/ww2/relu.so" &&
+	ln -s "$tmp/ww2/relu.so" "$tmp/link2/relu.so"
+expect_error "a symlink to a world-writable .so" \
+	"plugin file $tmp/link2/relu.so: its real path $tmp/ww2/relu.so is writable by other users; fix it with chmod go-w" \
+	-c "$tiny" --plugin-dir "$tmp/link2" --plan
 mkdir -p "$tmp/par/sub" && cp "$relu" "$tmp/par/sub/" && chmod 777 "$tmp/par"
 expect_error "a plugin directory under a world-writable one" \
 	"plugin directory $tmp/par/sub: the directory $tmp/par is writable by other users; fix it with chmod go-w $tmp/par" \
