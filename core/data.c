@@ -2,6 +2,7 @@
  * drawing a batch.  Each source is a file of its own (data_*.c, listed in
  * data_sources.c). */
 #include "data.h"
+#include "readfile.h"
 
 #include <stdlib.h>
 #include <string.h>

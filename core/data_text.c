@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "data_source.h"
+#include "readfile.h"
 
 static int cmp_name(const void *a, const void *b)
 {
@@ -18,9 +19,10 @@ static int cmp_name(const void *a, const void *b)
 static int append_file(const char *path, unsigned char **buf, size_t *len, size_t *cap, int *skipped,
 		       ph_err *err)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return ph_fail(err, PH_EIO, "text: cannot read %s: %s", path, strerror(errno));
+	FILE *f;
+	int rc = ph_fopen_regular(path, "text: [data] path", "set [data] path to a text file or directory", &f, err);
+	if (rc)
+		return rc;
 	size_t start = *len;
 	for (;;) {
 		if (*cap - *len < 65536) {

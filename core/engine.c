@@ -17,6 +17,7 @@
 
 #include "engine-impl.h"
 #include "optim.h"
+#include "signals.h"
 
 static void set_error(ph_engine *e, int rank, const ph_err *err)
 {
@@ -705,7 +706,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				ch->work_y[l - ch->a] = ph_eng_balloc(e, ch->rank, yb);
 				ch->work_saved[l - ch->a] = ph_eng_balloc(e, ch->rank, sb);
 				if (!ch->work_y[l - ch->a] || !ch->work_saved[l - ch->a])
-					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s", L->cfg->name);
+					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s (%.1f MiB asked)",
+						       L->cfg->name, (double)(yb + sb) / (1024.0 * 1024.0));
 				ch->act_bytes += yb + sb;
 			}
 		}
@@ -731,8 +733,8 @@ static int alloc_chunks(ph_engine *e, ph_err *err)
 				/* a lean slot's last layer keeps its output, not its saved bytes */
 				sl->saved[l - ch->a] = sl->lean ? ch->work_saved[l - ch->a] : ph_eng_balloc(e, ch->rank, sb);
 				if (!sl->y[l - ch->a] || !sl->saved[l - ch->a])
-					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s",
-						       L->cfg->name);
+					return ph_fail(err, PH_ENOMEM, "out of memory for activations of layer %s (%.1f MiB asked)",
+						       L->cfg->name, (double)(yb + sb) / (1024.0 * 1024.0));
 				ch->act_bytes += yb + sb;
 			}
 			if (e->split) {
@@ -917,7 +919,9 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		P->hw = e->dev ? zalloc(n * sizeof(float)) : P->w;
 		P->hs = e->dev ? zalloc(n * spp * sizeof(float)) : P->s;
 		if (!P->w || !P->g || !P->s || !P->hw || !P->hs)
-			return ph_fail(err, PH_ENOMEM, "out of memory for the parameters of layer %s%s%s", L->cfg->name,
+			return ph_fail(err, PH_ENOMEM, "out of memory for the parameters of layer %s (%.1f MiB asked)%s%s",
+				       L->cfg->name,
+				       (double)n * (2 + spp + (e->dev ? 1 + spp : 0)) * sizeof(float) / (1024.0 * 1024.0),
 				       e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
 		if (e->dev && e->dev->param_block && n && (rc0 = e->dev->param_block(e->rs[r], P->w, (int64_t)n, err)))
 			return rc0;
@@ -1095,6 +1099,12 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	int rc = PH_OK;
 	for (int64_t start = 0; start < count && !rc; start += round) {
+		/* SIGINT/SIGTERM stop an evaluation between rounds; the processes
+		 * of a split pipeline decide together (core/signals.h) */
+		int stop = 0;
+		if (ph_stop_catching() && (e->span > 1 ? (rc = ph_stop_agree(&e->cfg->comm, &stop, err)) || stop
+						       : ph_stop_local()))
+			break;
 		int64_t n = count - start < round ? count - start : round;
 		for (int64_t i = 0; i < n; i++)
 			idx[i] = start + i;
@@ -1115,7 +1125,7 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 	}
 	free(idx);
 	/* split over processes: the loss layer's process has the figures */
-	if (!rc && e->span > 1) {
+	if (!rc && e->span > 1 && !ph_stop_agreed()) {
 		double mine[3] = { st->loss_sum, st->correct, (double)st->targets }, *all;
 		int N = e->cfg->comm.size;
 		if (!(all = calloc((size_t)N * 3, sizeof *all)))

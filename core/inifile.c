@@ -1,20 +1,28 @@
-/* INI loading on top of the system inih, with line numbers. */
+/* INI loading on top of the system inih, with line numbers.  The file is
+ * read whole first (a regular file or a pipe, at most PH_INI_MAX bytes), so
+ * that bytes inih would silently drop (a NUL, lone carriage returns) are
+ * reported with their line before any parsing. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "inifile.h"
+#include "readfile.h"
+
+#define PH_INI_MAX (16 << 20) /* an INI is a page or two; this bounds a read of /dev/zero-like input */
 
 typedef struct {
-	FILE *f;
+	const char *buf;    /* the whole file */
+	size_t len, pos;
 	ph_ini *ini;
 	int line;           /* line most recently handed to inih */
 	int too_long;       /* line number of an over-long line, or 0 */
-	int nul_line;       /* line number of a line holding a NUL byte, or 0 */
-	int read_errno;     /* a read error (e.g. EISDIR), or 0 */
 	int fail_line;      /* first handler failure */
 	ph_err *err;
 } reader_state;
@@ -51,28 +59,24 @@ static int add_section(reader_state *st, const char *name)
 	return PH_OK;
 }
 
-/* fgets with line counting; notices section headers and over-long lines. */
+/* fgets over the buffer with line counting; notices section headers and
+ * over-long lines.  The buffer holds no NUL (checked before parsing). */
 static char *reader(char *str, int num, void *stream)
 {
 	reader_state *st = stream;
-	if (st->too_long || st->nul_line || st->fail_line)
+	if (st->too_long || st->fail_line || st->pos >= st->len || num < 2)
 		return NULL;
-	errno = 0;
-	char *r = fgets(str, num, st->f);
-	if (!r) {
-		if (ferror(st->f))
-			st->read_errno = errno ? errno : EIO;
-		return NULL;
+	size_t len = 0;
+	while (len < (size_t)num - 1 && st->pos < st->len) {
+		char ch = st->buf[st->pos++];
+		str[len++] = ch;
+		if (ch == '\n')
+			break;
 	}
+	str[len] = 0;
+	char *r = str;
 	st->line++;
-	size_t len = strlen(r);
-	/* fgets stopped short of a newline, a full buffer and the end of the
-	 * file: a NUL byte cut the line (inih would drop the rest unseen). */
-	if (len < (size_t)num - 1 && (len == 0 || r[len - 1] != '\n') && !feof(st->f)) {
-		st->nul_line = st->line;
-		return NULL;
-	}
-	if (len == (size_t)num - 1 && r[len - 1] != '\n' && !feof(st->f)) {
+	if (len == (size_t)num - 1 && r[len - 1] != '\n' && st->pos < st->len) {
 		st->too_long = st->line;
 		return NULL;
 	}
@@ -143,28 +147,109 @@ static int handler(void *user, const char *section, const char *name, const char
 	return 1;
 }
 
+/* The config's bytes: a regular file, or a pipe (-c /dev/stdin, -c <(cmd));
+ * a directory, device or socket is refused, and a FIFO nobody writes to
+ * reads as empty at once instead of blocking. */
+static int read_config(const char *path, char **out, size_t *outlen, ph_err *err)
+{
+	*out = NULL;
+	*outlen = 0;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return ph_fail(err, PH_EIO, "cannot open config %s: %s; pass an existing file with -c",
+			       path, strerror(errno));
+	struct stat sb;
+	if (fstat(fd, &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISFIFO(sb.st_mode))) {
+		int isdir = S_ISDIR(sb.st_mode);
+		close(fd);
+		if (isdir)
+			return ph_fail(err, PH_EIO, "cannot read config %s: %s; pass an INI file with -c", path,
+				       strerror(EISDIR));
+		return ph_fail(err, PH_EIO, "cannot read config %s: it is %s; pass an INI file (or a pipe) with -c",
+			       path, ph_file_kind(sb.st_mode));
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	size_t cap = S_ISREG(sb.st_mode) && sb.st_size < PH_INI_MAX ? (size_t)sb.st_size + 1 : 65536, len = 0;
+	char *buf = malloc(cap);
+	int rc = buf ? PH_OK : ph_fail(err, PH_ENOMEM, "out of memory reading config %s", path);
+	while (!rc) {
+		if (len == cap) {
+			size_t nc = cap * 2;
+			char *nb = len >= PH_INI_MAX ? NULL : realloc(buf, nc);
+			if (!nb) {
+				rc = len >= PH_INI_MAX
+					     ? ph_fail(err, PH_EINVAL, "config %s is larger than %d MiB: not an INI file; "
+						       "pass the run's INI with -c", path, PH_INI_MAX >> 20)
+					     : ph_fail(err, PH_ENOMEM, "out of memory reading config %s", path);
+				break;
+			}
+			buf = nb;
+			cap = nc;
+		}
+		ssize_t got = read(fd, buf + len, cap - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			rc = ph_fail(err, PH_EIO, "cannot read config %s: %s; pass an INI file with -c", path, strerror(errno));
+		if (got <= 0)
+			break;
+		len += (size_t)got;
+	}
+	close(fd);
+	if (!rc && len == 0 && S_ISFIFO(sb.st_mode))
+		rc = ph_fail(err, PH_EIO, "config %s is a named pipe that nothing was written to; start the program "
+			     "that writes it first, or pass a regular file with -c", path);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*out = buf;
+	*outlen = len;
+	return PH_OK;
+}
+
+/* Bytes inih would drop without a word: a NUL ends its line early, and a
+ * carriage return not followed by a newline (old Mac endings) makes the
+ * whole file one line. */
+static int check_bytes(const char *path, const char *buf, size_t len, ph_err *err)
+{
+	int line = 1;
+	for (size_t i = 0; i < len; i++) {
+		if (buf[i] == 0)
+			return ph_fail(err, PH_EINVAL, "%s:%d: line holds a NUL byte; the config must be a text file: "
+				       "remove it (byte %zu; tr -d '\\000')", path, line, i);
+		if (buf[i] == '\r' && i + 1 < len && buf[i + 1] != '\n')
+			return ph_fail(err, PH_EINVAL, "%s:%d: line ends with a carriage return alone (old Mac line "
+				       "endings); convert the file: tr '\\r' '\\n' <%s >fixed.ini", path, line, path);
+		if (buf[i] == '\n')
+			line++;
+	}
+	return PH_OK;
+}
+
 int ph_ini_load(const char *path, ph_ini *ini, ph_err *err)
 {
 	memset(ini, 0, sizeof *ini);
 	if (strlen(path) >= sizeof ini->path)
 		return ph_fail(err, PH_EINVAL, "config path too long: %s", path);
 	strcpy(ini->path, path);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return ph_fail(err, PH_EIO, "cannot open config %s: %s; pass an existing file with -c",
-			       path, strerror(errno));
+	char *buf;
+	size_t len;
+	int rc = read_config(path, &buf, &len, err);
+	if (rc)
+		return rc;
+	if ((rc = check_bytes(path, buf, len, err))) {
+		free(buf);
+		return rc;
+	}
 	/* Our format: one value per line, no continuations; stop at the first error. */
 	ini_allow_multiline = false;
 	ini_stop_on_first_error = true;
-	reader_state st = { .f = f, .ini = ini, .err = err };
-	int rc = ini_parse_stream(reader, &st, handler, &st);
-	fclose(f);
-	if (st.read_errno)
-		return ph_fail(err, PH_EIO, "cannot read config %s: %s; pass an INI file with -c", path,
-			       strerror(st.read_errno));
-	if (st.nul_line)
-		return ph_fail(err, PH_EINVAL, "%s:%d: line holds a NUL byte; the config must be a text file",
-			       path, st.nul_line);
+	reader_state st = { .buf = buf, .len = len, .ini = ini, .err = err };
+	rc = ini_parse_stream(reader, &st, handler, &st);
+	free(buf);
 	if (st.too_long)
 		return ph_fail(err, PH_EINVAL, "%s:%d: line longer than %d characters (the system inih's limit); shorten it",
 			       path, st.too_long, ini_max_line - 3);

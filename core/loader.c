@@ -1,10 +1,16 @@
 /* Plugin loader: dlopen(RTLD_NOW|RTLD_LOCAL), one descriptor symbol, ABI and
- * hook checks, duplicate names refused. */
+ * hook checks, duplicate names refused; nothing is dlopen'ed before its real
+ * path and every directory above it pass the trust check (loader-trust.c). */
+#define _GNU_SOURCE /* memmem */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loader.h"
 #include "options.h"
@@ -57,14 +63,23 @@ static int check_version(const char *file, const char *what, unsigned major, uns
 static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_err *err)
 {
 	const ph_ops_head *h = ops;
+	if (!h)
+		return ph_fail(err, PH_EINVAL, "plugin %s: a NULL %s in its descriptor's list; end the list with "
+			       "one NULL", file, ph_kind_name(kind));
 	if (!h->name || !h->name[0])
 		return ph_fail(err, PH_EINVAL, "plugin %s: a %s without a name; set head.name", file,
 			       ph_kind_name(kind));
+	if (strnlen(h->name, PH_MAX_PLUGIN_NAME) == PH_MAX_PLUGIN_NAME)
+		return ph_fail(err, PH_EINVAL, "plugin %s: a %s whose name is %d characters or more; shorten it",
+			       file, ph_kind_name(kind), PH_MAX_PLUGIN_NAME);
 	char what[128];
 	snprintf(what, sizeof what, "%s '%s'", ph_kind_name(kind), h->name);
 	int rc = check_version(file, what, h->abi_major, h->abi_minor, err);
 	if (rc)
 		return rc;
+	if (h->struct_size > PH_MAX_OPS_SIZE)
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s claims a %u-byte ops struct, more than any ABI %d.x "
+			       "has; its descriptor is broken: rebuild it", file, what, h->struct_size, PH_ABI_MAJOR);
 	if (h->struct_size < min_size(kind))
 		return ph_fail(err, PH_EINVAL, "plugin %s: %s has a %u-byte ops struct, ABI %d needs %u; rebuild it",
 			       file, what, h->struct_size, PH_ABI_MAJOR, min_size(kind));
@@ -94,6 +109,16 @@ static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_
 		if (h->config_size == 0 || h->config_size > (1u << 20))
 			return ph_fail(err, PH_EINVAL, "plugin %s: %s has options but config_size %zu", file, what,
 				       h->config_size);
+		int nopt = 0;
+		while (nopt <= PH_MAX_PLUGIN_OPTIONS && h->options[nopt].name)
+			nopt++;
+		if (nopt > PH_MAX_PLUGIN_OPTIONS)
+			return ph_fail(err, PH_EINVAL, "plugin %s: %s lists over %d options (is its table missing "
+				       "PH_OPT_END?); fix the plugin", file, what, PH_MAX_PLUGIN_OPTIONS);
+		for (int i = 0; i < nopt; i++)
+			if (!h->options[i].name[0] || (unsigned)h->options[i].type > PH_OPT_INTLIST)
+				return ph_fail(err, PH_EINVAL, "plugin %s: %s option %d has an empty name or an unknown "
+					       "type %d; fix the plugin", file, what, i, (int)h->options[i].type);
 		void *cfg = calloc(1, h->config_size);
 		if (!cfg)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -101,7 +126,7 @@ static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_
 			size_t need = o->type == PH_OPT_INT ? sizeof(int64_t) : o->type == PH_OPT_FLOAT ? sizeof(double)
 				    : o->type == PH_OPT_STRING ? PH_STR_MAX : o->type == PH_OPT_INTLIST ? sizeof(ph_intlist)
 				    : sizeof(int);
-			if (o->offset + need > h->config_size) {
+			if (o->offset > h->config_size || need > h->config_size - o->offset) {
 				free(cfg);
 				return ph_fail(err, PH_EINVAL, "plugin %s: %s option %s lies outside its config struct",
 					       file, what, o->name);
@@ -132,19 +157,82 @@ static int add_ops(ph_registry *r, ph_plugin_kind kind, const void *ops, int fil
 	return PH_OK;
 }
 
-/* Code that other users can change must not run as ours: refuse a plugin
- * file or directory writable by group or others (unless told otherwise). */
-static int check_writable(const ph_registry *r, const char *path, const char *what, ph_err *err)
+/* A crash while a plugin is opened or its descriptor read (a constructor,
+ * a wild pointer in the descriptor) must still name the file: the handler
+ * writes one line, then the signal takes its default action. */
+static char loading_file[1100];
+
+static void on_load_crash(int sig)
 {
-	struct stat st;
-	if (r->allow_writable || stat(path, &st) != 0)
-		return PH_OK;
-	if (st.st_mode & (S_IWOTH | S_IWGRP))
+	static const char a[] = "pipehost: plugin ", b[] = " crashed while being loaded (its descriptor or a "
+							      "constructor is broken); fix it or remove it from the plugin path\n";
+	ssize_t w = write(STDERR_FILENO, a, sizeof a - 1);
+	w = write(STDERR_FILENO, loading_file, strlen(loading_file));
+	w = write(STDERR_FILENO, b, sizeof b - 1);
+	(void)w;
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+typedef struct {
+	struct sigaction segv, bus, ill, fpe;
+} crash_guard;
+
+static void guard_on(crash_guard *g, const char *file)
+{
+	snprintf(loading_file, sizeof loading_file, "%s", file);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_load_crash;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESETHAND;
+	sigaction(SIGSEGV, &sa, &g->segv);
+	sigaction(SIGBUS, &sa, &g->bus);
+	sigaction(SIGILL, &sa, &g->ill);
+	sigaction(SIGFPE, &sa, &g->fpe);
+}
+
+static void guard_off(crash_guard *g)
+{
+	sigaction(SIGSEGV, &g->segv, NULL);
+	sigaction(SIGBUS, &g->bus, NULL);
+	sigaction(SIGILL, &g->ill, NULL);
+	sigaction(SIGFPE, &g->fpe, NULL);
+}
+
+/* Entries of a descriptor list, at most PH_MAX_PLUGIN_ENTRIES, or -1. */
+static int list_len(const void *const *list)
+{
+	int n = 0;
+	while (list && n <= PH_MAX_PLUGIN_ENTRIES && list[n])
+		n++;
+	return n > PH_MAX_PLUGIN_ENTRIES ? -1 : n;
+}
+
+static int read_descriptor(ph_registry *r, const char *file, void *dl, int idx, ph_err *err)
+{
+	ph_plugin_fn fn;
+	*(void **)&fn = dlsym(dl, PH_PLUGIN_SYMBOL);
+	if (!fn)
 		return ph_fail(err, PH_EINVAL,
-			       "plugin %s %s is writable by %s; fix it with chmod go-w %s, or pass "
-			       "--allow-writable-plugins if you trust every user who can write it",
-			       what, path, st.st_mode & S_IWOTH ? "other users" : "its group", path);
-	return PH_OK;
+			       "%s is not a pipehost plugin (it exports no %s symbol); remove it from the plugin path",
+			       file, PH_PLUGIN_SYMBOL);
+	const ph_plugin *d = fn();
+	if (!d)
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s() returned NULL", file, PH_PLUGIN_SYMBOL);
+	int rc = check_version(file, "descriptor", d->abi_major, d->abi_minor, err);
+	if (rc)
+		return rc;
+	const void *const *lists[] = { (const void *const *)d->layers, (const void *const *)d->partitioners,
+				       (const void *const *)d->schedules };
+	for (int k = 0; k < PH_KIND_COUNT; k++)
+		if (list_len(lists[k]) < 0)
+			return ph_fail(err, PH_EINVAL, "plugin %s: its %s list has over %d entries (no NULL at its end?); "
+				       "fix the plugin", file, ph_kind_name((ph_plugin_kind)k), PH_MAX_PLUGIN_ENTRIES);
+	for (int k = 0; !rc && k < PH_KIND_COUNT; k++)
+		for (int i = 0; !rc && lists[k] && lists[k][i]; i++)
+			rc = add_ops(r, (ph_plugin_kind)k, lists[k][i], idx, err);
+	return rc;
 }
 
 int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
@@ -154,49 +242,35 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 			return PH_OK;
 	if (strlen(file) >= sizeof r->files[0])
 		return ph_fail(err, PH_EINVAL, "plugin path too long: %s", file);
-	int rc0 = check_writable(r, file, "file", err);
-	if (rc0)
-		return rc0;
-	void *dl = dlopen(file, RTLD_NOW | RTLD_LOCAL);
-	if (!dl)
-		return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; check `ldd %s` for missing libraries",
-			       file, dlerror(), file);
-	ph_plugin_fn fn;
-	*(void **)&fn = dlsym(dl, PH_PLUGIN_SYMBOL);
-	if (!fn) {
-		dlclose(dl);
-		return ph_fail(err, PH_EINVAL,
-			       "%s is not a pipehost plugin (it exports no %s symbol); remove it from the plugin path",
-			       file, PH_PLUGIN_SYMBOL);
-	}
-	const ph_plugin *d = fn();
-	int rc;
-	if (!d) {
-		dlclose(dl);
-		return ph_fail(err, PH_EINVAL, "plugin %s: %s() returned NULL", file, PH_PLUGIN_SYMBOL);
-	}
-	if ((rc = check_version(file, "descriptor", d->abi_major, d->abi_minor, err))) {
-		dlclose(dl);
+	int rc = r->allow_writable ? PH_OK : ph_plugin_trust(file, 0, err);
+	if (rc)
 		return rc;
-	}
+	struct stat st;
+	if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+		return ph_fail(err, PH_EINVAL, "plugin %s is an empty file, not a shared library; rebuild it or "
+			       "remove it from the plugin path", file);
 	if (grow((void **)&r->files, r->nfiles, &r->files_cap, sizeof *r->files) ||
-	    !(r->handles = realloc(r->handles, (size_t)r->files_cap * sizeof *r->handles))) {
-		dlclose(dl);
+	    !(r->handles = realloc(r->handles, (size_t)r->files_cap * sizeof *r->handles)))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	crash_guard g;
+	guard_on(&g, file);
+	void *dl = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
+		guard_off(&g);
+		const char *why = dlerror();
+		return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; check `ldd %s` for missing libraries",
+			       file, why && why[0] ? why : "the dynamic loader gave no reason", file);
 	}
 	int idx = r->nfiles++;
 	strcpy(r->files[idx], file);
 	r->handles[idx] = dl;
 	int first = r->nentries;
-	rc = PH_OK;
-	for (int i = 0; !rc && d->layers && d->layers[i]; i++)
-		rc = add_ops(r, PH_KIND_LAYER, d->layers[i], idx, err);
-	for (int i = 0; !rc && d->partitioners && d->partitioners[i]; i++)
-		rc = add_ops(r, PH_KIND_PARTITIONER, d->partitioners[i], idx, err);
-	for (int i = 0; !rc && d->schedules && d->schedules[i]; i++)
-		rc = add_ops(r, PH_KIND_SCHEDULE, d->schedules[i], idx, err);
+	rc = read_descriptor(r, file, dl, idx, err);
+	guard_off(&g);
 	if (rc) {
 		r->nentries = first; /* nothing half-loaded stays registered */
+		r->nfiles--;
+		dlclose(dl);
 		return rc;
 	}
 	return PH_OK;
@@ -207,12 +281,37 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int load_dir(ph_registry *r, const char *dir, ph_err *err)
+/* Does the file hold "name" as the end of a C string?  Reading a file runs
+ * none of its code: this picks the candidates for a plugin name without
+ * dlopen'ing (and so running the constructors of) every .so on the path.
+ * The linker may share a string's tail ("relu" inside "leaky_relu"), so a
+ * match on the tail alone counts: a false match only loads one file more. */
+static int file_mentions(const char *file, const char *name)
+{
+	int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 1; /* let the load report it */
+	struct stat st;
+	int hit = 1;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m != MAP_FAILED) {
+			hit = memmem(m, (size_t)st.st_size, name, strlen(name) + 1) != NULL;
+			munmap(m, (size_t)st.st_size);
+		}
+	}
+	close(fd);
+	return hit;
+}
+
+/* Load the *.so in dir (sorted by name, so the order never depends on the
+ * file system); with name set, only those that mention it. */
+static int load_dir(ph_registry *r, const char *dir, const char *name, ph_err *err)
 {
 	DIR *d = opendir(dir);
 	if (!d)
 		return PH_OK; /* a path entry that does not exist is not an error */
-	int rc0 = check_writable(r, dir, "directory", err);
+	int rc0 = r->allow_writable ? PH_OK : ph_plugin_trust(dir, 1, err);
 	if (rc0) {
 		closedir(d);
 		return rc0;
@@ -237,7 +336,8 @@ static int load_dir(ph_registry *r, const char *dir, ph_err *err)
 		if (!rc) {
 			char file[1024];
 			snprintf(file, sizeof file, "%s/%s", dir, names[i]);
-			rc = ph_registry_load_file(r, file, err);
+			if (!name || file_mentions(file, name))
+				rc = ph_registry_load_file(r, file, err);
 		}
 		free(names[i]);
 	}
@@ -245,22 +345,59 @@ static int load_dir(ph_registry *r, const char *dir, ph_err *err)
 	return rc;
 }
 
-int ph_registry_load_path(ph_registry *r, const char *list, ph_err *err)
+/* Add dir to what "none found" lists, once: a search by name walks the
+ * path once per plugin name the INI uses. */
+static void note_searched(ph_registry *r, const char *dir)
 {
-	char buf[4096];
+	struct stat st;
+	char entry[4200];
+	snprintf(entry, sizeof entry, "%s%s", dir, stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? "" : " (missing)");
+	size_t n = strlen(entry);
+	for (const char *p = r->searched; (p = strstr(p, entry)); p += n)
+		if ((p == r->searched || p[-1] == ' ') && (p[n] == ',' || p[n] == 0))
+			return;
+	size_t used = strlen(r->searched);
+	snprintf(r->searched + used, sizeof r->searched - used, "%s%s", used ? ", " : "", entry);
+}
+
+static int each_dir(ph_registry *r, const char *list, const char *name, ph_err *err)
+{
+	char buf[8192];
 	snprintf(buf, sizeof buf, "%s", list ? list : "");
 	char *save = NULL;
 	for (char *dir = strtok_r(buf, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
 		/* what "none found" lists: every directory searched, the missing marked */
-		struct stat st;
-		size_t used = strlen(r->searched);
-		snprintf(r->searched + used, sizeof r->searched - used, "%s%s%s", used ? ", " : "", dir,
-			 stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? "" : " (missing)");
-		int rc = load_dir(r, dir, err);
+		note_searched(r, dir);
+		int rc = load_dir(r, dir, name, err);
 		if (rc)
 			return rc;
 	}
 	return PH_OK;
+}
+
+int ph_registry_load_path(ph_registry *r, const char *list, ph_err *err)
+{
+	return each_dir(r, list, NULL, err);
+}
+
+void ph_registry_search_path(ph_registry *r, const char *list)
+{
+	snprintf(r->search, sizeof r->search, "%s", list ? list : "");
+	r->search_all = 0;
+}
+
+int ph_registry_load_name(ph_registry *r, ph_plugin_kind kind, const char *name, ph_err *err)
+{
+	if (r->search_all || !name[0])
+		return PH_OK;
+	/* every directory: the same name in two files is refused, as before */
+	int rc = each_dir(r, r->search, name, err);
+	if (rc || ph_registry_find(r, kind, name))
+		return rc;
+	/* not found by its name (a typo, or a plugin that builds its name at
+	 * run time): load the rest, for the "did you mean" and the list */
+	r->search_all = 1;
+	return each_dir(r, r->search, NULL, err);
 }
 
 const void *ph_registry_find(const ph_registry *r, ph_plugin_kind kind, const char *name)

@@ -3,17 +3,17 @@ noinst_LTLIBRARIES += core/libphcore.la
 core_libphcore_la_SOURCES = \
 	core/options.c core/options.h \
 	core/inifile.c core/inifile.h \
-	core/loader.c core/loader.h \
+	core/loader.c core/loader.h core/loader-trust.c core/loader-needs.c \
 	core/config.c core/config.h core/gpu_switches.c core/gpu_switches.h \
 	core/model.c core/model.h \
-	core/plan.c core/plan.h \
+	core/plan.c core/plan.h core/memcheck.c core/memcheck.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \
 	core/optim.c core/optim.h \
-	core/data.c core/data.h core/data_source.h core/data_sources.c \
+	core/data.c core/data.h core/data_source.h core/data_sources.c core/readfile.c core/readfile.h \
 	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
 	core/weights.c core/weights.h \
-	core/train.c core/train.h \
+	core/train.c core/train.h core/signals.c core/signals.h \
 	core/checkpoint.c core/checkpoint.h \
 	core/outputs.c core/outputs.h core/runlock.c core/runlock.h \
 	core/trace.c core/trace.h \

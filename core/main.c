@@ -20,8 +20,10 @@
 #include "data_source.h"
 #include "engine.h"
 #include "gpu_switches.h"
+#include "memcheck.h"
 #include "options.h"
 #include "planjson.h"
+#include "signals.h"
 #include "profile.h"
 #include "simulate.h"
 #include "train.h"
@@ -237,7 +239,12 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	if ((rc = ph_gpu_switches_apply(&cfg.gpu, err)))
 		goto out;
 	plugin_path(cli, ph_config_plugin_path(&cfg), path, sizeof path);
-	if ((rc = ph_registry_load_path(&reg, path, err)))
+	/* every .so of a --plugin-dir is loaded and checked; of the rest of
+	 * the path, only those that may hold a plugin the INI names */
+	if ((rc = ph_registry_load_path(&reg, cli->list_plugins ? path : cli->plugin_dirs, err)))
+		goto out;
+	ph_registry_search_path(&reg, path);
+	if ((rc = ph_registry_load_for_ini(&reg, &cfg.ini, err)))
 		goto out;
 	if (cli->list_plugins)
 		ph_registry_print(stdout, &reg);
@@ -273,6 +280,8 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		goto out;
 	}
 	if (cli->plan_only)
+		goto out;
+	if ((rc = ph_memcheck_run(&plan, &model, &cfg, err)))
 		goto out;
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
 	if ((rc = ph_train_check_outputs(&cfg, cli->config, cli->resume, cli->trace, wpath, err)))
@@ -354,6 +363,7 @@ int main(int argc, char **argv)
 	memset(&cli, 0, sizeof cli);
 	ph_err err = { { 0 } };
 	ph_comm comm = { 0, 1, 0, 0, 0, NULL };
+	ph_signals_init(); /* a closed stdout or a file-size limit: an error, not a silent death */
 	int rc = parse_cli(argc, argv, &cli, &err);
 	/* under mpirun: join the other processes; only process 0 prints
 	 * progress (errors still reach stderr from every process) */

@@ -1,4 +1,5 @@
 /* Model building: create layers in order and infer shapes forward. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,80 @@ static int same_shape(const ph_shape *a, const ph_shape *b)
 		if (a->d[i] != b->d[i])
 			return 0;
 	return 1;
+}
+
+/* Every size a plugin reports is multiplied by the micro-batch, the slots in
+ * flight and the optimizer's state count before it reaches malloc: past
+ * 2^50 bytes (a PiB) any of those products may wrap, and no real layer
+ * asks for that much, so such a figure is refused as a broken meta. */
+#define PH_MAX_LAYER_BYTES ((uint64_t)1 << 50)
+
+/* numel of a shape, or -1 when a dimension is < 1 or the product passes
+ * PH_MAX_LAYER_BYTES / 4 elements. */
+static int64_t checked_numel(const ph_shape *s)
+{
+	uint64_t n = 1;
+	for (int i = 0; i < s->ndim; i++) {
+		if (s->d[i] < 1 || __builtin_mul_overflow(n, (uint64_t)s->d[i], &n) || n > PH_MAX_LAYER_BYTES / 4)
+			return -1;
+	}
+	return (int64_t)n;
+}
+
+/* bytes per sample times the micro-batch, within PH_MAX_LAYER_BYTES */
+static int batch_bytes_ok(uint64_t per_sample, int max_batch)
+{
+	uint64_t total;
+	return !__builtin_mul_overflow(per_sample, (uint64_t)(max_batch > 0 ? max_batch : 1), &total) &&
+	       total <= PH_MAX_LAYER_BYTES;
+}
+
+/* The meta of layer l is sane: shapes, element counts and byte counts all
+ * within PH_MAX_LAYER_BYTES for this micro-batch. */
+static int check_meta(const ph_layer *l, int max_batch, ph_err *err)
+{
+	const ph_layer_meta *mt = &l->meta;
+	const char *name = l->cfg->name, *type = l->ops->head.name;
+	char sh[160];
+	if (mt->out.ndim < 1 || mt->out.ndim > PH_MAX_DIMS || mt->nparams < 0 || mt->nparams > PH_MAX_PARAMS)
+		return ph_fail(err, PH_EINTERNAL, "layer %s (%s) reports a broken meta (output rank %d, %d params); "
+			       "fix the plugin", name, type, mt->out.ndim, mt->nparams);
+	int64_t out = checked_numel(&mt->out);
+	if (out < 0 || !batch_bytes_ok((uint64_t)out * 4, max_batch)) {
+		ph_shape_str(&mt->out, sh, sizeof sh);
+		return ph_fail(err, PH_EINVAL, "layer %s (%s) reports the output shape %s: a dimension below 1, or "
+			       "over 1 PiB for a micro-batch of %d; fix the plugin or the layer's options", name, type, sh,
+			       max_batch);
+	}
+	const struct { const char *what; size_t v; int per_sample; } sizes[] = {
+		{ "saved_bytes", mt->saved_bytes, 1 },
+		{ "scratch_bytes", mt->scratch_bytes, 0 },
+		{ "device_scratch_bytes", mt->device_scratch_bytes, 0 },
+	};
+	for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+		if (!batch_bytes_ok(sizes[i].v, sizes[i].per_sample ? max_batch : 1))
+			return ph_fail(err, PH_EINVAL, "layer %s (%s) reports %s = %zu%s, over 1 PiB: its meta is broken; "
+				       "fix the plugin", name, type, sizes[i].what, sizes[i].v,
+				       sizes[i].per_sample ? " per sample" : "");
+	uint64_t total = 0;
+	for (int p = 0; p < mt->nparams; p++) {
+		const ph_param_desc *d = &mt->params[p];
+		if (strnlen(d->name, sizeof d->name) == sizeof d->name || !d->name[0])
+			return ph_fail(err, PH_EINVAL, "layer %s (%s): parameter %d has an empty or unterminated name; "
+				       "fix the plugin", name, type, p);
+		int64_t n = d->shape.ndim >= 1 && d->shape.ndim <= PH_MAX_DIMS ? checked_numel(&d->shape) : -1;
+		/* weights, gradients and up to 2 optimizer states: 16 bytes a weight */
+		if (n < 0 || __builtin_add_overflow(total, (uint64_t)n, &total) || total > PH_MAX_LAYER_BYTES / 16) {
+			if (d->shape.ndim < 1 || d->shape.ndim > PH_MAX_DIMS)
+				snprintf(sh, sizeof sh, "of rank %d", d->shape.ndim);
+			else
+				ph_shape_str(&d->shape, sh, sizeof sh);
+			return ph_fail(err, PH_EINVAL, "layer %s (%s): parameter %s has the shape %s: a dimension below "
+				       "1, or over 1 PiB with its optimizer state; fix the plugin or the layer's options",
+				       name, type, d->name, sh);
+		}
+	}
+	return PH_OK;
 }
 
 /* tie = LAYER.PARAM on layer i: its first parameter with that tensor's shape. */
@@ -108,10 +183,8 @@ int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int m
 		memset(&l->meta, 0, sizeof l->meta);
 		if ((rc = l->ops->meta(l->state, &l->meta, &e2)))
 			return ph_fail(err, rc, "layer %s (%s): %s", lc->name, l->ops->head.name, e2.msg);
-		if (l->meta.out.ndim < 1 || l->meta.out.ndim > PH_MAX_DIMS || ph_shape_numel(&l->meta.out) <= 0 ||
-		    l->meta.nparams < 0 || l->meta.nparams > PH_MAX_PARAMS)
-			return ph_fail(err, PH_EINTERNAL, "layer %s (%s) reports a broken meta (output rank %d, %d params)",
-				       lc->name, l->ops->head.name, l->meta.out.ndim, l->meta.nparams);
+		if ((rc = check_meta(l, max_batch, err)))
+			return rc;
 		for (int p = 0; p < l->meta.nparams; p++)
 			l->param_numel += ph_shape_numel(&l->meta.params[p].shape);
 		int is_loss = (l->ops->flags & PH_LAYER_LOSS) != 0;

@@ -60,10 +60,18 @@ const ph_option *ph_options_find(const ph_option *table, const char *key)
 	return NULL;
 }
 
-static int range_error(const ph_option *o, const char *value, ph_err *err)
+static int range_error(const ph_option *o, const char *value, double v, ph_err *err)
 {
 	char r[96];
 	ph_option_range_text(o, r, sizeof r);
+	/* past the "no bound" sentinels: the range text alone ("allowed: >= 0")
+	 * would not say why the value was refused */
+	if (v > o->max && o->max >= PH_NO_MAX)
+		return ph_fail(err, PH_EINVAL, "%s = %s is out of range; allowed: %s, at most %g", o->name, value, r,
+			       o->max);
+	if (v < o->min && o->min <= PH_NO_MIN)
+		return ph_fail(err, PH_EINVAL, "%s = %s is out of range; allowed: %s, at least %g", o->name, value, r,
+			       o->min);
 	return ph_fail(err, PH_EINVAL, "%s = %s is out of range; allowed: %s", o->name, value, r);
 }
 
@@ -84,7 +92,7 @@ static int parse_int(const ph_option *o, const char *s, int64_t *out, ph_err *er
 		v = (long long)d;
 	}
 	if ((double)v < o->min || (double)v > o->max)
-		return range_error(o, s, err);
+		return range_error(o, s, (double)v, err);
 	*out = v;
 	return PH_OK;
 }
@@ -143,7 +151,7 @@ int ph_options_set(const ph_option *table, void *cfg, const char *key,
 		if (errno || end == value || *end || !isfinite(d))
 			return ph_fail(err, PH_EINVAL, "%s = %s is not a number", o->name, value);
 		if (d < o->min || d > o->max)
-			return range_error(o, value, err);
+			return range_error(o, value, d, err);
 		*(double *)field = d;
 		return PH_OK;
 	}

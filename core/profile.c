@@ -14,6 +14,7 @@
 #include <cblas.h>
 
 #include "profile.h"
+#include "readfile.h"
 
 #define PROFILE_MAGIC "pipehost-profile 1"
 
@@ -195,6 +196,11 @@ int ph_profile_cache_read(const char *path, uint64_t key, const ph_model *m, dou
 {
 	if (why)
 		why->msg[0] = 0;
+	struct stat sb;
+	if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) { /* a FIFO would block the fopen */
+		ph_fail(why, PH_EIO, "cannot read %s: it is %s, not a regular file", path, ph_file_kind(sb.st_mode));
+		return 0;
+	}
 	FILE *f = fopen(path, "r");
 	if (!f) {
 		if (errno != ENOENT)

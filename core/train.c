@@ -17,6 +17,7 @@
 #include "data_source.h"
 #include "outputs.h"
 #include "runlock.h"
+#include "signals.h"
 #include "train.h"
 
 /* An output failed but training goes on: remember it (say it now when
@@ -45,55 +46,6 @@ static void metrics_check(FILE **m, const char *path, ph_train_result *res)
 	fclose(*m);
 	*m = NULL;
 	output_failed(res, msg, 1);
-}
-
-/* SIGINT/SIGTERM: the first asks the loop to stop after the step under way
- * (and write a checkpoint); a second one takes the default action at once. */
-static volatile sig_atomic_t stop_signal;
-
-static void on_stop_signal(int sig)
-{
-	if (stop_signal) {
-		signal(sig, SIG_DFL);
-		raise(sig);
-		return;
-	}
-	stop_signal = sig;
-	static const char msg[] = "\npipehost: interrupted: finishing this step, then writing a checkpoint "
-				  "(interrupt again to stop at once)\n";
-	ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-	(void)w;
-}
-
-typedef struct {
-	int installed;
-	struct sigaction old_int, old_term;
-} sig_guard;
-
-static void catch_stop_signals(sig_guard *g)
-{
-	memset(g, 0, sizeof *g);
-	stop_signal = 0;
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_stop_signal;
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = SA_RESTART;
-	sigaction(SIGTERM, &sa, &g->old_term);
-	/* An ignored SIGINT (a background job of a script) stays ignored. */
-	sigaction(SIGINT, NULL, &g->old_int);
-	if (g->old_int.sa_handler != SIG_IGN)
-		sigaction(SIGINT, &sa, NULL);
-	g->installed = 1;
-}
-
-static void restore_stop_signals(sig_guard *g)
-{
-	if (!g->installed)
-		return;
-	sigaction(SIGTERM, &g->old_term, NULL);
-	sigaction(SIGINT, &g->old_int, NULL);
-	g->installed = 0;
 }
 
 /* The directory --resume PATH reads: PATH's parent for a step, or PATH. */
@@ -147,6 +99,10 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 	int rc = ph_engine_eval(e, test, count, &st, err);
 	if (rc)
 		return rc;
+	if (ph_stop_agreed()) { /* SIGINT/SIGTERM cut it short: no figures */
+		res->test_loss = -1;
+		return PH_OK;
+	}
 	res->test_loss = st.targets ? st.loss_sum / st.targets : 0;
 	res->test_accuracy = st.targets ? st.correct / st.targets : 0;
 	res->test_samples = count;
@@ -191,8 +147,6 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	int tty = isatty(STDOUT_FILENO);
 	ph_ckpt_id id;
 	memset(&id, 0, sizeof id);
-	sig_guard sig;
-	memset(&sig, 0, sizeof sig);
 	int64_t start = 0, saved_at = -1;
 	char ckdir_buf[4096];
 	int lockfd = -1;
@@ -254,9 +208,8 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		rc = ph_fail(err, PH_EIO, "cannot write metrics file %s; check [run] metrics", c->run.metrics);
 		goto out;
 	}
-	stop_signal = 0;
 	if (ckdir)
-		catch_stop_signals(&sig);
+		ph_stop_catch();
 	double t0 = now_s(), last_print = 0;
 	int64_t epochs = (total + spe - 1) / spe;
 	for (int64_t s = start; s < total; s++) {
@@ -302,6 +255,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			       (long long)epochs, (long long)s + 1, (long long)total, loss, lr, sps, eta);
 			fflush(stdout);
 		}
+		ph_stdout_check();
 		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start)) {
 			errno = 0;
 			fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"samples_per_s\":%.1f,"
@@ -319,8 +273,8 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		}
 		/* a signal stops every process at the same step (mpirun sends
 		 * it to all, but they may see it a step apart) */
-		int signalled = stop_signal;
-		if (ckdir && c->comm.size > 1 && (rc = c->comm.ops->max_int(&signalled, err)))
+		int signalled = 0;
+		if (ckdir && (rc = ph_stop_agree(&c->comm, &signalled, err)))
 			goto out;
 		int stop = ckdir && signalled && !last;
 		if (ckdir && ((every && (s + 1) % every == 0) || last || stop)) {
@@ -347,7 +301,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		}
 		/* A signal during that save: this step is saved already. */
 		if (c->comm.size == 1)
-			signalled = stop_signal; /* one that came during the save */
+			signalled = ph_stop_requested(); /* one that came during the save */
 		if (ckdir && signalled && !last) {
 			if (saved_at != s + 1 &&
 			    ((rc = ph_engine_gather(e, err)) ||
@@ -367,7 +321,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		printf("\n");
 	res->seconds = now_s() - t0;
 out:
-	restore_stop_signals(&sig);
+	ph_stop_release();
 	ph_runlock_release(&lockfd);
 	ph_checkpoint_id_free(&id);
 	if (metrics && fclose(metrics) && !rc) {

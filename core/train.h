@@ -34,8 +34,9 @@ typedef struct {
  * against this config: see ph_checkpoint_identity).  With ck->dir set, save
  * every ck->every steps and at the end, and catch SIGINT/SIGTERM: the step
  * under way finishes, a checkpoint is written, a line says where and how to
- * resume, and ph_train_ck returns PH_OK with res->interrupted = 1.  A second
- * signal stops the process at once (default action).  The checkpoint
+ * resume, and ph_train_ck returns PH_OK with res->interrupted = 1.  An
+ * evaluation under way stops between rounds (core/signals.h).  A second
+ * signal, 2 s or more after the first, stops the process at once.  The checkpoint
  * directory is locked and claimed for this run before step 1
  * (checkpoint.h).  A loss that is NaN or infinite stops the run with an
  * error; a metrics file that cannot be written is reported once and

@@ -3,6 +3,7 @@
  * file's real size before it copies a byte, and refuses with one line that
  * names the file.  The writer never leaves a half-written file behind. */
 #include "weights.h"
+#include "readfile.h"
 
 #include <cjson/cJSON.h>
 #include <xxhash.h>
@@ -224,6 +225,9 @@ int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
 	if (bad) {
 		/* The old file at path, if any, was never touched. */
 		ph_outfile_abort(&o);
+		if (saved == EFBIG) /* SIGXFSZ is ignored (core/signals.c): a full disk by another name */
+			return ph_fail(err, PH_EIO, "%s: writing failed: file size limit reached (ulimit -f, or the file "
+				       "system's largest file); the previous file is unchanged: raise the limit", path);
 		return ph_fail(err, PH_EIO, "%s: writing failed: %s; the previous file is "
 			       "unchanged (check free space and permissions)", path, strerror(saved));
 	}
@@ -388,7 +392,8 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 				       "name or %d dimensions (0..%d)", path, i,
 				       t[i].shape.ndim, PH_MAX_DIMS);
 
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO must not block the open; the fstat below refuses it */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return ph_fail(err, PH_EIO, "%s: cannot open: %s; check the path", path,
 			       strerror(errno));
@@ -399,7 +404,8 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 
 	struct stat st;
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		rc = ph_fail(err, PH_EIO, "%s: not a regular file", path);
+		rc = ph_fail(err, PH_EIO, "%s: not a regular file but %s; give a safetensors file", path,
+			     ph_file_kind(st.st_mode));
 		goto done;
 	}
 	uint64_t fsize = (uint64_t)st.st_size;

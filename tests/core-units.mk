@@ -5,7 +5,7 @@ check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights
 TESTS += tests/test-data tests/test-optim tests/test-weights
 
 tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_source.h core/data_sources.c \
-	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/readfile.c core/readfile.h
 tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) -lm
 
@@ -13,7 +13,8 @@ tests_test_optim_SOURCES = tests/test-optim.c core/optim.c core/optim.h
 tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_optim_LDADD = $(CHECK_LIBS) -lm
 
-tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h core/outputs.c core/outputs.h
+tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h core/outputs.c core/outputs.h \
+	core/readfile.c core/readfile.h
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) -lm
 endif

@@ -7,6 +7,18 @@ tests_plugins_missing_hook_la_SOURCES = tests/plugins/missing_hook.c
 tests_plugins_missing_hook_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_not_a_plugin_la_SOURCES = tests/plugins/not_a_plugin.c
 tests_plugins_not_a_plugin_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# ... and the ones tests/test-guards.sh needs (bad sizes, broken descriptors, a
+# constructor that shows whether a plugin was loaded at all)
+check_LTLIBRARIES += tests/plugins/bad_meta.la tests/plugins/wild_descriptor.la tests/plugins/endless_list.la \
+	tests/plugins/ctor_marker.la
+tests_plugins_bad_meta_la_SOURCES = tests/plugins/bad_meta.c
+tests_plugins_bad_meta_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_wild_descriptor_la_SOURCES = tests/plugins/wild_descriptor.c
+tests_plugins_wild_descriptor_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_endless_list_la_SOURCES = tests/plugins/endless_list.c
+tests_plugins_endless_list_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_ctor_marker_la_SOURCES = tests/plugins/ctor_marker.c
+tests_plugins_ctor_marker_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 # Shell tests of the command line: errors, reproducibility, out-of-tree plugins.
 TEST_EXTENSIONS = .sh

@@ -19,6 +19,7 @@ include $(srcdir)/tests/core.mk
 include $(srcdir)/tests/partition.mk
 include $(srcdir)/tests/simulate.mk
 include $(srcdir)/tests/reliability.mk
+include $(srcdir)/tests/guards.mk
 include $(srcdir)/tests/cuda.mk
 include $(srcdir)/tests/cuemu/local.mk
 include $(srcdir)/tests/parallel.mk

@@ -26,9 +26,12 @@
  * that holds them, micro-batches in range, no deadlock.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <pipehost/plugin.h>
 
@@ -100,9 +103,22 @@ static int read_table(const table_cfg *cfg, const ph_schedule_shape *sh, int ran
 	if (sh->chunks_per_rank > MAX_CHUNKS)
 		return ph_fail(err, PH_EINVAL, "table: %d chunks per rank is more than the %d supported", sh->chunks_per_rank,
 			       MAX_CHUNKS);
-	FILE *f = fopen(file, "r");
-	if (!f)
+	/* O_NONBLOCK and fstat first: a FIFO would block fopen forever */
+	int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
 		return ph_fail(err, PH_EIO, "cannot open schedule table %s: %s; check [schedule] file", file, strerror(errno));
+	struct stat sb;
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return ph_fail(err, PH_EIO, "schedule table %s is not a regular file (a pipe, directory or device); "
+			       "set [schedule] file to a CSV file", file);
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return ph_fail(err, PH_ENOMEM, "out of memory opening schedule table %s", file);
+	}
 	char *line = NULL;
 	size_t linecap = 0;
 	ssize_t got;

@@ -1,0 +1,23 @@
+/* Before the engine allocates: does the run fit in the memory this process
+ * may use?  The kernel's OOM killer ends a process without a word, so a run
+ * the plan already knows is too big is refused with both figures. */
+#ifndef PH_CORE_MEMCHECK_H
+#define PH_CORE_MEMCHECK_H
+
+#include "plan.h"
+
+/* What this process may still allocate, in bytes, and which limit says so
+ * ("the cgroup memory limit (memory.max)", "ulimit -v", ...).  Returns 0
+ * when no limit is known. */
+int ph_mem_available(double *bytes, char *which, size_t len);
+
+/* Host memory the engine will allocate in this process for the plan (the
+ * parameters, gradients, optimizer state and activations --plan estimates,
+ * for its replicas and its share of a split pipeline). */
+double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c);
+
+/* Refuse a run whose estimate exceeds what this process may use, naming
+ * both and what to change.  PIPEHOST_MEMCHECK=0 skips it. */
+int ph_memcheck_run(const ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err);
+
+#endif

@@ -1,0 +1,39 @@
+/* Signals: what pipehost does when its output goes away (SIGPIPE, SIGXFSZ)
+ * and when it is asked to stop (SIGINT, SIGTERM), in one place. */
+#ifndef PH_CORE_SIGNALS_H
+#define PH_CORE_SIGNALS_H
+
+#include "comm.h"
+
+/* At start-up: SIGPIPE and SIGXFSZ ignored, so a closed pipe on stdout or a
+ * file-size limit is a write error (EPIPE, EFBIG) the code reports, never a
+ * silent death that leaves no checkpoint. */
+void ph_signals_init(void);
+
+/* Call after printing progress: once stdout fails (a reader that went away:
+ * `pipehost ... | head`), say so once on stderr and send the rest of the
+ * progress to /dev/null; training goes on. */
+void ph_stdout_check(void);
+
+/* Catch SIGINT/SIGTERM while training with checkpoints: the first asks for
+ * a stop at the next safe point; a second one at least 2 s later stops the
+ * process at once (default action).  Closer ones count as the same request
+ * (mpirun forwards the terminal's ^C, which the process may get twice). */
+void ph_stop_catch(void);
+void ph_stop_release(void);
+/* A stop signal came (this process only). */
+int ph_stop_requested(void);
+/* Whether stops are being caught (the same on every process of a job). */
+int ph_stop_catching(void);
+
+/* Do the processes in comm (all of them: the call is collective when
+ * comm->size > 1) agree to stop?  Once they do the answer stays yes, so
+ * every later decision point sees the same.  Errors travel in err. */
+int ph_stop_agree(const ph_comm *comm, int *stop, ph_err *err);
+/* The latched result of ph_stop_agree (and of a local stop inside an
+ * evaluation run by this process alone). */
+int ph_stop_agreed(void);
+/* This process alone decides to stop (an evaluation only it runs). */
+int ph_stop_local(void);
+
+#endif
