@@ -8,7 +8,9 @@ core_libphcore_la_SOURCES = \
 	core/model.c core/model.h \
 	core/plan.c core/plan.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
-	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \
+	core/engine.c core/engine.h core/engine-impl.h core/engine-layout.c core/engine-layout.h \
+	core/engine-workers.c core/engine-ops.c core/engine-links.c core/engine-update.c core/engine-split.c \
+	core/engine-replicas.c core/engine-eval.c core/engine-trace.c \
 	core/optim.c core/optim.h \
 	core/data.c core/data.h \
 	core/weights.c core/weights.h \
@@ -16,7 +18,7 @@ core_libphcore_la_SOURCES = \
 	core/checkpoint.c core/checkpoint.h \
 	core/trace.c core/trace.h \
 	core/simulate.c core/simulate.h \
-	core/device.c core/device.h \
+	core/device.c core/device.h core/device_cpu.c \
 	core/comm.c core/comm.h
 core_libphcore_la_CFLAGS = $(AM_CFLAGS) $(INIH_CFLAGS) $(CJSON_CFLAGS) $(ZLIB_CFLAGS) $(BLAS_CFLAGS)
 core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(ZLIB_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
