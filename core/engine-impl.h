@@ -68,9 +68,9 @@ typedef struct {
 			      * gradient, kept from I to W */
 	float *x_own;        /* split backward, chunks > 0: a copy of the input,
 			      * since W may run after the sender freed its slot;
-			      * and the input received from another GPU */
-	float *dx_own;       /* input gradient computed here before it is copied
-			      * to a sender on another GPU */
+			      * and the input received from another GPU or process */
+	float *dx_own;       /* input gradient computed here before it goes to a
+			      * sender on another GPU or in another process */
 	int lean;            /* recompute: inner layers' y and saved are the
 			      * chunk's shared work buffers, rebuilt before backward */
 	void *act_req, *grad_req; /* a pipeline split over processes: the
@@ -114,45 +114,58 @@ enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
 typedef struct worker worker_t;
 
 struct ph_engine {
+	/* What it runs: the model, the plan's lists, the run's settings */
 	ph_model *model;
 	ph_plan *plan;
 	const ph_config *cfg;
-	int mbsize, m, in_numel, tps;
-	chunk_t *chunks;
+	int mbsize, m, in_numel, tps; /* micro-batch size and count, input
+			      * floats and targets per sample */
+	int split;           /* the plan has I/W ops */
+	ph_op **eval_ops;    /* [ranks] evaluation's lists: F only, */
+	int *eval_nops;      /* eval_R micro-batches a round */
+	int eval_R;
+
+	/* Where: every rank's device (the CPU's ops, or CUDA's) */
+	const ph_device_ops *dev;
+	void **rs;           /* [ranks] rank states */
+	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place;
+			      * NULL = every rank on the CPU */
+
+	/* Memory (engine.c, engine-layout.c) */
+	chunk_t *chunks;     /* [nchunks] */
 	link_t *links;       /* [nchunks - 1] */
 	lparams_t *params;   /* [layers] */
-	float *data_x;       /* [batch, in]: the batch, host copy */
-	int32_t *data_y;
-	double *loss_mb, *correct_mb;
-	const ph_device_ops *dev; /* every rank's device (the CPU's, or CUDA's) */
-	void **rs;           /* [ranks] rank states */
+	float **tie_tmp;     /* [nties]: room on the first copy's GPU for a copy on another */
 	float *d_data_x;     /* the batch on the first rank's device */
 	int32_t *d_data_y;   /* its targets on the last rank's */
 	float *d_loss;       /* [m][mbsize][2]: each micro-batch's loss-layer output */
-	float *h_loss;       /* its host copy */
-	float **tie_tmp;     /* [nties]: room on the first copy's GPU for a copy on another */
-	/* eval lists: F only, R micro-batches per round */
-	ph_op **eval_ops;
-	int *eval_nops;
-	int eval_R;
-	/* current job */
+	float *data_x;       /* host copies of the three */
+	int32_t *data_y;
+	float *h_loss;
+	double *loss_mb, *correct_mb; /* [m] the losses summed (ph_eng_gather_losses) */
+
+	/* The current job (engine-workers.c) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_job, cv_done;
 	int job, generation, pending;
 	int active_mbs;      /* micro-batches in this job */
 	int last_batch;      /* samples in the last active micro-batch */
 	int training;
-	int64_t step, t;
+	int64_t step, t;     /* the step (0-based), and the update's count */
 	double lr, clip_scale;
-	int abort;
-	int split;           /* the plan has I/W ops */
-	/* --trace: one event per op, per rank */
+	int abort;           /* a rank failed: every rank stops */
+	ph_err err;          /* the first failure's words */
+	int err_set;
+	pthread_t *threads;  /* one per rank this process runs */
+	worker_t *workers;
+	int nthreads_started;
+
+	/* --trace: one event per op, per rank (engine-trace.c) */
 	int tracing;
 	double t_origin;
 	ph_trace_event **ev;
 	int *nev, *ev_cap;
-	ph_err err;
-	int err_set;
+
 	/* Data parallelism (`[run] replicas`): this process's copies of the
 	 * pipeline, each a whole engine with its own threads, layer states and
 	 * weights.  The first one, the handle callers hold, drives the rest and
@@ -160,23 +173,22 @@ struct ph_engine {
 	ph_engine **rep;     /* [nrep] (rep[0] is this one); NULL in the others */
 	int nrep;
 	int replica;         /* this copy's index among all R replicas */
-	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place */
-	/* A pipeline split over processes (mpirun, replicas < processes): this
-	 * process runs ranks [rank_lo, rank_hi) of its replica; the others
-	 * are in processes proc_base + rank / (ranks / span). */
-	int span;            /* processes per pipeline; 1 = whole pipelines */
-	int rank_lo, rank_hi;
-	int proc_base;
 	ph_model *own_model; /* replicas > 0: layer states of their own */
 	float **red_tmp;     /* rep[0]: [ranks] room for another copy's gradient */
-	double **ss_dev;     /* batched clip norm: [ranks] each tensor's sum of squares */
-	double **ss_host;    /* the same read back, [ranks] */
 	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
 	float *gathered;     /* rep[0] under mpirun in host memory: every process's gradients */
 	size_t gathered_n;
-	pthread_t *threads;
-	worker_t *workers;
-	int nthreads_started;
+
+	/* A pipeline split over processes (mpirun, replicas < processes): this
+	 * process runs ranks [rank_lo, rank_hi) of its replica; the others
+	 * are in processes proc_base + rank / (ranks / span) (engine-split.c). */
+	int span;            /* processes per pipeline; 1 = whole pipelines */
+	int rank_lo, rank_hi;
+	int proc_base;
+
+	/* The batched clip norm (engine-update.c) */
+	double **ss_dev;     /* [ranks] each tensor's sum of squares, on the device */
+	double **ss_host;    /* the same read back, [ranks] */
 };
 
 struct worker {
