@@ -14,6 +14,7 @@
 #    Open MPI).
 # The micro-batches are large (batch 4096) so that each of those buffers
 # shows at the figure's 0.01 MiB.  Skips (77) without python3 to read JSON.
+# shellcheck disable=SC2154 # make check sets top_srcdir
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/mpi-lib.sh"
 command -v python3 >/dev/null 2>&1 || {
