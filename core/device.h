@@ -1,7 +1,10 @@
 /* Devices: where a rank's tensors live and how bytes move between them.
  *
- * The CPU needs none of this: the engine's CPU path is plain memory.  For
- * CUDA the host loads one backend module, pipehost-cuda.so (core/cuda/),
+ * Every rank runs on a device, the CPU included: the engine has one path
+ * and calls the ops below for memory, copies, ordering and the step's end.
+ * The CPU's table (device_cpu.c, ph_cpu_device) is plain host memory, its
+ * copies memcpy, its events and syncs nothing, its update optim.c's loop.
+ * For CUDA the host loads one backend module, pipehost-cuda.so (core/cuda/),
  * the first time a run names a CUDA device, so a CPU-only run never loads
  * the CUDA runtime, cuBLAS or cuDNN, and a binary built with CUDA still
  * starts on a machine without a GPU.  The module exports one symbol,
@@ -108,6 +111,15 @@ typedef struct ph_device_ops {
 				 float *const *w, float *const *g, float *const *s, const int64_t *n, const int *decay,
 				 int count, ph_err *err);
 	int (*sumsq_many)(void *rs, const float *const *g, const int64_t *n, int count, double *out, ph_err *err);
+
+	/* PH_DEV_CPU or PH_DEV_CUDA: what a layer sees in ctx->device, and
+	 * which of its twins (ph_layer_ops.devices) and scratch sizes apply. */
+	uint32_t kind;
+	/* 1 where the device computes in host memory (the CPU): the engine's
+	 * host copies of weights, state, batch and losses are then the device
+	 * arrays themselves, and a copy between one array and itself is
+	 * nothing; sums across processes go over the process group. */
+	int host_memory;
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128
@@ -137,6 +149,10 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, int replic
 void ph_placement_free(ph_placement *pl);
 /* Rank r's device as placed: "cpu" or "cuda:N" (for the plan). */
 void ph_placement_name(const ph_placement *pl, int rank, char *buf, size_t len);
+
+/* The CPU: the ops above over host memory, with the arithmetic the CPU
+ * path always had (device_cpu.c). */
+const ph_device_ops *ph_cpu_device(void);
 
 /* The CUDA backend, loaded on first use; NULL with a reason when this
  * pipehost was built without CUDA or the module cannot be loaded. */

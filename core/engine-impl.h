@@ -1,31 +1,47 @@
-/* The engine's insides, shared by its three files (internal, not
- * installed; callers use engine.h):
- *   engine.c           one pipeline: its memory, its worker threads, the
- *                      ops they run, in-process links, evaluation, tensors
- *   engine-links.c     links between the processes of a pipeline split
- *                      over processes (mpirun)
- *   engine-replicas.c  the training step over data-parallel replicas:
- *                      gradient sums, tied copies, the clip norm; creating
- *                      and destroying the replicas
+/* The engine's insides, shared by its files (internal, not installed;
+ * callers use engine.h).  One job a file:
+ *   engine.c           one pipeline's life: its device, parameters, batch
+ *                      and chunks made, and freed
+ *   engine-layout.c    a chunk's buffers: the table of regions (sizes
+ *                      first, also read by the plan) and the arena carved
+ *                      from it
+ *   engine-workers.c   the worker threads: jobs started and waited for, a
+ *                      training pass's batch in and losses out
+ *   engine-ops.c       the op interpreter: F, B, I, W and the link ops of
+ *                      one rank's lowered list
+ *   engine-links.c     stage links: in process (pointers and events) and
+ *                      to another process (messages)
+ *   engine-update.c    the optimizer update: tied gradients, the clip
+ *                      norm, each rank's update
+ *   engine-split.c     a pipeline split over processes (mpirun): who runs
+ *                      what, and the collectives the split needs
+ *   engine-replicas.c  data-parallel replicas: the training step over
+ *                      them, their gradient sums, their lives
+ *   engine-eval.c      evaluation, and the weights and optimizer state as
+ *                      named tensors (checkpoints, --save-weights)
+ *   engine-trace.c     --trace: every op's times, as Chrome trace JSON
  *
- * Memory layout (all owned by the engine):
- *   per layer:  parameters, gradients, optimizer state (one arena each)
- *   per chunk:  `slots` activation slots (the plan's peak in-flight count);
- *               a slot holds every layer's output and saved bytes for one
- *               micro-batch, plus the gradient of the chunk's output;
- *               one scratch buffer and two ping-pong gradient buffers.
+ * Every rank runs on a device (core/device.h): the CPU's ops are host
+ * memory and plain loops, CUDA's a stream per rank.  The engine calls the
+ * ops and never asks which device it has; where the device computes in
+ * host memory (host_memory) the host copies below are the arrays
+ * themselves and the copies between them cost nothing.
+ *
+ * Memory (all owned by the engine):
+ *   per layer:  parameters, gradients, optimizer state (one block each),
+ *               with host copies of the parameters and state
+ *   per chunk:  one arena holding its activation slots, work, scratch and
+ *               gradient buffers (engine-layout.h)
  * A link between chunk c and c+1 carries pointers, not data: the receiver
  * reads the sender's output in place and writes its input gradient straight
  * into the sender's slot.  Both stay valid until the sender's backward of
- * that micro-batch, which the schedule orders after the receiver's.  The one
- * exception is a split backward: the receiver's W may run after the sender's,
- * so there the receiver copies its input into its own slot at the forward.
- *
- * On CUDA (core/device.h) the same layout lives in GPU memory; each rank
- * queues its work on its own stream, a link also carries an event per
- * micro-batch (recorded by the sender, waited on by the receiver's stream),
- * and every rank waits for its stream at the end of a job.  Parameters and
- * optimizer state keep a host mirror for init, checkpoints and weights.
+ * that micro-batch, which the schedule orders after the receiver's.  The
+ * exceptions copy into the receiver's own slot: a split backward (the
+ * receiver's W may run after the sender's), a sender on another GPU (a peer
+ * copy) or in another process (a message).  On a GPU each rank queues its
+ * work on its own stream; a link also carries an event per micro-batch
+ * (recorded by the sender, waited on by the receiver's stream), and every
+ * rank waits for its stream at the end of a job.
  *
  * Recomputation (`[run] recompute`): a lean slot keeps only the chunk's last
  * output and its saved bytes; the inner layers write shared work buffers,
@@ -39,6 +55,7 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "engine-layout.h"
 #include "engine.h"
 #include "trace.h"
 
@@ -51,9 +68,9 @@ typedef struct {
 			      * gradient, kept from I to W */
 	float *x_own;        /* split backward, chunks > 0: a copy of the input,
 			      * since W may run after the sender freed its slot;
-			      * and the input received from another GPU */
-	float *dx_own;       /* input gradient computed here before it is copied
-			      * to a sender on another GPU */
+			      * and the input received from another GPU or process */
+	float *dx_own;       /* input gradient computed here before it goes to a
+			      * sender on another GPU or in another process */
 	int lean;            /* recompute: inner layers' y and saved are the
 			      * chunk's shared work buffers, rebuilt before backward */
 	void *act_req, *grad_req; /* a pipeline split over processes: the
@@ -73,6 +90,7 @@ typedef struct {
 	float **mb_dx;       /* [m] where the chunk's input gradient goes */
 	float **work_y;      /* recompute: inner layers' outputs, shared by lean slots */
 	void **work_saved;
+	void *arena;         /* every buffer above, carved from one allocation */
 	size_t act_bytes;    /* activation memory this chunk holds (slots + work) */
 } chunk_t;
 
@@ -86,8 +104,8 @@ typedef struct {
 } link_t;
 
 typedef struct {
-	float *w, *g, *s;    /* where the layer computes (GPU memory on CUDA) */
-	float *hw, *hs;      /* host mirrors of w and s (the same arrays on the CPU) */
+	float *w, *g, *s;    /* on the device of the layer's rank */
+	float *hw, *hs;      /* host copies of w and s (w and s in host memory) */
 	float *pw[PH_MAX_PARAMS], *pg[PH_MAX_PARAMS];
 } lparams_t;
 
@@ -96,46 +114,58 @@ enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
 typedef struct worker worker_t;
 
 struct ph_engine {
+	/* What it runs: the model, the plan's lists, the run's settings */
 	ph_model *model;
 	ph_plan *plan;
 	const ph_config *cfg;
-	int mbsize, m, in_numel, tps;
-	chunk_t *chunks;
-	link_t *links;       /* [nchunks - 1] */
-	lparams_t *params;   /* [layers] */
-	float *data_x;       /* [batch, in] */
-	int32_t *data_y;
-	double *loss_mb, *correct_mb;
-	/* CUDA: NULL dev means every rank is on the CPU */
+	int mbsize, m, in_numel, tps; /* micro-batch size and count, input
+			      * floats and targets per sample */
+	int split;           /* the plan has I/W ops */
+	ph_op **eval_ops;    /* [ranks] evaluation's lists: F only, */
+	int *eval_nops;      /* eval_R micro-batches a round */
+	int eval_R;
+
+	/* Where: every rank's device (the CPU's ops, or CUDA's) */
 	const ph_device_ops *dev;
 	void **rs;           /* [ranks] rank states */
-	float *d_data_x;     /* the batch on the GPU */
-	int32_t *d_data_y;
-	float *d_loss;       /* [m][mbsize][2]: each micro-batch's loss-layer output */
+	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place;
+			      * NULL = every rank on the CPU */
+
+	/* Memory (engine.c, engine-layout.c) */
+	chunk_t *chunks;     /* [nchunks] */
+	link_t *links;       /* [nchunks - 1] */
+	lparams_t *params;   /* [layers] */
 	float **tie_tmp;     /* [nties]: room on the first copy's GPU for a copy on another */
+	float *d_data_x;     /* the batch on the first rank's device */
+	int32_t *d_data_y;   /* its targets on the last rank's */
+	float *d_loss;       /* [m][mbsize][2]: each micro-batch's loss-layer output */
+	float *data_x;       /* host copies of the three */
+	int32_t *data_y;
 	float *h_loss;
-	/* eval lists: F only, R micro-batches per round */
-	ph_op **eval_ops;
-	int *eval_nops;
-	int eval_R;
-	/* current job */
+	double *loss_mb, *correct_mb; /* [m] the losses summed (ph_eng_gather_losses) */
+
+	/* The current job (engine-workers.c) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_job, cv_done;
 	int job, generation, pending;
 	int active_mbs;      /* micro-batches in this job */
 	int last_batch;      /* samples in the last active micro-batch */
 	int training;
-	int64_t step, t;
+	int64_t step, t;     /* the step (0-based), and the update's count */
 	double lr, clip_scale;
-	int abort;
-	int split;           /* the plan has I/W ops */
-	/* --trace: one event per op, per rank */
+	int abort;           /* a rank failed: every rank stops */
+	ph_err err;          /* the first failure's words */
+	int err_set;
+	pthread_t *threads;  /* one per rank this process runs */
+	worker_t *workers;
+	int nthreads_started;
+
+	/* --trace: one event per op, per rank (engine-trace.c) */
 	int tracing;
 	double t_origin;
 	ph_trace_event **ev;
 	int *nev, *ev_cap;
-	ph_err err;
-	int err_set;
+
 	/* Data parallelism (`[run] replicas`): this process's copies of the
 	 * pipeline, each a whole engine with its own threads, layer states and
 	 * weights.  The first one, the handle callers hold, drives the rest and
@@ -143,23 +173,22 @@ struct ph_engine {
 	ph_engine **rep;     /* [nrep] (rep[0] is this one); NULL in the others */
 	int nrep;
 	int replica;         /* this copy's index among all R replicas */
-	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place */
+	ph_model *own_model; /* replicas > 0: layer states of their own */
+	float **red_tmp;     /* rep[0]: [ranks] room for another copy's gradient */
+	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
+	float *gathered;     /* rep[0] under mpirun in host memory: every process's gradients */
+	size_t gathered_n;
+
 	/* A pipeline split over processes (mpirun, replicas < processes): this
 	 * process runs ranks [rank_lo, rank_hi) of its replica; the others
-	 * are in processes proc_base + rank / (ranks / span). */
+	 * are in processes proc_base + rank / (ranks / span) (engine-split.c). */
 	int span;            /* processes per pipeline; 1 = whole pipelines */
 	int rank_lo, rank_hi;
 	int proc_base;
-	ph_model *own_model; /* replicas > 0: layer states of their own */
-	float **red_tmp;     /* rep[0] on GPUs: [ranks] room for another copy's gradient */
-	double **ss_dev;     /* on GPUs with clipping: [ranks] each tensor's sum of squares */
+
+	/* The batched clip norm (engine-update.c) */
+	double **ss_dev;     /* [ranks] each tensor's sum of squares, on the device */
 	double **ss_host;    /* the same read back, [ranks] */
-	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
-	float *gathered;     /* rep[0] under mpirun on the CPU: every process's gradients */
-	size_t gathered_n;
-	pthread_t *threads;
-	worker_t *workers;
-	int nthreads_started;
 };
 
 struct worker {
@@ -207,29 +236,54 @@ static inline int layer_rank(const ph_engine *e, int l)
 	return 0;
 }
 
-/* ---- engine.c: one pipeline ------------------------------------------- */
+/* Is tensor q of layer l a tied copy (`tie =`)?  The clip norm counts each
+ * tied tensor once, at its source. */
+static inline int tied_copy(const ph_model *m, int l, int q)
+{
+	for (int k = 0; k < m->nties; k++)
+		if (m->ties[k].dst_layer == l && m->ties[k].dst_param == q)
+			return 1;
+	return 0;
+}
+
+/* ---- engine.c: one pipeline's life ----------------------------------- */
 
 /* One pipeline: this process's replica `local`; and its end. */
 int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, int local, ph_err *err);
 void ph_eng_destroy_one(ph_engine *e);
 
-/* Zeroed memory where rank computes: host memory, or its GPU's. */
+/* Zeroed memory on rank's device; NULL with the device's words in e->err.
+ * ph_eng_bfree takes NULL. */
 void *ph_eng_balloc(ph_engine *e, int rank, size_t bytes);
+void ph_eng_bfree(ph_engine *e, int rank, void *p);
 
-/* Whether a GPU step's end takes all of a rank's tensors per launch (the
- * clip norm's sums of squares and the update; core/cuda/optimizer.h):
- * where the backend can, unless PIPEHOST_OPTIM_MANY=0 asks for one launch
- * per tensor (the same bits; test-gpu.sh compares them). */
-int ph_eng_step_end_batched(const ph_engine *e);
+/* ---- engine-layout.c: the chunks' buffers ----------------------------- */
 
-/* A free activation slot for micro-batch mb of chunk c: at its forward,
- * or at its receive when the input comes from another process. */
-int ph_eng_take_slot(ph_engine *e, int c, int mb, int *out, ph_err *err);
+/* Every chunk this process runs, carved from its layout; and their end. */
+int ph_eng_alloc_chunks(ph_engine *e, ph_err *err);
+void ph_eng_free_chunks(ph_engine *e);
+
+/* ---- engine-workers.c: the worker threads ----------------------------- */
+
+/* One thread per rank this process runs; ph_eng_stop_workers ends them. */
+int ph_eng_start_workers(ph_engine *e, ph_err *err);
+void ph_eng_stop_workers(ph_engine *e);
+
+/* The first error of a job wins; every rank waiting on a link wakes. */
+void ph_eng_set_error(ph_engine *e, const ph_err *err);
 
 /* Start a job on every rank; ph_eng_dispatch_wait waits for it.  Replicas
  * run their jobs at the same time: start all, then wait for all. */
 void ph_eng_dispatch_start(ph_engine *e, int job);
 int ph_eng_dispatch_wait(ph_engine *e, ph_err *err);
+
+/* The first `samples` of the host batch to the devices of the first rank
+ * (inputs) and the last (targets). */
+int ph_eng_upload_batch(ph_engine *e, size_t samples, ph_err *err);
+
+/* The loss layer's outputs of nmb micro-batches, summed per micro-batch
+ * in sample order (the same sum for every schedule). */
+int ph_eng_gather_losses(ph_engine *e, int nmb, ph_err *err);
 
 /* One replica's share of the batch in, and its forward and backward
  * passes started; ph_eng_train_wait waits for them and sums the losses. */
@@ -240,22 +294,76 @@ int ph_eng_train_wait(ph_engine *e, ph_err *err);
  * order (nothing when the loss layer runs in another process). */
 void ph_eng_collect(ph_engine *e, int nmb, ph_stats *st);
 
-/* The host copies of the weights and optimizer state to the GPU. */
+/* ---- engine-ops.c: the op interpreter --------------------------------- */
+
+/* One op of a rank's lowered list. */
+int ph_eng_run_op(ph_engine *e, const ph_op *o, ph_err *err);
+
+/* ---- engine-links.c: stage links -------------------------------------- */
+
+/* The links between chunks, with their events; and their end. */
+int ph_eng_links_create(ph_engine *e, ph_err *err);
+void ph_eng_links_destroy(ph_engine *e);
+/* A new job: nothing posted yet. */
+void ph_eng_links_reset(ph_engine *e);
+/* A job aborts: wake every rank waiting on a link. */
+void ph_eng_links_wake(ph_engine *e);
+
+/* The ops SEND_ACT, RECV_ACT, SEND_GRAD and RECV_GRAD of chunk c for
+ * micro-batch mb.  sl: the slot that sends (SEND_ACT), or that receives
+ * (RECV_ACT; taken by the caller). */
+int ph_link_send_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err);
+int ph_link_recv_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err);
+int ph_link_send_grad(ph_engine *e, int c, int mb, ph_err *err);
+int ph_link_recv_grad(ph_engine *e, int c, int mb, ph_err *err);
+
+/* The slot's earlier sends to another process are done, before it is
+ * written again; at the end of a job, every slot of the rank's. */
+int ph_link_slot_sends_done(ph_engine *e, slot_t *sl, ph_err *err);
+int ph_link_rank_sends_done(ph_engine *e, int rank, ph_err *err);
+
+/* ---- engine-update.c: the optimizer update ---------------------------- */
+
+/* Whether a step's end takes all of a rank's tensors per launch (the clip
+ * norm's sums of squares and the update; core/cuda/optimizer.h): where the
+ * device can, unless PIPEHOST_OPTIM_MANY=0 asks for one launch per tensor
+ * (the same bits; test-gpu.sh compares them). */
+int ph_eng_step_end_batched(const ph_engine *e);
+
+/* Everything the update job needs: tied copies summed, the clip scale. */
+int ph_eng_prepare_update(ph_engine *e, ph_err *err);
+
+/* The update job of one rank: its tensors' optimizer step. */
+int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err);
+
+/* ---- engine-split.c: a pipeline split over processes ------------------ */
+
+/* This process's ranks of its replica, and the replica's number. */
+void ph_eng_split_init(ph_engine *e, int local);
+
+/* The clip norm's sum of squares over the processes of the pipeline. */
+int ph_eng_split_sumsq(ph_engine *e, double *total, ph_err *err);
+
+/* Tie k with its copies in two processes: both gradients to every one. */
+int ph_eng_split_tie(ph_engine *e, int k, ph_err *err);
+
+/* Evaluation figures: the loss layer's process has them, all get them. */
+int ph_eng_split_eval_stats(ph_engine *e, ph_stats *st, ph_err *err);
+
+/* ---- engine-eval.c: evaluation and the named tensors ------------------ */
+
+/* The forward-only lists evaluation runs. */
+int ph_eng_eval_lists(ph_engine *e, ph_err *err);
+void ph_eng_eval_lists_free(ph_engine *e);
+
+/* The host copies of the weights and optimizer state to the devices. */
 int ph_eng_upload_one(ph_engine *e, ph_err *err);
 
-/* ---- engine-links.c: links to other processes ------------------------- */
+/* ---- engine-trace.c: --trace ------------------------------------------ */
 
-/* The slot's earlier sends must be done before it is written again. */
-int ph_eng_slot_sends_done(ph_engine *e, slot_t *sl, ph_err *err);
-
-/* The ops SEND_ACT, RECV_ACT, SEND_GRAD and RECV_GRAD of chunk c over a
- * link that crosses to another process (remote_link). */
-int ph_eng_send_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err);
-int ph_eng_recv_act(ph_engine *e, int c, int mb, ph_err *err);
-int ph_eng_send_grad(ph_engine *e, int c, int mb, ph_err *err);
-int ph_eng_recv_grad(ph_engine *e, int c, int mb, ph_err *err);
-
-/* The end of a job: every send of this rank's slots has finished. */
-int ph_eng_rank_sends_done(ph_engine *e, int rank, ph_err *err);
+double ph_eng_now(void);
+/* Op o of rank ran from t0 to t1 (seconds of ph_eng_now). */
+void ph_eng_trace_record(ph_engine *e, int rank, const ph_op *o, double t0, double t1);
+void ph_eng_trace_free(ph_engine *e);
 
 #endif

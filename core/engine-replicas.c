@@ -1,7 +1,7 @@
-/* The training step over this process's replicas (data parallelism,
- * `[run] replicas`), and what the step does between the replicas' backward
- * passes and their updates; creating and destroying the replicas.
- * engine.c runs each replica's pipeline.
+/* Data-parallel replicas (`[run] replicas`): the training step over this
+ * process's replicas, the sum of their gradients, and creating and
+ * destroying them.  engine.c makes each replica's pipeline;
+ * engine-update.c gets the summed gradients ready and updates.
  *
  * Replica r of R trains on samples [r B/R, (r+1) B/R) of each batch, its
  * micro-batches numbered r m .. r m + m - 1 for the RNG, and its loss scaled
@@ -12,45 +12,16 @@
  * over processes; it differs from R = 1 in the last bits only, because
  * float addition does not associate.
  *
- * In one process the sum is plain memory (CPU) or peer copies and a kernel
- * (GPU).  Across processes (mpirun): on the CPU every process gathers every
- * replica's gradient (MPI) and sums them in the same order; on GPUs one NCCL
- * communicator per pipeline rank sums each process's share.
- *
- * Then each replica gets ready for its update (prepare_update): tied copies
- * of a tensor get the sum of their gradients, and the clip norm is taken
- * over every tensor, across processes when the pipeline is split over
- * them. */
-#include <math.h>
+ * In one process the sum is the device's copies (peer copies between
+ * GPUs) and its tie_sum.  Across processes (mpirun): where the device
+ * computes in host memory (the CPU) every process gathers every replica's
+ * gradient (MPI) and sums them in the same order; on GPUs one NCCL
+ * communicator per pipeline rank sums each process's share. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine-impl.h"
 #include "optim.h"
-
-/* Failures under mpirun: a process that fails returns its error to main(),
- * which prints it and aborts every process (core/main.c).  Nothing here
- * waits for the others to agree: a process stuck in a collective or a
- * link receive could not answer. */
-
-/* Is tensor q of layer l a tied copy (`tie =`)?  The clip norm counts each
- * tied tensor once, at its source. */
-static int tied_copy(const ph_model *m, int l, int q)
-{
-	for (int k = 0; k < m->nties; k++)
-		if (m->ties[k].dst_layer == l && m->ties[k].dst_param == q)
-			return 1;
-	return 0;
-}
-
-/* Clipping: scale the gradients down when their norm, sqrt(total), passes
- * [optimizer] clip. */
-static void set_clip_scale(ph_engine *e, double total)
-{
-	double norm = sqrt(total);
-	if (norm > e->cfg->optim.clip)
-		e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
-}
 
 /* ---- Sums over the replicas: losses and gradients --------------------- */
 
@@ -98,9 +69,10 @@ static int64_t largest_layer(const ph_engine *e)
 	return n;
 }
 
-/* CPU: g = g_0 + g_1 + ... + g_{R-1}, element by element, into every
- * replica of this process. */
-static int reduce_cpu(ph_engine *e, ph_err *err)
+/* Across processes in host memory: g = g_0 + g_1 + ... + g_{R-1}, element
+ * by element over every replica of every process, into every replica of
+ * this process. */
+static int reduce_gathered(ph_engine *e, ph_err *err)
 {
 	const ph_comm *cm = &e->cfg->comm;
 	int R = e->nrep, total = (int)e->cfg->run.replicas, from = R * cm->size;
@@ -154,11 +126,11 @@ static int reduce_cpu(ph_engine *e, ph_err *err)
 	return rc;
 }
 
-/* GPU: the same sum, queued on replica 0's stream of each rank: another
- * replica's gradient is copied over (a peer copy when it is on another
- * GPU) and added; across processes NCCL adds the processes' sums; then
- * every replica gets the result back. */
-static int reduce_gpu(ph_engine *e, ph_err *err)
+/* The same sum with the device's ops, queued on replica 0's stream of each
+ * rank: another replica's gradient is copied over (a peer copy when it is
+ * on another GPU) and added; across processes NCCL adds the processes'
+ * sums; then every replica gets the result back. */
+static int reduce_on_devices(ph_engine *e, ph_err *err)
 {
 	int rc;
 	for (int l = 0; l < e->model->n; l++) {
@@ -186,270 +158,6 @@ static int reduce_gpu(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
-/* ---- Before the update: tied copies and the clip norm ----------------- */
-
-/* Is tie k's source tied to another copy too?  Then the running sum left
- * tie k's copy with a partial sum, and it gets the whole one after. */
-static int shares_source(const ph_model *m, int k)
-{
-	for (int j = 0; j < m->nties; j++)
-		if (j != k && m->ties[j].src_layer == m->ties[k].src_layer && m->ties[j].src_param == m->ties[k].src_param)
-			return 1;
-	return 0;
-}
-
-/* The device slots of gpu_sumsq_batched: one double per tensor a rank
- * holds (a tied copy has none), and their host copies; made once. */
-static int alloc_sumsq_slots(ph_engine *e, ph_err *err)
-{
-	const int P = e->plan->ranks;
-	e->ss_dev = calloc((size_t)P, sizeof *e->ss_dev);
-	e->ss_host = calloc((size_t)P, sizeof *e->ss_host);
-	if (!e->ss_dev || !e->ss_host)
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int r = 0; r < P; r++) {
-		size_t k = 0;
-		for (int l = 0; l < e->model->n; l++)
-			for (int q = 0; layer_rank(e, l) == r && q < e->model->layers[l].meta.nparams; q++)
-				k += !tied_copy(e->model, l, q);
-		if (!k)
-			continue;
-		if (!(e->ss_host[r] = malloc(k * sizeof(double))))
-			return ph_fail(err, PH_ENOMEM, "out of memory");
-		if (!(e->ss_dev[r] = ph_eng_balloc(e, r, k * sizeof(double))))
-			return ph_fail(err, PH_ENOMEM, "GPU memory for the clip norm: %s", e->err.msg);
-	}
-	return PH_OK;
-}
-
-/* Rank r's tensors for the clip norm, in layer order, a tied copy not at
- * all, into one sumsq_many call: the slots sumsq_to would fill one by one. */
-static int sumsq_many_rank(ph_engine *e, int r, int *used, ph_err *err)
-{
-	int count = 0, rc = PH_OK;
-	for (int l = 0; l < e->model->n; l++)
-		if (layer_rank(e, l) == r)
-			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
-				count += !tied_copy(e->model, l, q);
-	if (!count)
-		return PH_OK;
-	const float **g = calloc((size_t)count, sizeof *g);
-	int64_t *n = calloc((size_t)count, sizeof *n);
-	if (!g || !n)
-		rc = ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int l = 0, k = 0; !rc && l < e->model->n; l++)
-		if (layer_rank(e, l) == r)
-			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
-				if (!tied_copy(e->model, l, q)) {
-					g[k] = e->params[l].pg[q];
-					n[k++] = ph_shape_numel(&e->model->layers[l].meta.params[q].shape);
-				}
-	if (!rc)
-		rc = e->dev->sumsq_many(e->rs[r], g, n, count, e->ss_dev[r], err);
-	used[r] = count;
-	free(g);
-	free(n);
-	return rc;
-}
-
-/* The clip norm's sum over every tensor on GPUs: each tensor's sum of
- * squares queued into the next slot of its rank's device array (all of a
- * rank's in one sumsq_many where the backend has it), one copy back per
- * rank, then the host adds them in layer order (a tied copy not at all):
- * the order and the numbers of one sumsq() per tensor, without a round
- * trip per tensor. */
-static int gpu_sumsq_batched(ph_engine *e, double *total, ph_err *err)
-{
-	const int P = e->plan->ranks;
-	int rc = PH_OK;
-	if (!e->ss_dev && (rc = alloc_sumsq_slots(e, err)))
-		return rc;
-	int *used = calloc((size_t)P, sizeof *used); /* slots filled, then read, per rank */
-	if (!used)
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	if (ph_eng_step_end_batched(e)) {
-		for (int r = 0; r < P && !rc; r++)
-			rc = sumsq_many_rank(e, r, used, err);
-	} else {
-		for (int l = 0; l < e->model->n && !rc; l++) {
-			const ph_layer *L = &e->model->layers[l];
-			const int r = layer_rank(e, l);
-			for (int q = 0; q < L->meta.nparams && !rc; q++)
-				if (!tied_copy(e->model, l, q))
-					rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q],
-							      ph_shape_numel(&L->meta.params[q].shape),
-							      &e->ss_dev[r][used[r]++], err);
-		}
-	}
-	for (int r = 0; r < P && !rc; r++)
-		if (used[r])
-			rc = e->dev->copy(e->rs[r], e->ss_host[r], e->ss_dev[r], (size_t)used[r] * sizeof(double),
-					  PH_COPY_D2H, err);
-	if (!rc) {
-		memset(used, 0, (size_t)P * sizeof *used);
-		double t = 0;
-		for (int l = 0; l < e->model->n; l++) {
-			const int r = layer_rank(e, l);
-			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
-				t += tied_copy(e->model, l, q) ? 0.0 : e->ss_host[r][used[r]++];
-		}
-		*total = t;
-	}
-	free(used);
-	return rc;
-}
-
-/* After a GPU step: tied gradients summed, and the clip norm (per tensor
- * in layer order, a tied copy once, as on the CPU). */
-static int prepare_update_gpu(ph_engine *e, ph_err *err)
-{
-	int rc;
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		void *rs = e->rs[layer_rank(e, t->src_layer)];
-		float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
-		if (e->tie_tmp && e->tie_tmp[k]) {
-			/* the copy on another GPU: bring it over, sum, send it back */
-			size_t bytes = (size_t)n * sizeof(float);
-			if ((rc = e->dev->copy(rs, e->tie_tmp[k], gd, bytes, PH_COPY_D2D, err)) ||
-			    (rc = e->dev->tie_sum(rs, gs, e->tie_tmp[k], n, err)) ||
-			    (rc = e->dev->copy(rs, gd, e->tie_tmp[k], bytes, PH_COPY_D2D, err)))
-				return rc;
-		} else if ((rc = e->dev->tie_sum(rs, gs, gd, n, err))) {
-			return rc;
-		}
-	}
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		if (shares_source(e->model, k) &&
-		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], e->params[t->dst_layer].pg[t->dst_param],
-				       e->params[t->src_layer].pg[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
-				       err)))
-			return rc;
-	}
-	e->clip_scale = 1.0;
-	if (e->cfg->optim.clip > 0) {
-		double total = 0;
-		if (e->dev->sumsq_to) {
-			if ((rc = gpu_sumsq_batched(e, &total, err)))
-				return rc;
-		} else {
-			for (int l = 0; l < e->model->n; l++) {
-				const ph_layer *L = &e->model->layers[l];
-				for (int q = 0; q < L->meta.nparams; q++) {
-					double ss = 0;
-					if (!tied_copy(e->model, l, q) &&
-					    (rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
-								ph_shape_numel(&L->meta.params[q].shape), &ss, err)))
-						return rc;
-					total += ss;
-				}
-			}
-		}
-		set_clip_scale(e, total);
-	}
-	/* the tie sums ran on the main thread's queue of one rank; the
-	 * update runs on every rank's own stream */
-	for (int r = 0; r < e->plan->ranks; r++)
-		if ((rc = e->dev->sync(e->rs[r], err)))
-			return rc;
-	return PH_OK;
-}
-
-/* The clip norm's sum of squares when the pipeline is split over
- * processes: each tensor's from the process of replica 0 that runs it,
- * added in layer order as one process would. */
-static int split_sumsq(ph_engine *e, double *total, ph_err *err)
-{
-	int T = 0, N = e->cfg->comm.size;
-	for (int l = 0; l < e->model->n; l++)
-		T += e->model->layers[l].meta.nparams;
-	double *mine = calloc((size_t)(T ? T : 1), sizeof *mine), *all = calloc((size_t)N * (T ? T : 1), sizeof *all);
-	int rc = PH_OK;
-	if (!mine || !all) {
-		rc = ph_fail(err, PH_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int l = 0, t = 0; l < e->model->n; l++) {
-		const ph_layer *L = &e->model->layers[l];
-		for (int q = 0; q < L->meta.nparams; q++, t++)
-			if (owns(e, layer_rank(e, l)))
-				mine[t] = ph_sumsq(e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape));
-	}
-	if ((rc = e->cfg->comm.ops->allgather(mine, all, (size_t)T * sizeof *mine, err)))
-		goto out;
-	*total = 0;
-	for (int l = 0, t = 0; l < e->model->n; l++) {
-		const ph_layer *L = &e->model->layers[l];
-		for (int q = 0; q < L->meta.nparams; q++, t++) {
-			int copy = tied_copy(e->model, l, q);
-			if (!copy)
-				*total += all[(size_t)owner0(e, layer_rank(e, l)) * T + t];
-		}
-	}
-out:
-	free(mine);
-	free(all);
-	return rc;
-}
-
-/* Everything the update job needs: tied copies summed, the clip scale. */
-static int prepare_update(ph_engine *e, ph_err *err)
-{
-	if (e->dev)
-		return prepare_update_gpu(e, err);
-	/* Tied copies: all get the sum of their gradients (in one fixed order),
-	 * so the same update keeps them bitwise equal. */
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
-		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		int ps = owner0(e, layer_rank(e, t->src_layer)), pd = owner0(e, layer_rank(e, t->dst_layer)), rc;
-		if (e->span > 1 && ps != pd &&
-		    /* copies in two processes: every process gets both (the
-		     * replicas' sums are equal, so replica 0's will do) and sums
-		     * them alike */
-		    ((rc = e->cfg->comm.ops->bcast(gd, (size_t)n * sizeof(float), pd, err)) ||
-		     (rc = e->cfg->comm.ops->bcast(gs, (size_t)n * sizeof(float), ps, err))))
-			return rc;
-		for (int64_t i = 0; i < n; i++) {
-			gs[i] = gs[i] + gd[i];
-			gd[i] = gs[i];
-		}
-	}
-	/* with several copies of one tensor, the earlier ones hold a partial sum */
-	for (int k = 0; k < e->model->nties; k++) {
-		const ph_tie *t = &e->model->ties[k];
-		if (shares_source(e->model, k))
-			memcpy(e->params[t->dst_layer].pg[t->dst_param], e->params[t->src_layer].pg[t->src_param],
-			       (size_t)ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape) *
-				       sizeof(float));
-	}
-	e->clip_scale = 1.0;
-	if (e->cfg->optim.clip > 0) {
-		/* tensor by tensor in layer order (the same sum for every
-		 * partition); a tied copy counts once */
-		double total = 0;
-		if (e->span > 1) {
-			int rc = split_sumsq(e, &total, err);
-			if (rc)
-				return rc;
-		}
-		for (int l = 0; l < e->model->n && e->span == 1; l++) {
-			const ph_layer *L = &e->model->layers[l];
-			for (int q = 0; q < L->meta.nparams; q++) {
-				int copy = tied_copy(e->model, l, q);
-				if (!copy)
-					total += ph_sumsq(e->params[l].pg[q], ph_shape_numel(&L->meta.params[q].shape));
-			}
-		}
-		set_clip_scale(e, total);
-	}
-	return PH_OK;
-}
-
 /* ---- The step, and the replicas' lives -------------------------------- */
 
 int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr, ph_stats *st,
@@ -471,11 +179,12 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	}
 	if (rc || (rc = replica_stats(e, st, err)))
 		return rc;
-	if (e->cfg->run.replicas > 1 && (rc = e->dev ? reduce_gpu(e, err) : reduce_cpu(e, err)))
+	if (e->cfg->run.replicas > 1 &&
+	    (rc = e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, err) : reduce_on_devices(e, err)))
 		return rc;
 	for (int r = 0; r < R; r++) {
 		ph_engine *q = e->rep[r];
-		if ((rc = prepare_update(q, err)))
+		if ((rc = ph_eng_prepare_update(q, err)))
 			return rc;
 		q->lr = lr;
 		q->t = step + 1;
@@ -509,25 +218,8 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
-/* Split pipelines: each layer's weights and optimizer state from the
- * process of replica 0 that runs it, to every process (engine.h). */
-int ph_engine_gather(ph_engine *e, ph_err *err)
-{
-	if (e->span == 1)
-		return PH_OK;
-	int spp = ph_optim_state_per_param(&e->cfg->optim);
-	for (int l = 0; l < e->model->n; l++) {
-		size_t n = (size_t)e->model->layers[l].param_numel;
-		int root = owner0(e, layer_rank(e, l)), rc;
-		if ((rc = e->cfg->comm.ops->bcast(e->params[l].hw, n * sizeof(float), root, err)) ||
-		    (rc = e->cfg->comm.ops->bcast(e->params[l].hs, n * spp * sizeof(float), root, err)))
-			return rc;
-	}
-	return PH_OK;
-}
-
-/* GPUs with replicas: room on replica 0's GPU of each rank for another
- * replica's gradient; under mpirun, one NCCL communicator per rank. */
+/* Replicas: room on replica 0's device of each rank for another replica's
+ * gradient; under mpirun on GPUs, one NCCL communicator per rank. */
 static int open_reduction(ph_engine *e, ph_err *err)
 {
 	const ph_comm *cm = &e->cfg->comm;
@@ -541,12 +233,12 @@ static int open_reduction(ph_engine *e, ph_err *err)
 				if (layer_rank(e, l) == k && e->model->layers[l].param_numel > n)
 					n = e->model->layers[l].param_numel;
 			if (n && !(e->red_tmp[k] = ph_eng_balloc(e, k, (size_t)n * sizeof(float))))
-				return ph_fail(err, PH_ENOMEM, "out of GPU memory for summing the replicas' gradients%s%s",
+				return ph_fail(err, PH_ENOMEM, "out of memory for summing the replicas' gradients%s%s",
 					       e->err_set ? ": " : "", e->err_set ? e->err.msg : "");
 		}
 	}
-	if (cm->size == 1)
-		return PH_OK;
+	if (cm->size == 1 || e->dev->host_memory)
+		return PH_OK; /* reduce_gathered */
 	if (!e->dev->nccl_open)
 		return ph_fail(err, PH_EUNSUPPORTED,
 			       "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend was built "
@@ -596,7 +288,7 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 		if (rc)
 			return rc;
 	}
-	if (e->dev && (R > 1 || c->comm.size > 1))
+	if (R > 1 || c->comm.size > 1)
 		return open_reduction(e, err);
 	return PH_OK;
 }

@@ -8,7 +8,9 @@ core_libphcore_la_SOURCES = \
 	core/model.c core/model.h \
 	core/plan.c core/plan.h core/memcheck.c core/memcheck.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
-	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \
+	core/engine.c core/engine.h core/engine-impl.h core/engine-layout.c core/engine-layout.h \
+	core/engine-workers.c core/engine-ops.c core/engine-links.c core/engine-update.c core/engine-split.c \
+	core/engine-replicas.c core/engine-eval.c core/engine-trace.c \
 	core/optim.c core/optim.h \
 	core/data.c core/data.h core/data_source.h core/data_sources.c core/readfile.c core/readfile.h \
 	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
@@ -18,7 +20,7 @@ core_libphcore_la_SOURCES = \
 	core/outputs.c core/outputs.h core/runlock.c core/runlock.h \
 	core/trace.c core/trace.h \
 	core/simulate.c core/simulate.h \
-	core/device.c core/device.h \
+	core/device.c core/device.h core/device_cpu.c \
 	core/comm.c core/comm.h \
 	core/layer_inst.c core/layer_inst.h core/fd_check.c core/fd_check.h \
 	core/check_plugin.c core/check_plugin.h

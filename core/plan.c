@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine-layout.h"
 #include "plan.h"
 
 static const char kind_char[] = { 'F', 'B', 'I', 'W' };
@@ -384,36 +385,15 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const doubl
 
 double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k)
 {
-	/* mirrors the engine's arenas (engine.c alloc_chunks) */
-	int a = p->first[k], b = p->first[k + 1], nl = b - a, slots = p->slots[k] > 0 ? p->slots[k] : 1;
-	int split = 0;
-	for (int r = 0; p->ops && p->nops && r < p->ranks; r++)
-		for (int j = 0; j < p->nops[r]; j++)
-			split |= p->ops[r][j].kind == PH_OP_I;
-	double mb = m->max_batch, inner = 0, last, per_slot_extra = 0;
-	for (int l = a; l + 1 < b; l++)
-		inner += (4.0 * (double)ph_shape_numel(&m->layers[l].meta.out) + (double)m->layers[l].meta.saved_bytes) * mb;
-	last = (4.0 * (double)ph_shape_numel(&m->layers[b - 1].meta.out) + (double)m->layers[b - 1].meta.saved_bytes) * mb;
-	if (k + 1 < p->nchunks)
-		per_slot_extra += 4.0 * (double)ph_shape_numel(&m->layers[b - 1].meta.out) * mb; /* output gradient */
-	if (split) {
-		for (int l = a; l + 1 < b; l++)
-			per_slot_extra += 4.0 * (double)ph_shape_numel(&m->layers[l].meta.out) * mb; /* kept from I to W */
-		if (k > 0)
-			per_slot_extra += 4.0 * (double)ph_shape_numel(&m->layers[a].in) * mb; /* own input copy */
-	}
-	int mode = c->run.recompute;
-	(void)nl;
-	if (mode == PH_RECOMPUTE_NO)
-		return slots * (inner + last + per_slot_extra);
-	/* lean slots keep the last output; one set of work buffers (every
-	 * layer's output and saved bytes) serves the rerun */
-	double last_out = 4.0 * (double)ph_shape_numel(&m->layers[b - 1].meta.out) * mb;
-	double lean = inner + last + slots * (last_out + per_slot_extra);
-	if (mode == PH_RECOMPUTE_YES)
-		return lean;
-	/* except_last: plus one full slot for the last micro-batch */
-	return lean + inner + last + per_slot_extra;
+	/* the engine's own table of chunk k's buffers (engine-layout.h), on
+	 * replica 0's devices; -1 when it cannot be made (out of memory) */
+	ph_chunk_layout lay;
+	ph_err err = { { 0 } };
+	if (ph_chunk_layout_make(&lay, p, m, c, c->place.ordinal, k, &err))
+		return -1;
+	double bytes = (double)lay.activation_bytes;
+	ph_chunk_layout_free(&lay);
+	return bytes;
 }
 
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c)

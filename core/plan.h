@@ -52,8 +52,9 @@ int ph_plan_check_bounds(const char *partitioner, const ph_partition_problem *pb
  * read from files). */
 int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err *err);
 
-/* Activation bytes chunk k holds: its slots (the plan's in-flight count),
- * less what [run] recompute drops, as the engine allocates them. */
+/* Activation bytes chunk k holds on replica 0's devices: the activation
+ * regions of the engine's own buffer table (core/engine-layout.h), so the
+ * estimate is what the engine allocates; -1 when out of memory. */
 double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k);
 
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c);

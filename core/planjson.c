@@ -3,8 +3,8 @@
  *   params      4 B x parameters
  *   grads       4 B x parameters
  *   optimizer   4 B x parameters x state per parameter (SGD 1, AdamW 2)
- *   activations sum over the chunk's layers of (output + saved bytes per
- *               sample) x micro-batch size x micro-batches in flight
+ *   activations what the engine allocates for them (ph_plan_activation_bytes:
+ *               the chunk's buffer table, core/engine-layout.h)
  *   scratch     the largest scratch_bytes of the chunk's layers (one shared buffer) */
 #include <errno.h>
 #include <stdlib.h>

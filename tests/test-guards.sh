@@ -34,7 +34,7 @@ if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
 		echo $? >"$tmp/uv.rc"
 	)
 	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
-		grep -Eq "out of memory for (the parameters|activations) of layer [a-z0-9]+ \([0-9.]+ MiB asked\)" "$tmp/uv.err"; then
+		grep -Eq "out of memory for (the parameters of layer [a-z0-9]+ \([0-9.]+ MiB asked\)|the [0-9.]+ MiB of activations and buffers of chunk [0-9]+)" "$tmp/uv.err"; then
 		ok "PIPEHOST_MEMCHECK=0 under ulimit -v: the failed allocation names its size: $(cat "$tmp/uv.err")"
 	else
 		not_ok "PIPEHOST_MEMCHECK=0 under ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"

@@ -428,6 +428,8 @@ static const ph_device_ops cuda_ops = {
 	op_param_block,
 	op_optim_update_many,
 	op_sumsq_many,
+	PH_DEV_CUDA,
+	0, /* GPU memory: the host keeps mirrors */
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)

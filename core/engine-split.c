@@ -1,0 +1,127 @@
+/* A pipeline split over processes (mpirun, replicas < processes; the CPU
+ * only, for now): which ranks this process runs, and the collectives the
+ * split needs besides the links' messages (engine-links.c): the clip norm
+ * over every process's tensors, tied copies in two processes, evaluation
+ * figures, and every layer to every process before saving.  Which process
+ * runs which rank: owns, owner and owner0 (engine-impl.h).
+ *
+ * Failures under mpirun: a process that fails returns its error to main(),
+ * which prints it and aborts every process (core/main.c).  Nothing here
+ * waits for the others to agree: a process stuck in a collective or a link
+ * receive could not answer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine-impl.h"
+#include "optim.h"
+
+void ph_eng_split_init(ph_engine *e, int local)
+{
+	const ph_config *c = e->cfg;
+	const ph_plan *p = e->plan;
+	e->span = ph_config_split(c);
+	if (e->span > 1) {
+		/* this process's share of its replica's ranks */
+		int per = p->ranks / e->span, part = c->comm.rank % e->span;
+		e->replica = c->comm.rank / e->span;
+		e->proc_base = e->replica * e->span;
+		e->rank_lo = part * per;
+		e->rank_hi = e->rank_lo + per;
+	} else {
+		e->replica = c->comm.rank * ph_config_local_replicas(c) + local;
+		e->rank_lo = 0;
+		e->rank_hi = p->ranks;
+	}
+}
+
+/* The clip norm's sum of squares when the pipeline is split over
+ * processes: each tensor's from the process of replica 0 that runs it,
+ * added in layer order as one process would. */
+int ph_eng_split_sumsq(ph_engine *e, double *total, ph_err *err)
+{
+	int T = 0, N = e->cfg->comm.size;
+	for (int l = 0; l < e->model->n; l++)
+		T += e->model->layers[l].meta.nparams;
+	double *mine = calloc((size_t)(T ? T : 1), sizeof *mine), *all = calloc((size_t)N * (T ? T : 1), sizeof *all);
+	int rc = PH_OK;
+	if (!mine || !all) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int l = 0, t = 0; l < e->model->n && !rc; l++) {
+		const ph_layer *L = &e->model->layers[l];
+		for (int q = 0; q < L->meta.nparams && !rc; q++, t++)
+			if (owns(e, layer_rank(e, l)))
+				rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
+						   ph_shape_numel(&L->meta.params[q].shape), &mine[t], err);
+	}
+	if (rc)
+		goto out;
+	if ((rc = e->cfg->comm.ops->allgather(mine, all, (size_t)T * sizeof *mine, err)))
+		goto out;
+	*total = 0;
+	for (int l = 0, t = 0; l < e->model->n; l++) {
+		const ph_layer *L = &e->model->layers[l];
+		for (int q = 0; q < L->meta.nparams; q++, t++) {
+			int copy = tied_copy(e->model, l, q);
+			if (!copy)
+				*total += all[(size_t)owner0(e, layer_rank(e, l)) * T + t];
+		}
+	}
+out:
+	free(mine);
+	free(all);
+	return rc;
+}
+
+int ph_eng_split_tie(ph_engine *e, int k, ph_err *err)
+{
+	const ph_tie *t = &e->model->ties[k];
+	float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
+	size_t bytes = (size_t)ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape) *
+		       sizeof(float);
+	int ps = owner0(e, layer_rank(e, t->src_layer)), pd = owner0(e, layer_rank(e, t->dst_layer)), rc;
+	if (ps == pd)
+		return PH_OK;
+	/* every process gets both copies (the replicas' sums are equal, so
+	 * replica 0's will do) and sums them alike */
+	if ((rc = e->cfg->comm.ops->bcast(gd, bytes, pd, err)) || (rc = e->cfg->comm.ops->bcast(gs, bytes, ps, err)))
+		return rc;
+	return PH_OK;
+}
+
+int ph_eng_split_eval_stats(ph_engine *e, ph_stats *st, ph_err *err)
+{
+	double mine[3] = { st->loss_sum, st->correct, (double)st->targets }, *all;
+	int N = e->cfg->comm.size, rc;
+	if (!(all = calloc((size_t)N * 3, sizeof *all)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	if (!(rc = e->cfg->comm.ops->allgather(mine, all, sizeof mine, err))) {
+		memset(st, 0, sizeof *st);
+		for (int q = 0; q < e->span; q++) { /* replica 0's processes: one evaluated */
+			st->loss_sum += all[3 * q];
+			st->correct += all[3 * q + 1];
+			st->targets += (int64_t)all[3 * q + 2];
+		}
+	}
+	free(all);
+	return rc;
+}
+
+/* Split pipelines: each layer's weights and optimizer state from the
+ * process of replica 0 that runs it, to every process (engine.h). */
+int ph_engine_gather(ph_engine *e, ph_err *err)
+{
+	if (e->span == 1)
+		return PH_OK;
+	int spp = ph_optim_state_per_param(&e->cfg->optim);
+	for (int l = 0; l < e->model->n; l++) {
+		size_t n = (size_t)e->model->layers[l].param_numel;
+		int root = owner0(e, layer_rank(e, l)), rc;
+		if ((rc = e->cfg->comm.ops->bcast(e->params[l].hw, n * sizeof(float), root, err)) ||
+		    (rc = e->cfg->comm.ops->bcast(e->params[l].hs, n * spp * sizeof(float), root, err)))
+			return rc;
+	}
+	return PH_OK;
+}
+
