@@ -16,6 +16,7 @@
 #include <cblas.h>
 
 #include "engine-impl.h"
+#include "layer_call.h"
 #include "optim.h"
 
 static void set_error(ph_engine *e, int rank, const ph_err *err)
@@ -100,7 +101,7 @@ static int forward_layers(ph_engine *e, int c, int mb, slot_t *sl, float *last_o
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
 		float *y = l == upto - 1 && last_out ? last_out : sl->y[l - ch->a];
-		int rc = L->ops->forward(L->state, &ctx, e->params[l].pw, x, y, &e2);
+		int rc = ph_layer_forward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x, y, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) forward, micro-batch %d: %s", L->cfg->name, L->ops->head.name, mb,
 				       e2.msg);
@@ -222,10 +223,11 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		ph_err e2 = { { 0 } };
 		int rc;
 		if (split && ph_layer_has_split_backward(L->ops))
-			rc = L->ops->backward_input(L->state, &ctx, e->params[l].pw, x, sl->y[l - ch->a], dy, dx, &e2);
+			rc = ph_layer_backward_input(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x,
+						     sl->y[l - ch->a], dy, dx, &e2);
 		else
-			rc = L->ops->backward(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy,
-					      dx, &e2);
+			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, e->params[l].pg,
+					       x, sl->y[l - ch->a], dy, dx, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) backward, micro-batch %d: %s", L->cfg->name, L->ops->head.name,
 				       mb, e2.msg);
@@ -267,8 +269,8 @@ static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
-		int rc = L->ops->backward_weight(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy,
-						 &e2);
+		int rc = ph_layer_backward_weight(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw,
+						  e->params[l].pg, x, sl->y[l - ch->a], dy, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) weight gradient, micro-batch %d: %s", L->cfg->name,
 				       L->ops->head.name, mb, e2.msg);

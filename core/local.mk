@@ -6,6 +6,7 @@ core_libphcore_la_SOURCES = \
 	core/loader.c core/loader.h \
 	core/config.c core/config.h \
 	core/model.c core/model.h \
+	core/layer_call.c core/layer_call.h \
 	core/plan.c core/plan.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \

@@ -1,8 +1,9 @@
-# Unit tests of the core modules that need no plugin: data, optimizer, weights.
+# Unit tests of the core modules that need no plugin: data, optimizer, weights,
+# the dispatch of layer hooks.
 # Included from the top Makefile.am (non-recursive: paths are from the top).
 if HAVE_CHECK
-check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights
-TESTS += tests/test-data tests/test-optim tests/test-weights
+check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call
+TESTS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call
 
 tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h
 tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
@@ -15,4 +16,8 @@ tests_test_optim_LDADD = $(CHECK_LIBS) -lm
 tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) -lm
+
+tests_test_layer_call_SOURCES = tests/test-layer-call.c core/layer_call.c core/layer_call.h
+tests_test_layer_call_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_layer_call_LDADD = $(CHECK_LIBS)
 endif

@@ -7,6 +7,17 @@ tests_plugins_missing_hook_la_SOURCES = tests/plugins/missing_hook.c
 tests_plugins_missing_hook_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_not_a_plugin_la_SOURCES = tests/plugins/not_a_plugin.c
 tests_plugins_not_a_plugin_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# bad_twin.c three times: CUDA hooks (ABI 1.4) too short, without backward, split unlike the layer
+check_LTLIBRARIES += tests/plugins/bad_twin_size.la tests/plugins/bad_twin_hook.la tests/plugins/bad_twin_split.la
+tests_plugins_bad_twin_size_la_SOURCES = tests/plugins/bad_twin.c
+tests_plugins_bad_twin_size_la_CFLAGS = $(AM_CFLAGS) -DBAD_TWIN=1
+tests_plugins_bad_twin_size_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_bad_twin_hook_la_SOURCES = tests/plugins/bad_twin.c
+tests_plugins_bad_twin_hook_la_CFLAGS = $(AM_CFLAGS) -DBAD_TWIN=2
+tests_plugins_bad_twin_hook_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_bad_twin_split_la_SOURCES = tests/plugins/bad_twin.c
+tests_plugins_bad_twin_split_la_CFLAGS = $(AM_CFLAGS) -DBAD_TWIN=3
+tests_plugins_bad_twin_split_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 # Shell tests of the command line: errors, reproducibility, out-of-tree plugins.
 TEST_EXTENSIONS = .sh
