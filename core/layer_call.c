@@ -4,7 +4,7 @@
 
 #include "layer_call.h"
 
-/* Does a device table (as built, struct_size bytes) have the hook at off? */
+/* Does a device table (as built: struct_size bytes) have hook `field`? */
 #define HAS(dev, field) \
 	((dev)->struct_size >= offsetof(ph_layer_device_ops, field) + sizeof(void *) && (dev)->field)
 

@@ -59,10 +59,13 @@ else
 fi
 sed 's/^type = relu$/type = leaky_relu/' "$fixtures/tiny.ini" >"$tmp/leaky.ini"
 # train NAME ARGS...: tiny.ini with leaky_relu, 5 steps, every loss logged
+# ($count: more environment for pipehost, unquoted)
+count=
 train() {
 	name=$1
 	shift
-	PIPEHOST_PLUGIN_PATH= "$bin" -c "$tmp/leaky.ini" --set run.steps=5 --set run.log_every=1 \
+	# shellcheck disable=SC2086
+	PIPEHOST_PLUGIN_PATH= env $count "$bin" -c "$tmp/leaky.ini" --set run.steps=5 --set run.log_every=1 \
 		--set "run.metrics=$tmp/$name.jsonl" "$@" >"$tmp/$name.out" 2>&1 && grep -q "trained 5 steps" "$tmp/$name.out"
 }
 last_loss() {
@@ -95,14 +98,19 @@ if [ "$cuda" != emulator ]; then
 	finish; exit
 fi
 gpu="--set run.stages=1 --set run.devices=cuda:0"
+# the emulator counts each kernel's launches (on stderr at exit): the
+# twin's kernel must be among them, not the CPU code on device pointers
+count=PH_CUEMU_LAUNCHES=1
 # shellcheck disable=SC2086
 if train gpu $gpu --plugin-dir "$tmp/plugin" --plugin-dir "$pdir" &&
+	grep -q 'cuemu: *[1-9][0-9]*  leaky_kernel$' "$tmp/gpu.out" &&
 	train cpu1 --set run.stages=1 --plugin-dir "$tmp/plugin" --plugin-dir "$pdir" &&
 	awk -v a="$(last_loss gpu)" -v b="$(last_loss cpu1)" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-3 * (b < 0 ? -b : b)) }'; then
-	ok "on the emulated GPU the twin trains to the CPU's loss ($(last_loss gpu) vs $(last_loss cpu1))"
+	ok "on the emulated GPU the twin's kernel runs ($(grep 'leaky_kernel$' "$tmp/gpu.out" | sed 's/^cuemu: *//; s/  .*//') launches) and trains to the CPU's loss ($(last_loss gpu) vs $(last_loss cpu1))"
 else
 	not_ok "training on cuda:0: $(tail -3 "$tmp/gpu.out") loss $(last_loss gpu) vs $(last_loss cpu1)"
 fi
+count=
 # shellcheck disable=SC2086
 if ! train nocuda $gpu --plugin-dir "$tmp/cpuonly" --plugin-dir "$pdir" &&
 	grep -q "layer relu1 (leaky_relu) has no CUDA implementation" "$tmp/nocuda.out"; then
