@@ -7,6 +7,10 @@ tests_plugins_missing_hook_la_SOURCES = tests/plugins/missing_hook.c
 tests_plugins_missing_hook_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_not_a_plugin_la_SOURCES = tests/plugins/not_a_plugin.c
 tests_plugins_not_a_plugin_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# a layer as ABI 1.3 built it: the host must still load and run it
+check_LTLIBRARIES += tests/plugins/abi13_relu.la
+tests_plugins_abi13_relu_la_SOURCES = tests/plugins/abi13_relu.c
+tests_plugins_abi13_relu_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 # bad_twin.c three times: CUDA hooks (ABI 1.4) too short, without backward, split unlike the layer
 check_LTLIBRARIES += tests/plugins/bad_twin_size.la tests/plugins/bad_twin_hook.la tests/plugins/bad_twin_split.la
 tests_plugins_bad_twin_size_la_SOURCES = tests/plugins/bad_twin.c

@@ -77,6 +77,16 @@ else
 	not_ok "training with leaky_relu: $(tail -3 "$tmp/cpu.out")"
 fi
 
+# A plugin of the previous minor (ABI 1.3: no `cuda` field) loads and trains.
+mkdir -p "$tmp/abi13" && cp "$TEST_PLUGIN_DIR/abi13_relu.so" "$tmp/abi13/"
+sed 's/^type = relu$/type = relu_abi13/' "$fixtures/tiny.ini" >"$tmp/abi13.ini"
+if PIPEHOST_PLUGIN_PATH= "$bin" -c "$tmp/abi13.ini" --set run.steps=5 --plugin-dir "$tmp/abi13" --plugin-dir "$pdir" \
+	>"$tmp/abi13.out" 2>&1 && grep -q "trained 5 steps" "$tmp/abi13.out"; then
+	ok "a layer plugin of ABI 1.3 (its struct ends before cuda) still loads and trains"
+else
+	not_ok "ABI 1.3 layer: $(tail -3 "$tmp/abi13.out")"
+fi
+
 # The same source without a CUDA compiler: the weak reference to the twin's
 # hooks is NULL and the layer is CPU-only.
 if build_plugin "$tmp/cpuonly" NVCC= && [ "$(devices_of "$tmp/cpuonly")" = "cpu" ]; then
