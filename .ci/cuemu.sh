@@ -8,6 +8,8 @@
 #   test-gpu.sh         4 ranks on one GPU against 1 rank, schedules, bf16
 #   test-nccl.sh        two (emulated) GPUs in one process
 #   test-gpu-switches.sh  the [gpu] keys reach the kernels' switches
+#   test-out-of-tree.sh a third party's layer with its CUDA twin, built
+#                       against the installed headers, trained on cuda:0
 # three times: threads of a block run forward, reversed and shuffled
 # between barriers, so a kernel with a race gives different bits and fails
 # the byte-for-byte checks.
@@ -23,7 +25,7 @@ mkdir -p "$root"
 cd "$root"
 "$src/configure" -q --enable-cuda-emulator --without-nccl
 make -j"$jobs"
-suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh"
+suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh"
 for order in forward reverse shuffle; do
 	if ! PH_CUEMU_ORDER=$order PH_CUEMU_DEVICES=2 make -j"$jobs" check TESTS="$suites" >"check-$order.log" 2>&1; then
 		cat "check-$order.log"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine-impl.h"
+#include "layer_call.h"
 
 static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const chunk_t *ch, void *saved)
 {
@@ -46,7 +47,7 @@ static int forward_layers(ph_engine *e, int c, int mb, slot_t *sl, float *last_o
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
 		float *y = l == upto - 1 && last_out ? last_out : sl->y[l - ch->a];
-		int rc = L->ops->forward(L->state, &ctx, e->params[l].pw, x, y, &e2);
+		int rc = ph_layer_forward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x, y, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) forward, micro-batch %d: %s", L->cfg->name, L->ops->head.name, mb,
 				       e2.msg);
@@ -160,10 +161,11 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		ph_err e2 = { { 0 } };
 		int rc;
 		if (split && ph_layer_has_split_backward(L->ops))
-			rc = L->ops->backward_input(L->state, &ctx, e->params[l].pw, x, sl->y[l - ch->a], dy, dx, &e2);
+			rc = ph_layer_backward_input(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x,
+						     sl->y[l - ch->a], dy, dx, &e2);
 		else
-			rc = L->ops->backward(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy,
-					      dx, &e2);
+			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, e->params[l].pg,
+					       x, sl->y[l - ch->a], dy, dx, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) backward, micro-batch %d: %s", L->cfg->name, L->ops->head.name,
 				       mb, e2.msg);
@@ -205,8 +207,8 @@ static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
-		int rc = L->ops->backward_weight(L->state, &ctx, e->params[l].pw, e->params[l].pg, x, sl->y[l - ch->a], dy,
-						 &e2);
+		int rc = ph_layer_backward_weight(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw,
+						  e->params[l].pg, x, sl->y[l - ch->a], dy, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) weight gradient, micro-batch %d: %s", L->cfg->name,
 				       L->ops->head.name, mb, e2.msg);

@@ -60,6 +60,36 @@ static int check_version(const char *file, const char *what, unsigned major, uns
 	return PH_OK;
 }
 
+/* A layer's CUDA hooks (ABI 1.4): forward and backward, and the split
+ * backward exactly when the layer's own hooks have it, since the host plans
+ * one split for every device. */
+static int check_cuda_ops(const char *file, const char *what, const ph_layer_ops *l, ph_err *err)
+{
+	const ph_layer_device_ops *cu = ph_layer_cuda_ops(l);
+	if (!cu)
+		return PH_OK;
+	const uint32_t need = (uint32_t)(offsetof(ph_layer_device_ops, backward) + sizeof(void *));
+	if (cu->struct_size < need)
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s has a %u-byte table of CUDA hooks, ABI %d needs %u; "
+			       "set its struct_size to sizeof(ph_layer_device_ops) and rebuild",
+			       file, what, cu->struct_size, PH_ABI_MAJOR, need);
+	const int has_in = cu->struct_size >= offsetof(ph_layer_device_ops, backward_input) + sizeof(void *) &&
+			   cu->backward_input;
+	const int has_w = cu->struct_size >= offsetof(ph_layer_device_ops, backward_weight) + sizeof(void *) &&
+			  cu->backward_weight;
+	const char *missing = !cu->forward ? "CUDA forward" : !cu->backward ? "CUDA backward" : NULL;
+	if (missing)
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s lacks the required %s hook; implement it and rebuild",
+			       file, what, missing);
+	if (has_in != has_w || has_in != ph_layer_has_split_backward(l))
+		return ph_fail(err, PH_EINVAL,
+			       "plugin %s: %s: its CUDA hooks %s backward_input and backward_weight, its own hooks %s; "
+			       "give both tables the split backward, or neither",
+			       file, what, has_in && has_w ? "have" : has_in || has_w ? "have one of" : "lack",
+			       ph_layer_has_split_backward(l) ? "have them" : "do not");
+	return PH_OK;
+}
+
 static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_err *err)
 {
 	const ph_ops_head *h = ops;
@@ -96,6 +126,8 @@ static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_
 			 !l->backward_input != !l->backward_weight)
 			missing = l->backward_input ? "backward_weight (it has backward_input; give both or neither)"
 						    : "backward_input (it has backward_weight; give both or neither)";
+		else if ((rc = check_cuda_ops(file, what, l, err)))
+			return rc;
 	} else if (kind == PH_KIND_PARTITIONER) {
 		if (!((const ph_partitioner_ops *)ops)->partition) missing = "partition";
 	} else {
@@ -153,8 +185,30 @@ static int add_ops(ph_registry *r, ph_plugin_kind kind, const void *ops, int fil
 				       ph_kind_name(kind), h->name, r->files[r->entries[i].file], r->files[file]);
 	if (grow((void **)&r->entries, r->nentries, &r->entries_cap, sizeof *r->entries))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	if (kind == PH_KIND_LAYER) {
+		/* The host's own copy, at this ABI's size: a field an older plugin
+		 * lacks reads as zero, and devices lists every device the layer
+		 * runs on, its CUDA hooks' included (ph_layer_devices). */
+		const ph_layer_ops *l = ops;
+		ph_layer_ops *copy = calloc(1, sizeof *copy);
+		if (!copy)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		memcpy(copy, l, h->struct_size < sizeof *copy ? h->struct_size : sizeof *copy);
+		copy->devices = ph_layer_devices(l);
+		ops = copy;
+		h = &copy->head;
+	}
 	r->entries[r->nentries++] = (ph_registry_entry){ kind, h, ops, file };
 	return PH_OK;
+}
+
+/* Drop entries [from, nentries), freeing the host's copies of layer ops. */
+static void drop_entries(ph_registry *r, int from)
+{
+	for (int i = from; i < r->nentries; i++)
+		if (r->entries[i].kind == PH_KIND_LAYER)
+			free((void *)r->entries[i].ops);
+	r->nentries = from;
 }
 
 /* A crash while a plugin is opened or its descriptor read (a constructor,
@@ -268,7 +322,7 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 	rc = read_descriptor(r, file, dl, idx, err);
 	guard_off(&g);
 	if (rc) {
-		r->nentries = first; /* nothing half-loaded stays registered */
+		drop_entries(r, first); /* nothing half-loaded stays registered */
 		r->nfiles--;
 		dlclose(dl);
 		return rc;
@@ -459,7 +513,7 @@ void ph_registry_print(FILE *f, const ph_registry *r)
 				continue;
 			fprintf(f, "  %-14s %s\n", e->head->name, e->head->help ? e->head->help : "");
 			if (e->kind == PH_KIND_LAYER) {
-				uint32_t d = ((const ph_layer_ops *)e->head)->devices;
+				uint32_t d = ((const ph_layer_ops *)e->ops)->devices; /* with its CUDA hooks' */
 				fprintf(f, "  %-14s devices: %s%s\n", "", d & PH_DEV_CPU ? "cpu" : "",
 					d & PH_DEV_CUDA ? (d & PH_DEV_CPU ? ", cuda" : "cuda") : "");
 			}
@@ -472,6 +526,7 @@ void ph_registry_print(FILE *f, const ph_registry *r)
 
 void ph_registry_free(ph_registry *r)
 {
+	drop_entries(r, 0);
 	for (int i = 0; i < r->nfiles; i++)
 		if (r->handles[i])
 			dlclose(r->handles[i]);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layer_call.h"
 #include "model.h"
 
 void ph_shape_str(const ph_shape *s, char *buf, size_t len)
@@ -210,7 +211,7 @@ void ph_model_free(ph_model *m)
 {
 	for (int i = 0; i < m->n; i++)
 		if (m->layers[i].state)
-			m->layers[i].ops->destroy(m->layers[i].state);
+			ph_layer_destroy(m->layers[i].ops, m->layers[i].state);
 	free(m->layers);
 	free(m->ties);
 	memset(m, 0, sizeof *m);

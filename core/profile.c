@@ -13,6 +13,7 @@
 
 #include <cblas.h>
 
+#include "layer_call.h"
 #include "profile.h"
 #include "readfile.h"
 
@@ -470,13 +471,14 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 		ph_err e2 = { { 0 } };
 		ctx.step = (uint64_t)it;
 		double t0 = now_s();
-		rc = l->ops->forward(l->state, &ctx, b->params, x, b->y, &e2);
+		rc = ph_layer_forward(l->ops, l->state, m->max_batch, &ctx, b->params, x, b->y, &e2);
 		if (!rc)
 			rc = p_wait(pl, &e2);
 		if (rc)
 			return ph_fail(err, rc, "profile: layer %s (%s) forward: %s", name, l->ops->head.name, e2.msg);
 		double t1 = now_s();
-		rc = l->ops->backward(l->state, &ctx, b->params, b->grads, x, b->y, b->dy, b->dx, &e2);
+		rc = ph_layer_backward(l->ops, l->state, m->max_batch, &ctx, b->params, b->grads, x, b->y, b->dy, b->dx,
+				       &e2);
 		if (!rc)
 			rc = p_wait(pl, &e2);
 		if (rc)

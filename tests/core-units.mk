@@ -1,8 +1,9 @@
-# Unit tests of the core modules that need no plugin: data, optimizer, weights.
+# Unit tests of the core modules that need no plugin: data, optimizer, weights,
+# the dispatch of layer hooks.
 # Included from the top Makefile.am (non-recursive: paths are from the top).
 if HAVE_CHECK
-check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights
-TESTS += tests/test-data tests/test-optim tests/test-weights
+check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call
+TESTS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call
 
 tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_source.h core/data_sources.c \
 	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/readfile.c core/readfile.h
@@ -17,4 +18,8 @@ tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h 
 	core/readfile.c core/readfile.h
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) -lm
+
+tests_test_layer_call_SOURCES = tests/test-layer-call.c core/layer_call.c core/layer_call.h
+tests_test_layer_call_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_layer_call_LDADD = $(CHECK_LIBS)
 endif

@@ -19,6 +19,21 @@ tests_plugins_endless_list_la_SOURCES = tests/plugins/endless_list.c
 tests_plugins_endless_list_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_ctor_marker_la_SOURCES = tests/plugins/ctor_marker.c
 tests_plugins_ctor_marker_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# a layer as ABI 1.3 built it: the host must still load and run it
+check_LTLIBRARIES += tests/plugins/abi13_relu.la
+tests_plugins_abi13_relu_la_SOURCES = tests/plugins/abi13_relu.c
+tests_plugins_abi13_relu_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# bad_twin.c three times: CUDA hooks (ABI 1.4) too short, without backward, split unlike the layer
+check_LTLIBRARIES += tests/plugins/bad_twin_size.la tests/plugins/bad_twin_hook.la tests/plugins/bad_twin_split.la
+tests_plugins_bad_twin_size_la_SOURCES = tests/plugins/bad_twin.c
+tests_plugins_bad_twin_size_la_CFLAGS = $(AM_CFLAGS) -DBAD_TWIN=1
+tests_plugins_bad_twin_size_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_bad_twin_hook_la_SOURCES = tests/plugins/bad_twin.c
+tests_plugins_bad_twin_hook_la_CFLAGS = $(AM_CFLAGS) -DBAD_TWIN=2
+tests_plugins_bad_twin_hook_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_bad_twin_split_la_SOURCES = tests/plugins/bad_twin.c
+tests_plugins_bad_twin_split_la_CFLAGS = $(AM_CFLAGS) -DBAD_TWIN=3
+tests_plugins_bad_twin_split_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 # Shell tests of the command line: errors, reproducibility, out-of-tree plugins.
 TEST_EXTENSIONS = .sh

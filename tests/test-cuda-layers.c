@@ -20,7 +20,7 @@
  *  - nothing is written past the end of any buffer (256 canary bytes after
  *    each: y, dx, gradients, and saved and scratch at the sizes meta gave);
  *  - under bf16 the linear layer's y shows bf16 rounding (the precision
- *    reached the GEMM), and every layer claims PH_DEV_CUDA in `devices`;
+ *    reached the GEMM), and every layer has CUDA hooks (ph_layer_devices);
  *  - the attention cases marked .flash ran the fused core under bf16
  *    (flash_attention.cuh: it saves L2 [B, H, T] and leaves the rest of
  *    the P region alone) and the materialised one under fp32 (it writes
@@ -92,6 +92,7 @@
 #include <pipehost/device.h>
 #include <pipehost/plugin.h>
 #include "device.h"
+#include "layer_call.h"
 #include "options.h"
 
 #include "layer-harness.h"
@@ -721,7 +722,7 @@ static int uses_gemm(const gpu_case *c)
 static void gpu_fwd(const char *label, const ph_layer_ops *ops, dev_inst *D)
 {
 	ph_err e = { { 0 } };
-	int rc = ops->forward(D->state, &D->ctx, D->params, D->x, D->y, &e);
+	int rc = ph_layer_forward(ops, D->state, D->ctx.batch, &D->ctx, D->params, D->x, D->y, &e);
 	ck_assert_msg(rc == PH_OK, "%s: forward: %s", label, e.msg);
 	dsync(label, "forward");
 }
@@ -729,7 +730,8 @@ static void gpu_fwd(const char *label, const ph_layer_ops *ops, dev_inst *D)
 static void gpu_bwd(const char *label, const ph_layer_ops *ops, dev_inst *D, float *dx)
 {
 	ph_err e = { { 0 } };
-	int rc = ops->backward(D->state, &D->ctx, D->params, D->grads, D->x, D->y, D->dy, dx, &e);
+	int rc = ph_layer_backward(ops, D->state, D->ctx.batch, &D->ctx, D->params, D->grads, D->x, D->y, D->dy, dx,
+				   &e);
 	ck_assert_msg(rc == PH_OK, "%s: backward: %s", label, e.msg);
 	dsync(label, "backward");
 }
@@ -783,8 +785,7 @@ static void run_case(int idx)
 	const ph_layer_ops *ops = load_layer(c->type);
 	/* Before any device pointer reaches it: a CPU-only layer would
 	 * dereference them on the host. */
-	ck_assert_msg(ops->devices & PH_DEV_CUDA, "%s: devices = 0x%x lacks PH_DEV_CUDA; is its CUDA twin linked in?",
-		      label, ops->devices);
+	ck_assert_msg(ph_layer_cuda_ops(ops), "%s: no CUDA hooks; is its CUDA twin linked in?", label);
 	const int loss = (ops->flags & PH_LAYER_LOSS) != 0;
 
 	/* The CPU reference: forward, then backward from zero gradients. */
@@ -912,7 +913,7 @@ static void run_case(int idx)
 	if (ph_layer_has_split_backward(ops)) {
 		zero_grads(&D, &H);
 		fill_const(D.dx, H.nx, NAN);
-		rc = ops->backward_input(D.state, &D.ctx, D.params, D.x, D.y, D.dy, D.dx, &e);
+		rc = ph_layer_backward_input(ops, D.state, D.ctx.batch, &D.ctx, D.params, D.x, D.y, D.dy, D.dx, &e);
 		ck_assert_msg(rc == PH_OK, "%s: backward_input: %s", label, e.msg);
 		dsync(label, "backward_input");
 		read_grads(&D, &H, g2);
@@ -920,7 +921,8 @@ static void run_case(int idx)
 			for (int64_t i = 0; i < H.pn[p]; i++)
 				ck_assert_msg(g2[p][i] == 0.0f, "%s: backward_input changed d%s[%lld] to %g", label,
 					      H.meta.params[p].name, (long long)i, (double)g2[p][i]);
-		rc = ops->backward_weight(D.state, &D.ctx, D.params, D.grads, D.x, D.y, D.dy, &e);
+		rc = ph_layer_backward_weight(ops, D.state, D.ctx.batch, &D.ctx, D.params, D.grads, D.x, D.y, D.dy,
+					      &e);
 		ck_assert_msg(rc == PH_OK, "%s: backward_weight: %s", label, e.msg);
 		dsync(label, "backward_weight");
 		d2h(gdx2, D.dx, (size_t)H.nx * sizeof(float));
@@ -954,7 +956,7 @@ static void run_case(int idx)
 
 	free_grad_bufs(g1), free_grad_bufs(g2), free_grad_bufs(two);
 	free(gy), free(gy2), free(gdx), free(gdx2);
-	ops->destroy(D.state);
+	ph_layer_destroy(ops, D.state);
 	dfree_all();
 	inst_close(&H);
 }
@@ -973,15 +975,15 @@ START_TEST(test_case_bf16)
 }
 END_TEST
 
-/* A CUDA build's layer claims the GPU (PH_LAYER_DEVICES, cuda_glue.h) and
- * keeps the CPU. */
+/* A CUDA build's layer has CUDA hooks (its twin linked in, plugin.h's
+ * PH_LAYER_TWIN) and keeps the CPU. */
 START_TEST(test_devices)
 {
 	const char *name = cuda_layers[_i];
 	const ph_layer_ops *ops = load_layer(name);
-	ck_assert_msg((ops->devices & (PH_DEV_CPU | PH_DEV_CUDA)) == (PH_DEV_CPU | PH_DEV_CUDA),
-		      "%s: devices = 0x%x; a CUDA build's layer must claim PH_DEV_CPU | PH_DEV_CUDA (0x%x)", name,
-		      ops->devices, PH_DEV_CPU | PH_DEV_CUDA);
+	ck_assert_msg((ph_layer_devices(ops) & (PH_DEV_CPU | PH_DEV_CUDA)) == (PH_DEV_CPU | PH_DEV_CUDA),
+		      "%s: devices = 0x%x; a CUDA build's layer must run on PH_DEV_CPU | PH_DEV_CUDA (0x%x)", name,
+		      ph_layer_devices(ops), PH_DEV_CPU | PH_DEV_CUDA);
 	int covered = 0;
 	for (int i = 0; i < NCASES; i++)
 		covered |= strcmp(cases[i].type, name) == 0;

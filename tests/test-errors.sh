@@ -34,6 +34,15 @@ expect_error "plugin missing a required hook" "plugin $tmp/missing_hook/missing_
 	-c "$tiny" --plugin-dir "$tmp/missing_hook"
 expect_error "a .so that is not a plugin" "$tmp/not_a_plugin/not_a_plugin.so is not a pipehost plugin" \
 	-c "$tiny" --plugin-dir "$tmp/not_a_plugin"
+for p in bad_twin_size bad_twin_hook bad_twin_split; do
+	mkdir -p "$tmp/$p" && cp "$TEST_PLUGIN_DIR/$p.so" "$tmp/$p/"
+done
+expect_error "CUDA hooks table too short" "plugin $tmp/bad_twin_size/bad_twin_size.so: layer 'twinned' has a 4-byte table of CUDA hooks, ABI 1 needs [0-9]+; set its struct_size" \
+	-c "$tiny" --plugin-dir "$tmp/bad_twin_size"
+expect_error "CUDA hooks without backward" "plugin $tmp/bad_twin_hook/bad_twin_hook.so: layer 'twinned' lacks the required CUDA backward hook" \
+	-c "$tiny" --plugin-dir "$tmp/bad_twin_hook"
+expect_error "CUDA hooks split unlike the layer" "plugin $tmp/bad_twin_split/bad_twin_split.so: layer 'twinned': its CUDA hooks lack backward_input and backward_weight, its own hooks have them; give both tables the split backward, or neither" \
+	-c "$tiny" --plugin-dir "$tmp/bad_twin_split"
 
 # flatten before the convolution: conv2d gets a vector
 awk '/^\[layer conv1\]/{print "[layer flat0]\ntype = flatten"} {print}' "$tiny" >"$tmp/shape.ini"

@@ -8,6 +8,9 @@
  *
  *     cc -shared -fPIC $(pkg-config --cflags pipehost) -o mylayer.so mylayer.c
  *
+ * A layer's CUDA twin, compiled with nvcc into the same module, includes
+ * <pipehost/cuda.h> and fills a ph_layer_device_ops (docs/plugins-cuda.md).
+ *
  * Contracts (see docs/design.md):
  *  - The host owns all memory.  Plugins get pointers to parameters, gradients,
  *    activations, saved state and scratch sized from their meta.
@@ -37,10 +40,12 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 3 /* 1.1: optional split backward (backward_input/weight)
+#define PH_ABI_MINOR 4 /* 1.1: optional split backward (backward_input/weight)
                        * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
                        *      gains device_scratch_bytes (see device.h)
-                       * 1.3: ph_gpu_api gains reuse_operand (device.h) */
+                       * 1.3: ph_gpu_api gains reuse_operand (device.h)
+                       * 1.4: ph_layer_ops gains `cuda`, the layer's CUDA hooks
+                       *      (ph_layer_device_ops), called by the host */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -182,9 +187,42 @@ typedef struct {
  * accumulation; tensors in memory and master weights stay fp32. */
 enum { PH_PREC_FP32 = 0, PH_PREC_BF16 = 1 };
 
+/* ABI 1.4: a layer's hooks for one device besides the CPU (its CUDA twin,
+ * in a file of its own compiled with nvcc; docs/plugins-cuda.md).  The
+ * same signatures and contracts as ph_layer_ops' hooks, on the state the
+ * layer's create() made; create(), destroy() and meta() are the layer's
+ * own, for every device.  The host calls these instead of the layer's own
+ * hooks when the layer runs on that device, after checking, as for every
+ * call, that ctx->batch lies in [0, max_batch].  Fields are only appended:
+ * struct_size tells the host which ones a twin has. */
+typedef struct ph_layer_device_ops {
+	uint32_t struct_size;   /* sizeof(ph_layer_device_ops), as built */
+	/* Required. */
+	int (*forward)(void *state, const ph_ctx *ctx, float *const *params,
+		       const float *x, float *y, ph_err *err);
+	int (*backward)(void *state, const ph_ctx *ctx, float *const *params,
+			float *const *grads, const float *x, const float *y,
+			const float *dy, float *dx, ph_err *err);
+	/* The split backward on this device: both exactly when the layer's
+	 * own hooks have them (the host plans the split once for every
+	 * device), neither otherwise. */
+	int (*backward_input)(void *state, const ph_ctx *ctx, float *const *params,
+			      const float *x, const float *y, const float *dy, float *dx,
+			      ph_err *err);
+	int (*backward_weight)(void *state, const ph_ctx *ctx, float *const *params,
+			       float *const *grads, const float *x, const float *y,
+			       const float *dy, ph_err *err);
+	/* Optional: free what these hooks attached to the state (descriptors,
+	 * device buffers made on a first call).  The host calls it just before
+	 * the layer's destroy(), from any thread, whether or not the device ran. */
+	void (*release)(void *state);
+} ph_layer_device_ops;
+
 typedef struct {
 	ph_ops_head head;
-	uint32_t devices;       /* PH_DEV_* this layer implements */
+	uint32_t devices;       /* PH_DEV_* this layer's own hooks implement (a
+				 * layer with `cuda` hooks need not list
+				 * PH_DEV_CUDA: the host adds it) */
 	uint32_t flags;         /* PH_LAYER_* */
 
 	/* Check the config against the input shape and build the state.
@@ -217,13 +255,43 @@ typedef struct {
 	int (*backward_weight)(void *state, const ph_ctx *ctx, float *const *params,
 			       float *const *grads, const float *x, const float *y,
 			       const float *dy, ph_err *err);
+
+	/* ---- ABI 1.4: optional ----
+	 * The layer's CUDA hooks, or NULL.  The usual way to fill it lets one
+	 * NAME.c serve a build with and without its twin NAME_cuda.cu:
+	 *     PH_LAYER_TWIN(NAME_cuda_ops);        (a weak reference)
+	 *     ... .cuda = &NAME_cuda_ops, ...
+	 * links to NULL when NAME_cuda.cu (which defines it with
+	 * PH_LAYER_CUDA_OPS, <pipehost/cuda.h>) is not linked in.  A layer
+	 * without it may still list PH_DEV_CUDA in devices and look at
+	 * ctx->device in its own hooks, as plugins of ABI 1.3 and older do. */
+	const ph_layer_device_ops *cuda;
 } ph_layer_ops;
+
+/* Declare a layer's device hooks, defined in another file (its CUDA twin),
+ * as a weak reference: &sym is NULL in a module built without that file.
+ * Hidden, so that it never binds to another module's symbol. */
+#define PH_LAYER_TWIN(sym) \
+	extern const ph_layer_device_ops sym __attribute__((weak, visibility("hidden")))
 
 /* Does a layer plugin (of any 1.x minor) provide the split backward? */
 static inline int ph_layer_has_split_backward(const ph_layer_ops *ops)
 {
 	return ops->head.struct_size >= offsetof(ph_layer_ops, backward_weight) + sizeof(void *) &&
 	       ops->backward_input && ops->backward_weight;
+}
+
+/* A layer's CUDA hooks: NULL for a plugin of ABI 1.3 or older, or one built
+ * without its twin. */
+static inline const ph_layer_device_ops *ph_layer_cuda_ops(const ph_layer_ops *ops)
+{
+	return ops->head.struct_size >= offsetof(ph_layer_ops, cuda) + sizeof(void *) ? ops->cuda : NULL;
+}
+
+/* The devices a layer runs on: its own hooks' and those it has hooks for. */
+static inline uint32_t ph_layer_devices(const ph_layer_ops *ops)
+{
+	return ops->devices | (ph_layer_cuda_ops(ops) ? (uint32_t)PH_DEV_CUDA : 0u);
 }
 
 /* ------------------------------------------------------------------ */

@@ -27,8 +27,8 @@
  * backward() runs the same code once with both outputs, so the results are
  * bitwise the same either way.
  *
- * On a GPU (PH_WITH_CUDA builds) the hooks hand over to attention_cuda.cu,
- * with the same saved layout; the core is attention_ops.cuh.
+ * On a GPU the host calls attention_cuda.cu's hooks (attention_cuda_ops)
+ * instead, with the same saved layout; the core is attention_ops.cuh.
  */
 #include <limits.h>
 #include <math.h>
@@ -39,17 +39,9 @@
 #include <pipehost/plugin.h>
 #define TF_WANT_ATTENTION 1
 #include "transformer_ops.h"
-#include "cuda_glue.h"
+#include "attention_state.h"
 
-#ifdef PH_WITH_CUDA
-/* attention_cuda.cu: the same layer on the GPU; the geometry as plain values
- * (rate, scale: tf_attn_geom's dropout fields) */
-int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale, int max_batch,
-			   float *const *params, const float *x, float *y, ph_err *err);
-int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale, int max_batch,
-			    float *const *params, float *const *grads, const float *x, const float *dy,
-			    float *dx, ph_err *err);
-#endif
+PH_LAYER_TWIN(attention_cuda_ops); /* attention_cuda.cu; NULL in a build without CUDA */
 
 typedef struct {
 	int64_t heads;
@@ -63,11 +55,6 @@ static const ph_option attention_options[] = {
 		      "dropout on the attention probabilities in training"),
 	PH_OPT_END
 };
-
-typedef struct {
-	tf_attn_geom g;
-	int max_batch;
-} attention_state;
 
 static int attention_create(const void *config, const ph_shape *in, int max_batch,
 			    void **state, ph_err *err)
@@ -143,13 +130,11 @@ static int attention_meta(const void *state, ph_layer_meta *m, ph_err *err)
 			 sizeof(float);
 	m->scratch_bytes = ((size_t)s->max_batch * s->g.T * 4 * s->g.d +
 			    2 * (size_t)s->g.T * s->g.T) * sizeof(float);
-#ifdef PH_WITH_CUDA
 	/* The GPU batches the heads of a sample: datt and dqkv as on the CPU,
 	 * then dP [heads, T, T], and Pd [heads, T, T] when there is dropout. */
 	m->device_scratch_bytes = ((size_t)s->max_batch * s->g.T * 4 * s->g.d +
 				   (size_t)s->g.H * s->g.T * s->g.T * (s->g.rate > 0.0f ? 2 : 1)) *
 				  sizeof(float);
-#endif
 	add_param(m, "qkv_weight", 3 * (int64_t)s->g.d, s->g.d);
 	add_param(m, "qkv_bias", 3 * (int64_t)s->g.d, 0);
 	add_param(m, "proj_weight", s->g.d, s->g.d);
@@ -159,9 +144,6 @@ static int attention_meta(const void *state, ph_layer_meta *m, ph_err *err)
 
 static int check_call(const attention_state *s, const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "attention: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
 		return ph_fail(err, PH_EINTERNAL, "attention: called without saved or scratch space");
 	return PH_OK;
@@ -181,11 +163,6 @@ static int attention_forward(void *state, const ph_ctx *ctx, float *const *param
 			     const float *x, float *y, ph_err *err)
 {
 	const attention_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return attention_cuda_forward(ctx, s->g.T, s->g.d, s->g.H, s->g.rate, s->g.scale, s->max_batch,
-					      params, x, y, err);
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
@@ -224,11 +201,6 @@ static int attention_bwd(const attention_state *s, const ph_ctx *ctx, float *con
 			 float *const *grads, const float *x, const float *dy, float *dx,
 			 ph_err *err)
 {
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return attention_cuda_backward(ctx, s->g.T, s->g.d, s->g.H, s->g.rate, s->g.scale, s->max_batch,
-					       params, grads, x, dy, dx, err);
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
@@ -287,7 +259,7 @@ static const ph_layer_ops attention_ops = {
 	.head = PH_HEAD(ph_layer_ops, "attention",
 			"causal multi-head self-attention over [T, d] with qkv and output projections",
 			attention_options, attention_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = attention_create,
 	.destroy = attention_destroy,
@@ -296,6 +268,7 @@ static const ph_layer_ops attention_ops = {
 	.backward = attention_backward,
 	.backward_input = attention_backward_input,
 	.backward_weight = attention_backward_weight,
+	.cuda = &attention_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

@@ -23,13 +23,11 @@
  */
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
+#include "attention_state.h"
 #include "flash_attention.cuh"
 
-static int check_call(const ph_ctx *ctx, int max_batch, ph_err *err)
+static int check_call(const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch < 0 || ctx->batch > max_batch)
-		return ph_fail(err, PH_EINTERNAL, "attention: batch %d outside [0, %d] given at create", ctx->batch,
-			       max_batch);
 	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
 		return ph_fail(err, PH_EINTERNAL, "attention: called without saved or scratch space");
 	if (ctx->batch > 0 && !ctx->gpu)
@@ -37,19 +35,21 @@ static int check_call(const ph_ctx *ctx, int max_batch, ph_err *err)
 	return PH_OK;
 }
 
-static ph_attn_geom make_geom(int T, int d, int H, float rate, float scale)
+static ph_attn_geom make_geom(const attention_state *s)
 {
-	ph_attn_geom g = { T, d, H, d / H, rate, scale };
+	ph_attn_geom g = { s->g.T, s->g.d, s->g.H, s->g.d / s->g.H, s->g.rate, s->g.scale };
 	return g;
 }
 
-extern "C" int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale,
-				      int max_batch, float *const *params, const float *x, float *y, ph_err *err)
+static int attention_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
+				  ph_err *err)
 {
-	int rc = check_call(ctx, max_batch, err);
+	int rc = check_call(ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
-	const ph_attn_geom g = make_geom(T, d, H, rate, scale);
+	const ph_attn_geom g = make_geom((const attention_state *)state);
+	const int T = g.T, d = g.d, H = g.H;
+	const float rate = g.rate;
 	const int B = ctx->batch, R = B * T;
 	float *qkv = (float *)ctx->saved;             /* [R, 3d] */
 	float *P = qkv + (size_t)R * 3 * d;           /* [B, H, T, T] */
@@ -80,14 +80,15 @@ extern "C" int attention_cuda_forward(const ph_ctx *ctx, int T, int d, int H, fl
  *   dqkv_weight  += dqkv^T x;   dqkv_bias  += colsum dqkv
  *   dx [R, d]    = dqkv qkv_weight
  */
-extern "C" int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, float rate, float scale,
-				       int max_batch, float *const *params, float *const *grads, const float *x,
-				       const float *dy, float *dx, ph_err *err)
+static int attention_bwd(const attention_state *s, const ph_ctx *ctx, float *const *params, float *const *grads,
+			 const float *x, const float *dy, float *dx, ph_err *err)
 {
-	int rc = check_call(ctx, max_batch, err);
+	int rc = check_call(ctx, err);
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
-	const ph_attn_geom g = make_geom(T, d, H, rate, scale);
+	const ph_attn_geom g = make_geom(s);
+	const int T = g.T, d = g.d, H = g.H;
+	const float rate = g.rate;
 	const int B = ctx->batch, R = B * T;
 	const float *qkv = (const float *)ctx->saved;
 	const float *P = qkv + (size_t)R * 3 * d;
@@ -123,3 +124,28 @@ extern "C" int attention_cuda_backward(const ph_ctx *ctx, int T, int d, int H, f
 		return ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[0], d, 0.0f, dx, d, err);
 	return PH_OK;
 }
+
+static int attention_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				   const float *x, const float *y, const float *dy, float *dx, ph_err *err)
+{
+	return attention_bwd((const attention_state *)state, ctx, params, grads, x, dy, dx, err);
+}
+
+static int attention_cuda_backward_input(void *state, const ph_ctx *ctx, float *const *params, const float *x,
+					 const float *y, const float *dy, float *dx, ph_err *err)
+{
+	return attention_bwd((const attention_state *)state, ctx, params, NULL, x, dy, dx, err);
+}
+
+static int attention_cuda_backward_weight(void *state, const ph_ctx *ctx, float *const *params,
+					  float *const *grads, const float *x, const float *y, const float *dy,
+					  ph_err *err)
+{
+	return attention_bwd((const attention_state *)state, ctx, params, grads, x, dy, NULL, err);
+}
+
+PH_LAYER_CUDA_OPS(attention_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+					  .forward = attention_cuda_forward,
+					  .backward = attention_cuda_backward,
+					  .backward_input = attention_cuda_backward_input,
+					  .backward_weight = attention_cuda_backward_weight };

@@ -40,8 +40,9 @@
  * Determinism: no threads of our own; every sum runs in a fixed order, and
  * the group size depends on max_batch only, not on the call.
  *
- * On a GPU (PH_WITH_CUDA builds) the hooks hand over to conv2d_cuda.cu
- * (cuDNN; its workspace is the device scratch, CONV2D_CUDA_WORKSPACE).
+ * On a GPU the host calls conv2d_cuda.cu's hooks (conv2d_cuda_ops) instead
+ * (cuDNN; its workspace is the device scratch, CONV2D_CUDA_WORKSPACE); its
+ * release() frees the cuDNN descriptors they hang on the state.
  */
 #include <limits.h>
 #include <math.h>
@@ -52,7 +53,8 @@
 #include <pipehost/plugin.h>
 
 #include "conv2d_state.h"
-#include "cuda_glue.h"
+
+PH_LAYER_TWIN(conv2d_cuda_ops); /* conv2d_cuda.cu; NULL in a build without CUDA */
 
 typedef struct {
 	int64_t filters, kernel, stride, padding;
@@ -129,7 +131,7 @@ static int conv2d_create(const void *config, const ph_shape *in, int max_batch,
 	*s = (conv2d_state){ .C = (int)C, .H = (int)H, .W = (int)W, .F = (int)cfg->filters,
 			     .k = (int)k, .s = (int)st, .p = (int)p, .OH = (int)OH, .OW = (int)OW,
 			     .ckk = (int)ckk, .ohw = (int)ohw, .bias = cfg->bias,
-			     .max_batch = max_batch, .group = (int)group,
+			     .group = (int)group,
 			     .scratch = (size_t)group * per_sample };
 	*state = s;
 	return PH_OK;
@@ -137,10 +139,6 @@ static int conv2d_create(const void *config, const ph_shape *in, int max_batch,
 
 static void conv2d_destroy(void *state)
 {
-#ifdef PH_WITH_CUDA
-	if (state)
-		conv2d_cuda_release(state);
-#endif
 	free(state);
 }
 
@@ -169,10 +167,8 @@ static int conv2d_meta(const void *state, ph_layer_meta *m, ph_err *err)
 		bd->no_decay = 1;
 	}
 	m->scratch_bytes = s->scratch;
-#ifdef PH_WITH_CUDA
 	/* On a GPU: cuDNN's workspace instead of im2col's columns. */
 	m->device_scratch_bytes = CONV2D_CUDA_WORKSPACE;
-#endif
 	return PH_OK;
 }
 
@@ -348,9 +344,6 @@ static void col2im_add(const conv2d_state *s, float *dcol, size_t ld, float *res
 
 static int check_call(const conv2d_state *s, const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "conv2d: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (!ctx->scratch && ctx->batch > 0)
 		return ph_fail(err, PH_EINTERNAL, "conv2d: no scratch buffer (meta asked for %zu bytes)",
 			       s->scratch);
@@ -368,10 +361,6 @@ static int conv2d_forward(void *state, const ph_ctx *ctx, float *const *params,
 			  const float *x, float *y, ph_err *err)
 {
 	const conv2d_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return conv2d_cuda_forward(state, ctx, params, x, y, err);
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
@@ -430,10 +419,6 @@ static int conv2d_backward_weight(void *state, const ph_ctx *ctx, float *const *
 				  const float *dy, ph_err *err)
 {
 	const conv2d_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return conv2d_cuda_backward_weight(state, ctx, grads, x, dy, err);
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
@@ -466,10 +451,6 @@ static int conv2d_backward_input(void *state, const ph_ctx *ctx, float *const *p
 				 ph_err *err)
 {
 	const conv2d_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return conv2d_cuda_backward_input(state, ctx, params, dy, dx, err);
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || !dx)
 		return rc;
@@ -505,7 +486,7 @@ static const ph_layer_ops conv2d_ops = {
 	.head = PH_HEAD(ph_layer_ops, "conv2d",
 			"2-D convolution over [channels, height, width] (im2col + gemm)",
 			conv2d_options, conv2d_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = conv2d_create,
 	.destroy = conv2d_destroy,
@@ -514,6 +495,7 @@ static const ph_layer_ops conv2d_ops = {
 	.backward = conv2d_backward,
 	.backward_input = conv2d_backward_input,
 	.backward_weight = conv2d_backward_weight,
+	.cuda = &conv2d_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

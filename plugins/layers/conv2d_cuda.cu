@@ -131,8 +131,10 @@ static void release(conv2d_cuda *c)
 	free(c);
 }
 
-extern "C" void conv2d_cuda_release(conv2d_state *s)
+/* ph_layer_device_ops.release: the descriptors (host-side calls only; any thread). */
+static void conv2d_cuda_release(void *state)
 {
+	conv2d_state *s = (conv2d_state *)state;
 	release((conv2d_cuda *)s->cuda);
 	s->cuda = NULL;
 }
@@ -292,14 +294,6 @@ static int pick(conv2d_cuda *c, const ph_ctx *ctx, int d, ph_err *err)
 	return pick_from(c, ctx, d, p, n, err);
 }
 
-static int check_call(const conv2d_state *s, const ph_ctx *ctx, ph_err *err)
-{
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "conv2d: batch %d outside [0, %d] given at create", ctx->batch,
-			       s->max_batch);
-	return PH_OK;
-}
-
 /* The workspace: the layer's device scratch, which meta sized to the cap. */
 static int workspace(const ph_ctx *ctx, size_t bytes, void **ws, ph_err *err)
 {
@@ -333,14 +327,15 @@ static int ready(conv2d_state *s, const ph_ctx *ctx, int d, conv2d_cuda **out, v
 /* Entry points.                                                       */
 
 /* y [B, F, OH, OW] = conv(x, W) (+ b) */
-extern "C" int conv2d_cuda_forward(conv2d_state *s, const ph_ctx *ctx, float *const *params, const float *x,
-				   float *y, ph_err *err)
+static int conv2d_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
+			       ph_err *err)
 {
+	conv2d_state *s = (conv2d_state *)state;
 	conv2d_cuda *c = NULL;
 	void *ws = NULL;
-	int rc = check_call(s, ctx, err);
-	if (rc || ctx->batch == 0)
-		return rc;
+	int rc;
+	if (ctx->batch == 0)
+		return PH_OK;
 	if ((rc = ready(s, ctx, CONV2D_FWD, &c, &ws, err)))
 		return rc;
 	const conv2d_algo *a = &c->algo[CONV2D_FWD];
@@ -358,14 +353,15 @@ extern "C" int conv2d_cuda_forward(conv2d_state *s, const ph_ctx *ctx, float *co
 }
 
 /* The I half: dx [B, C, H, W] = conv^T(dy, W), overwritten (beta = 0). */
-extern "C" int conv2d_cuda_backward_input(conv2d_state *s, const ph_ctx *ctx, float *const *params,
-					  const float *dy, float *dx, ph_err *err)
+static int conv2d_cuda_backward_input(void *state, const ph_ctx *ctx, float *const *params, const float *x,
+				      const float *y, const float *dy, float *dx, ph_err *err)
 {
+	conv2d_state *s = (conv2d_state *)state;
 	conv2d_cuda *c = NULL;
 	void *ws = NULL;
-	int rc = check_call(s, ctx, err);
-	if (rc || ctx->batch == 0 || !dx)
-		return rc;
+	int rc;
+	if (ctx->batch == 0 || !dx)
+		return PH_OK;
 	if ((rc = ready(s, ctx, CONV2D_DATA, &c, &ws, err)))
 		return rc;
 	const conv2d_algo *a = &c->algo[CONV2D_DATA];
@@ -377,14 +373,15 @@ extern "C" int conv2d_cuda_backward_input(conv2d_state *s, const ph_ctx *ctx, fl
 }
 
 /* The W half: dW += filter gradient (beta = 1), db += per-filter sums of dy. */
-extern "C" int conv2d_cuda_backward_weight(conv2d_state *s, const ph_ctx *ctx, float *const *grads,
-					   const float *x, const float *dy, ph_err *err)
+static int conv2d_cuda_backward_weight(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				       const float *x, const float *y, const float *dy, ph_err *err)
 {
+	conv2d_state *s = (conv2d_state *)state;
 	conv2d_cuda *c = NULL;
 	void *ws = NULL;
-	int rc = check_call(s, ctx, err);
-	if (rc || ctx->batch == 0)
-		return rc;
+	int rc;
+	if (ctx->batch == 0)
+		return PH_OK;
 	if ((rc = ready(s, ctx, CONV2D_FILT, &c, &ws, err)))
 		return rc;
 	const conv2d_algo *a = &c->algo[CONV2D_FILT];
@@ -400,3 +397,18 @@ extern "C" int conv2d_cuda_backward_weight(conv2d_state *s, const ph_ctx *ctx, f
 	}
 	return PH_OK;
 }
+
+/* The W half, then the I half, as conv2d.c's backward. */
+static int conv2d_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				const float *x, const float *y, const float *dy, float *dx, ph_err *err)
+{
+	int rc = conv2d_cuda_backward_weight(state, ctx, params, grads, x, y, dy, err);
+	return rc ? rc : conv2d_cuda_backward_input(state, ctx, params, x, y, dy, dx, err);
+}
+
+PH_LAYER_CUDA_OPS(conv2d_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+				       .forward = conv2d_cuda_forward,
+				       .backward = conv2d_cuda_backward,
+				       .backward_input = conv2d_cuda_backward_input,
+				       .backward_weight = conv2d_cuda_backward_weight,
+				       .release = conv2d_cuda_release };

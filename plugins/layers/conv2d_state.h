@@ -17,7 +17,6 @@ typedef struct {
 	int ckk;         /* rows of the column matrix: C*k*k */
 	int ohw;         /* columns per sample of the column matrix: P = OH*OW */
 	int bias;
-	int max_batch;
 	int group;       /* G: samples per gemm, 1..max(max_batch, 1) */
 	size_t scratch;  /* bytes: (CKK + F) * G * P floats */
 	void *cuda;      /* conv2d_cuda.cu's cuDNN descriptors, made on the first
@@ -27,17 +26,6 @@ typedef struct {
 /* cuDNN workspace on a GPU, the layer's device scratch: algorithms that
  * need more are passed over. */
 #define CONV2D_CUDA_WORKSPACE ((size_t)64 << 20)
-
-#ifdef PH_WITH_CUDA
-int conv2d_cuda_forward(conv2d_state *s, const ph_ctx *ctx, float *const *params, const float *x, float *y,
-			ph_err *err);
-int conv2d_cuda_backward_input(conv2d_state *s, const ph_ctx *ctx, float *const *params, const float *dy,
-			       float *dx, ph_err *err);
-int conv2d_cuda_backward_weight(conv2d_state *s, const ph_ctx *ctx, float *const *grads, const float *x,
-				const float *dy, ph_err *err);
-/* Destroy the descriptors (host-side calls only; any thread). */
-void conv2d_cuda_release(conv2d_state *s);
-#endif
 
 #ifdef __cplusplus
 }

@@ -19,13 +19,9 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "dropout_state.h"
 
-#ifdef PH_WITH_CUDA /* dropout_cuda.cu */
-int dropout_cuda_apply(const ph_ctx *ctx, float rate, float scale, const float *in, float *out,
-		       int64_t n, ph_err *err);
-int dropout_cuda_copy(const ph_ctx *ctx, const float *in, float *out, int64_t n, ph_err *err);
-#endif
+PH_LAYER_TWIN(dropout_cuda_ops); /* dropout_cuda.cu; NULL in a build without CUDA */
 
 typedef struct {
 	double rate;
@@ -37,13 +33,6 @@ static const ph_option dropout_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	ph_shape shape;
-	int64_t numel;  /* per sample */
-	float rate;     /* threshold on the uniform draw */
-	float scale;    /* 1 / (1 - rate) */
-	int max_batch;
-} dropout_state;
 
 static int dropout_create(const void *config, const ph_shape *in, int max_batch,
 			  void **state, ph_err *err)
@@ -65,7 +54,6 @@ static int dropout_create(const void *config, const ph_shape *in, int max_batch,
 	s->numel = ph_shape_numel(in);
 	s->rate = (float)cfg->rate;
 	s->scale = (float)(1.0 / (1.0 - cfg->rate));
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -104,16 +92,7 @@ static int dropout_forward(void *state, const ph_ctx *ctx, float *const *params,
 			   const float *x, float *y, ph_err *err)
 {
 	const dropout_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "dropout: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	const int64_t n = ctx->batch * s->numel;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return !ctx->training || s->rate == 0.0f
-			       ? dropout_cuda_copy(ctx, x, y, n, err)
-			       : dropout_cuda_apply(ctx, s->rate, s->scale, x, y, n, err);
-#endif
 	if (!ctx->training || s->rate == 0.0f) {
 		if (y != x)
 			memcpy(y, x, (size_t)n * sizeof *y);
@@ -129,18 +108,9 @@ static int dropout_backward(void *state, const ph_ctx *ctx, float *const *params
 			    const float *dy, float *dx, ph_err *err)
 {
 	const dropout_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "dropout: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (!dx)
 		return PH_OK;
 	const int64_t n = ctx->batch * s->numel;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return !ctx->training || s->rate == 0.0f
-			       ? dropout_cuda_copy(ctx, dy, dx, n, err)
-			       : dropout_cuda_apply(ctx, s->rate, s->scale, dy, dx, n, err);
-#endif
 	if (!ctx->training || s->rate == 0.0f) {
 		if (dx != dy)
 			memcpy(dx, dy, (size_t)n * sizeof *dx);
@@ -154,13 +124,14 @@ static const ph_layer_ops dropout_ops = {
 	.head = PH_HEAD(ph_layer_ops, "dropout",
 			"inverted dropout; the mask is keyed by (seed, step, micro-batch, layer)",
 			dropout_options, dropout_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = dropout_create,
 	.destroy = dropout_destroy,
 	.meta = dropout_meta,
 	.forward = dropout_forward,
 	.backward = dropout_backward,
+	.cuda = &dropout_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

@@ -4,8 +4,9 @@
  * forward maps x -> y, backward dy -> dx with the mask drawn again.  The
  * kernel is cuda_ops.cuh's (one Philox call per four elements). */
 #include "cuda_ops.cuh"
+#include "dropout_state.h"
 
-extern "C" int dropout_cuda_apply(const ph_ctx *ctx, float rate, float scale, const float *in,
+static int dropout_cuda_apply(const ph_ctx *ctx, float rate, float scale, const float *in,
 				  float *out, int64_t n, ph_err *err)
 {
 	if (n <= 0)
@@ -16,7 +17,7 @@ extern "C" int dropout_cuda_apply(const ph_ctx *ctx, float rate, float scale, co
 }
 
 /* eval, or rate 0: out = in (skipped in place) */
-extern "C" int dropout_cuda_copy(const ph_ctx *ctx, const float *in, float *out, int64_t n,
+static int dropout_cuda_copy(const ph_ctx *ctx, const float *in, float *out, int64_t n,
 				 ph_err *err)
 {
 	if (n <= 0 || out == in)
@@ -25,3 +26,27 @@ extern "C" int dropout_cuda_copy(const ph_ctx *ctx, const float *in, float *out,
 					 PH_STREAM(ctx)));
 	return PH_OK;
 }
+
+/* out = mask(in) in training, in otherwise: x -> y forward, dy -> dx backward */
+static int dropout_cuda_map(const dropout_state *s, const ph_ctx *ctx, const float *in, float *out, ph_err *err)
+{
+	const int64_t n = ctx->batch * s->numel;
+	return !ctx->training || s->rate == 0.0f ? dropout_cuda_copy(ctx, in, out, n, err)
+						 : dropout_cuda_apply(ctx, s->rate, s->scale, in, out, n, err);
+}
+
+static int dropout_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
+				ph_err *err)
+{
+	return dropout_cuda_map((const dropout_state *)state, ctx, x, y, err);
+}
+
+static int dropout_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				 const float *x, const float *y, const float *dy, float *dx, ph_err *err)
+{
+	return dx ? dropout_cuda_map((const dropout_state *)state, ctx, dy, dx, err) : PH_OK;
+}
+
+PH_LAYER_CUDA_OPS(dropout_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+					.forward = dropout_cuda_forward,
+					.backward = dropout_cuda_backward };

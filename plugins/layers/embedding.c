@@ -18,15 +18,11 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "embedding_state.h"
 
-#ifdef PH_WITH_CUDA /* embedding_cuda.cu; the ids stay on the device, unchecked (bad ones give NaN) */
-int embedding_cuda_forward(const ph_ctx *ctx, int T, int vocab, int D, float *const *params,
-			   const float *x, float *y, ph_err *err);
-int embedding_cuda_backward_input(const ph_ctx *ctx, int T, float *dx, ph_err *err);
-int embedding_cuda_backward_weight(const ph_ctx *ctx, int T, int vocab, int D, float *const *grads,
-				   const float *x, const float *dy, ph_err *err);
-#endif
+/* embedding_cuda.cu; NULL in a build without CUDA.  Its ids stay on the
+ * device, unchecked (bad ones give NaN). */
+PH_LAYER_TWIN(embedding_cuda_ops);
 
 typedef struct {
 	int64_t vocab, dim;
@@ -40,10 +36,6 @@ static const ph_option embedding_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	int T, vocab, dim;
-	int max_batch;
-} embedding_state;
 
 static int embedding_create(const void *config, const ph_shape *in, int max_batch,
 			    void **state, ph_err *err)
@@ -72,7 +64,6 @@ static int embedding_create(const void *config, const ph_shape *in, int max_batc
 	s->T = (int)in->d[0];
 	s->vocab = (int)cfg->vocab;
 	s->dim = (int)cfg->dim;
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -104,22 +95,9 @@ static int embedding_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	return PH_OK;
 }
 
-/* The call's batch (host-side: also what a CUDA call checks; its ids are
- * device memory). */
-static int check_batch(const embedding_state *s, const ph_ctx *ctx, ph_err *err)
-{
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "embedding: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-	return PH_OK;
-}
-
-/* Check the call and every id before touching any output. */
+/* Check every id before touching any output. */
 static int check_call(const embedding_state *s, const ph_ctx *ctx, const float *x, ph_err *err)
 {
-	int rc = check_batch(s, ctx, err);
-	if (rc)
-		return rc;
 	for (int b = 0; b < ctx->batch; b++)
 		for (int t = 0; t < s->T; t++) {
 			float v = x[(size_t)b * s->T + t];
@@ -135,12 +113,6 @@ static int embedding_forward(void *state, const ph_ctx *ctx, float *const *param
 			     const float *x, float *y, ph_err *err)
 {
 	const embedding_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		int rc = check_batch(s, ctx, err);
-		return rc ? rc : embedding_cuda_forward(ctx, s->T, s->vocab, s->dim, params, x, y, err);
-	}
-#endif
 	int rc = check_call(s, ctx, x, err);
 	if (rc)
 		return rc;
@@ -162,12 +134,6 @@ static int embedding_backward_input(void *state, const ph_ctx *ctx, float *const
 				    ph_err *err)
 {
 	const embedding_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		int rc = check_batch(s, ctx, err);
-		return rc ? rc : embedding_cuda_backward_input(ctx, s->T, dx, err);
-	}
-#endif
 	int rc = check_call(s, ctx, x, err);
 	if (rc || !dx)
 		return rc;
@@ -181,13 +147,6 @@ static int embedding_backward_weight(void *state, const ph_ctx *ctx, float *cons
 				     const float *dy, ph_err *err)
 {
 	const embedding_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		int rc = check_batch(s, ctx, err);
-		return rc ? rc
-			  : embedding_cuda_backward_weight(ctx, s->T, s->vocab, s->dim, grads, x, dy, err);
-	}
-#endif
 	int rc = check_call(s, ctx, x, err);
 	if (rc)
 		return rc;
@@ -217,7 +176,7 @@ static const ph_layer_ops embedding_ops = {
 	.head = PH_HEAD(ph_layer_ops, "embedding",
 			"token + learned position embedding: [T] float token ids -> [T, dim]",
 			embedding_options, embedding_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = embedding_create,
 	.destroy = embedding_destroy,
@@ -226,6 +185,7 @@ static const ph_layer_ops embedding_ops = {
 	.backward = embedding_backward,
 	.backward_input = embedding_backward_input,
 	.backward_weight = embedding_backward_weight,
+	.cuda = &embedding_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

@@ -21,6 +21,7 @@
 #include <math.h>
 
 #include "cuda_common.cuh"
+#include "embedding_state.h"
 
 #define EMB_THREADS 256
 
@@ -124,9 +125,11 @@ static int emb_check(int64_t N, ph_err *err)
 	return PH_OK;
 }
 
-extern "C" int embedding_cuda_forward(const ph_ctx *ctx, int T, int vocab, int D, float *const *params,
-				      const float *x, float *y, ph_err *err)
+static int embedding_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
+				  ph_err *err)
 {
+	const embedding_state *s = (const embedding_state *)state;
+	const int T = s->T, vocab = s->vocab, D = s->dim;
 	const int64_t N = (int64_t)ctx->batch * T;
 	int rc = emb_check(N, err);
 	if (rc || N <= 0)
@@ -139,8 +142,10 @@ extern "C" int embedding_cuda_forward(const ph_ctx *ctx, int T, int vocab, int D
 }
 
 /* dx = 0 (skipped when NULL) */
-extern "C" int embedding_cuda_backward_input(const ph_ctx *ctx, int T, float *dx, ph_err *err)
+static int embedding_cuda_backward_input(void *state, const ph_ctx *ctx, float *const *params, const float *x,
+					 const float *y, const float *dy, float *dx, ph_err *err)
 {
+	const int T = ((const embedding_state *)state)->T;
 	const int64_t N = (int64_t)ctx->batch * T;
 	if (!dx || N <= 0)
 		return PH_OK;
@@ -149,10 +154,12 @@ extern "C" int embedding_cuda_backward_input(const ph_ctx *ctx, int T, float *dx
 }
 
 /* grads[0] (tokens) +=, grads[1] (positions) +=; ctx->scratch: vocab int32 */
-extern "C" int embedding_cuda_backward_weight(const ph_ctx *ctx, int T, int vocab, int D,
-					      float *const *grads, const float *x, const float *dy,
-					      ph_err *err)
+static int embedding_cuda_backward_weight(void *state, const ph_ctx *ctx, float *const *params,
+					  float *const *grads, const float *x, const float *y, const float *dy,
+					  ph_err *err)
 {
+	const embedding_state *s = (const embedding_state *)state;
+	const int T = s->T, vocab = s->vocab, D = s->dim;
 	const int64_t N = (int64_t)ctx->batch * T;
 	int rc = emb_check(N, err);
 	if (rc || N <= 0)
@@ -172,3 +179,17 @@ extern "C" int embedding_cuda_backward_weight(const ph_ctx *ctx, int T, int voca
 	PH_CUDA_CHECK_LAUNCH(err, "embedding: backward (positions)");
 	return PH_OK;
 }
+
+/* The weight half, then the input half, as embedding.c's backward. */
+static int embedding_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				   const float *x, const float *y, const float *dy, float *dx, ph_err *err)
+{
+	int rc = embedding_cuda_backward_weight(state, ctx, params, grads, x, y, dy, err);
+	return rc ? rc : embedding_cuda_backward_input(state, ctx, params, x, y, dy, dx, err);
+}
+
+PH_LAYER_CUDA_OPS(embedding_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+					  .forward = embedding_cuda_forward,
+					  .backward = embedding_cuda_backward,
+					  .backward_input = embedding_cuda_backward_input,
+					  .backward_weight = embedding_cuda_backward_weight };

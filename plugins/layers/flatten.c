@@ -8,16 +8,9 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "flatten_state.h"
 
-#ifdef PH_WITH_CUDA /* flatten_cuda.cu: dst = src, n floats, skipped when dst == src */
-int flatten_cuda_copy(const ph_ctx *ctx, const float *src, float *dst, int64_t n, ph_err *err);
-#endif
-
-typedef struct {
-	int64_t numel;  /* per sample */
-	int max_batch;
-} flatten_state;
+PH_LAYER_TWIN(flatten_cuda_ops); /* flatten_cuda.cu; NULL in a build without CUDA */
 
 static int flatten_create(const void *config, const ph_shape *in, int max_batch,
 			  void **state, ph_err *err)
@@ -33,7 +26,6 @@ static int flatten_create(const void *config, const ph_shape *in, int max_batch,
 	if (!s)
 		return ph_fail(err, PH_ENOMEM, "flatten: out of memory");
 	s->numel = ph_shape_numel(in);
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -55,13 +47,6 @@ static int flatten_forward(void *state, const ph_ctx *ctx, float *const *params,
 			   const float *x, float *y, ph_err *err)
 {
 	const flatten_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "flatten: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return flatten_cuda_copy(ctx, x, y, ctx->batch * s->numel, err);
-#endif
 	if (y != x)
 		memcpy(y, x, (size_t)(ctx->batch * s->numel) * sizeof *y);
 	return PH_OK;
@@ -72,13 +57,6 @@ static int flatten_backward(void *state, const ph_ctx *ctx, float *const *params
 			    const float *dy, float *dx, ph_err *err)
 {
 	const flatten_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "flatten: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return dx ? flatten_cuda_copy(ctx, dy, dx, ctx->batch * s->numel, err) : PH_OK;
-#endif
 	if (dx && dx != dy)
 		memcpy(dx, dy, (size_t)(ctx->batch * s->numel) * sizeof *dx);
 	return PH_OK;
@@ -87,13 +65,14 @@ static int flatten_backward(void *state, const ph_ctx *ctx, float *const *params
 static const ph_layer_ops flatten_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "flatten",
 			      "reshape each sample to one dimension ([C,H,W] -> [C*H*W])"),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = flatten_create,
 	.destroy = flatten_destroy,
 	.meta = flatten_meta,
 	.forward = flatten_forward,
 	.backward = flatten_backward,
+	.cuda = &flatten_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

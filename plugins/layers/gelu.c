@@ -11,20 +11,10 @@
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "gelu_state.h"
 #include "transformer_ops.h"
 
-#ifdef PH_WITH_CUDA /* gelu_cuda.cu */
-int gelu_cuda_forward(const ph_ctx *ctx, const float *x, float *y, int64_t n, ph_err *err);
-int gelu_cuda_backward(const ph_ctx *ctx, const float *x, const float *dy, float *dx, int64_t n,
-		       ph_err *err);
-#endif
-
-typedef struct {
-	ph_shape shape;
-	int64_t numel;
-	int max_batch;
-} gelu_state;
+PH_LAYER_TWIN(gelu_cuda_ops); /* gelu_cuda.cu; NULL in a build without CUDA */
 
 static int gelu_create(const void *config, const ph_shape *in, int max_batch, void **state,
 		       ph_err *err)
@@ -41,7 +31,6 @@ static int gelu_create(const void *config, const ph_shape *in, int max_batch, vo
 		return ph_fail(err, PH_ENOMEM, "gelu: out of memory");
 	s->shape = *in;
 	s->numel = ph_shape_numel(in);
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -65,13 +54,6 @@ static int gelu_forward(void *state, const ph_ctx *ctx, float *const *params, co
 			float *y, ph_err *err)
 {
 	const gelu_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "gelu: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return gelu_cuda_forward(ctx, x, y, ctx->batch * s->numel, err);
-#endif
 	tf_gelu_forward(x, y, ctx->batch * s->numel);
 	return PH_OK;
 }
@@ -81,13 +63,6 @@ static int gelu_backward(void *state, const ph_ctx *ctx, float *const *params,
 			 float *dx, ph_err *err)
 {
 	const gelu_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "gelu: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return gelu_cuda_backward(ctx, x, dy, dx, ctx->batch * s->numel, err);
-#endif
 	if (dx)
 		tf_gelu_backward(x, dy, dx, ctx->batch * s->numel);
 	return PH_OK;
@@ -96,13 +71,14 @@ static int gelu_backward(void *state, const ph_ctx *ctx, float *const *params,
 static const ph_layer_ops gelu_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "gelu",
 			      "GELU activation, tanh approximation (GPT-2)"),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = gelu_create,
 	.destroy = gelu_destroy,
 	.meta = gelu_meta,
 	.forward = gelu_forward,
 	.backward = gelu_backward,
+	.cuda = &gelu_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

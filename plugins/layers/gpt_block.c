@@ -45,8 +45,8 @@
  * gradients, the input half only finishes dx through ln1.  backward() runs
  * the same code once with both, so the results are bitwise the same.
  *
- * On a GPU (PH_WITH_CUDA builds) the hooks hand over to gpt_block_cuda.cu,
- * with the same saved layout, keys and sites (gpt_block_state.h).
+ * On a GPU the host calls gpt_block_cuda.cu's hooks (gpt_block_cuda_ops)
+ * instead, with the same saved layout, keys and sites (gpt_block_state.h).
  */
 #include <limits.h>
 #include <math.h>
@@ -57,8 +57,9 @@
 #include <pipehost/plugin.h>
 #define TF_WANT_ATTENTION 1
 #include "transformer_ops.h"
-#include "cuda_glue.h"
-#include "gpt_block_state.h" /* GPT_LN_EPS, GPT_SITE_*; the CUDA twin's entry points */
+#include "gpt_block_state.h" /* gpt_state, GPT_LN_EPS, GPT_SITE_* */
+
+PH_LAYER_TWIN(gpt_block_cuda_ops); /* gpt_block_cuda.cu; NULL in a build without CUDA */
 
 typedef struct {
 	int64_t heads;
@@ -75,12 +76,6 @@ static const ph_option gpt_block_options[] = {
 		    "hidden width of the MLP as a multiple of the model dimension"),
 	PH_OPT_END
 };
-
-typedef struct {
-	tf_attn_geom g; /* T, d, heads, rate, scale */
-	int r;          /* mlp_ratio */
-	int max_batch;
-} gpt_state;
 
 enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS, P_COUNT };
 
@@ -178,14 +173,12 @@ static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	m->bwd_flops = 2.0 * m->fwd_flops;
 	m->saved_bytes = saved_floats(s) * sizeof(float);
 	m->scratch_bytes = scratch_floats(s) * sizeof(float);
-#ifdef PH_WITH_CUDA
 	/* The GPU batches the heads of a sample: backward's [R, d] and [R, rd]
 	 * buffers as on the CPU, then dP [heads, T, T], and Pd [heads, T, T]
 	 * when there is dropout (forward needs [R, d] and Pd). */
 	m->device_scratch_bytes = ((size_t)s->max_batch * s->g.T * s->g.d * (7 + (size_t)s->r) +
 				   (size_t)s->g.H * s->g.T * s->g.T * (s->g.rate > 0.0f ? 2 : 1)) *
 				  sizeof(float);
-#endif
 	const int64_t D = s->g.d, rd = (int64_t)s->r * s->g.d;
 	add_param(m, "ln_weight", 2, 2, D, PH_INIT_ONES, 0, 1);
 	add_param(m, "ln_bias", 2, 2, D, PH_INIT_ZEROS, 0, 1);
@@ -199,9 +192,6 @@ static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
 
 static int check_call(const gpt_state *s, const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "gpt_block: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
 		return ph_fail(err, PH_EINTERNAL, "gpt_block: called without saved or scratch space");
 	return PH_OK;
@@ -231,16 +221,6 @@ static gpt_saved saved_views(const gpt_state *s, const ph_ctx *ctx)
 	v.g = v.u + R * r * d;
 	return v;
 }
-
-#ifdef PH_WITH_CUDA
-/* The geometry for gpt_block_cuda.cu. */
-static gpt_block_dims cuda_dims(const gpt_state *s)
-{
-	gpt_block_dims g = { .T = s->g.T, .d = s->g.d, .H = s->g.H, .hd = s->g.hd, .r = s->r,
-			     .max_batch = s->max_batch, .rate = s->g.rate, .scale = s->g.scale };
-	return g;
-}
-#endif
 
 static uint64_t site_key(const ph_ctx *ctx, uint64_t site)
 {
@@ -280,12 +260,6 @@ static int gpt_forward(void *state, const ph_ctx *ctx, float *const *params, con
 		       float *y, ph_err *err)
 {
 	const gpt_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		const gpt_block_dims g = cuda_dims(s);
-		return gpt_block_cuda_forward(&g, ctx, params, x, y, err);
-	}
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
@@ -336,12 +310,6 @@ static void add_colsum(float *acc, const float *m, int rows, int n)
 static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 		   float *const *grads, const float *x, const float *dy, float *dx, ph_err *err)
 {
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		const gpt_block_dims g = cuda_dims(s);
-		return gpt_block_cuda_backward(&g, ctx, params, grads, x, dy, dx, err);
-	}
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
@@ -439,7 +407,7 @@ static const ph_layer_ops gpt_block_ops = {
 	.head = PH_HEAD(ph_layer_ops, "gpt_block",
 			"GPT-2 pre-LN transformer block over [T, d]: causal attention and a gelu MLP",
 			gpt_block_options, gpt_block_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = gpt_create,
 	.destroy = gpt_destroy,
@@ -448,6 +416,7 @@ static const ph_layer_ops gpt_block_ops = {
 	.backward = gpt_backward,
 	.backward_input = gpt_backward_input,
 	.backward_weight = gpt_backward_weight,
+	.cuda = &gpt_block_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

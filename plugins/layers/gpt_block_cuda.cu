@@ -35,13 +35,25 @@
 #include "flash_attention.cuh"
 #include "gpt_block_state.h"
 
+/* The geometry as plain values, from the state gpt_block.c made. */
+typedef struct {
+	int T, d, H, hd; /* sequence, model width, heads, head width */
+	int r;           /* mlp_ratio */
+	float rate;      /* dropout, as (float)option */
+	float scale;     /* (float)(1 / (1 - option)) */
+} gpt_block_dims;
+
+static gpt_block_dims dims_of(const void *state)
+{
+	const gpt_state *s = (const gpt_state *)state;
+	gpt_block_dims g = { s->g.T, s->g.d, s->g.H, s->g.hd, s->r, s->g.rate, s->g.scale };
+	return g;
+}
+
 enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS };
 
-static int check_call(const gpt_block_dims *g, const ph_ctx *ctx, ph_err *err)
+static int check_call(const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch < 0 || ctx->batch > g->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "gpt_block: batch %d outside [0, %d] given at create", ctx->batch,
-			       g->max_batch);
 	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
 		return ph_fail(err, PH_EINTERNAL, "gpt_block: called without saved or scratch space");
 	if (ctx->batch > 0 && !ctx->gpu)
@@ -164,10 +176,10 @@ static int dw_acc(const ph_ctx *ctx, int a16, int M, int N, int K, const float *
 	return ph_gemm(ctx, 1, 0, N, K, M, 1.0f, dy, N, (const float *)x, K, 1.0f, dW, K, err);
 }
 
-extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
+static int gpt_block_fwd(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
 				      const float *x, float *y, ph_err *err)
 {
-	int rc = check_call(g, ctx, err);
+	int rc = check_call(ctx, err);
 	if (rc || ctx->batch == 0)
 		return rc;
 	const cudaStream_t st = PH_STREAM(ctx);
@@ -237,10 +249,10 @@ extern "C" int gpt_block_cuda_forward(const gpt_block_dims *g, const ph_ctx *ctx
  * Without dropout the residual masks are the identity: the branch gradient
  * IS the residual gradient, read in place instead of copied (same bits).
  */
-extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
+static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *const *params,
 				       float *const *grads, const float *x, const float *dy, float *dx, ph_err *err)
 {
-	int rc = check_call(g, ctx, err);
+	int rc = check_call(ctx, err);
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
 	const cudaStream_t st = PH_STREAM(ctx);
@@ -360,3 +372,39 @@ extern "C" int gpt_block_cuda_backward(const gpt_block_dims *g, const ph_ctx *ct
 		PH_CUDA_TRY(err, ph_k_layernorm_bwd_input_add(st, dh1, x, lnw, v.mean1, v.rstd1, dx1, dx, R, d));
 	return PH_OK;
 }
+
+/* The hooks: the geometry from the state, then the code above. */
+static int gpt_block_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
+				  ph_err *err)
+{
+	const gpt_block_dims g = dims_of(state);
+	return gpt_block_fwd(&g, ctx, params, x, y, err);
+}
+
+static int gpt_block_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				   const float *x, const float *y, const float *dy, float *dx, ph_err *err)
+{
+	const gpt_block_dims g = dims_of(state);
+	return gpt_block_bwd(&g, ctx, params, grads, x, dy, dx, err);
+}
+
+static int gpt_block_cuda_backward_input(void *state, const ph_ctx *ctx, float *const *params, const float *x,
+					 const float *y, const float *dy, float *dx, ph_err *err)
+{
+	const gpt_block_dims g = dims_of(state);
+	return gpt_block_bwd(&g, ctx, params, NULL, x, dy, dx, err);
+}
+
+static int gpt_block_cuda_backward_weight(void *state, const ph_ctx *ctx, float *const *params,
+					  float *const *grads, const float *x, const float *y, const float *dy,
+					  ph_err *err)
+{
+	const gpt_block_dims g = dims_of(state);
+	return gpt_block_bwd(&g, ctx, params, grads, x, dy, NULL, err);
+}
+
+PH_LAYER_CUDA_OPS(gpt_block_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+					  .forward = gpt_block_cuda_forward,
+					  .backward = gpt_block_cuda_backward,
+					  .backward_input = gpt_block_cuda_backward_input,
+					  .backward_weight = gpt_block_cuda_backward_weight };

@@ -15,17 +15,10 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "layernorm_state.h"
 #include "transformer_ops.h"
 
-#ifdef PH_WITH_CUDA /* layernorm_cuda.cu; rows = batch * rows per sample */
-int layernorm_cuda_forward(const ph_ctx *ctx, int64_t rows, int C, float eps, float *const *params,
-			   const float *x, float *y, ph_err *err);
-int layernorm_cuda_backward_input(const ph_ctx *ctx, int64_t rows, int C, float *const *params,
-				  const float *x, const float *dy, float *dx, ph_err *err);
-int layernorm_cuda_backward_weight(const ph_ctx *ctx, int64_t rows, int C, float *const *grads,
-				   const float *x, const float *dy, ph_err *err);
-#endif
+PH_LAYER_TWIN(layernorm_cuda_ops); /* layernorm_cuda.cu; NULL in a build without CUDA */
 
 typedef struct {
 	double eps;
@@ -37,13 +30,6 @@ static const ph_option layernorm_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	ph_shape shape;
-	int64_t rows;  /* per sample */
-	int C;
-	float eps;
-	int max_batch;
-} layernorm_state;
 
 static int layernorm_create(const void *config, const ph_shape *in, int max_batch,
 			    void **state, ph_err *err)
@@ -68,7 +54,6 @@ static int layernorm_create(const void *config, const ph_shape *in, int max_batc
 	s->C = (int)in->d[in->ndim - 1];
 	s->rows = ph_shape_numel(in) / s->C;
 	s->eps = (float)cfg->eps;
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -102,9 +87,6 @@ static int layernorm_meta(const void *state, ph_layer_meta *m, ph_err *err)
 
 static int check_call(const layernorm_state *s, const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "layernorm: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (ctx->batch > 0 && !ctx->saved)
 		return ph_fail(err, PH_EINTERNAL, "layernorm: called without saved state");
 	return PH_OK;
@@ -118,10 +100,6 @@ static int layernorm_forward(void *state, const ph_ctx *ctx, float *const *param
 	if (rc || ctx->batch == 0)
 		return rc;
 	const int64_t rows = ctx->batch * s->rows;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return layernorm_cuda_forward(ctx, rows, s->C, s->eps, params, x, y, err);
-#endif
 	float *mean = ctx->saved, *rstd = mean + rows;
 	tf_layernorm_forward(x, y, params[0], params[1], rows, s->C, s->eps, mean, rstd);
 	return PH_OK;
@@ -136,10 +114,6 @@ static int layernorm_backward_input(void *state, const ph_ctx *ctx, float *const
 	if (rc || ctx->batch == 0 || !dx)
 		return rc;
 	const int64_t rows = ctx->batch * s->rows;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return layernorm_cuda_backward_input(ctx, rows, s->C, params, x, dy, dx, err);
-#endif
 	const float *mean = ctx->saved, *rstd = mean + rows;
 	tf_layernorm_backward_input(x, dy, params[0], mean, rstd, rows, s->C, dx);
 	return PH_OK;
@@ -154,10 +128,6 @@ static int layernorm_backward_weight(void *state, const ph_ctx *ctx, float *cons
 	if (rc || ctx->batch == 0)
 		return rc;
 	const int64_t rows = ctx->batch * s->rows;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return layernorm_cuda_backward_weight(ctx, rows, s->C, grads, x, dy, err);
-#endif
 	const float *mean = ctx->saved, *rstd = mean + rows;
 	tf_layernorm_backward_weight(x, dy, mean, rstd, rows, s->C, grads[0], grads[1]);
 	return PH_OK;
@@ -175,7 +145,7 @@ static const ph_layer_ops layernorm_ops = {
 	.head = PH_HEAD(ph_layer_ops, "layernorm",
 			"layer normalisation over the last dimension, learned gain and bias",
 			layernorm_options, layernorm_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = layernorm_create,
 	.destroy = layernorm_destroy,
@@ -184,6 +154,7 @@ static const ph_layer_ops layernorm_ops = {
 	.backward = layernorm_backward,
 	.backward_input = layernorm_backward_input,
 	.backward_weight = layernorm_backward_weight,
+	.cuda = &layernorm_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

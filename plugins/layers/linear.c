@@ -8,7 +8,7 @@
  * Every leading dimension (batch included) is folded into "rows", so the same
  * layer serves an MLP ([in]) and a transformer ([T, C]): rows = B * prod(...).
  * Both products go to one cblas_sgemm each; the bias is a plain loop.
- * On a GPU (PH_WITH_CUDA builds) the hooks hand over to linear_cuda.cu.
+ * On a GPU the host calls linear_cuda.cu's hooks (linear_cuda_ops) instead.
  */
 #include <limits.h>
 #include <math.h>
@@ -16,20 +16,13 @@
 #include <string.h>
 
 #include <cblas.h>
-#include <pipehost/device.h>
 #include <pipehost/plugin.h>
 
-#include "cuda_glue.h"
+#include "linear_state.h"
 
-#ifdef PH_WITH_CUDA
-/* linear_cuda.cu: the same products through the host's GEMM */
-int linear_cuda_forward(const ph_ctx *ctx, int64_t lead, int in, int units, int bias, int max_batch,
-			float *const *params, const float *x, float *y, ph_err *err);
-int linear_cuda_backward_input(const ph_ctx *ctx, int64_t lead, int in, int units, int max_batch,
-			       float *const *params, const float *dy, float *dx, ph_err *err);
-int linear_cuda_backward_weight(const ph_ctx *ctx, int64_t lead, int in, int units, int bias, int max_batch,
-				float *const *grads, const float *x, const float *dy, ph_err *err);
-#endif
+/* linear_cuda.cu, the same products through the host's GEMM; NULL in a
+ * build without CUDA */
+PH_LAYER_TWIN(linear_cuda_ops);
 
 typedef struct {
 	int64_t units;
@@ -43,14 +36,6 @@ static const ph_option linear_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	ph_shape in, out;
-	int64_t lead;  /* rows per sample: product of all but the last input dim */
-	int in_f;      /* input features */
-	int units;     /* output features */
-	int bias;
-	int max_batch;
-} linear_state;
 
 static int linear_create(const void *config, const ph_shape *in, int max_batch,
 			 void **state, ph_err *err)
@@ -85,7 +70,6 @@ static int linear_create(const void *config, const ph_shape *in, int max_batch,
 	s->in_f = (int)in_f;
 	s->units = (int)cfg->units;
 	s->bias = cfg->bias;
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -121,27 +105,13 @@ static int linear_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	return PH_OK;
 }
 
-static int check_batch(const linear_state *s, const ph_ctx *ctx, ph_err *err)
-{
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "linear: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-	return PH_OK;
-}
-
 /* y [rows, units] = x [rows, in] . W^T [in, units] (+ b) */
 static int linear_forward(void *state, const ph_ctx *ctx, float *const *params,
 			  const float *x, float *y, ph_err *err)
 {
 	const linear_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return linear_cuda_forward(ctx, s->lead, s->in_f, s->units, s->bias, s->max_batch, params, x, y,
-					   err);
-#endif
-	int rc = check_batch(s, ctx, err);
-	if (rc || ctx->batch == 0)
-		return rc;
+	if (ctx->batch == 0)
+		return PH_OK;
 	const int rows = (int)(ctx->batch * s->lead), in = s->in_f, out = s->units;
 	const float *w = params[0];
 	float beta = 0.0f;
@@ -163,14 +133,8 @@ static int linear_backward_input(void *state, const ph_ctx *ctx, float *const *p
 				 ph_err *err)
 {
 	const linear_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return linear_cuda_backward_input(ctx, s->lead, s->in_f, s->units, s->max_batch, params, dy, dx,
-						  err);
-#endif
-	int rc = check_batch(s, ctx, err);
-	if (rc || ctx->batch == 0 || !dx)
-		return rc;
+	if (ctx->batch == 0 || !dx)
+		return PH_OK;
 	const int rows = (int)(ctx->batch * s->lead), in = s->in_f, out = s->units;
 	/* beta = 0: BLAS never reads C, so whatever dx held is irrelevant. */
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out,
@@ -187,14 +151,8 @@ static int linear_backward_weight(void *state, const ph_ctx *ctx, float *const *
 				  const float *dy, ph_err *err)
 {
 	const linear_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return linear_cuda_backward_weight(ctx, s->lead, s->in_f, s->units, s->bias, s->max_batch, grads,
-						   x, dy, err);
-#endif
-	int rc = check_batch(s, ctx, err);
-	if (rc || ctx->batch == 0)
-		return rc;
+	if (ctx->batch == 0)
+		return PH_OK;
 	const int rows = (int)(ctx->batch * s->lead), in = s->in_f, out = s->units;
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows,
 		    1.0f, dy, out, x, in, 1.0f, grads[0], in);
@@ -216,20 +174,14 @@ static int linear_backward(void *state, const ph_ctx *ctx, float *const *params,
 			   const float *dy, float *dx, ph_err *err)
 {
 	int rc = linear_backward_weight(state, ctx, params, grads, x, y, dy, err);
-	if (rc)
-		return rc;
-	/* on a GPU both halves are one product each, both reading dy: under
-	 * bf16 the second may reuse the first's rounded copy of it */
-	if (ctx->device == PH_DEV_CUDA && dx && ctx->batch > 0)
-		ph_gpu_reuse_operand(ctx, dy);
-	return linear_backward_input(state, ctx, params, x, y, dy, dx, err);
+	return rc ? rc : linear_backward_input(state, ctx, params, x, y, dy, dx, err);
 }
 
 static const ph_layer_ops linear_ops = {
 	.head = PH_HEAD(ph_layer_ops, "linear",
 			"fully connected layer over the last dimension: y = x W^T + b",
 			linear_options, linear_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = linear_create,
 	.destroy = linear_destroy,
@@ -238,6 +190,7 @@ static const ph_layer_ops linear_ops = {
 	.backward = linear_backward,
 	.backward_input = linear_backward_input,
 	.backward_weight = linear_backward_weight,
+	.cuda = &linear_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

@@ -6,71 +6,71 @@ TF_VEC_CFLAGS = -fopenmp-simd -fno-trapping-math
 # Included from the top Makefile.am; paths are relative to the top directory.
 
 pkglib_LTLIBRARIES += plugins/layers/linear.la
-plugins_layers_linear_la_SOURCES = plugins/layers/linear.c
+plugins_layers_linear_la_SOURCES = plugins/layers/linear.c plugins/layers/linear_state.h
 plugins_layers_linear_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_linear_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_linear_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/relu.la
-plugins_layers_relu_la_SOURCES = plugins/layers/relu.c
+plugins_layers_relu_la_SOURCES = plugins/layers/relu.c plugins/layers/relu_state.h
 plugins_layers_relu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/conv2d.la
-plugins_layers_conv2d_la_SOURCES = plugins/layers/conv2d.c plugins/layers/conv2d_state.h plugins/layers/cuda_glue.h
+plugins_layers_conv2d_la_SOURCES = plugins/layers/conv2d.c plugins/layers/conv2d_state.h
 plugins_layers_conv2d_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_conv2d_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_conv2d_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/maxpool2d.la
-plugins_layers_maxpool2d_la_SOURCES = plugins/layers/maxpool2d.c
+plugins_layers_maxpool2d_la_SOURCES = plugins/layers/maxpool2d.c plugins/layers/maxpool2d_state.h
 plugins_layers_maxpool2d_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/flatten.la
-plugins_layers_flatten_la_SOURCES = plugins/layers/flatten.c
+plugins_layers_flatten_la_SOURCES = plugins/layers/flatten.c plugins/layers/flatten_state.h
 plugins_layers_flatten_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/dropout.la
-plugins_layers_dropout_la_SOURCES = plugins/layers/dropout.c
+plugins_layers_dropout_la_SOURCES = plugins/layers/dropout.c plugins/layers/dropout_state.h
 plugins_layers_dropout_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/softmax_xent.la
-plugins_layers_softmax_xent_la_SOURCES = plugins/layers/softmax_xent.c
+plugins_layers_softmax_xent_la_SOURCES = plugins/layers/softmax_xent.c plugins/layers/softmax_xent_state.h
 plugins_layers_softmax_xent_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_softmax_xent_la_LIBADD = -lm
 
 # Transformer layers (issue #5).  transformer_ops.h holds the shared kernels,
 # header-only, so every module stays self-contained.
 pkglib_LTLIBRARIES += plugins/layers/embedding.la
-plugins_layers_embedding_la_SOURCES = plugins/layers/embedding.c
+plugins_layers_embedding_la_SOURCES = plugins/layers/embedding.c plugins/layers/embedding_state.h
 plugins_layers_embedding_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_embedding_la_LIBADD = -lm
 
 pkglib_LTLIBRARIES += plugins/layers/layernorm.la
-plugins_layers_layernorm_la_SOURCES = plugins/layers/layernorm.c plugins/layers/transformer_ops.h
+plugins_layers_layernorm_la_SOURCES = plugins/layers/layernorm.c plugins/layers/layernorm_state.h plugins/layers/transformer_ops.h
 plugins_layers_layernorm_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_layernorm_la_LIBADD = -lm
 plugins_layers_layernorm_la_CFLAGS = $(AM_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/gelu.la
-plugins_layers_gelu_la_SOURCES = plugins/layers/gelu.c plugins/layers/transformer_ops.h
+plugins_layers_gelu_la_SOURCES = plugins/layers/gelu.c plugins/layers/gelu_state.h plugins/layers/transformer_ops.h
 plugins_layers_gelu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_gelu_la_LIBADD = -lm
 plugins_layers_gelu_la_CFLAGS = $(AM_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/seq_xent.la
-plugins_layers_seq_xent_la_SOURCES = plugins/layers/seq_xent.c plugins/layers/transformer_ops.h
+plugins_layers_seq_xent_la_SOURCES = plugins/layers/seq_xent.c plugins/layers/seq_xent_state.h plugins/layers/transformer_ops.h
 plugins_layers_seq_xent_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_seq_xent_la_LIBADD = -lm
 plugins_layers_seq_xent_la_CFLAGS = $(AM_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/attention.la
-plugins_layers_attention_la_SOURCES = plugins/layers/attention.c plugins/layers/transformer_ops.h
+plugins_layers_attention_la_SOURCES = plugins/layers/attention.c plugins/layers/attention_state.h plugins/layers/attn_geom.h plugins/layers/transformer_ops.h
 plugins_layers_attention_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_attention_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_attention_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 
 pkglib_LTLIBRARIES += plugins/layers/gpt_block.la
-plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/gpt_block_state.h plugins/layers/transformer_ops.h
+plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/gpt_block_state.h plugins/layers/attn_geom.h plugins/layers/transformer_ops.h
 plugins_layers_gpt_block_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_gpt_block_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
@@ -79,13 +79,21 @@ plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS
 # configure found nvcc, cuBLAS and cuDNN.  The host passes them its GEMM
 # service (include/pipehost/device.h), so only conv2d links a CUDA library
 # beyond the runtime (cuDNN).
+# Each twin includes its layer's state header (NAME_state.h, in the module's
+# SOURCES); a change to one rebuilds every twin, which is rare.
 CUDA_TWIN_DEPS = $(top_srcdir)/plugins/layers/cuda_common.cuh $(top_srcdir)/plugins/layers/cuda_ops.cuh \
 	$(top_srcdir)/plugins/layers/attention_ops.cuh $(top_srcdir)/plugins/layers/flash_attention.cuh \
-	$(top_srcdir)/plugins/layers/cuda_glue.h \
-	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/rng.h
+	$(top_srcdir)/plugins/layers/attn_geom.h $(top_srcdir)/plugins/layers/attention_state.h \
+	$(top_srcdir)/plugins/layers/conv2d_state.h $(top_srcdir)/plugins/layers/dropout_state.h \
+	$(top_srcdir)/plugins/layers/embedding_state.h $(top_srcdir)/plugins/layers/flatten_state.h \
+	$(top_srcdir)/plugins/layers/gelu_state.h $(top_srcdir)/plugins/layers/gpt_block_state.h \
+	$(top_srcdir)/plugins/layers/layernorm_state.h $(top_srcdir)/plugins/layers/linear_state.h \
+	$(top_srcdir)/plugins/layers/maxpool2d_state.h $(top_srcdir)/plugins/layers/relu_state.h \
+	$(top_srcdir)/plugins/layers/seq_xent_state.h $(top_srcdir)/plugins/layers/softmax_xent_state.h \
+	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/rng.h \
+	$(top_srcdir)/include/pipehost/cuda.h
 EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins/layers/attention_ops.cuh \
 	plugins/layers/flash_attention.cuh \
-	plugins/layers/cuda_glue.h \
 	plugins/layers/linear_cuda.cu \
 	plugins/layers/relu_cuda.cu \
 	plugins/layers/conv2d_cuda.cu \

@@ -16,14 +16,11 @@
 #include <string.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "maxpool2d_state.h"
 
-#ifdef PH_WITH_CUDA /* maxpool2d_cuda.cu; the argmax goes to / comes from ctx->saved */
-int maxpool2d_cuda_forward(const ph_ctx *ctx, int C, int H, int W, int size, int stride, int OH,
-			   int OW, const float *x, float *y, ph_err *err);
-int maxpool2d_cuda_backward(const ph_ctx *ctx, int C, int H, int W, int size, int stride, int OH,
-			    int OW, const float *dy, float *dx, ph_err *err);
-#endif
+/* maxpool2d_cuda.cu, the argmax in ctx->saved as here; NULL in a build
+ * without CUDA */
+PH_LAYER_TWIN(maxpool2d_cuda_ops);
 
 typedef struct {
 	int64_t size, stride;
@@ -36,10 +33,6 @@ static const ph_option maxpool2d_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	int C, H, W, size, stride, OH, OW;
-	int max_batch;
-} maxpool2d_state;
 
 static int maxpool2d_create(const void *config, const ph_shape *in, int max_batch,
 			    void **state, ph_err *err)
@@ -72,8 +65,7 @@ static int maxpool2d_create(const void *config, const ph_shape *in, int max_batc
 	*s = (maxpool2d_state){ .C = (int)in->d[0], .H = (int)in->d[1], .W = (int)in->d[2],
 				.size = (int)size, .stride = (int)stride,
 				.OH = (int)((in->d[1] - size) / stride + 1),
-				.OW = (int)((in->d[2] - size) / stride + 1),
-				.max_batch = max_batch };
+				.OW = (int)((in->d[2] - size) / stride + 1) };
 	*state = s;
 	return PH_OK;
 }
@@ -99,14 +91,6 @@ static int maxpool2d_forward(void *state, const ph_ctx *ctx, float *const *param
 			     const float *x, float *y, ph_err *err)
 {
 	const maxpool2d_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "maxpool2d: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return maxpool2d_cuda_forward(ctx, s->C, s->H, s->W, s->size, s->stride, s->OH, s->OW,
-					      x, y, err);
-#endif
 	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->C * s->OH * s->OW;
 	int32_t *arg = ctx->saved;  /* may be NULL when the host keeps nothing (eval) */
 	for (int b = 0; b < ctx->batch; b++) {
@@ -146,19 +130,11 @@ static int maxpool2d_backward(void *state, const ph_ctx *ctx, float *const *para
 			      const float *dy, float *dx, ph_err *err)
 {
 	const maxpool2d_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "maxpool2d: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (!dx)
 		return PH_OK;
 	if (!ctx->saved && ctx->batch > 0)
 		return ph_fail(err, PH_EINTERNAL,
 			       "maxpool2d: backward without the saved argmax from forward");
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return maxpool2d_cuda_backward(ctx, s->C, s->H, s->W, s->size, s->stride, s->OH, s->OW,
-					       dy, dx, err);
-#endif
 	const size_t in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->C * s->OH * s->OW;
 	const int32_t *arg = ctx->saved;
 	memset(dx, 0, (size_t)ctx->batch * in_n * sizeof *dx);
@@ -176,13 +152,14 @@ static const ph_layer_ops maxpool2d_ops = {
 	.head = PH_HEAD(ph_layer_ops, "maxpool2d",
 			"2-D max pooling over [channels, height, width], no padding",
 			maxpool2d_options, maxpool2d_config),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = maxpool2d_create,
 	.destroy = maxpool2d_destroy,
 	.meta = maxpool2d_meta,
 	.forward = maxpool2d_forward,
 	.backward = maxpool2d_backward,
+	.cuda = &maxpool2d_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

@@ -10,6 +10,7 @@
  * output order starting from 0.0f: the same additions in the same order as
  * the CPU's memset-then-accumulate, and no atomics. */
 #include "cuda_common.cuh"
+#include "maxpool2d_state.h"
 
 typedef struct {
 	int C, H, W, size, stride, OH, OW;
@@ -72,11 +73,17 @@ static __global__ void mp_bwd_kernel(mp_geom g, const float *dy, const int32_t *
 	}
 }
 
-extern "C" int maxpool2d_cuda_forward(const ph_ctx *ctx, int C, int H, int W, int size, int stride,
-				      int OH, int OW, const float *x, float *y, ph_err *err)
+static mp_geom geom_of(const maxpool2d_state *s)
 {
-	const mp_geom g = { C, H, W, size, stride, OH, OW };
-	const int64_t n = (int64_t)ctx->batch * C * OH * OW;
+	const mp_geom g = { s->C, s->H, s->W, s->size, s->stride, s->OH, s->OW };
+	return g;
+}
+
+static int maxpool2d_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
+				  ph_err *err)
+{
+	const mp_geom g = geom_of((const maxpool2d_state *)state);
+	const int64_t n = (int64_t)ctx->batch * g.C * g.OH * g.OW;
 	if (n <= 0)
 		return PH_OK;
 	mp_fwd_kernel<<<ph_blocks(n), 256, 0, PH_STREAM(ctx)>>>(g, x, y, (int32_t *)ctx->saved, n);
@@ -84,15 +91,23 @@ extern "C" int maxpool2d_cuda_forward(const ph_ctx *ctx, int C, int H, int W, in
 	return PH_OK;
 }
 
-/* needs ctx->saved from forward; dx non-NULL */
-extern "C" int maxpool2d_cuda_backward(const ph_ctx *ctx, int C, int H, int W, int size, int stride,
-				       int OH, int OW, const float *dy, float *dx, ph_err *err)
+/* reads the argmax forward left in ctx->saved */
+static int maxpool2d_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				   const float *x, const float *y, const float *dy, float *dx, ph_err *err)
 {
-	const mp_geom g = { C, H, W, size, stride, OH, OW };
-	const int64_t n = (int64_t)ctx->batch * C * H * W;
+	if (!dx)
+		return PH_OK;
+	if (!ctx->saved && ctx->batch > 0)
+		return ph_fail(err, PH_EINTERNAL, "maxpool2d: backward without the saved argmax from forward");
+	const mp_geom g = geom_of((const maxpool2d_state *)state);
+	const int64_t n = (int64_t)ctx->batch * g.C * g.H * g.W;
 	if (n <= 0)
 		return PH_OK;
 	mp_bwd_kernel<<<ph_blocks(n), 256, 0, PH_STREAM(ctx)>>>(g, dy, (const int32_t *)ctx->saved, dx, n);
 	PH_CUDA_CHECK_LAUNCH(err, "maxpool2d: backward");
 	return PH_OK;
 }
+
+PH_LAYER_CUDA_OPS(maxpool2d_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+					  .forward = maxpool2d_cuda_forward,
+					  .backward = maxpool2d_cuda_backward };

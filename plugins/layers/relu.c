@@ -9,19 +9,9 @@
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "relu_state.h"
 
-#ifdef PH_WITH_CUDA /* relu_cuda.cu */
-int relu_cuda_forward(const ph_ctx *ctx, const float *x, float *y, int64_t n, ph_err *err);
-int relu_cuda_backward(const ph_ctx *ctx, const float *y, const float *dy, float *dx, int64_t n,
-		       ph_err *err);
-#endif
-
-typedef struct {
-	ph_shape shape;
-	int64_t numel;  /* per sample */
-	int max_batch;
-} relu_state;
+PH_LAYER_TWIN(relu_cuda_ops); /* relu_cuda.cu; NULL in a build without CUDA */
 
 static int relu_create(const void *config, const ph_shape *in, int max_batch,
 		       void **state, ph_err *err)
@@ -38,7 +28,6 @@ static int relu_create(const void *config, const ph_shape *in, int max_batch,
 		return ph_fail(err, PH_ENOMEM, "relu: out of memory");
 	s->shape = *in;
 	s->numel = ph_shape_numel(in);
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -62,14 +51,7 @@ static int relu_forward(void *state, const ph_ctx *ctx, float *const *params,
 			const float *x, float *y, ph_err *err)
 {
 	const relu_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "relu: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	const int64_t n = ctx->batch * s->numel;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return relu_cuda_forward(ctx, x, y, n, err);
-#endif
 	for (int64_t i = 0; i < n; i++)
 		y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 	return PH_OK;
@@ -80,16 +62,9 @@ static int relu_backward(void *state, const ph_ctx *ctx, float *const *params,
 			 const float *dy, float *dx, ph_err *err)
 {
 	const relu_state *s = state;
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "relu: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (!dx)
 		return PH_OK;
 	const int64_t n = ctx->batch * s->numel;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx))
-		return relu_cuda_backward(ctx, y, dy, dx, n, err);
-#endif
 	for (int64_t i = 0; i < n; i++)
 		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 	return PH_OK;
@@ -97,13 +72,14 @@ static int relu_backward(void *state, const ph_ctx *ctx, float *const *params,
 
 static const ph_layer_ops relu_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "relu", "rectified linear unit: y = max(x, 0)"),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = 0,
 	.create = relu_create,
 	.destroy = relu_destroy,
 	.meta = relu_meta,
 	.forward = relu_forward,
 	.backward = relu_backward,
+	.cuda = &relu_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

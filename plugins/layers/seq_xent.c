@@ -19,18 +19,12 @@
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "seq_xent_state.h"
 #include "transformer_ops.h"
 
-#ifdef PH_WITH_CUDA /* seq_xent_cuda.cu; targets stay on the device (a bad one gives NaN) */
-int seq_xent_cuda_forward(const ph_ctx *ctx, int T, int V, const float *x, float *y, ph_err *err);
-int seq_xent_cuda_backward(const ph_ctx *ctx, int T, int V, const float *x, float *dx, ph_err *err);
-#endif
-
-typedef struct {
-	int T, V;
-	int max_batch;
-} seq_xent_state;
+/* seq_xent_cuda.cu; NULL in a build without CUDA.  Its targets stay on the
+ * device, unchecked (a bad one gives NaN). */
+PH_LAYER_TWIN(seq_xent_cuda_ops);
 
 static int seq_xent_create(const void *config, const ph_shape *in, int max_batch,
 			   void **state, ph_err *err)
@@ -71,26 +65,13 @@ static int seq_xent_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	return PH_OK;
 }
 
-/* The call's batch and pointers (host-side: also what a CUDA call checks;
- * its targets are device memory). */
-static int check_batch(const seq_xent_state *s, const ph_ctx *ctx, ph_err *err)
+/* Check the call and every target before touching any output. */
+static int check_call(const seq_xent_state *s, const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL, "seq_xent: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
 	if (!ctx->targets && ctx->batch > 0)
 		return ph_fail(err, PH_EINTERNAL, "seq_xent: called without targets");
 	if (!ctx->saved && ctx->batch > 0)
 		return ph_fail(err, PH_EINTERNAL, "seq_xent: called without saved state");
-	return PH_OK;
-}
-
-/* Check the call and every target before touching any output. */
-static int check_call(const seq_xent_state *s, const ph_ctx *ctx, ph_err *err)
-{
-	int rc = check_batch(s, ctx, err);
-	if (rc)
-		return rc;
 	for (int b = 0; b < ctx->batch; b++)
 		for (int t = 0; t < s->T; t++) {
 			int32_t v = ctx->targets[(size_t)b * s->T + t];
@@ -150,12 +131,6 @@ static int seq_xent_forward(void *state, const ph_ctx *ctx, float *const *params
 			    const float *x, float *y, ph_err *err)
 {
 	const seq_xent_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		int rc = check_batch(s, ctx, err);
-		return rc ? rc : seq_xent_cuda_forward(ctx, s->T, s->V, x, y, err);
-	}
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
@@ -189,12 +164,6 @@ static int seq_xent_backward(void *state, const ph_ctx *ctx, float *const *param
 			     const float *dy, float *dx, ph_err *err)
 {
 	const seq_xent_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		int rc = check_batch(s, ctx, err);
-		return rc || !dx ? rc : seq_xent_cuda_backward(ctx, s->T, s->V, x, dx, err);
-	}
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || !dx)
 		return rc;
@@ -219,13 +188,14 @@ static int seq_xent_backward(void *state, const ph_ctx *ctx, float *const *param
 static const ph_layer_ops seq_xent_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "seq_xent",
 			      "cross-entropy over [T, vocab] logits, T int32 targets per sample"),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = PH_LAYER_LOSS,
 	.create = seq_xent_create,
 	.destroy = seq_xent_destroy,
 	.meta = seq_xent_meta,
 	.forward = seq_xent_forward,
 	.backward = seq_xent_backward,
+	.cuda = &seq_xent_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

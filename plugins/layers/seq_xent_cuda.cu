@@ -23,6 +23,7 @@
 #include <math.h>
 
 #include "cuda_ops.cuh"
+#include "seq_xent_state.h"
 
 #define SQ_THREADS 256
 #define SQ_WARPS (SQ_THREADS / 32)
@@ -150,12 +151,25 @@ static unsigned sq_grid(int rows)
 	return (unsigned)(rows < 65535 * 8 ? rows : 65535 * 8);
 }
 
-extern "C" int seq_xent_cuda_forward(const ph_ctx *ctx, int T, int V, const float *x, float *y,
-				     ph_err *err)
+/* The targets and saved rows are device memory: checked for presence only. */
+static int check_call(const ph_ctx *ctx, ph_err *err)
 {
+	if (!ctx->targets && ctx->batch > 0)
+		return ph_fail(err, PH_EINTERNAL, "seq_xent: called without targets");
+	if (!ctx->saved && ctx->batch > 0)
+		return ph_fail(err, PH_EINTERNAL, "seq_xent: called without saved state");
+	return PH_OK;
+}
+
+static int seq_xent_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
+				 ph_err *err)
+{
+	const seq_xent_state *s = (const seq_xent_state *)state;
+	const int T = s->T, V = s->V;
+	int rc = check_call(ctx, err);
 	const int64_t rows = (int64_t)ctx->batch * T;
-	if (rows <= 0)
-		return PH_OK;
+	if (rc || rows <= 0)
+		return rc;
 	if (rows > INT_MAX)
 		return ph_fail(err, PH_EUNSUPPORTED, "seq_xent: %lld rows in one call; at most %d on CUDA",
 			       (long long)rows, INT_MAX);
@@ -174,12 +188,15 @@ extern "C" int seq_xent_cuda_forward(const ph_ctx *ctx, int T, int V, const floa
 	return PH_OK;
 }
 
-extern "C" int seq_xent_cuda_backward(const ph_ctx *ctx, int T, int V, const float *x, float *dx,
-				      ph_err *err)
+static int seq_xent_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				  const float *x, const float *y, const float *dy, float *dx, ph_err *err)
 {
+	const seq_xent_state *s = (const seq_xent_state *)state;
+	const int T = s->T, V = s->V;
+	int rc = check_call(ctx, err);
 	const int64_t rows = (int64_t)ctx->batch * T;
-	if (rows <= 0 || !dx)
-		return PH_OK;
+	if (rc || rows <= 0 || !dx)
+		return rc;
 	if (rows > INT_MAX)
 		return ph_fail(err, PH_EUNSUPPORTED, "seq_xent: %lld rows in one call; at most %d on CUDA",
 			       (long long)rows, INT_MAX);
@@ -189,3 +206,7 @@ extern "C" int seq_xent_cuda_backward(const ph_ctx *ctx, int T, int V, const flo
 	PH_CUDA_CHECK_LAUNCH(err, "seq_xent: backward");
 	return PH_OK;
 }
+
+PH_LAYER_CUDA_OPS(seq_xent_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+					 .forward = seq_xent_cuda_forward,
+					 .backward = seq_xent_cuda_backward };

@@ -16,17 +16,9 @@
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
-#include "cuda_glue.h"
+#include "softmax_xent_state.h"
 
-#ifdef PH_WITH_CUDA /* softmax_xent_cuda.cu */
-int softmax_xent_cuda_forward(const ph_ctx *ctx, int K, const float *x, float *y, ph_err *err);
-int softmax_xent_cuda_backward(const ph_ctx *ctx, int K, const float *x, float *dx, ph_err *err);
-#endif
-
-typedef struct {
-	int K;
-	int max_batch;
-} softmax_xent_state;
+PH_LAYER_TWIN(softmax_xent_cuda_ops); /* softmax_xent_cuda.cu; NULL in a build without CUDA */
 
 static int softmax_xent_create(const void *config, const ph_shape *in, int max_batch,
 			       void **state, ph_err *err)
@@ -42,7 +34,6 @@ static int softmax_xent_create(const void *config, const ph_shape *in, int max_b
 	if (!s)
 		return ph_fail(err, PH_ENOMEM, "softmax_xent: out of memory");
 	s->K = (int)in->d[0];
-	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;
 }
@@ -63,25 +54,11 @@ static int softmax_xent_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	return PH_OK;
 }
 
-/* The call's batch and pointers (host-side: also what a CUDA call checks;
- * its targets are device memory). */
-static int check_batch(const softmax_xent_state *s, const ph_ctx *ctx, ph_err *err)
-{
-	if (ctx->batch < 0 || ctx->batch > s->max_batch)
-		return ph_fail(err, PH_EINTERNAL,
-			       "softmax_xent: batch %d outside [0, %d] given at create",
-			       ctx->batch, s->max_batch);
-	if (!ctx->targets && ctx->batch > 0)
-		return ph_fail(err, PH_EINTERNAL, "softmax_xent: called without targets");
-	return PH_OK;
-}
-
 /* Check the call and every target before touching any output. */
 static int check_call(const softmax_xent_state *s, const ph_ctx *ctx, ph_err *err)
 {
-	int rc = check_batch(s, ctx, err);
-	if (rc)
-		return rc;
+	if (!ctx->targets && ctx->batch > 0)
+		return ph_fail(err, PH_EINTERNAL, "softmax_xent: called without targets");
 	for (int b = 0; b < ctx->batch; b++)
 		if (ctx->targets[b] < 0 || ctx->targets[b] >= s->K)
 			return ph_fail(err, PH_EINVAL,
@@ -109,12 +86,6 @@ static int softmax_xent_forward(void *state, const ph_ctx *ctx, float *const *pa
 				const float *x, float *y, ph_err *err)
 {
 	const softmax_xent_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		int rc = check_batch(s, ctx, err);
-		return rc ? rc : softmax_xent_cuda_forward(ctx, s->K, x, y, err);
-	}
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc)
 		return rc;
@@ -138,12 +109,6 @@ static int softmax_xent_backward(void *state, const ph_ctx *ctx, float *const *p
 				 const float *dy, float *dx, ph_err *err)
 {
 	const softmax_xent_state *s = state;
-#ifdef PH_WITH_CUDA
-	if (ph_on_cuda(ctx)) {
-		int rc = check_batch(s, ctx, err);
-		return rc || !dx ? rc : softmax_xent_cuda_backward(ctx, s->K, x, dx, err);
-	}
-#endif
 	int rc = check_call(s, ctx, err);
 	if (rc || !dx)
 		return rc;
@@ -168,13 +133,14 @@ static int softmax_xent_backward(void *state, const ph_ctx *ctx, float *const *p
 static const ph_layer_ops softmax_xent_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "softmax_xent",
 			      "softmax cross-entropy loss over [classes] logits; int32 class targets"),
-	.devices = PH_LAYER_DEVICES,
+	.devices = PH_DEV_CPU,
 	.flags = PH_LAYER_LOSS,
 	.create = softmax_xent_create,
 	.destroy = softmax_xent_destroy,
 	.meta = softmax_xent_meta,
 	.forward = softmax_xent_forward,
 	.backward = softmax_xent_backward,
+	.cuda = &softmax_xent_cuda_ops,
 };
 
 /* A named array: a braced list inside PH_PLUGIN() would split at its comma. */

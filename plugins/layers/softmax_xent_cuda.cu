@@ -19,6 +19,7 @@
 #include <math.h>
 
 #include "cuda_ops.cuh"
+#include "softmax_xent_state.h"
 
 #define SX_THREADS 256 /* 8 rows per block */
 
@@ -93,24 +94,40 @@ static unsigned sx_grid(int B)
 	return (unsigned)(((int64_t)B * 32 + SX_THREADS - 1) / SX_THREADS);
 }
 
-extern "C" int softmax_xent_cuda_forward(const ph_ctx *ctx, int K, const float *x, float *y,
-					 ph_err *err)
+/* The targets are device memory: checked for presence, not range. */
+static int check_call(const ph_ctx *ctx, ph_err *err)
 {
-	if (ctx->batch <= 0)
-		return PH_OK;
+	if (!ctx->targets && ctx->batch > 0)
+		return ph_fail(err, PH_EINTERNAL, "softmax_xent: called without targets");
+	return PH_OK;
+}
+
+static int softmax_xent_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x,
+				     float *y, ph_err *err)
+{
+	const int K = ((const softmax_xent_state *)state)->K;
+	int rc = check_call(ctx, err);
+	if (rc || ctx->batch <= 0)
+		return rc;
 	sx_fwd_kernel<<<sx_grid(ctx->batch), SX_THREADS, 0, PH_STREAM(ctx)>>>(x, ctx->targets, y,
 									    ctx->batch, K);
 	PH_CUDA_CHECK_LAUNCH(err, "softmax_xent: forward");
 	return PH_OK;
 }
 
-extern "C" int softmax_xent_cuda_backward(const ph_ctx *ctx, int K, const float *x, float *dx,
-					  ph_err *err)
+static int softmax_xent_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				      const float *x, const float *y, const float *dy, float *dx, ph_err *err)
 {
-	if (ctx->batch <= 0 || !dx)
-		return PH_OK;
+	const int K = ((const softmax_xent_state *)state)->K;
+	int rc = check_call(ctx, err);
+	if (rc || ctx->batch <= 0 || !dx)
+		return rc;
 	sx_bwd_kernel<<<sx_grid(ctx->batch), SX_THREADS, 0, PH_STREAM(ctx)>>>(
 		x, ctx->targets, dx, ctx->batch, K, (double)ctx->loss_scale);
 	PH_CUDA_CHECK_LAUNCH(err, "softmax_xent: backward");
 	return PH_OK;
 }
+
+PH_LAYER_CUDA_OPS(softmax_xent_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
+					     .forward = softmax_xent_cuda_forward,
+					     .backward = softmax_xent_cuda_backward };

@@ -206,21 +206,7 @@ TF_HOT static void tf_gelu_backward(const float *x, const float *dy, float *dx, 
 
 #ifdef TF_WANT_ATTENTION /* define it, and include <cblas.h>, before this header */
 
-/*
- * The geometry and dropout of one attention.  Per sample:
- *   qkv [T, 3d]   columns: q (0..d), k (d..2d), v (2d..3d); head h owns
- *                 columns h*hd .. (h+1)*hd of each
- *   P   [H, T, T] softmax(q k^T / sqrt(hd)), causal (P[i][j] = 0 for j > i),
- *                 before dropout
- *   att [T, d]    heads concatenated: att[:, h*hd + c] = (drop(P_h) v_h)[:, c]
- * Dropout on P: element ((b*H + h)*T + i)*T + j of the micro-batch is kept
- * iff ph_rng_uniform(key, that index) >= rate, and scaled by 1/(1 - rate).
- */
-typedef struct {
-	int T, d, H, hd;
-	float rate;   /* 0: no dropout */
-	float scale;  /* 1 / (1 - rate) */
-} tf_attn_geom;
+#include "attn_geom.h" /* tf_attn_geom: the shapes and dropout */
 
 /* M[e] = keep ? 1/(1 - rate) : 0 for one (sample, head): the dropout mask,
  * drawn from the key every time it is needed, never stored. */

@@ -5,10 +5,18 @@
  *
  * then used with `type = leaky_relu` and `--plugin-dir .`.  It shows the whole
  * contract: an option table, create/meta/forward/backward, errors as status
- * codes, no printing. */
+ * codes, no printing.  With nvcc its CUDA twin, leaky_relu_cuda.cu, links
+ * into the same module and the layer runs on GPUs too (Makefile); this
+ * file is the same either way. */
 #include <stdlib.h>
 
 #include <pipehost/plugin.h>
+
+#include "leaky_relu.h"
+
+/* The CUDA hooks, defined in leaky_relu_cuda.cu: a weak reference, NULL
+ * when the module is built without it. */
+PH_LAYER_TWIN(leaky_relu_cuda_ops);
 
 typedef struct {
 	double slope;   /* filled by the host from the option table */
@@ -18,11 +26,6 @@ static const ph_option leaky_options[] = {
 	PH_OPT_FLOAT_(leaky_config, slope, "slope", "0.01", 0, 1, "gradient for negative inputs"),
 	PH_OPT_END
 };
-
-typedef struct {
-	float slope;
-	ph_shape shape;
-} leaky;
 
 static int leaky_create(const void *config, const ph_shape *in, int max_batch, void **state, ph_err *err)
 {
@@ -81,6 +84,7 @@ static const ph_layer_ops leaky_ops = {
 	.meta = leaky_meta,
 	.forward = leaky_forward,
 	.backward = leaky_backward,
+	.cuda = &leaky_relu_cuda_ops, /* the host calls these on a GPU */
 };
 
 static const ph_layer_ops *const layers[] = { &leaky_ops, NULL };
