@@ -44,16 +44,26 @@
  *   | bf16      | all but the two below        | 2e-2 | 2e-2 | 2e-2 |
  *   | bf16      | attention, gpt_block (deep)  | 5e-2 | 5e-2 | 3e-2 |
  *
- * fp32: the backend's GEMM is fp32 without TF32 and the twins use IEEE
- * float arithmetic, but sums run in another order (GEMM tiles, tree
- * reductions for bias and layernorm gradients, warp reductions) and
- * exp/tanh may round differently.  Reordering a sum of K terms moves it by
- * about sqrt(K) u |terms| (u = 2^-24 = 6e-8); K here is at most 128 (the
- * MLP's fc_proj) and the chains are a few operations deep, so differences
- * stay near 1e-6 of a tensor's scale.  rtol 1e-4 and atol 1e-5 leave 10 to
- * 100x of room and still catch what matters: TF32 sneaking in (a 10-bit
- * mantissa: ~1e-3 relative, also above ntol) and every real bug (a wrong
- * index, a missing term, scale or mask: errors ~1e-1 of the scale).
+ * fp32: the backend's GEMM is fp32 without TF32 (CUBLAS_COMPUTE_32F),
+ * conv2d runs cuDNN with CUDNN_FMA_MATH and only direct-sum algorithms (no
+ * FFT, no Winograd: conv2d_cuda.cu), no kernel adds with atomics, and the
+ * twins use IEEE float arithmetic; but sums run in another order (GEMM
+ * tiles, cuDNN's tiles, tree reductions for bias and layernorm gradients,
+ * warp reductions), nvcc contracts a * b + c into FMAs, and the GPU's expf
+ * is within 2 ulp.  Reordering a sum of K terms moves it by about
+ * sqrt(K) u |terms| (u = 2^-24 = 6e-8); K here is at most 512 (gpt_block's
+ * fc_proj at d = 128) and the chains are a few operations deep, so
+ * differences stay near 1e-6 of a tensor's scale.  rtol 1e-4 and atol 1e-5
+ * leave 10 to 100x of room and still catch what matters: TF32 sneaking in
+ * (a 10-bit mantissa: ~1e-3 relative, also above ntol) and every real bug
+ * (a wrong index, a missing term, scale or mask: errors ~1e-1 of the
+ * scale).  The emulator sums in double, so it shows the CPU's own rounding
+ * alone; a GPU's adds about as much again, so the emulator's figures must
+ * stay well inside the bounds.  They do: the worst fp32 tensor is 0.15 of
+ * ntol (norm error 1.5e-6; attention at T = 256 with a peaked softmax, the
+ * case to watch on a GPU), its worst element 0.13 of its bound, conv2d's
+ * 3e-7; bf16's worst is attention's, 0.54 of its ntol (bf16 rounding of
+ * the operands, the same on a GPU) (docs/gpu-session.md).
  * bf16: the backend rounds GEMM inputs to bf16 (u = 2^-9 = 2e-3) and
  * accumulates in fp32, so one product is off by ~3e-3 of its norm; where
  * products chain (attention: scores, softmax, P.V, projection; gpt_block:
