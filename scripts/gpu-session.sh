@@ -1,15 +1,21 @@
 #!/bin/bash
 # Build, test and benchmark pipehost on a borrowed GPU machine: the device
-# tool runs ONE bash command in a copy of this working tree, with no network
-# and none of our build dependencies (no autotools, inih, cJSON, OpenBLAS,
-# check, maybe no pkg-config), and no data sets.  So everything it needs is
-# prepared here and carried in .gpu/:
+# tool runs ONE bash command (at most 10 minutes) in a copy of this working
+# tree, on a bare machine with no network and none of our build
+# dependencies (no autotools, inih, cJSON, OpenBLAS, check, maybe no
+# pkg-config), no data sets, and cuDNN and NCCL perhaps only as Python
+# wheels.  So everything it needs is prepared here and carried in .gpu/:
 #
 #   scripts/gpu-session.sh prepare         HERE (Debian 12, network to its mirrors)
+#   scripts/gpu-session.sh rehearse        HERE: the first device call's build
+#                                          against a toolkit laid out like the device's
 #   scripts/gpu-session.sh run [STAGE...]  THERE, in the repo root, with carry [".gpu"]
 #
-# prepare writes .gpu/ (ignored through .git/info/exclude, so it travels only
-# when carried):
+# docs/gpu-session.md gives the device calls, in order, and what each
+# brings back.
+#
+# prepare writes .gpu/ (ignored by .gitignore, so it travels only when
+# carried):
 #   pipehost-VERSION.tar.gz  `make dist` of the working tree as it is now,
 #                            uncommitted changes included: the device needs
 #                            no autotools
@@ -18,19 +24,34 @@
 #   SOURCE                   what the tarball was made from
 # and prints the tool call.  The device builds the tarball, not the working
 # tree: prepare again after every source change (run warns when they differ).
+# cuDNN and NCCL are not carried (their wheels are ~560 MiB, the tool
+# carries 64): the device's image has them in python3's site-packages
+# (nvidia-cudnn-cu13, nvidia-nccl-cu13, PyTorch's), and find_cuda merges
+# them with /usr/local/cuda.
 #
-# run STAGE... (default all = deps build tests bench; deps and build always
-# run first, build being a no-op when /tmp/ph is current):
+# rehearse (here; pip and network to PyPI): downloads the two wheels into
+# .gpu-cache/ (ignored; downloaded once), lays out a toolkit like the
+# device's in .gpu-cache/ (this machine's CUDA without cuDNN's and NCCL's
+# headers and libraries; the wheels unpacked as python3 site-packages),
+# runs prepare, then `run tests` (the first device call's command, same
+# script, same flags; the GPU suites skip here) against that layout, and
+# fails unless configure found cuDNN and NCCL, built the CUDA backend for
+# sm_90 alone, and linked cuDNN and NCCL from the wheels.
+#
+# run STAGE... (default: tests; all = deps build tests bench; deps and
+# build always run first, build being a no-op when the build tree is current):
 #   deps   unpack the .debs with dpkg-deb -x into /tmp/deps, never into /
-#   build  unpack the tarball into /tmp/ph/src, configure --with-cuda, make;
-#          on a warm machine whose tree came from an older tarball only the
-#          changed files are copied in, so make rebuilds only what they touch
+#   build  unpack the tarball into /tmp/ph/src, configure --with-cuda (with
+#          NVCC_ARCH for sm_90 alone), make -j16 (the .cu files compile in
+#          parallel like the rest)
 #   tests  test-cuda-layers (PH_TEST_VERBOSE=1), test-gpu.sh, test-nccl.sh,
-#          then the whole make check (the GPU suites are not run twice)
-#   bench  the GPT-2 model's layers timed on the GPU (cost = profile, bf16
-#          and fp32) and in PyTorch, bench/gemm-modes, bench/fashion-mnist-gpu.sh,
-#          bench/gpt2-124m.sh (small STEPS), bench/gpt2-kernels.sh (one
-#          step's kernels under ncu and torch.profiler)
+#          then the rest of make check (the GPU suites are not run twice)
+#   bench  the benchmarks PH_GPU_BENCH names, in its order: gpt2
+#          (bench/gpt2-124m.sh, small STEPS), fashion
+#          (bench/fashion-mnist-gpu.sh), kernels (bench/gpt2-kernels.sh: one
+#          step's kernels under ncu and torch.profiler), profile (the GPT-2
+#          model's layers timed on the GPU, cost = profile, bf16 and fp32,
+#          and in PyTorch), gemm (bench/gemm-modes)
 # Each stage runs under `timeout`, cut to what is left of PH_GPU_BUDGET, so the
 # command ends before the tool's 600 s.  $OUT/summary.txt is written line by
 # line as stages end (and printed, so the tool's output_tail shows it); the
@@ -39,13 +60,18 @@
 # tool's limit.
 #
 # Environment for prepare: PH_GPU_REFRESH=1 downloads every .deb again.
+# Environment for rehearse: PH_GPU_CUDNN_VERSION, PH_GPU_NCCL_VERSION (the
+#   wheels' versions: the ones the device image's PyTorch 2.11+cu130 took,
+#   default 9.19.0.56 and 2.28.9), PH_GPU_CACHE (default .gpu-cache).
 # Environment for run:
 #   OUT                   where the result files go (default /tmp/gpu-out)
 #   PH_GPU_BUDGET         seconds for the whole command (default 550)
 #   PH_GPU_JOBS           make -j (default 16)
+#   PH_GPU_NVCC_ARCH      nvcc's code generation (default sm_90 machine code
+#                         alone: -gencode=arch=compute_90,code=sm_90)
 #   PH_GPU_CONFIGURE      more configure arguments
 #   PH_GPU_CUDA           the CUDA toolkit (default /usr/local/cuda);
-#   PH_GPU_CUDA_EXTRA     where else to look for cuDNN/cuBLAS (see find_cuda)
+#   PH_GPU_CUDA_EXTRA     where else to look for cuDNN/cuBLAS/NCCL (see find_cuda)
 #   PH_GPU_SUITES         the suites run first, one by one (default
 #                         "tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh")
 #   PH_GPU_SUITE_TIMEOUT  seconds for each of them (default 150, 180, 60)
@@ -107,10 +133,12 @@ prepare() {
 	report_prepare
 }
 
-# .gpu/ must not be committed nor travel uncarried; .gitignore is tracked,
-# .git/info/exclude is this clone's alone.
+# .gpu/ must not be committed nor travel uncarried: .gitignore says so; a
+# checkout whose .gitignore lacks the line gets it in .git/info/exclude
+# (that clone's alone).
 ignore_gpu_dir() {
 	local ex
+	git -C "$top" check-ignore -q .gpu/SOURCE && return 0
 	ex=$(git -C "$top" rev-parse --git-path info/exclude) || die "not a git checkout: $top"
 	case $ex in /*) ;; *) ex=$top/$ex ;; esac
 	mkdir -p "$(dirname "$ex")"
@@ -210,19 +238,164 @@ report_prepare() {
 	awk -v a="$gpu" 'BEGIN { exit !(a > 55) }' && echo "WARNING: .gpu/ is over 55 MiB"
 	cat <<'EOF'
 
-The device tool call for the GPU session (run, with):
-  command:   bash scripts/gpu-session.sh run
-  carry:     [".gpu"]
-  timeout_s: 600
-Later calls on the same warm machine: `bash scripts/gpu-session.sh run tests`,
-`... run bench`, `STEPS=20 bash scripts/gpu-session.sh run bench`; after a
-source change run `scripts/gpu-session.sh prepare` here again first.
+The device tool calls of a GPU session (docs/gpu-session.md), each with
+carry [".gpu"] and timeout_s 600; a call finds a bare machine unless it
+comes within 30 s of the last, so each one builds first:
+  1. bash scripts/gpu-session.sh run tests
+     build, the GPU suites, then the rest of make check: the verdict
+  2. PH_GPU_BENCH="gpt2 fashion" bash scripts/gpu-session.sh run bench
+  3. PH_GPU_BENCH="kernels profile gemm" bash scripts/gpu-session.sh run bench
+After a source change run `scripts/gpu-session.sh prepare` here again first;
+`scripts/gpu-session.sh rehearse` proves call 1's build on this machine.
 EOF
+}
+
+# ==================================================================== rehearse
+
+# fetch_wheel NAME VERSION: NAME==VERSION's manylinux x86-64 wheel into
+# $WHEELS, unless it is there already.
+fetch_wheel() {
+	local f=${1//-/_}-$2-
+	compgen -G "$WHEELS/$f*.whl" >/dev/null && return 0
+	echo "rehearse: pip download $1==$2 (once; cached in $WHEELS)"
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux_2_27_x86_64 \
+		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$WHEELS" "$1==$2" ||
+		die "rehearse: pip download $1==$2 failed"
+	compgen -G "$WHEELS/$f*.whl" >/dev/null || die "rehearse: pip saved no $f*.whl in $WHEELS"
+}
+
+# A toolkit laid out like the device's: this machine's CUDA (nvcc, cuBLAS,
+# the runtime) without cuDNN's and NCCL's headers and libraries, as links
+# in $1.  bin/ is a folder of its own (links to the real files): nvcc's own
+# include path, $(_HERE_)/../targets/.../include in nvcc.profile, then
+# leads into $1, where cudnn.h and nccl.h are absent, as on the device (a
+# link to the real bin/ would lead .. back into the real toolkit).
+fake_toolkit() {
+	local real=$2 fake=$1 e x n
+	rm -rf "$fake"
+	mkdir -p "$fake/bin" "$fake/include" "$fake/lib64" "$fake/targets/x86_64-linux"
+	for e in "$real"/*; do
+		case ${e##*/} in bin | include | lib | lib64 | targets) ;; *) ln -s "$(readlink -f "$e")" "$fake/" ;; esac
+	done
+	for x in "$real"/bin/*; do ln -s "$(readlink -f "$x")" "$fake/bin/"; done
+	for x in "$real"/include/*; do
+		case ${x##*/} in cudnn* | nccl*) ;; *) ln -s "$(readlink -f "$x")" "$fake/include/" ;; esac
+	done
+	for x in "$real"/lib64/*; do
+		n=${x##*/}
+		case $n in libcudnn* | libnccl*) ;; *) ln -s "$(readlink -f "$x")" "$fake/lib64/$n" ;; esac
+	done
+	ln -s lib64 "$fake/lib"
+	ln -s ../../include "$fake/targets/x86_64-linux/include"
+	ln -s ../../lib64 "$fake/targets/x86_64-linux/lib"
+	if [ -e "$fake/include/cudnn.h" ] || [ -e "$fake/include/nccl.h" ] || compgen -G "$fake/lib64/libcudnn*" >/dev/null ||
+		compgen -G "$fake/lib64/libnccl*" >/dev/null; then
+		die "rehearse: $fake still has cuDNN or NCCL"
+	fi
+}
+
+rehearse() {
+	local cache=${PH_GPU_CACHE:-$top/.gpu-cache} real=${PH_GPU_REAL_CUDA:-/usr/local/cuda}
+	local cv=${PH_GPU_CUDNN_VERSION:-9.19.0.56} nv=${PH_GPU_NCCL_VERSION:-2.28.9}
+	local site stamp t0 t_prep t_run rc fail="" so lib f line
+	for f in python3 unzip git ldd; do command -v "$f" >/dev/null || die "rehearse needs $f"; done
+	{ [ -x "$real/bin/nvcc" ] && [ -f "$real/include/cublas_v2.h" ]; } || die "rehearse needs a CUDA toolkit with nvcc and cuBLAS at $real (PH_GPU_REAL_CUDA)"
+	cd "$top" || die "no $top"
+	case $cache in
+	"$top"/*) git check-ignore -q "${cache#"$top"/}/x" || die "rehearse: $cache is not ignored by git: add it to .gitignore" ;;
+	esac
+	WHEELS=$cache/wheels
+	mkdir -p "$WHEELS"
+	fetch_wheel nvidia-cudnn-cu13 "$cv"
+	fetch_wheel nvidia-nccl-cu13 "$nv"
+	# The wheels unpacked as site-packages (nvidia/cudnn/{include,lib}, nvidia/nccl/...)
+	site=$cache/site
+	stamp=$(printf '%s\n' "$WHEELS"/nvidia_cudnn_cu13-"$cv"-*.whl "$WHEELS"/nvidia_nccl_cu13-"$nv"-*.whl | md5sum | cut -c1-32)
+	if [ "$(cat "$site/.stamp" 2>/dev/null)" != "$stamp" ]; then
+		rm -rf "$site"
+		mkdir -p "$site"
+		for f in "$WHEELS"/nvidia_cudnn_cu13-"$cv"-*.whl "$WHEELS"/nvidia_nccl_cu13-"$nv"-*.whl; do
+			unzip -q -o "$f" 'nvidia/*' -d "$site" || die "rehearse: cannot unzip $f"
+		done
+		echo "$stamp" >"$site/.stamp"
+	fi
+	fake_toolkit "$cache/cuda" "$real"
+	echo "rehearse: toolkit $cache/cuda ($real without cuDNN and NCCL); wheels cuDNN $cv, NCCL $nv in $site"
+
+	t0=$SECONDS
+	prepare || die "rehearse: prepare failed"
+	t_prep=$((SECONDS - t0))
+
+	# The first device call's command, against that layout: python3 finds
+	# the wheels as the device's finds PyTorch's.  Only the places and the
+	# time limits differ (this machine is slower): same script, stages and
+	# build flags.
+	echo
+	echo "rehearse: OUT=$cache/out bash scripts/gpu-session.sh run tests (PH_GPU_CUDA=$cache/cuda, PYTHONPATH=$site)"
+	rm -rf "$cache/out" "$cache/ph" "$cache/deps" # a bare machine: nothing built yet
+	t0=$SECONDS
+	env PH_GPU_CUDA="$cache/cuda" PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" OUT="$cache/out" \
+		PH_GPU_BUILD="$cache/ph" PH_GPU_DEPS="$cache/deps" PH_GPU_LINK_DATA=0 \
+		PH_GPU_BUDGET="${PH_GPU_BUDGET:-3600}" PH_GPU_BUILD_TIMEOUT="${PH_GPU_BUILD_TIMEOUT:-3000}" \
+		bash "$top/scripts/gpu-session.sh" run tests
+	rc=$?
+	t_run=$((SECONDS - t0))
+
+	# The verdict: loud, and non-zero unless all of it holds.
+	echo
+	echo "==== rehearse: verdict"
+	line=$(grep -E '^ +CUDA backend ' "$cache/out/build.log" | head -1 | sed 's/^ *//')
+	echo "configure: ${line:-no summary (configure failed?)}"
+	case $line in "CUDA backend    yes"*) ;; *) fail="$fail; configure did not enable the CUDA backend" ;; esac
+	case $line in *"${PH_GPU_NVCC_ARCH:--gencode=arch=compute_90,code=sm_90}"*) ;; *) fail="$fail; NVCC_ARCH is not sm_90 alone" ;; esac
+	for lib in cuDNN NCCL; do
+		line=$(grep -E "^ +$lib +" "$cache/out/build.log" | head -1 | sed 's/^ *//; s/  */ /g')
+		echo "configure: $lib: ${line#"$lib "}"
+		[ "$line" = "$lib yes" ] || fail="$fail; configure did not find $lib"
+	done
+	line=$("$cache/ph/src/pipehost" --version 2>&1)
+	echo "./pipehost --version: $line"
+	case $line in *"backends: cpu, cuda"*) echo "CUDA backend yes" ;; *) fail="$fail; pipehost has no CUDA backend" ;; esac
+	so=$cache/ph/src/core/cuda/.libs/pipehost-cuda.so
+	for lib in libcudnn.so.9 libnccl.so.2; do
+		f=$(env -u LD_LIBRARY_PATH ldd "$so" 2>/dev/null | awk -v l="$lib" '$1 == l { print $3 }')
+		if [ -n "$f" ] && case $(readlink -f "$f") in "$site"/*) true ;; *) false ;; esac; then
+			echo "$lib: found: $f -> $(readlink -f "$f")"
+		else
+			fail="$fail; the backend does not load $lib from the wheels (ldd: ${f:-not found})"
+		fi
+	done
+	f=$(env -u LD_LIBRARY_PATH ldd "$cache/ph/src/plugins/layers/.libs/conv2d.so" 2>/dev/null | awk '$1 == "libcudnn.so.9" { print $3 }')
+	echo "conv2d.so: libcudnn.so.9 => ${f:-NOT FOUND}"
+	case $(readlink -f "${f:-/}") in "$site"/*) ;; *) fail="$fail; conv2d.so does not load cuDNN from the wheels" ;; esac
+	# Which cudnn.h and nccl.h the build's own nvcc command compiles with:
+	# nvcc -M with the Makefile's flags (this machine also has CUDA's
+	# headers in /usr/local/include, where a build whose flags lack the
+	# wheels' include folder would find them and pass unnoticed).
+	for f in core/cuda/backend.cu:cudnn.h core/cuda/backend.cu:nccl.h plugins/layers/conv2d_cuda.cu:cudnn.h; do
+		# shellcheck disable=SC2016 # $(NVCC) and the rest are make's
+		lib=$(cd "$cache/ph/src" && printf 'ph-deps:\n\t@$(NVCC) $(NVCC_ALL_FLAGS) $(PH_NCCL_DEFS) -M %s\n' "${f%%:*}" |
+			make -s -f Makefile -f - ph-deps 2>/dev/null | tr -s ' \\\t' '\n' | grep -m1 "/${f#*:}\$")
+		echo "${f%%:*}: ${f#*:} from ${lib:-NOWHERE} -> $(readlink -f "${lib:-/nonexistent}")"
+		case $(readlink -f "${lib:-/}") in "$site"/*) ;; *) fail="$fail; ${f%%:*} compiles with a ${f#*:} that is not the wheel's" ;; esac
+	done
+	grep -q '^build: OK' "$cache/out/summary.txt" || fail="$fail; the build failed (build.log)"
+	[ "$rc" -eq 0 ] || echo "(run tests exited $rc)"
+	echo "wall: prepare ${t_prep} s; run tests ${t_run} s: $(grep -E '^(deps|configure|build|GPU suites: [0-9]|make check)' "$cache/out/summary.txt" | sed -E 's/\(([0-9]+ s);.*/(\1)/; s/;.*//; s/ in [^ ]*\/.*//' | paste -sd'|' - | sed 's/|/; /g')"
+	echo "logs: $cache/out"
+	if [ -n "$fail" ]; then
+		echo "REHEARSAL FAILED: ${fail#; }" >&2
+		exit 1
+	fi
+	echo "rehearse: OK: cuDNN and NCCL found, CUDA backend yes"
 }
 
 # ========================================================================= run
 
 SUMMARY=
+VERDICT=       # the suites' results, for the last line of the summary
+BUILD_VERDICT= # OK, FAIL, TIMEOUT
 BUILD_OK=0
 TESTS_RAN=0
 STAGE_T0=0
@@ -260,7 +433,10 @@ run_main() {
 	OUT=${OUT:-/tmp/gpu-out}
 	BUDGET=${PH_GPU_BUDGET:-550}
 	JOBS=${PH_GPU_JOBS:-16}
-	[ $# -eq 0 ] && set -- all
+	# Hopper machine code alone: no PTX for the driver to compile, no
+	# other architecture for nvcc to compile (HOPPER.md)
+	NVCC_ARCH=${PH_GPU_NVCC_ARCH:--gencode=arch=compute_90,code=sm_90}
+	[ $# -eq 0 ] && set -- tests
 	for s in "$@"; do
 		case $s in
 		all) want=" deps build tests bench " ;;
@@ -289,6 +465,7 @@ finish() {
 	if [ -d "$PH/bench-tmp" ] && [ -n "$(ls -A "$PH/bench-tmp" 2>/dev/null)" ] && [ ! -f "$OUT/bench-work.tar.gz" ]; then
 		tar -czf "$OUT/bench-work.tar.gz" -C "$PH/bench-tmp" . 2>/dev/null
 	fi
+	[ -n "$VERDICT" ] && say "verdict: build ${BUILD_VERDICT:-not run};$VERDICT"
 	say "done in ${SECONDS} s; files in \$OUT: $(find "$OUT" -maxdepth 1 -type f -printf '%f ')"
 }
 
@@ -312,6 +489,9 @@ stage_env() {
 		done
 		gcc --version 2>&1 | head -1
 		make --version 2>&1 | head -1
+		echo "== python3's nvidia wheels (cuDNN and NCCL for find_cuda), the loader's CUDA libraries"
+		nvidia_roots | while IFS= read -r d; do echo "$d: $(cd "$d" && echo */ | tr -d /)"; done
+		ldconfig -p 2>/dev/null | grep -E 'lib(cudart|cublas|cublasLt|nvrtc|cudnn|nccl)\.so' | sed 's/^[[:space:]]*//'
 		echo "== python3, torch"
 		timeout 60 python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.cuda.is_available())' 2>&1 | tail -1
 	} >"$OUT/env.txt" 2>&1
@@ -468,46 +648,71 @@ cuda_complete() {
 		[ -f "$1/include/cudnn.h" ] && [ -e "$1/lib64/libcudnn.so" ]
 }
 
+has_nccl() {
+	[ -f "$1/include/nccl.h" ] && [ -e "$1/lib64/libnccl.so" ]
+}
+
+# The folders of python3's `nvidia` namespace package (the pip wheels
+# nvidia-cudnn-cu13, nvidia-nccl-cu13 and friends, PyTorch's), one a line;
+# then the usual site-packages, should python3 not be the one holding them.
+nvidia_roots() {
+	{
+		python3 -c 'import importlib.util as u; s = u.find_spec("nvidia"); print("\n".join(s.submodule_search_locations) if s else "")' 2>/dev/null
+		compgen -G '/opt/*/.venv/lib/python3*/site-packages/nvidia'
+		compgen -G '/usr/local/lib/python3*/dist-packages/nvidia'
+		compgen -G '/usr/lib/python3/dist-packages/nvidia'
+	} | while IFS= read -r d; do [ -d "$d" ] && (cd "$d" && pwd -P); done | awk 'NF && !seen[$0]++'
+}
+
 # configure builds the backend only when $DIR/include/cudnn.h and
-# $DIR/lib64/libcudnn.so (and cuBLAS's) exist; without it every GPU test
-# SKIPs and the session is wasted.  Where /usr/local/cuda lacks them, merge
-# it with the pip wheels' headers and libraries (nvidia-cudnn-cu13 and
-# friends: python3's nvidia package, plus PH_GPU_CUDA_EXTRA dirs) into
-# /tmp/cuda-merged, with the unversioned .so names the linker wants.
+# $DIR/lib64/libcudnn.so (and cuBLAS's) exist, and NCCL only when
+# $DIR/include/nccl.h and $DIR/lib64/libnccl.so do; without cuDNN every GPU
+# test SKIPs and the session is wasted.  Where the toolkit lacks cuDNN or
+# NCCL, merge it with the pip wheels' headers and libraries (nvidia_roots,
+# plus PH_GPU_CUDA_EXTRA dirs) into $PH/cuda-merged: the toolkit's own
+# entries first, then what the wheels add, with the unversioned .so names
+# the linker wants.  configure's CUDA_CFLAGS and CUDA_LIBS then name
+# cuda-merged/include (nvcc's flags, Makefile.am) and cuda-merged/lib64
+# (-L and the rpath of every module with CUDA code): the programs find
+# cuDNN and NCCL there without LD_LIBRARY_PATH, which is left alone (on it,
+# the toolkit's cuBLAS would shadow PyTorch's own for the benchmarks).
 find_cuda() {
-	local c=${PH_GPU_CUDA:-/usr/local/cuda} m=/tmp/cuda-merged e d x n roots
+	local c=${PH_GPU_CUDA:-/usr/local/cuda} m=$PH/cuda-merged e d x n roots
 	CUDA=$c
 	CUDA_NOTE="$c"
-	cuda_complete "$c" && return 0
 	[ -x "$c/bin/nvcc" ] || {
 		CUDA_NOTE="$c: no nvcc"
 		return 1
 	}
-	roots=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia"); print("\n".join(s.submodule_search_locations) if s else "")' 2>/dev/null)
+	cuda_complete "$c" && has_nccl "$c" && return 0
+	roots=$(nvidia_roots)
 	rm -rf "$m"
 	mkdir -p "$m/include" "$m/lib64"
 	for e in "$c"/*; do
 		case ${e##*/} in include | lib64) ;; *) ln -s "$e" "$m/" ;; esac
 	done
 	# shellcheck disable=SC2086 # $roots and PH_GPU_CUDA_EXTRA are lists of directories
-	for d in "$c/include" $(find $roots ${PH_GPU_CUDA_EXTRA:-} -maxdepth 3 -type d -name include 2>/dev/null); do
+	for d in "$c/include" $(find $roots ${PH_GPU_CUDA_EXTRA:-} -maxdepth 3 -type d -name include 2>/dev/null | sort); do
 		for x in "$d"/*; do [ -e "$m/include/${x##*/}" ] || ln -s "$x" "$m/include/"; done
 	done
 	# shellcheck disable=SC2086
-	for d in "$c/lib64" $(find $roots ${PH_GPU_CUDA_EXTRA:-} -maxdepth 3 -type d \( -name lib -o -name lib64 \) 2>/dev/null); do
+	for d in "$c/lib64" $(find $roots ${PH_GPU_CUDA_EXTRA:-} -maxdepth 3 -type d \( -name lib -o -name lib64 \) 2>/dev/null | sort); do
 		for x in "$d"/*; do [ -e "$m/lib64/${x##*/}" ] || ln -s "$x" "$m/lib64/"; done
 	done
 	for x in "$m"/lib64/lib*.so.*; do
 		n=${x##*/}
 		[ -e "$m/lib64/${n%%.so.*}.so" ] || ln -s "$x" "$m/lib64/${n%%.so.*}.so"
 	done
-	CUDA=$m
-	export LD_LIBRARY_PATH="$m/lib64:$LD_LIBRARY_PATH"
 	if cuda_complete "$m"; then
-		CUDA_NOTE="$m ($c lacks cuBLAS or cuDNN headers/libraries; merged with: $(echo "$roots" "${PH_GPU_CUDA_EXTRA:-}" | xargs))"
+		CUDA=$m
+		CUDA_NOTE="$m: $c merged with the wheels in $(echo "$roots" "${PH_GPU_CUDA_EXTRA:-}" | xargs); cudnn.h from $(readlink -f "$m/include/cudnn.h" | sed 's|/include/cudnn.h$||'), nccl.h from $(readlink -f "$m/include/nccl.h" 2>/dev/null | sed 's|/include/nccl.h$||' | grep . || echo NOWHERE)"
 		return 0
 	fi
-	CUDA_NOTE="$c lacks cuBLAS or cuDNN and no pip wheel supplies them: no CUDA backend"
+	if cuda_complete "$c"; then # cuDNN there, NCCL nowhere
+		CUDA_NOTE="$c (no NCCL in it nor in any wheel: a backend without NCCL)"
+		return 0
+	fi
+	CUDA_NOTE="$c lacks cuBLAS or cuDNN and no pip wheel supplies them (looked in: $(echo "$roots" | xargs)): no CUDA backend"
 	return 1
 }
 
@@ -575,9 +780,10 @@ stage_build() {
 			return 1
 		fi
 		t=$(stage_time 120 20) || { say "build: not run: $(left_s) s left"; return 1; }
-		echo "=== configure --with-cuda=$CUDA ${PH_GPU_CONFIGURE:-}" >"$OUT/build.log"
+		echo "=== configure --with-cuda=$CUDA NVCC_ARCH=$NVCC_ARCH ${PH_GPU_CONFIGURE:-}" >"$OUT/build.log"
 		# shellcheck disable=SC2086 # PH_GPU_CONFIGURE is a list of arguments
-		(cd "$SRC" && tmo "$t" ./configure --with-cuda="$CUDA" ${PH_GPU_CONFIGURE:-}) >>"$OUT/build.log" 2>&1
+		(cd "$SRC" && tmo "$t" ./configure --with-cuda="$CUDA" NVCC_ARCH="$NVCC_ARCH" ${PH_GPU_CONFIGURE:-}) \
+			>>"$OUT/build.log" 2>&1
 		rc=$?
 		if [ "$rc" -ne 0 ]; then
 			say "configure: FAIL (exit $rc, $(since) s); config.log is at the end of build.log; last lines:"
@@ -603,9 +809,12 @@ stage_build() {
 	[ -f "$PH/configure-notice.txt" ] && say_block "    " <"$PH/configure-notice.txt"
 	# config.status holds S["PH_CUDA_TRUE"]="" when configure enabled the backend, "#" when not.
 	grep -q '^S\["PH_CUDA_TRUE"\]=""' "$SRC/config.status" ||
-		say "WARNING: configured without the CUDA backend ($CUDA_NOTE): every GPU test will SKIP"
+		{
+			say "WARNING: configured without the CUDA backend ($CUDA_NOTE): every GPU test will SKIP"
+			VERDICT=" WITHOUT the CUDA backend (env.txt says what the machine has);"
+		}
 	check_fresh
-	t=$(stage_time 330 30) || { say "build: not run: $(left_s) s left"; return 1; }
+	t=$(stage_time "${PH_GPU_BUILD_TIMEOUT:-330}" 30) || { say "build: not run: $(left_s) s left"; return 1; }
 	# Then `check TESTS=` builds the test programs and runs none: their
 	# compile errors are build errors, and the tests stage starts at once.
 	# Two make calls: `make all check` would run two recursive makes at once
@@ -614,11 +823,14 @@ stage_build() {
 	rc=$?
 	if [ "$rc" -eq 0 ]; then
 		BUILD_OK=1
+		BUILD_VERDICT="OK ($(since) s)"
 		say "build: OK ($(since) s; $(grep -c -i 'warning:' "$OUT/build.log") compiler warning line(s) in build.log)"
 	else
 		if [ "$rc" -ge 124 ]; then
+			BUILD_VERDICT=TIMEOUT
 			say "build: TIMEOUT after $t s; first errors, if any:"
 		else
+			BUILD_VERDICT=FAIL
 			say "build: FAIL (exit $rc, $(since) s); first errors:"
 		fi
 		grep -E 'error|Error [0-9]+|undefined reference|No rule' "$OUT/build.log" | head -8 | say_block "    "
@@ -769,7 +981,10 @@ stage_tests() {
 		*) run_suite "$b" 180 30 ;;
 		esac
 		suite_line "$SRC/${b%.sh}"
+		b=${b%.sh}
+		VERDICT="$VERDICT ${b#tests/} $(suite_result "$SRC/$b"),"
 	done
+	grep -m1 'worker process' tests/test-cuda-layers.log 2>/dev/null | say_block "    "
 	cp tests/test-cuda-layers.log "$OUT/" 2>/dev/null
 	cat tests/test-gpu.log tests/test-nccl.log >"$OUT/test-gpu.log" 2>/dev/null
 	[ -f tests/test-cuda-layers.log ] && cuda_layer_figures tests/test-cuda-layers.log | say_block "    cuda-layers "
@@ -786,6 +1001,7 @@ stage_tests() {
 	rc=$?
 	counts=$(for b in $all; do suite_result "$SRC/${b%.log}"; done | sort | uniq -c | awk '{ printf "%s %s, ", $2, $1 }')
 	say "make check: exit $rc$([ "$rc" -ge 124 ] && echo " (TIMEOUT after $t s)") in $(since) s; ${counts%, } of $(echo "$all" | wc -w) suites"
+	VERDICT="$VERDICT make check ${counts%, }"
 	for b in $all; do
 		case " $SUITES " in *" ${b%.log}"[\ .]*) continue ;; esac # listed above
 		suite_line "$SRC/${b%.log}"
@@ -1006,6 +1222,10 @@ case ${1:-} in
 prepare)
 	shift
 	prepare "$@"
+	;;
+rehearse)
+	shift
+	rehearse "$@"
 	;;
 run)
 	shift

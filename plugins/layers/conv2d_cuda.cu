@@ -21,8 +21,13 @@
  * CONV2D_CUDA_WORKSPACE bytes, the layer's device scratch (checked with
  * cudnnGet*WorkspaceSize); else PyTorch's deterministic defaults
  * (IMPLICIT_PRECOMP_GEMM, BWD_DATA_ALGO_1, BWD_FILTER_ALGO_1).
- * Precision: fp32 runs pin CUDNN_FMA_MATH (no TF32, as the host's GEMM);
- * bf16 runs allow the default math (TF32 tensor cores, fp32 accumulation).
+ * Precision: fp32 runs pin CUDNN_FMA_MATH (no TF32, as the host's GEMM)
+ * and pass over the FFT and Winograd algorithms, which transform the
+ * operands and round in the transformed domain: their errors grow with the
+ * tile (well past a direct sum's ~1e-7 of the scale), where fp32 promises
+ * the CPU's values to rounding (tests/test-cuda-layers.c's fp32 row);
+ * bf16 runs allow the default math (TF32 tensor cores, fp32 accumulation)
+ * and any deterministic algorithm.
  *
  * Bias add and bias gradient are our own kernels; the gradient is a fixed
  * shared-memory tree per filter, no atomics.
@@ -203,6 +208,21 @@ static int usable_math(const ph_ctx *ctx, cudnnMathType_t m)
 	return m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? -1 : (int)m;
 }
 
+/* Whether pass d's algorithm sums the products directly (GEMM-like), not
+ * through an FFT or Winograd transform: fp32 takes only these. */
+static int direct_sum(int d, int algo)
+{
+	if (d == CONV2D_FWD)
+		return algo != CUDNN_CONVOLUTION_FWD_ALGO_FFT && algo != CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
+		       algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD && algo != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+	if (d == CONV2D_DATA)
+		return algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT && algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING &&
+		       algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD &&
+		       algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+	return algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT && algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING &&
+	       algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
 /* The workspace pass d needs with algorithm algo, at the descriptor's current math. */
 static cudnnStatus_t workspace_size(const conv2d_cuda *c, cudnnHandle_t h, int d, int algo, size_t *bytes)
 {
@@ -242,8 +262,9 @@ static int pick_default(conv2d_cuda *c, const ph_ctx *ctx, int d, ph_err *err)
 }
 
 /* The first of cuDNN's n results (best first) that succeeded, is
- * deterministic, runs at the run's precision and fits the workspace; else
- * the default.  Perf: the pass's _v7 result type (the three share fields). */
+ * deterministic, runs at the run's precision (under fp32: a direct sum)
+ * and fits the workspace; else the default.  Perf: the pass's _v7 result
+ * type (the three share fields). */
 template <typename Perf>
 static int pick_from(conv2d_cuda *c, const ph_ctx *ctx, int d, const Perf *perf, int n, ph_err *err)
 {
@@ -251,6 +272,8 @@ static int pick_from(conv2d_cuda *c, const ph_ctx *ctx, int d, const Perf *perf,
 		const int m = usable_math(ctx, perf[i].mathType);
 		size_t ws = 0;
 		if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC || m < 0)
+			continue;
+		if (ctx->precision != PH_PREC_BF16 && !direct_sum(d, (int)perf[i].algo))
 			continue;
 		/* the workspace depends on the math: ask with the one it will run with */
 		if (cudnnSetConvolutionMathType(c->conv, (cudnnMathType_t)m) != CUDNN_STATUS_SUCCESS ||
