@@ -229,6 +229,11 @@ static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
 	const ph_schedule_ops *s = c->schedule;
 	ph_schedule_shape shape = { p->ranks, p->v, p->m };
 	int rc;
+	/* Suggest interleaved only to a schedule of one chunk per rank: one
+	 * that takes several already is the answer, and only its limit is. */
+	if (p->v > s->max_chunks_per_rank && s->max_chunks_per_rank > 1)
+		return ph_fail(err, PH_EINVAL, "schedule %s runs at most %d chunks per rank; [run] chunks = %d: lower it to "
+			       "%d or fewer", s->head.name, s->max_chunks_per_rank, p->v, s->max_chunks_per_rank);
 	if (p->v > s->max_chunks_per_rank)
 		return ph_fail(err, PH_EINVAL, "schedule %s runs at most %d chunk(s) per rank; [run] chunks = %d: lower it or "
 			       "use schedule = interleaved", s->head.name, s->max_chunks_per_rank, p->v);

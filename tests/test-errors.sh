@@ -48,6 +48,14 @@ expect_error "CUDA hooks split unlike the layer" "plugin $tmp/bad_twin_split/bad
 awk '/^\[layer conv1\]/{print "[layer flat0]\ntype = flatten"} {print}' "$tiny" >"$tmp/shape.ini"
 expect_error "shape mismatch" "shape mismatch: layer conv1 \(conv2d\) cannot take layer flat0's \(flatten\) output \[64\]" -c "$tmp/shape.ini"
 
+# the chunk limit of a schedule that interleaves already: its limit, no
+# advice to switch to the schedule the run uses
+expect_error "interleaved past its chunk limit" \
+	"^pipehost: schedule interleaved runs at most 8 chunks per rank; \[run\] chunks = 12: lower it to 8 or fewer$" \
+	-c "$fixtures/tiny.ini" --plan --set schedule.type=interleaved --set run.chunks=12
+expect_error "1f1b with chunks: advice to interleave" \
+	"^pipehost: schedule 1f1b runs at most 1 chunk\(s\) per rank; \[run\] chunks = 2: lower it or use schedule = interleaved$" \
+	-c "$fixtures/tiny.ini" --plan --set schedule.type=1f1b --set run.chunks=2
 expect_error "more stages than layers" "stages = 12 x chunks = 1 needs at least 12 layers, one per stage; the model has 9" \
 	-c "$tiny" --set run.stages=12
 
