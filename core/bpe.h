@@ -31,4 +31,8 @@ int ph_bpe_decode(const ph_bpe *b, const int32_t *ids, size_t n, unsigned char *
 
 void ph_bpe_free(ph_bpe *b);
 
+/* The pre-tokeniser alone: the end of the chunk of text[0..len) that
+ * starts at pos (GPT-2's regex; a trainer cuts its corpus the same way). */
+size_t ph_bpe_next_chunk(const unsigned char *text, size_t len, size_t pos);
+
 #endif

@@ -9,6 +9,8 @@ static const ph_data_source *const sources[] = {
 	&ph_data_source_fashion_mnist,
 	&ph_data_source_synthetic,
 	&ph_data_source_text,
+	&ph_data_source_npy,
+	&ph_data_source_tokens,
 	NULL,
 };
 

@@ -11,7 +11,8 @@ core_libphcore_la_SOURCES = \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-links.c core/engine-replicas.c \
 	core/optim.c core/optim.h \
 	core/data.c core/data.h core/data_source.h core/data_sources.c \
-	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/data_npy.c core/data_tokens.c \
+	core/bpe.c core/bpe.h core/bpe_unicode.h \
 	core/weights.c core/weights.h \
 	core/train.c core/train.h \
 	core/checkpoint.c core/checkpoint.h \

@@ -5,9 +5,9 @@ check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights
 TESTS += tests/test-data tests/test-optim tests/test-weights
 
 tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_source.h core/data_sources.c \
-	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c
-tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
-tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) -lm
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/data_npy.c core/data_tokens.c core/bpe.c core/bpe.h core/bpe_unicode.h
+tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS) $(CJSON_CFLAGS)
+tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) $(CJSON_LIBS) -lm
 
 tests_test_optim_SOURCES = tests/test-optim.c core/optim.c core/optim.h
 tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
@@ -17,3 +17,9 @@ tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) -lm
 endif
+
+# The BPE tool of tests/test-bpe.sh: trains a vocabulary, encodes, round-trips.
+check_PROGRAMS += tests/bpe-tool
+tests_bpe_tool_SOURCES = tests/bpe-tool.c core/bpe.c core/bpe.h core/bpe_unicode.h
+tests_bpe_tool_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS)
+tests_bpe_tool_LDADD = $(CJSON_LIBS)

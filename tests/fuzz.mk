@@ -27,7 +27,7 @@ FUZZ_LIBS = $(CJSON_LIBS) $(INIH_LIBS) $(ZLIB_LIBS) -ldl -lm
 FUZZ_RUN_FLAGS = -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_DIR = tests/fuzz/build
 
-FUZZ_DATA_SRC = core/data.c core/data_sources.c core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c
+FUZZ_DATA_SRC = core/data.c core/data_sources.c core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/data_npy.c core/data_tokens.c core/bpe.c
 FUZZ_CONFIG_SRC = tests/fuzz/fuzz-config.c core/config.c core/inifile.c core/options.c core/loader.c core/device.c \
 	$(FUZZ_DATA_SRC)
 FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c
