@@ -213,6 +213,14 @@ static int train(int nmerges, const char *corpus, const char *outdir)
 	if (fclose(f))
 		return die("cannot write merges.txt");
 	printf("%d tokens, %d merges, from %zu bytes (%zu distinct chunks)\n", nv, nm, len, nwords);
+	/* freed, so that make check under ASan (detect_leaks) stays clean */
+	for (size_t i = 0; i < nw; i++)
+		free(words[i].sym);
+	for (int v = 0; v < nv; v++)
+		free(vocab[v].s);
+	free(words), free(keys), free(klen), free(vocab), free(merges);
+	free(pkey), free(pcount), free(pgen), free(u), free(json), free(text);
+	cJSON_Delete(root);
 	return 0;
 }
 
