@@ -20,8 +20,9 @@ int ph_bpe_load(ph_bpe **out, const char *vocab_json, const char *merges_txt, ph
 /* Ids are 0 .. vocab_size - 1 (one more than the largest id). */
 int ph_bpe_vocab_size(const ph_bpe *b);
 
-/* Encode len bytes of text (any bytes: invalid UTF-8 is encoded byte by
- * byte) into a malloc'd array of *n ids. */
+/* Encode len bytes of text into a malloc'd array of *n ids.  Any bytes
+ * encode: a byte that is not valid UTF-8 is pre-tokenised as one
+ * character that is neither letter, number nor space. */
 int ph_bpe_encode(const ph_bpe *b, const unsigned char *text, size_t len, int32_t **ids, size_t *n, ph_err *err);
 
 /* Decode n ids into a malloc'd array of *len bytes (NUL-terminated, the
