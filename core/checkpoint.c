@@ -157,9 +157,12 @@ int ph_checkpoint_identity(const ph_config *c, ph_engine *e, int64_t train_sampl
 	static const char *const run_keys[] = { "seed", "batch", "micro_batches", NULL };
 	for (int i = 0; run_keys[i]; i++)
 		sb_named(&b, "run", ph_run_options, &c->run, run_keys[i]);
-	/* Every [data] key but where the files are and what is evaluated: a
-	 * key added later counts by default (refusing beats diverging). */
-	static const char *const data_skip[] = { "path", "test_limit", "test_samples", NULL };
+	/* Every [data] key but where the files are (paths may move between a
+	 * save and a resume) and what is evaluated: a key added later counts
+	 * by default (refusing beats diverging). */
+	static const char *const data_skip[] = { "path", "test_limit", "test_samples", "vocab", "merges",
+						 "train_images", "train_labels", "test_images", "test_labels",
+						 "tokens", "test_tokens", NULL };
 	for (const ph_option *o = ph_data_options; o->name; o++) {
 		int skip = 0;
 		for (int i = 0; data_skip[i]; i++)

@@ -52,7 +52,22 @@ const ph_option ph_data_options[] = {
 	PH_OPT_INT_(ph_data_cfg, classes, "classes", "10", 2, 1 << 20, "synthetic: classes"),
 	PH_OPT_INTLIST_(ph_data_cfg, shape, "shape", "1,28,28", 1, 1 << 20, "synthetic: per-sample shape"),
 	PH_OPT_INT_(ph_data_cfg, seq_len, "seq_len", "128", 1, 1 << 20, "text: bytes per sequence (T)"),
-	PH_OPT_FLOAT_(ph_data_cfg, holdout, "holdout", "0.1", 0.001, 0.9, "text: fraction of the bytes held out for validation"),
+	PH_OPT_FLOAT_(ph_data_cfg, holdout, "holdout", "0.1", 0.001, 0.9,
+		      "text: fraction of the bytes held out for validation; tokens: of the tokens, without test_tokens"),
+	PH_OPT_CHOICE_(ph_data_cfg, tokenizer, "tokenizer", "bytes", "bytes|bpe",
+		       "text: bytes (256 ids) or bpe (GPT-2's byte-level BPE from vocab and merges)"),
+	PH_OPT_STRING_(ph_data_cfg, vocab, "vocab", "", "text: with tokenizer = bpe, GPT-2's vocab.json"),
+	PH_OPT_STRING_(ph_data_cfg, merges, "merges", "", "text: with tokenizer = bpe, GPT-2's merges.txt"),
+	PH_OPT_STRING_(ph_data_cfg, train_images, "train_images", "", "npy: training inputs, [N, ...] float32 or uint8"),
+	PH_OPT_STRING_(ph_data_cfg, train_labels, "train_labels", "", "npy: training labels, [N] int64, int32 or uint8"),
+	PH_OPT_STRING_(ph_data_cfg, test_images, "test_images", "", "npy: test inputs, the same shape per sample"),
+	PH_OPT_STRING_(ph_data_cfg, test_labels, "test_labels", "", "npy: test labels"),
+	PH_OPT_STRING_(ph_data_cfg, tokens, "tokens", "", "tokens: training token file (nanoGPT's train.bin, llm.c's .bin)"),
+	PH_OPT_STRING_(ph_data_cfg, test_tokens, "test_tokens", "",
+		       "tokens: validation token file; empty: the last holdout of the training tokens"),
+	PH_OPT_CHOICE_(ph_data_cfg, token_type, "token_type", "uint16", "uint16|uint32",
+		       "tokens: the ids of a headerless file (llm.c's header says its own)"),
+	PH_OPT_INT_(ph_data_cfg, vocab_size, "vocab_size", "50257", 2, 1 << 24, "tokens: ids must be below it"),
 	PH_OPT_END
 };
 

@@ -57,8 +57,22 @@ typedef struct {
 	int64_t classes;         /* synthetic */
 	ph_intlist shape;        /* synthetic: per-sample shape */
 	int64_t seq_len;         /* text: bytes per sequence */
-	double holdout;          /* text: fraction held out for validation */
+	double holdout;          /* text, tokens: fraction held out for validation */
+	int tokenizer;           /* text: PH_TOKENIZER_* */
+	char vocab[PH_STR_MAX];  /* text, tokenizer = bpe: GPT-2's vocab.json */
+	char merges[PH_STR_MAX]; /* text, tokenizer = bpe: GPT-2's merges.txt */
+	char train_images[PH_STR_MAX]; /* npy: the four .npy files */
+	char train_labels[PH_STR_MAX];
+	char test_images[PH_STR_MAX];
+	char test_labels[PH_STR_MAX];
+	char tokens[PH_STR_MAX];       /* tokens: training token file */
+	char test_tokens[PH_STR_MAX];  /* tokens: validation token file; "": hold out */
+	int token_type;          /* tokens: PH_TOKEN_* of a headerless file */
+	int64_t vocab_size;      /* tokens: ids must be below it */
 } ph_data_cfg;
+
+enum { PH_TOKENIZER_BYTES = 0, PH_TOKENIZER_BPE = 1 };
+enum { PH_TOKEN_UINT16 = 0, PH_TOKEN_UINT32 = 1 };
 
 enum { PH_COST_FLOPS = 0, PH_COST_PARAMS = 1, PH_COST_PROFILE = 2 };
 enum { PH_CUTS_ALL = 0, PH_CUTS_MARKED = 1 };

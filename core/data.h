@@ -39,6 +39,23 @@ int ph_data_synthetic(int64_t n, const ph_shape *shape, int nclasses, uint64_t s
  * the target: shape [T], T targets per sample, 256 classes. */
 int ph_data_load_text(const char *path, int seq_len, double holdout, int train, ph_dataset *ds, ph_err *err);
 
+/* Inputs and class labels from two .npy files (data_npy.c): images
+ * [N, ...] float32 or uint8 (scaled to [0,1]), labels [N] int64, int32 or
+ * uint8; C order, little-endian.  nclasses is the largest label + 1. */
+int ph_data_load_npy(const char *images, const char *labels, ph_dataset *ds, ph_err *err);
+
+/* Token ids from a token file (data_tokens.c): llm.c's format when it
+ * starts with its header (magic 20240520), else raw little-endian ids of
+ * token_bytes (2 or 4) each.  Every id must be below vocab: the first that
+ * is not is an error naming its position.  *tok is malloc'd. */
+int ph_data_read_tokens(const char *path, int token_bytes, int64_t vocab, uint32_t **tok, size_t *n, ph_err *err);
+
+/* Sequences of tokens [a, b), cut as the text source cuts bytes: sample
+ * i is tokens [a+i*T, a+i*T+T) in, each next token out; shape [T], T
+ * targets, vocab classes.  `what` (a file) and `split` name the errors. */
+int ph_data_token_sequences(const uint32_t *tok, size_t a, size_t b, int seq_len, int64_t vocab, const char *what,
+			    const char *split, ph_dataset *ds, ph_err *err);
+
 void ph_data_free(ph_dataset *ds);
 
 /* A seeded permutation of 0..n-1 for the given epoch (Fisher-Yates driven

@@ -28,12 +28,17 @@ typedef struct ph_data_source {
 	int per_byte;
 } ph_data_source;
 
-extern const ph_data_source ph_data_source_fashion_mnist, ph_data_source_synthetic, ph_data_source_text;
+extern const ph_data_source ph_data_source_fashion_mnist, ph_data_source_synthetic, ph_data_source_text,
+	ph_data_source_npy, ph_data_source_tokens;
 
 /* The source named `name`, or NULL. */
 const ph_data_source *ph_data_source_find(const char *name);
 
-/* "fashion-mnist, synthetic, text": every registered name. */
+/* Whether c's losses are per byte: a byte-level source, not tokenised
+ * (with tokenizer = bpe a target is a token, and so is a loss). */
+int ph_data_per_byte(const ph_config *c);
+
+/* "fashion-mnist, synthetic, text, npy, tokens": every registered name. */
 void ph_data_source_names(char *buf, size_t len);
 
 /* Each source, its help and its keys, one line each, indented. */

@@ -9,6 +9,8 @@ static const ph_data_source *const sources[] = {
 	&ph_data_source_fashion_mnist,
 	&ph_data_source_synthetic,
 	&ph_data_source_text,
+	&ph_data_source_npy,
+	&ph_data_source_tokens,
 	NULL,
 };
 
@@ -18,6 +20,11 @@ const ph_data_source *ph_data_source_find(const char *name)
 		if (strcmp(sources[i]->name, name) == 0)
 			return sources[i];
 	return NULL;
+}
+
+int ph_data_per_byte(const ph_config *c)
+{
+	return c->data_source && c->data_source->per_byte && c->data.tokenizer != PH_TOKENIZER_BPE;
 }
 
 void ph_data_source_names(char *buf, size_t len)

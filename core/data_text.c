@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bpe.h"
 #include "data_source.h"
 #include "readfile.h"
 
@@ -55,13 +56,11 @@ static int append_file(const char *path, unsigned char **buf, size_t *len, size_
 	return PH_OK;
 }
 
-int ph_data_load_text(const char *path, int seq_len, double holdout, int train, ph_dataset *ds, ph_err *err)
+/* The corpus of `path` (a file, or a directory's text files) into *out. */
+static int read_corpus(const char *path, unsigned char **out, size_t *out_len, ph_err *err)
 {
-	memset(ds, 0, sizeof *ds);
-	if (!path || !path[0])
-		path = PH_FORTUNES_DIR;
-	if (seq_len < 1 || holdout <= 0 || holdout >= 1)
-		return ph_fail(err, PH_EINVAL, "text: seq_len %d / holdout %g out of range", seq_len, holdout);
+	*out = NULL;
+	*out_len = 0;
 	struct stat st;
 	if (stat(path, &st) != 0) {
 		if (strcmp(path, PH_FORTUNES_DIR) == 0)
@@ -124,6 +123,23 @@ int ph_data_load_text(const char *path, int seq_len, double holdout, int train, 
 		free(buf);
 		return rc;
 	}
+	*out = buf;
+	*out_len = len;
+	return PH_OK;
+}
+
+int ph_data_load_text(const char *path, int seq_len, double holdout, int train, ph_dataset *ds, ph_err *err)
+{
+	memset(ds, 0, sizeof *ds);
+	if (!path || !path[0])
+		path = PH_FORTUNES_DIR;
+	if (seq_len < 1 || holdout <= 0 || holdout >= 1)
+		return ph_fail(err, PH_EINVAL, "text: seq_len %d / holdout %g out of range", seq_len, holdout);
+	unsigned char *buf;
+	size_t len;
+	int rc = read_corpus(path, &buf, &len, err);
+	if (rc)
+		return rc;
 	/* train: the first (1 - holdout) of the bytes; validation: the rest */
 	size_t cut = (size_t)((double)len * (1.0 - holdout));
 	size_t a = train ? 0 : cut, b = train ? cut : len;
@@ -161,16 +177,49 @@ static int text_shape(const ph_config *c, ph_shape *s, ph_err *err)
 	return PH_OK;
 }
 
+/* tokenizer = bpe: the corpus encoded with GPT-2's BPE, the last holdout
+ * of the tokens held out, sequences cut as the bytes are. */
+static int text_load_bpe(const ph_data_cfg *d, ph_dataset *train, ph_dataset *eval, ph_err *err)
+{
+	const char *path = d->path[0] ? d->path : PH_FORTUNES_DIR;
+	unsigned char *buf = NULL;
+	size_t len = 0, n = 0;
+	int32_t *ids = NULL;
+	ph_bpe *bpe = NULL;
+	int rc = ph_bpe_load(&bpe, d->vocab, d->merges, err);
+	if (!rc)
+		rc = read_corpus(path, &buf, &len, err);
+	if (!rc)
+		rc = ph_bpe_encode(bpe, buf, len, &ids, &n, err);
+	if (!rc) {
+		int vocab = ph_bpe_vocab_size(bpe);
+		size_t cut = (size_t)((double)n * (1.0 - d->holdout));
+		/* ids are below vocab by construction: the uint32 view is exact */
+		const uint32_t *tok = (const uint32_t *)ids;
+		rc = ph_data_token_sequences(tok, 0, cut, (int)d->seq_len, vocab, path, "training", train, err);
+		if (!rc && (rc = ph_data_token_sequences(tok, cut, n, (int)d->seq_len, vocab, path, "held-out", eval, err)))
+			ph_data_free(train);
+	}
+	free(ids);
+	free(buf);
+	ph_bpe_free(bpe);
+	return rc;
+}
+
 static int text_load(const ph_config *c, const ph_shape *shape, ph_dataset *train, ph_dataset *eval, ph_err *err)
 {
 	const ph_data_cfg *d = &c->data;
+	memset(train, 0, sizeof *train);
+	memset(eval, 0, sizeof *eval);
+	if (d->tokenizer == PH_TOKENIZER_BPE)
+		return text_load_bpe(d, train, eval, err);
 	int rc = ph_data_load_text(d->path, (int)d->seq_len, d->holdout, 1, train, err);
 	if (!rc && (rc = ph_data_load_text(d->path, (int)d->seq_len, d->holdout, 0, eval, err)))
 		ph_data_free(train);
 	return rc;
 }
 
-static const char *const text_keys[] = { "path", "seq_len", "holdout", NULL };
+static const char *const text_keys[] = { "path", "seq_len", "holdout", "tokenizer", "vocab", "merges", NULL };
 
 const ph_data_source ph_data_source_text = {
 	.name = "text",

@@ -14,7 +14,8 @@ core_libphcore_la_SOURCES = \
 	core/engine-replicas.c core/engine-eval.c core/engine-trace.c \
 	core/optim.c core/optim.h \
 	core/data.c core/data.h core/data_source.h core/data_sources.c core/readfile.c core/readfile.h \
-	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/data_npy.c core/data_tokens.c \
+	core/bpe.c core/bpe.h core/bpe_unicode.h \
 	core/weights.c core/weights.h \
 	core/train.c core/train.h core/signals.c core/signals.h \
 	core/checkpoint.c core/checkpoint.h \

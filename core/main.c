@@ -328,7 +328,7 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
 	else
 		printf("trained no step (the run of %lld steps was complete); no loss to report", (long long)res.steps);
-	if (res.test_loss >= 0 && source->per_byte)
+	if (res.test_loss >= 0 && ph_data_per_byte(&cfg))
 		printf("; validation loss %.4f nats/byte (%.4f bits/byte) on %lld sequences", res.test_loss,
 		       res.test_loss / 0.6931471805599453, (long long)res.test_samples);
 	else if (res.test_loss >= 0)

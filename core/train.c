@@ -106,7 +106,7 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 	res->test_loss = st.targets ? st.loss_sum / st.targets : 0;
 	res->test_accuracy = st.targets ? st.correct / st.targets : 0;
 	res->test_samples = count;
-	if (c->data_source && c->data_source->per_byte)
+	if (ph_data_per_byte(c))
 		/* byte-level: the loss is nats per byte; bits per byte = nats / ln 2 */
 		printf("epoch %lld: validation loss %.4f nats/byte (%.4f bits/byte), next-byte accuracy %.2f%% "
 		       "(%lld sequences)\n", (long long)epoch, res->test_loss, res->test_loss / 0.6931471805599453,

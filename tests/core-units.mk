@@ -6,9 +6,10 @@ check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights tests/test
 TESTS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call
 
 tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_source.h core/data_sources.c \
-	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/readfile.c core/readfile.h
-tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
-tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) -lm
+	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/readfile.c core/readfile.h \
+	core/data_npy.c core/data_tokens.c core/bpe.c core/bpe.h core/bpe_unicode.h
+tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS) $(CJSON_CFLAGS)
+tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) $(CJSON_LIBS) -lm
 
 tests_test_optim_SOURCES = tests/test-optim.c core/optim.c core/optim.h
 tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
@@ -23,3 +24,9 @@ tests_test_layer_call_SOURCES = tests/test-layer-call.c core/layer_call.c core/l
 tests_test_layer_call_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_layer_call_LDADD = $(CHECK_LIBS)
 endif
+
+# The BPE tool of tests/test-bpe.sh: trains a vocabulary, encodes, round-trips.
+check_PROGRAMS += tests/bpe-tool
+tests_bpe_tool_SOURCES = tests/bpe-tool.c core/bpe.c core/bpe.h core/bpe_unicode.h
+tests_bpe_tool_CFLAGS = $(AM_CFLAGS) $(CJSON_CFLAGS)
+tests_bpe_tool_LDADD = $(CJSON_LIBS)

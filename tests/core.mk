@@ -55,3 +55,6 @@ EXTRA_DIST += tests/test-gpu-switches.sh
 # [data] source through the registry of data sources.
 TESTS += tests/test-data-sources.sh
 EXTRA_DIST += tests/test-data-sources.sh
+# Training from .npy files and token files; GPT-2's BPE on the fortunes.
+TESTS += tests/test-data-files.sh tests/test-bpe.sh
+EXTRA_DIST += tests/test-data-files.sh tests/test-bpe.sh

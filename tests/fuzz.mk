@@ -28,7 +28,7 @@ FUZZ_RUN_FLAGS = -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_DIR = tests/fuzz/build
 
 FUZZ_DATA_SRC = core/data.c core/data_sources.c core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
-	core/readfile.c
+	core/readfile.c core/data_npy.c core/data_tokens.c core/bpe.c
 FUZZ_CONFIG_SRC = tests/fuzz/fuzz-config.c core/config.c core/inifile.c core/options.c core/loader.c core/device.c \
 	core/loader-trust.c $(FUZZ_DATA_SRC)
 FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c core/outputs.c core/readfile.c

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -417,8 +418,8 @@ static void expect_same(const ph_dataset *a, const ph_dataset *b)
 
 START_TEST(test_registry)
 {
-	const char *names[] = { "fashion-mnist", "synthetic", "text" };
-	for (int i = 0; i < 3; i++) {
+	const char *names[] = { "fashion-mnist", "synthetic", "text", "npy", "tokens" };
+	for (int i = 0; i < 5; i++) {
 		const ph_data_source *src = ph_data_source_find(names[i]);
 		ck_assert_ptr_nonnull(src);
 		ck_assert_str_eq(src->name, names[i]);
@@ -428,7 +429,7 @@ START_TEST(test_registry)
 	ck_assert_ptr_null(ph_data_source_find(""));
 	char buf[128];
 	ph_data_source_names(buf, sizeof buf);
-	ck_assert_str_eq(buf, "fashion-mnist, synthetic, text");
+	ck_assert_str_eq(buf, "fashion-mnist, synthetic, text, npy, tokens");
 	ph_data_source_names(buf, 12); /* cut short, still a string */
 	ck_assert_str_eq(buf, "fashion-mni");
 	ck_assert(ph_data_source_find("text")->per_byte);
@@ -510,6 +511,311 @@ START_TEST(test_source_ops)
 }
 END_TEST
 
+/* A .npy file: format major.0, the header dict from descr, fortran and
+ * shape, padded to 64 bytes as numpy pads it, then len payload bytes. */
+static void write_npy(const char *name, int major, const char *descr, const char *fortran, const char *shape,
+		      const void *payload, size_t len)
+{
+	char dict[256];
+	int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, fortran,
+			  shape);
+	size_t pre = major == 1 ? 10 : 12;
+	size_t hl = (size_t)dl + 1;
+	hl += (64 - (pre + hl) % 64) % 64;
+	FILE *f = fopen(in_dir(name), "wb");
+	ck_assert_ptr_nonnull(f);
+	fwrite("\x93NUMPY", 1, 6, f);
+	fputc(major, f), fputc(0, f);
+	fputc((int)(hl & 0xff), f), fputc((int)(hl >> 8), f);
+	if (major != 1)
+		fputc(0, f), fputc(0, f);
+	fwrite(dict, 1, (size_t)dl, f);
+	for (size_t i = (size_t)dl; i + 1 < hl; i++)
+		fputc(' ', f);
+	fputc('\n', f);
+	if (len)
+		fwrite(payload, 1, len, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void expect_npy_fail(const char *img, const char *lab, const char *want)
+{
+	ph_dataset ds;
+	memset(&ds, 0x5a, sizeof ds);
+	ph_err err = { "" };
+	ck_assert_int_ne(ph_data_load_npy(in_dir(img), in_dir(lab), &ds, &err), PH_OK);
+	ck_assert_msg(strstr(err.msg, want) != NULL, "got \"%s\", wanted \"%s\"", err.msg, want);
+	ck_assert_msg(!strchr(err.msg, '\n'), "two lines: %s", err.msg);
+	ck_assert_ptr_null(ds.x);
+	ck_assert_ptr_null(ds.y);
+	ck_assert_int_eq(ds.n, 0);
+}
+
+/* float32 and uint8 inputs, int64 / int32 / uint8 labels, v1 and v2. */
+START_TEST(test_npy_valid)
+{
+	float xf[3 * 2 * 2];
+	for (int i = 0; i < 12; i++)
+		xf[i] = (float)i * 0.5f - 1.f;
+	int64_t l64[3] = { 2, 0, 5 };
+	write_npy("xf.npy", 1, "<f4", "False", "(3, 2, 2)", xf, sizeof xf);
+	write_npy("l64.npy", 1, "<i8", "False", "(3,)", l64, sizeof l64);
+	ph_dataset ds;
+	ph_err err = { "" };
+	ck_assert_int_eq(ph_data_load_npy(in_dir("xf.npy"), in_dir("l64.npy"), &ds, &err), PH_OK);
+	ck_assert_int_eq(ds.n, 3);
+	ck_assert_int_eq(ds.shape.ndim, 2);
+	ck_assert_int_eq(ds.shape.d[0], 2);
+	ck_assert_int_eq(ds.shape.d[1], 2);
+	ck_assert_int_eq(ds.targets_per_sample, 1);
+	ck_assert_int_eq(ds.nclasses, 6);
+	ck_assert_mem_eq(ds.x, xf, sizeof xf);
+	ck_assert_int_eq(ds.y[0], 2);
+	ck_assert_int_eq(ds.y[2], 5);
+	ph_data_free(&ds);
+
+	unsigned char xu[2 * 3] = { 0, 255, 51, 102, 1, 254 }, lu[2] = { 1, 0 };
+	int32_t l32[2] = { 7, 3 };
+	write_npy("xu.npy", 2, "|u1", "False", "(2, 3)", xu, sizeof xu);
+	write_npy("lu.npy", 1, "|u1", "False", "(2,)", lu, sizeof lu);
+	write_npy("l32.npy", 2, "<i4", "False", "(2,)", l32, sizeof l32);
+	ck_assert_int_eq(ph_data_load_npy(in_dir("xu.npy"), in_dir("lu.npy"), &ds, &err), PH_OK);
+	ck_assert_int_eq(ds.n, 2);
+	ck_assert_int_eq(ds.shape.ndim, 1);
+	ck_assert_int_eq(ds.shape.d[0], 3);
+	for (int i = 0; i < 6; i++) /* scaled as Fashion-MNIST's pixels are */
+		ck_assert(ds.x[i] == (float)xu[i] / 255.f);
+	ck_assert_int_eq(ds.y[0], 1);
+	ph_data_free(&ds);
+	ck_assert_int_eq(ph_data_load_npy(in_dir("xu.npy"), in_dir("l32.npy"), &ds, &err), PH_OK);
+	ck_assert_int_eq(ds.y[0], 7);
+	ck_assert_int_eq(ds.nclasses, 8);
+	ph_data_free(&ds);
+}
+END_TEST
+
+/* Each bad file: one line naming it, nothing loaded. */
+START_TEST(test_npy_bad)
+{
+	float xf[2 * 4] = { 0 };
+	int64_t l2[2] = { 0, 1 }, l3[3] = { 0, 1, 2 }, neg[2] = { 0, -1 };
+	write_npy("x.npy", 1, "<f4", "False", "(2, 4)", xf, sizeof xf);
+	write_npy("l.npy", 1, "<i8", "False", "(2,)", l2, sizeof l2);
+	write_npy("l3.npy", 1, "<i8", "False", "(3,)", l3, sizeof l3);
+	write_npy("neg.npy", 1, "<i8", "False", "(2,)", neg, sizeof neg);
+	write_npy("fort.npy", 1, "<f4", "True", "(2, 4)", xf, sizeof xf);
+	write_npy("f8.npy", 1, "<f8", "False", "(2, 2)", xf, sizeof xf);
+	write_npy("be.npy", 1, ">f4", "False", "(2, 4)", xf, sizeof xf);
+	write_npy("short.npy", 1, "<f4", "False", "(2, 4)", xf, sizeof xf - 4);
+	write_npy("long.npy", 1, "<f4", "False", "(2, 4)", xf, sizeof xf);
+	FILE *f = fopen(in_dir("long.npy"), "ab");
+	fputc(0, f);
+	fclose(f);
+	write_npy("v9.npy", 9, "<f4", "False", "(2, 4)", xf, sizeof xf);
+	write_npy("flat.npy", 1, "<f4", "False", "(8,)", xf, sizeof xf);
+	write_npy("lf.npy", 1, "<f4", "False", "(2,)", xf, 8);
+	write_npy("noshape.npy", 1, "<f4", "False", "[2, 4]", xf, sizeof xf);
+	f = fopen(in_dir("magic.npy"), "wb");
+	fputs("PK\003\004 not an npy file at all", f);
+	fclose(f);
+	ck_assert_int_eq(mkfifo(in_dir("fifo.npy"), 0600), 0);
+
+	expect_npy_fail("x.npy", "l3.npy", "x.npy has 2 samples but");
+	expect_npy_fail("x.npy", "neg.npy", "neg.npy: label -1 at index 1");
+	expect_npy_fail("magic.npy", "l.npy", "magic.npy is not a .npy file");
+	expect_npy_fail("fort.npy", "l.npy", "fort.npy is in Fortran order");
+	expect_npy_fail("f8.npy", "l.npy", "f8.npy has dtype '<f8'; use float32, uint8");
+	expect_npy_fail("be.npy", "l.npy", "be.npy is big-endian");
+	expect_npy_fail("short.npy", "l.npy", "short.npy is truncated: its shape needs");
+	expect_npy_fail("long.npy", "l.npy", "long.npy has 1 bytes after its array");
+	expect_npy_fail("v9.npy", "l.npy", "v9.npy is .npy format version 9.0");
+	expect_npy_fail("flat.npy", "l.npy", "flat.npy (images) must be [N, ...] float32 or uint8");
+	expect_npy_fail("x.npy", "lf.npy", "lf.npy (labels) must be [N] integer labels");
+	expect_npy_fail("noshape.npy", "l.npy", "noshape.npy: shape is not a tuple");
+	expect_npy_fail("fifo.npy", "l.npy", "fifo.npy (images) is not a regular file");
+	expect_npy_fail("none.npy", "l.npy", "none.npy (images) not found");
+	expect_npy_fail("x.npy", "none.npy", "none.npy (labels) not found");
+}
+END_TEST
+
+/* The ops: the shape from train_images' header, both splits, and a test
+ * split of other samples refused. */
+START_TEST(test_npy_ops)
+{
+	ph_config c;
+	memset(&c, 0, sizeof c);
+	ph_err err = { "" };
+	float x[4 * 6];
+	for (int i = 0; i < 24; i++)
+		x[i] = (float)i;
+	unsigned char l[4] = { 0, 1, 1, 0 };
+	write_npy("tx.npy", 1, "<f4", "False", "(4, 2, 3)", x, sizeof x);
+	write_npy("tl.npy", 1, "|u1", "False", "(4,)", l, sizeof l);
+	write_npy("vx.npy", 1, "<f4", "False", "(2, 2, 3)", x, 12 * sizeof(float));
+	write_npy("vl.npy", 1, "|u1", "False", "(2,)", l, 2);
+	write_npy("wx.npy", 1, "<f4", "False", "(2, 3, 2)", x, 12 * sizeof(float));
+	const ph_data_source *npy = ph_data_source_find("npy");
+	ck_assert_ptr_nonnull(npy);
+	ph_shape s;
+	ck_assert_int_eq(npy->sample_shape(&c, &s, &err), PH_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "[data] train_images is not set"));
+	snprintf(c.data.train_images, sizeof c.data.train_images, "%s", in_dir("tx.npy"));
+	snprintf(c.data.train_labels, sizeof c.data.train_labels, "%s", in_dir("tl.npy"));
+	snprintf(c.data.test_images, sizeof c.data.test_images, "%s", in_dir("vx.npy"));
+	snprintf(c.data.test_labels, sizeof c.data.test_labels, "%s", in_dir("vl.npy"));
+	ck_assert_int_eq(npy->sample_shape(&c, &s, &err), PH_OK);
+	ck_assert_int_eq(s.ndim, 2);
+	ck_assert_int_eq(s.d[0], 2);
+	ck_assert_int_eq(s.d[1], 3);
+	ph_dataset tr, ev;
+	ck_assert_int_eq(npy->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(tr.n, 4);
+	ck_assert_int_eq(ev.n, 2);
+	ck_assert_mem_eq(ev.x, x, 12 * sizeof(float));
+	ph_data_free(&tr), ph_data_free(&ev);
+	snprintf(c.data.test_images, sizeof c.data.test_images, "%s", in_dir("wx.npy"));
+	memset(&tr, 0x5a, sizeof tr);
+	ck_assert_int_eq(npy->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "wx.npy holds samples of [3,2]"));
+	ck_assert_ptr_null(tr.x);
+	ck_assert_ptr_null(ev.x);
+	c.data.test_labels[0] = 0;
+	ck_assert_int_eq(npy->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "[data] test_labels is not set"));
+}
+END_TEST
+
+/* A token file: llm.c's header (version 0: none) and n ids of width bytes. */
+static void write_tokens(const char *name, int version, int width, const uint32_t *ids, size_t n, size_t declared)
+{
+	FILE *f = fopen(in_dir(name), "wb");
+	ck_assert_ptr_nonnull(f);
+	if (version) {
+		int32_t h[256] = { 20240520, version, (int32_t)declared };
+		fwrite(h, sizeof h, 1, f); /* little-endian host, as llm.c writes it */
+	}
+	for (size_t i = 0; i < n; i++)
+		for (int b = 0; b < width; b++)
+			fputc((int)(ids[i] >> (8 * b) & 0xff), f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void expect_tokens_fail(const char *name, int width, int64_t vocab, const char *want)
+{
+	uint32_t *t = (uint32_t *)1;
+	size_t n = 99;
+	ph_err err = { "" };
+	ck_assert_int_ne(ph_data_read_tokens(in_dir(name), width, vocab, &t, &n, &err), PH_OK);
+	ck_assert_msg(strstr(err.msg, want) != NULL, "got \"%s\", wanted \"%s\"", err.msg, want);
+	ck_assert_msg(!strchr(err.msg, '\n'), "two lines: %s", err.msg);
+	ck_assert_ptr_null(t);
+	ck_assert_int_eq(n, 0);
+}
+
+START_TEST(test_tokens_files)
+{
+	uint32_t ids[40];
+	for (int i = 0; i < 40; i++)
+		ids[i] = (uint32_t)(i * 37 % 251 + (i == 3 ? 60000 : 0));
+	write_tokens("nano.bin", 0, 2, ids, 40, 0);
+	write_tokens("wide.bin", 0, 4, ids, 40, 0);
+	write_tokens("llmc1.bin", 1, 2, ids, 40, 40);
+	write_tokens("llmc2.bin", 2, 4, ids, 40, 40);
+	const char *ok[] = { "nano.bin", "wide.bin", "llmc1.bin", "llmc2.bin" };
+	for (int k = 0; k < 4; k++) {
+		uint32_t *t;
+		size_t n;
+		ph_err err = { "" };
+		/* token_type says uint16 for all: llm.c's header overrides it */
+		ck_assert_int_eq(ph_data_read_tokens(in_dir(ok[k]), k == 1 ? 4 : 2, 65536, &t, &n, &err), PH_OK);
+		ck_assert_int_eq(n, 40);
+		ck_assert_mem_eq(t, ids, sizeof ids);
+		free(t);
+	}
+	uint32_t big[3] = { 1, 2, 70000 };
+	write_tokens("big.bin", 0, 4, big, 3, 0);
+	write_tokens("short1.bin", 1, 2, ids, 39, 40);
+	write_tokens("long1.bin", 1, 2, ids, 40, 39);
+	write_tokens("v3.bin", 3, 2, ids, 40, 40);
+	write_tokens("odd.bin", 0, 2, ids, 40, 0);
+	FILE *f = fopen(in_dir("odd.bin"), "ab");
+	fputc(1, f);
+	fclose(f);
+	f = fopen(in_dir("hdr.bin"), "wb");
+	int32_t magic = 20240520;
+	fwrite(&magic, 4, 1, f);
+	fwrite(ids, 4, 10, f);
+	fclose(f);
+	fclose(fopen(in_dir("empty.bin"), "wb"));
+	ck_assert_int_eq(mkfifo(in_dir("fifo.bin"), 0600), 0);
+	expect_tokens_fail("nano.bin", 2, 50257, "nano.bin: token 60111 at position 3 is not below vocab_size 50257");
+	expect_tokens_fail("big.bin", 4, 65536, "big.bin: token 70000 at position 2 is not below vocab_size 65536");
+	expect_tokens_fail("short1.bin", 2, 65536, "short1.bin is truncated: its header says 40 tokens");
+	expect_tokens_fail("long1.bin", 2, 65536, "long1.bin holds 2 bytes after the 39 tokens");
+	expect_tokens_fail("v3.bin", 2, 65536, "v3.bin is llm.c format version 3");
+	expect_tokens_fail("odd.bin", 2, 65536, "odd.bin is truncated: 81 bytes is not a whole number of uint16 ids");
+	expect_tokens_fail("hdr.bin", 2, 65536, "hdr.bin is truncated: llm.c's magic, but 44 bytes");
+	expect_tokens_fail("empty.bin", 2, 65536, "empty.bin holds no tokens");
+	expect_tokens_fail("fifo.bin", 2, 65536, "fifo.bin is not a regular file");
+	expect_tokens_fail("none.bin", 2, 65536, "none.bin not found");
+}
+END_TEST
+
+/* The ops: sequences of T in and T next out, cut like the text source's
+ * bytes; held out from the end, or from test_tokens. */
+START_TEST(test_tokens_ops)
+{
+	ph_config c;
+	memset(&c, 0, sizeof c);
+	ph_err err = { "" };
+	uint32_t ids[100];
+	for (int i = 0; i < 100; i++)
+		ids[i] = (uint32_t)(i * 7 % 300);
+	write_tokens("t.bin", 0, 2, ids, 100, 0);
+	write_tokens("v.bin", 1, 2, ids, 30, 30);
+	const ph_data_source *src = ph_data_source_find("tokens");
+	ck_assert_ptr_nonnull(src);
+	ck_assert(!src->per_byte);
+	c.data.seq_len = 8, c.data.holdout = 0.2, c.data.vocab_size = 300, c.data.token_type = PH_TOKEN_UINT16;
+	ph_shape s;
+	ph_dataset tr, ev;
+	ck_assert_int_eq(src->sample_shape(&c, &s, &err), PH_OK);
+	ck_assert_int_eq(s.ndim, 1);
+	ck_assert_int_eq(s.d[0], 8);
+	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "[data] tokens is not set"));
+	snprintf(c.data.tokens, sizeof c.data.tokens, "%s", in_dir("t.bin"));
+	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(tr.n, (80 - 1) / 8);
+	ck_assert_int_eq(ev.n, (20 - 1) / 8);
+	ck_assert_int_eq(tr.nclasses, 300);
+	ck_assert_int_eq(tr.targets_per_sample, 8);
+	for (int i = 0; i < tr.n * 8; i++) {
+		ck_assert(tr.x[i] == (float)ids[i]);
+		ck_assert_int_eq(tr.y[i], ids[i + 1]);
+	}
+	for (int i = 0; i < ev.n * 8; i++) {
+		ck_assert(ev.x[i] == (float)ids[80 + i]);
+		ck_assert_int_eq(ev.y[i], ids[80 + i + 1]);
+	}
+	ph_data_free(&tr), ph_data_free(&ev);
+	snprintf(c.data.test_tokens, sizeof c.data.test_tokens, "%s", in_dir("v.bin"));
+	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(tr.n, 99 / 8);
+	ck_assert_int_eq(ev.n, 29 / 8);
+	ph_data_free(&tr), ph_data_free(&ev);
+	c.data.seq_len = 40; /* too long for the 30 validation tokens */
+	memset(&tr, 0x5a, sizeof tr);
+	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "v.bin has 30 validation tokens, too few for one sequence of 40"));
+	ck_assert_ptr_null(tr.x);
+	ck_assert_ptr_null(ev.x);
+	c.data.seq_len = 8, c.data.vocab_size = 250;
+	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
+	ck_assert_ptr_nonnull(strstr(err.msg, "t.bin: token 252 at position 36 is not below vocab_size 250"));
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("data");
@@ -527,6 +833,11 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_gather);
 	tcase_add_test(tc, test_registry);
 	tcase_add_test(tc, test_source_ops);
+	tcase_add_test(tc, test_npy_valid);
+	tcase_add_test(tc, test_npy_bad);
+	tcase_add_test(tc, test_npy_ops);
+	tcase_add_test(tc, test_tokens_files);
+	tcase_add_test(tc, test_tokens_ops);
 	suite_add_tcase(s, tc);
 	return s;
 }

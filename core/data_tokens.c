@@ -1,0 +1,186 @@
+/* The tokens data source: pre-tokenised corpora as nanoGPT and llm.c
+ * write them.  nanoGPT's train.bin/val.bin: raw little-endian uint16 (or
+ * uint32) ids, no header; llm.c's: a 256 x int32 header (magic 20240520,
+ * version 1 = uint16 ids / 2 = uint32, token count) then the ids.
+ * Sequences are cut the way the text source cuts bytes. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "data_source.h"
+
+#define LLMC_MAGIC 20240520u
+#define LLMC_HEADER_BYTES (256 * 4)
+
+static uint32_t le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int ph_data_read_tokens(const char *path, int token_bytes, int64_t vocab, uint32_t **tok, size_t *n, ph_err *err)
+{
+	*tok = NULL;
+	*n = 0;
+	if (!path || !path[0])
+		return ph_fail(err, PH_EINVAL, "tokens: [data] tokens is not set; give the token file (e.g. nanoGPT's train.bin)");
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return ph_fail(err, PH_EIO, "tokens: %s not found: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return ph_fail(err, PH_EINVAL, "tokens: %s is not a regular file", path);
+	if ((unsigned long long)st.st_size > (unsigned long long)PH_DATA_MAX_ELEMS * 4 + LLMC_HEADER_BYTES)
+		return ph_fail(err, PH_EINVAL, "tokens: %s holds more than %lld tokens; use a smaller file", path,
+			       PH_DATA_MAX_ELEMS);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return ph_fail(err, PH_EIO, "tokens: cannot read %s: %s", path, strerror(errno));
+	size_t size = (size_t)st.st_size;
+	unsigned char *raw = malloc(size ? size : 1);
+	if (!raw) {
+		fclose(f);
+		return ph_fail(err, PH_ENOMEM, "tokens: out of memory reading %s", path);
+	}
+	size_t got = fread(raw, 1, size, f);
+	fclose(f);
+	int rc = PH_OK;
+	if (got != size) {
+		rc = ph_fail(err, PH_EIO, "tokens: error reading %s", path);
+		goto out;
+	}
+	size_t off = 0, count;
+	if (size >= 4 && size < LLMC_HEADER_BYTES && le32(raw) == LLMC_MAGIC) {
+		rc = ph_fail(err, PH_EINVAL, "tokens: %s is truncated: llm.c's magic, but %zu bytes of its %d-byte header",
+			     path, size, LLMC_HEADER_BYTES);
+		goto out;
+	}
+	if (size >= LLMC_HEADER_BYTES && le32(raw) == LLMC_MAGIC) {
+		/* llm.c's header states the id width and the count */
+		uint32_t version = le32(raw + 4), declared = le32(raw + 8);
+		if (version != 1 && version != 2) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s is llm.c format version %u; only 1 (uint16) and 2 (uint32) "
+				     "are read", path, version);
+			goto out;
+		}
+		token_bytes = version == 1 ? 2 : 4;
+		off = LLMC_HEADER_BYTES;
+		count = declared;
+		if ((size - off) / (size_t)token_bytes < count || (size - off) % (size_t)token_bytes) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s is truncated: its header says %zu tokens, it holds %zu bytes "
+				     "of them", path, count, size - off);
+			goto out;
+		}
+		if ((size - off) / (size_t)token_bytes > count) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s holds %zu bytes after the %zu tokens its header says; the "
+				     "file is corrupt", path, size - off - count * (size_t)token_bytes, count);
+			goto out;
+		}
+	} else {
+		if (size % (size_t)token_bytes) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s is truncated: %zu bytes is not a whole number of uint%d ids "
+				     "(is [data] token_type right?)", path, size, token_bytes * 8);
+			goto out;
+		}
+		count = size / (size_t)token_bytes;
+	}
+	if (count == 0) {
+		rc = ph_fail(err, PH_EINVAL, "tokens: %s holds no tokens", path);
+		goto out;
+	}
+	uint32_t *t = malloc(count * sizeof *t);
+	if (!t) {
+		rc = ph_fail(err, PH_ENOMEM, "tokens: out of memory for %s", path);
+		goto out;
+	}
+	for (size_t i = 0; i < count; i++) {
+		const unsigned char *p = raw + off + i * (size_t)token_bytes;
+		t[i] = token_bytes == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
+		if ((int64_t)t[i] >= vocab) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s: token %u at position %zu is not below vocab_size %lld; set "
+				     "[data] vocab_size to the tokenizer's", path, t[i], i, (long long)vocab);
+			free(t);
+			goto out;
+		}
+	}
+	*tok = t;
+	*n = count;
+out:
+	free(raw);
+	return rc;
+}
+
+int ph_data_token_sequences(const uint32_t *tok, size_t a, size_t b, int seq_len, int64_t vocab, const char *what,
+			    const char *split, ph_dataset *ds, ph_err *err)
+{
+	memset(ds, 0, sizeof *ds);
+	int64_t nseq = b - a > (size_t)seq_len ? (int64_t)((b - a - 1) / (size_t)seq_len) : 0;
+	if (nseq < 1)
+		return ph_fail(err, PH_EINVAL, "%s has %zu %s tokens, too few for one sequence of %d; use more data or a "
+			       "shorter seq_len", what, b - a, split, seq_len);
+	ds->n = nseq;
+	ds->shape = (ph_shape){ 1, { seq_len } };
+	ds->targets_per_sample = seq_len;
+	ds->nclasses = (int)vocab;
+	ds->x = malloc((size_t)nseq * seq_len * sizeof *ds->x);
+	ds->y = malloc((size_t)nseq * seq_len * sizeof *ds->y);
+	if (!ds->x || !ds->y) {
+		ph_data_free(ds);
+		return ph_fail(err, PH_ENOMEM, "%s: out of memory", what);
+	}
+	/* sequence i: tokens [i*T, i*T+T) in, the next token of each out */
+	for (int64_t i = 0; i < nseq; i++)
+		for (int t = 0; t < seq_len; t++) {
+			size_t o = a + (size_t)i * seq_len + (size_t)t;
+			ds->x[i * seq_len + t] = (float)tok[o];
+			ds->y[i * seq_len + t] = (int32_t)tok[o + 1];
+		}
+	return PH_OK;
+}
+
+static int tokens_shape(const ph_config *c, ph_shape *s, ph_err *err)
+{
+	*s = (ph_shape){ 1, { c->data.seq_len } };
+	return PH_OK;
+}
+
+static int tokens_load(const ph_config *c, const ph_shape *shape, ph_dataset *train, ph_dataset *eval, ph_err *err)
+{
+	const ph_data_cfg *d = &c->data;
+	int width = d->token_type == PH_TOKEN_UINT32 ? 4 : 2, T = (int)d->seq_len;
+	memset(train, 0, sizeof *train);
+	memset(eval, 0, sizeof *eval);
+	uint32_t *tok = NULL, *vtok = NULL;
+	size_t n = 0, vn = 0;
+	int rc = ph_data_read_tokens(d->tokens, width, d->vocab_size, &tok, &n, err);
+	if (!rc && d->test_tokens[0])
+		rc = ph_data_read_tokens(d->test_tokens, width, d->vocab_size, &vtok, &vn, err);
+	if (!rc && vtok) {
+		rc = ph_data_token_sequences(tok, 0, n, T, d->vocab_size, d->tokens, "training", train, err);
+		if (!rc)
+			rc = ph_data_token_sequences(vtok, 0, vn, T, d->vocab_size, d->test_tokens, "validation", eval, err);
+	} else if (!rc) {
+		/* no validation file: the last holdout of the tokens, as text does */
+		size_t cut = (size_t)((double)n * (1.0 - d->holdout));
+		rc = ph_data_token_sequences(tok, 0, cut, T, d->vocab_size, d->tokens, "training", train, err);
+		if (!rc)
+			rc = ph_data_token_sequences(tok, cut, n, T, d->vocab_size, d->tokens, "held-out", eval, err);
+	}
+	free(tok);
+	free(vtok);
+	if (rc) {
+		ph_data_free(train);
+		ph_data_free(eval);
+	}
+	return rc;
+}
+
+static const char *const tokens_keys[] = { "tokens", "test_tokens", "token_type", "vocab_size", "seq_len", "holdout",
+					   NULL };
+
+const ph_data_source ph_data_source_tokens = {
+	.name = "tokens",
+	.help = "token ids from nanoGPT's train.bin/val.bin (uint16 or uint32) or llm.c's .bin, next-token targets",
+	.keys = tokens_keys,
+	.sample_shape = tokens_shape,
+	.load = tokens_load,
+};

@@ -1,0 +1,104 @@
+#!/bin/sh
+# Data people already have: .npy arrays ([data] source = npy) and token
+# files as nanoGPT and llm.c write them ([data] source = tokens).  Each
+# trains (the loss falls); bad files are one line naming the file.  The
+# files are written here with printf: no numpy needed.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+lm="$fixtures/tiny-lm.ini"
+
+# octal escapes of the bytes awk's program prints, one number a line
+bytes() { printf "$(awk "BEGIN { $1 }" | awk '{ printf "\\%03o", $1 % 256 }')"; }
+
+# npy FILE DESCR SHAPE: a version 1.0 header, padded to 64 bytes as numpy does
+npy() {
+	dict="{'descr': '$2', 'fortran_order': ${4:-False}, 'shape': $3, }"
+	hl=$((${#dict} + 1))
+	pad=$(((64 - (10 + hl) % 64) % 64))
+	hl=$((hl + pad))
+	{
+		printf '\223NUMPY\001\000'
+		printf "\\$(printf %03o $((hl % 256)))\\$(printf %03o $((hl / 256)))"
+		printf '%s%*s\n' "$dict" "$pad" ""
+	} >"$1"
+}
+
+# n 1x8x8 uint8 images: class c (i mod 4) lights row pairs 2c, 2c+1, with noise
+images() { bytes "for (i = 0; i < $1; i++) for (j = 0; j < 64; j++) print (int(j / 16) == i % 4 ? 200 : 20) + (i * 7 + j * 13) % 30"; }
+labels() { bytes "for (i = 0; i < $1; i++) print i % 4"; }
+npy "$tmp/tx.npy" '|u1' '(256, 1, 8, 8)'; images 256 >>"$tmp/tx.npy"
+npy "$tmp/tl.npy" '|u1' '(256,)'; labels 256 >>"$tmp/tl.npy"
+npy "$tmp/vx.npy" '|u1' '(64, 1, 8, 8)'; images 64 >>"$tmp/vx.npy"
+npy "$tmp/vl.npy" '|u1' '(64,)'; labels 64 >>"$tmp/vl.npy"
+set -- --set data.source=npy --set "data.train_images=$tmp/tx.npy" --set "data.train_labels=$tmp/tl.npy" \
+	--set "data.test_images=$tmp/vx.npy" --set "data.test_labels=$tmp/vl.npy"
+if "$PIPEHOST" -c "$tiny" --plan=json "$@" >"$tmp/plan.json" 2>"$tmp/err" &&
+	tr -d ' \t\n' <"$tmp/plan.json" | grep -qF '"input":[1,8,8]'; then
+	ok "npy: --plan takes the input [1,8,8] from train_images' header"
+else
+	not_ok "npy: --plan: $(head -c 300 "$tmp/err")"
+fi
+if "$PIPEHOST" -c "$tiny" "$@" --set run.metrics="$tmp/m.jsonl" --set run.log_every=1 --set run.eval=yes \
+	>"$tmp/out" 2>&1; then
+	first=$(sed -n 's/.*"step":1,.*"loss":\([0-9.]*\).*/\1/p' "$tmp/m.jsonl")
+	last=$(sed -n 's/.*"step":20,.*"loss":\([0-9.]*\).*/\1/p' "$tmp/m.jsonl")
+	if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN{exit !($last < $first - 0.5)}" &&
+		grep -q "test accuracy .* on 64 samples" "$tmp/out"; then
+		ok "npy: trains 20 steps from uint8 .npy files, loss $first -> $last; $(grep -o 'test accuracy.*' "$tmp/out")"
+	else
+		not_ok "npy: loss did not fall: '$first' -> '$last'; $(tail -2 "$tmp/out")"
+	fi
+else
+	not_ok "npy run failed: $(tail -3 "$tmp/out")"
+fi
+npy "$tmp/fort.npy" '|u1' '(256, 1, 8, 8)' True; images 256 >>"$tmp/fort.npy"
+npy "$tmp/short.npy" '|u1' '(256,)'; labels 255 >>"$tmp/short.npy"
+mkfifo "$tmp/fifo.npy"
+expect_error "npy: Fortran order" "^pipehost: npy: $tmp/fort.npy is in Fortran order; save numpy.ascontiguousarray" \
+	-c "$tiny" "$@" --set "data.train_images=$tmp/fort.npy"
+expect_error "npy: truncated labels" "^pipehost: npy: $tmp/short.npy is truncated: its shape needs" \
+	-c "$tiny" "$@" --set "data.train_labels=$tmp/short.npy"
+expect_error "npy: labels of another set" "^pipehost: npy: $tmp/tx.npy has 256 samples but $tmp/vl.npy has 64 labels" \
+	-c "$tiny" "$@" --set "data.train_labels=$tmp/vl.npy"
+expect_error "npy: a FIFO is refused before any read" "^pipehost: npy: $tmp/fifo.npy \(train_images\) is not a regular file" \
+	-c "$tiny" "$@" --set "data.train_images=$tmp/fifo.npy"
+expect_error "npy: no files given" "^pipehost: npy: \[data\] train_images is not set" -c "$tiny" --set data.source=npy
+
+# tokens: a sequence of period 7 over ids 100..106 (vocab 256), as
+# nanoGPT's train.bin (raw uint16) and as llm.c's (its header, then uint16)
+toks() { bytes "for (i = 0; i < $1; i++) { print 100 + (i * 3) % 7; print 0 }"; }
+toks 4000 >"$tmp/train.bin"
+toks 600 >"$tmp/val.bin"
+{
+	bytes "print 136; print 216; print 52; print 1; print 1; print 0; print 0; print 0; print 184; print 11; print 0; print 0"
+	head -c 1012 /dev/zero
+	toks 3000
+} >"$tmp/llmc.bin"
+set -- --set data.source=tokens --set data.vocab_size=256 --set run.metrics="$tmp/t.jsonl" --set run.log_every=1
+for f in "train.bin:--set data.test_tokens=$tmp/val.bin" "llmc.bin:"; do
+	file=${f%%:*} more=${f#*:}
+	rm -f "$tmp/t.jsonl"
+	if "$PIPEHOST" -c "$lm" "$@" --set "data.tokens=$tmp/$file" $more --set run.eval=yes >"$tmp/out" 2>&1; then
+		first=$(sed -n 's/.*"step":1,.*"loss":\([0-9.]*\).*/\1/p' "$tmp/t.jsonl")
+		last=$(sed -n 's/.*"step":20,.*"loss":\([0-9.]*\).*/\1/p' "$tmp/t.jsonl")
+		if [ -n "$first" ] && [ -n "$last" ] && awk "BEGIN{exit !($last < $first - 0.5)}"; then
+			ok "tokens: a tiny LM trains 20 steps on $file, loss $first -> $last; $(grep -o 'test loss.*' "$tmp/out" | head -1)"
+		else
+			not_ok "tokens ($file): loss did not fall: '$first' -> '$last'"
+		fi
+	else
+		not_ok "tokens ($file) run failed: $(tail -3 "$tmp/out")"
+	fi
+done
+{ toks 50; bytes "print 44; print 1"; toks 50; } >"$tmp/big.bin"
+head -c 3001 "$tmp/train.bin" >"$tmp/odd.bin"
+head -c 2000 "$tmp/llmc.bin" >"$tmp/cut.bin"
+expect_error "tokens: an id past the vocabulary" \
+	"^pipehost: tokens: $tmp/big.bin: token 300 at position 50 is not below vocab_size 256; set \[data\] vocab_size" \
+	-c "$lm" "$@" --set "data.tokens=$tmp/big.bin"
+expect_error "tokens: a cut raw file" "^pipehost: tokens: $tmp/odd.bin is truncated: 3001 bytes is not a whole number of uint16 ids" \
+	-c "$lm" "$@" --set "data.tokens=$tmp/odd.bin"
+expect_error "tokens: a cut llm.c file" "^pipehost: tokens: $tmp/cut.bin is truncated: its header says 3000 tokens" \
+	-c "$lm" "$@" --set "data.tokens=$tmp/cut.bin"
+expect_error "tokens: missing file" "^pipehost: tokens: $tmp/none.bin not found" -c "$lm" "$@" --set "data.tokens=$tmp/none.bin"
+finish
