@@ -1,5 +1,6 @@
 #!/bin/sh
-# pipehost --generate: text from a trained byte-level LM.  The same seed gives
+# pipehost --generate: text from a trained byte-level LM (and tokens/s in
+# the progress of its training).  The same seed gives
 # the same text, another seed another text, greedy decoding (temperature 0,
 # top-k 1) ignores the seed; a short context gives the same logits as the
 # same positions of a longer one (causal attention); the weights come from
@@ -12,10 +13,24 @@ cat "$top_srcdir"/docs/*.md | head -c 60000 >"$tmp/corpus.txt"
 run() { "$PIPEHOST" -c "$lm" --set "data.path=$tmp/corpus.txt" "$@"; }
 gen() { run --load-weights "$tmp/w.st" --generate "$@" 2>"$tmp/gen.err"; }
 
-if run --set run.steps=30 --save-weights "$tmp/w.st" >"$tmp/out" 2>&1; then
+if run --set run.steps=30 --save-weights "$tmp/w.st" --set run.log_every=10 --set run.metrics="$tmp/m.jsonl" >"$tmp/out" 2>&1; then
 	ok "the tiny LM trains 30 steps"
 else
 	not_ok "training failed: $(tail -3 "$tmp/out")"
+fi
+# token data: tokens/s = samples/s x T (16) in the progress line and the metrics
+if grep -Eq "^epoch 1/[0-9]+ step 10/30 loss [0-9.]+ lr [0-9.e-]+ samples/s [0-9]+ tokens/s [0-9]+ ETA" "$tmp/out" &&
+	sed -n 's/.*"samples_per_s":\([0-9.]*\),"tokens_per_s":\([0-9.]*\),.*/\1 \2/p' "$tmp/m.jsonl" >"$tmp/tps" &&
+	[ "$(wc -l <"$tmp/tps")" -eq 4 ] && awk '{ d = $1 * 16 - $2; if (d < -1 || d > 1) exit 1 }' "$tmp/tps"; then
+	ok "tokens/s = 16 x samples/s in the progress line and the metrics: $(sed -n 2p "$tmp/tps")"
+else
+	not_ok "no tokens/s: $(grep step "$tmp/out" | head -2) $(head -2 "$tmp/m.jsonl")"
+fi
+"$PIPEHOST" -c "$fixtures/tiny.ini" --set run.metrics="$tmp/m2.jsonl" >"$tmp/out2" 2>&1
+if grep -q "samples/s" "$tmp/out2" && ! grep -q "tokens" "$tmp/out2" "$tmp/m2.jsonl"; then
+	ok "image data: samples/s only"
+else
+	not_ok "image data: $(grep step "$tmp/out2") $(head -1 "$tmp/m2.jsonl")"
 fi
 
 gen "The plan" --max-new-tokens 40 --seed 5 >"$tmp/a" && gen "The plan" --max-new-tokens 40 --seed 5 >"$tmp/b"
