@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "checkpoint.h"
+#include "hf_gpt2.h"
 #include "model.h"
 #include "weights.h"
 
@@ -99,6 +100,7 @@ typedef struct {
 	int nrun;         /* layers run: all but the loss */
 	int T;            /* the longest context */
 	int64_t V;        /* logits per position */
+	int hf;           /* the weights came from a Hugging Face GPT-2 file */
 } gen_model;
 
 static void gen_model_free(gen_model *g)
@@ -143,8 +145,8 @@ static int gen_model_build(gen_model *g, const ph_config *c, const ph_shape *in,
 	return PH_OK;
 }
 
-/* Every parameter from `path`, by pipehost's names (LAYER.PARAM, what
- * --save-weights and checkpoints write). */
+/* Every parameter from `path`: pipehost's own names (LAYER.PARAM, what
+ * --save-weights and checkpoints write), or a Hugging Face GPT-2 file. */
 static int gen_model_load(gen_model *g, const char *path, ph_err *err)
 {
 	int total = 0;
@@ -161,7 +163,7 @@ static int gen_model_load(gen_model *g, const char *path, ph_err *err)
 			t[k].shape = L->meta.params[p].shape;
 			t[k].data = g->params[i * PH_MAX_PARAMS + p];
 		}
-	int rc = ph_safetensors_read(path, t, total, err);
+	int rc = ph_weights_read_any(path, &g->m, t, total, &g->hf, err);
 	free(t);
 	return rc;
 }
@@ -390,8 +392,8 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 	fflush(out);
 	double t = now_s() - t0;
 	if (info)
-		fprintf(info, "generated %lld tokens from %s in %.2f s (%.1f tokens/s)\n", (long long)o->max_new_tokens,
-			wpath, t, t > 0 ? (double)o->max_new_tokens / t : 0.0);
+		fprintf(info, "generated %lld tokens from %s%s in %.2f s (%.1f tokens/s)\n", (long long)o->max_new_tokens,
+			wpath, g.hf ? " (Hugging Face GPT-2)" : "", t, t > 0 ? (double)o->max_new_tokens / t : 0.0);
 out:
 	free(ids);
 	free(order);

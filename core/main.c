@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "generate.h"
 #include "gpu_switches.h"
+#include "hf_gpt2.h"
 #include "options.h"
 #include "planjson.h"
 #include "profile.h"
@@ -381,11 +382,12 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		int nt;
 		if ((rc = ph_engine_tensors(engine, &t, &nt, err)))
 			goto out;
-		rc = ph_safetensors_read(cfg.run.init, t, nt, err);
+		int hf; /* a Hugging Face GPT-2 file maps onto the layers (docs/gpt2.md) */
+		rc = ph_weights_read_any(cfg.run.init, &model, t, nt, &hf, err);
 		free(t);
 		if (rc || (rc = ph_engine_upload_tensors(engine, err)))
 			goto out;
-		printf("initial weights read from %s\n", cfg.run.init);
+		printf("initial weights read from %s%s\n", cfg.run.init, hf ? " (Hugging Face GPT-2)" : "");
 	}
 	/* only process 0 writes files: the processes hold the same weights */
 	int writer = ph_comm_writer(comm);

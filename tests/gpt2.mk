@@ -1,3 +1,4 @@
-# GPT-2 in and out: pipehost --generate (docs/gpt2.md).
-TESTS += tests/test-generate.sh
-EXTRA_DIST += tests/test-generate.sh tests/gpt2.mk
+# GPT-2 in and out: pipehost --generate, tokens/s, Hugging Face GPT-2
+# weights (docs/gpt2.md).
+TESTS += tests/test-generate.sh tests/test-hf-gpt2.sh
+EXTRA_DIST += tests/test-generate.sh tests/test-hf-gpt2.sh tests/hf-gpt2-layout.py tests/gpt2.mk
