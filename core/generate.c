@@ -202,11 +202,9 @@ static int gen_forward(const gen_model *g, const ph_config *c, const int32_t *id
 			ph_fail(err, rc, "--generate: layer %s (%s) refuses a context of %d tokens: %s", name, type, L, e.msg);
 			break;
 		}
-		if ((rc = lay->ops->meta(state, &meta, &e))) {
+		if ((rc = lay->ops->meta(state, &meta, &e)))
 			ph_fail(err, rc, "--generate: layer %s (%s): %s", name, type, e.msg);
-			break;
-		}
-		if (meta.nparams != lay->meta.nparams)
+		else if (meta.nparams != lay->meta.nparams)
 			rc = ph_fail(err, PH_EINVAL, "--generate: layer %s (%s) has %d parameters for %d tokens, %d for %d",
 				     name, type, meta.nparams, L, lay->meta.nparams, g->T);
 		for (int p = 0; p < meta.nparams && !rc; p++)
@@ -214,7 +212,10 @@ static int gen_forward(const gen_model *g, const ph_config *c, const int32_t *id
 				rc = ph_fail(err, PH_EINVAL, "--generate: layer %s (%s): parameter %s changes shape with the "
 					     "context length; generation needs the whole T = %d", name, type,
 					     meta.params[p].name, g->T);
-		int64_t ny = ph_shape_numel(&meta.out);
+		int64_t ny = 0;
+		if (!rc && (meta.out.ndim < 1 || meta.out.ndim > PH_MAX_DIMS || (ny = ph_shape_numel(&meta.out)) <= 0))
+			rc = ph_fail(err, PH_EINVAL, "--generate: layer %s (%s) reports a broken output shape for %d tokens",
+				     name, type, L);
 		y = rc ? NULL : malloc((size_t)ny * sizeof *y);
 		scratch = rc ? NULL : calloc(1, meta.scratch_bytes ? meta.scratch_bytes : 16);
 		saved = rc ? NULL : calloc(1, meta.saved_bytes ? meta.saved_bytes : 16);
