@@ -28,6 +28,8 @@ core_libphcore_la_SOURCES = \
 	core/check_plugin.c core/check_plugin.h
 core_libphcore_la_CFLAGS = $(AM_CFLAGS) $(INIH_CFLAGS) $(CJSON_CFLAGS) $(ZLIB_CFLAGS) $(BLAS_CFLAGS) $(XXHASH_CFLAGS)
 core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) $(ZLIB_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
+# pipehost --generate, Hugging Face GPT-2 weights (docs/gpt2.md)
+core_libphcore_la_SOURCES += core/generate.c core/generate.h core/hf_gpt2.c core/hf_gpt2.h core/tokenizer_bpe.c
 
 bin_PROGRAMS += core/pipehost
 core_pipehost_SOURCES = core/main.c

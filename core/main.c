@@ -1,12 +1,14 @@
 /* pipehost: train a model through a pipeline of stages.
  *
  *   pipehost -c run.ini [--set section.key=value ...] [--plan] [--save-weights FILE] [--resume DIR]
+ *   pipehost -c run.ini --generate PROMPT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
  *   pipehost --list-plugins | --list-options
  *   pipehost --check-plugin FILE.so [--shape 4x8] [--batch N] [--set NAME.KEY=VALUE ...]
  *
  * Only this file exits: everything below returns status codes, and every
  * failure reaches the user as one line on stderr and exit status 1. */
 #include "build-config.h"
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,9 @@
 #include "config.h"
 #include "data_source.h"
 #include "engine.h"
+#include "generate.h"
 #include "gpu_switches.h"
+#include "hf_gpt2.h"
 #include "memcheck.h"
 #include "options.h"
 #include "planjson.h"
@@ -58,6 +62,14 @@ static void usage(FILE *f)
 		"      --shape DxD...       --check-plugin: a layer's per-sample input, e.g. 4x8 (default: 4x8,\n"
 		"                           2x6x6 or 8, the first the layer accepts)\n"
 		"      --batch N            --check-plugin: the largest batch to check (default 4; 1 is checked too)\n"
+		"      --generate PROMPT    print PROMPT and its continuation by the trained language model (docs/gpt2.md)\n"
+		"      --max-new-tokens N   --generate: tokens to add (default 100)\n"
+		"      --temperature T      --generate: divide the logits by T (default 1; 0 = greedy)\n"
+		"      --top-k K            --generate: sample among the K likeliest tokens (default 0 = all)\n"
+		"      --seed S             --generate: the sampler's seed (default [run] seed)\n"
+		"      --load-weights FILE  --generate: the weights, pipehost's or a Hugging Face GPT-2 file (default:\n"
+		"                           the newest checkpoint, else [run] save_weights if it exists, else [run] init)\n"
+		"      --logits FILE        --generate: write the prompt's logits [L, vocab] (safetensors)\n"
 		"  -V, --version            print the version\n"
 		"plugins are searched in --plugin-dir, [run] plugin_path, $PIPEHOST_PLUGIN_PATH and %s\n",
 		PH_PLUGIN_DIR);
@@ -79,12 +91,29 @@ typedef struct {
 	const char *check_plugin; /* --check-plugin FILE */
 	const char *shape;        /* --shape, for --check-plugin */
 	int batch;                /* --batch, for --check-plugin */
+	ph_gen_opts gen;          /* --generate and its flags; gen.prompt NULL: not generating */
+	int gen_flags;            /* a generation flag was given */
+	int gen_seed_set;         /* --seed given */
 } cli_t;
+
+/* A number for a --generate flag, in [lo, hi]; `what` says what is accepted. */
+static int gen_number(const char *flag, const char *text, double lo, double hi, int integer, double *v,
+		      const char *what, ph_err *err)
+{
+	char *end;
+	errno = 0;
+	double d = strtod(text, &end);
+	if (end == text || *end || errno || !(d >= lo && d <= hi) || (integer && d != (double)(int64_t)d))
+		return ph_fail(err, PH_EINVAL, "%s %s: give %s", flag, text, what);
+	*v = d;
+	return PH_OK;
+}
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
 	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME, OPT_ALLOWW,
-	       OPT_CHECK, OPT_SHAPE, OPT_BATCH };
+	       OPT_CHECK, OPT_SHAPE, OPT_BATCH, OPT_GEN, OPT_GEN_N, OPT_GEN_TEMP, OPT_GEN_TOPK, OPT_GEN_SEED,
+	       OPT_GEN_LOAD, OPT_GEN_LOGITS };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
@@ -97,10 +126,17 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		{ "allow-writable-plugins", no_argument, NULL, OPT_ALLOWW },
 		{ "check-plugin", required_argument, NULL, OPT_CHECK }, { "shape", required_argument, NULL, OPT_SHAPE },
 		{ "batch", required_argument, NULL, OPT_BATCH },
+		{ "generate", required_argument, NULL, OPT_GEN }, { "max-new-tokens", required_argument, NULL, OPT_GEN_N },
+		{ "temperature", required_argument, NULL, OPT_GEN_TEMP }, { "top-k", required_argument, NULL, OPT_GEN_TOPK },
+		{ "seed", required_argument, NULL, OPT_GEN_SEED }, { "load-weights", required_argument, NULL, OPT_GEN_LOAD },
+		{ "logits", required_argument, NULL, OPT_GEN_LOGITS },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
 	int ch;
+	double v;
 	opterr = 0;
+	cli->gen.max_new_tokens = 100;
+	cli->gen.temperature = 1.0;
 	while ((ch = getopt_long(argc, argv, ":c:s:hV", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'c': cli->config = optarg; break;
@@ -135,6 +171,29 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			cli->batch = (int)v;
 			break;
 		}
+		case OPT_GEN: cli->gen.prompt = optarg; break;
+		case OPT_GEN_N:
+			if (gen_number("--max-new-tokens", optarg, 0, 1 << 20, 1, &v, "a number of tokens from 0 to 1048576", err))
+				return PH_EINVAL;
+			cli->gen.max_new_tokens = (int64_t)v, cli->gen_flags = 1;
+			break;
+		case OPT_GEN_TEMP:
+			if (gen_number("--temperature", optarg, 0, 1e6, 0, &v, "a number >= 0 (0 = greedy)", err))
+				return PH_EINVAL;
+			cli->gen.temperature = v, cli->gen_flags = 1;
+			break;
+		case OPT_GEN_TOPK:
+			if (gen_number("--top-k", optarg, 0, 1 << 30, 1, &v, "a whole number >= 0 (0 = every token)", err))
+				return PH_EINVAL;
+			cli->gen.top_k = (int64_t)v, cli->gen_flags = 1;
+			break;
+		case OPT_GEN_SEED:
+			if (gen_number("--seed", optarg, 0, 9007199254740992.0, 1, &v, "a whole number from 0 to 2^53", err))
+				return PH_EINVAL;
+			cli->gen.seed = (uint64_t)v, cli->gen_flags = 1, cli->gen_seed_set = 1;
+			break;
+		case OPT_GEN_LOAD: cli->gen.weights = optarg, cli->gen_flags = 1; break;
+		case OPT_GEN_LOGITS: cli->gen.logits_path = optarg, cli->gen_flags = 1; break;
 		case OPT_PDIR: {
 			struct stat st;
 			if (stat(optarg, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -167,6 +226,13 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 	}
 	if (optind < argc)
 		return ph_fail(err, PH_EINVAL, "unexpected argument %s; the config goes after -c", argv[optind]);
+	if (cli->gen_flags && !cli->gen.prompt)
+		return ph_fail(err, PH_EINVAL, "--max-new-tokens, --temperature, --top-k, --seed, --load-weights and --logits "
+			       "are for --generate PROMPT only");
+	if (cli->gen.prompt && (cli->plan_only || cli->simulate || cli->resume || cli->save_weights || cli->trace))
+		return ph_fail(err, PH_EINVAL, "--generate runs alone: drop %s",
+			       cli->plan_only ? "--plan" : cli->simulate ? "--simulate" : cli->resume ? "--resume"
+			       : cli->save_weights ? "--save-weights" : "--trace");
 	if ((cli->shape || cli->batch) && !cli->check_plugin)
 		return ph_fail(err, PH_EINVAL, "%s is for --check-plugin FILE.so only", cli->shape ? "--shape" : "--batch");
 	if (cli->check_plugin && (cli->config || cli->list_plugins || cli->list_options))
@@ -254,6 +320,22 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	const ph_data_source *source = cfg.data_source;
 	if ((rc = source->sample_shape(&cfg, &in, err)))
 		goto out;
+	if (cli->gen.prompt) {
+		ph_gen_opts go = cli->gen;
+		if (!cli->gen_seed_set)
+			go.seed = (uint64_t)cfg.run.seed;
+		/* the ids the model was trained on: a BPE run generates in BPE */
+		ph_tokenizer bpe = { 0 };
+		if (cfg.data.tokenizer == PH_TOKENIZER_BPE) {
+			if ((rc = ph_tokenizer_bpe(&bpe, cfg.data.vocab, cfg.data.merges, err)))
+				goto out;
+			go.tok = &bpe;
+		}
+		rc = ph_generate(&cfg, &in, &go, stdout, stderr, err);
+		if (go.tok)
+			ph_tokenizer_bpe_free(&bpe);
+		goto out;
+	}
 	int mbsize = (int)(cfg.run.batch / (cfg.run.micro_batches * cfg.run.replicas));
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)))
 		goto out;
@@ -308,11 +390,12 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 		int nt;
 		if ((rc = ph_engine_tensors(engine, &t, &nt, err)))
 			goto out;
-		rc = ph_safetensors_read(cfg.run.init, t, nt, err);
+		int hf; /* a Hugging Face GPT-2 file maps onto the layers (docs/gpt2.md) */
+		rc = ph_weights_read_any(cfg.run.init, &model, t, nt, &hf, err);
 		free(t);
 		if (rc || (rc = ph_engine_upload_tensors(engine, err)))
 			goto out;
-		printf("initial weights read from %s\n", cfg.run.init);
+		printf("initial weights read from %s%s\n", cfg.run.init, hf ? " (Hugging Face GPT-2)" : "");
 	}
 	/* only process 0 writes files: the processes hold the same weights */
 	int writer = ph_comm_writer(comm);

@@ -242,24 +242,32 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		double t = now_s() - t0;
 		int64_t here = s + 1 - start; /* steps done by this process */
 		double sps = (double)here * B / (t > 0 ? t : 1e-9);
+		/* sequence data (text): T tokens a sample, each a target */
+		double tokps = train->targets_per_sample > 1 ? sps * train->targets_per_sample : 0; /* sequences */
+		char tok_tty[40] = "", tok_log[40] = "", tok_json[40] = "";
+		if (tokps > 0) {
+			snprintf(tok_tty, sizeof tok_tty, "  %.0f tokens/s", tokps);
+			snprintf(tok_log, sizeof tok_log, " tokens/s %.0f", tokps);
+			snprintf(tok_json, sizeof tok_json, ",\"tokens_per_s\":%.1f", tokps);
+		}
 		char eta[32];
 		fmt_eta(t / here * (total - s - 1), eta, sizeof eta);
 		int last = s + 1 == total;
 		if (tty && (t - last_print > 0.25 || last)) {
-			printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", (long long)epoch + 1,
-			       (long long)epochs, (long long)s + 1, (long long)total, loss, sps, eta);
+			printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s%s  ETA %s   ", (long long)epoch + 1,
+			       (long long)epochs, (long long)s + 1, (long long)total, loss, sps, tok_tty, eta);
 			fflush(stdout);
 			last_print = t;
 		} else if (!tty && ((s + 1) % c->run.log_every == 0 || last)) {
-			printf("epoch %lld/%lld step %lld/%lld loss %.4f lr %.3g samples/s %.0f ETA %s\n", (long long)epoch + 1,
-			       (long long)epochs, (long long)s + 1, (long long)total, loss, lr, sps, eta);
+			printf("epoch %lld/%lld step %lld/%lld loss %.4f lr %.3g samples/s %.0f%s ETA %s\n", (long long)epoch + 1,
+			       (long long)epochs, (long long)s + 1, (long long)total, loss, lr, sps, tok_log, eta);
 			fflush(stdout);
 		}
 		ph_stdout_check();
 		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start)) {
 			errno = 0;
-			fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"samples_per_s\":%.1f,"
-				"\"elapsed_s\":%.3f}\n", (long long)s + 1, (long long)epoch + 1, loss, lr, sps, t);
+			fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"samples_per_s\":%.1f%s,"
+				"\"elapsed_s\":%.3f}\n", (long long)s + 1, (long long)epoch + 1, loss, lr, sps, tok_json, t);
 			metrics_check(&metrics, c->run.metrics, res);
 		}
 		/* under mpirun only process 0 reports, so only it evaluates,

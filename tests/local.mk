@@ -24,5 +24,6 @@ include $(srcdir)/tests/cuda.mk
 include $(srcdir)/tests/cuemu/local.mk
 include $(srcdir)/tests/parallel.mk
 include $(srcdir)/tests/adopt.mk
+include $(srcdir)/tests/gpt2.mk
 # helpers for tests that run under mpirun (ph_mpirun, ph_have_mpi)
 EXTRA_DIST += tests/mpi-lib.sh

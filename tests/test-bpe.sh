@@ -65,6 +65,18 @@ if "$PIPEHOST" "$@" --set run.metrics="$tmp/m.jsonl" --set run.log_every=1 >"$tm
 	else
 		not_ok "tokenizer = bpe: loss did not fall: '$first' -> '$last'"
 	fi
+	# --generate speaks the run's BPE: the prompt encoded, new ids decoded
+	# (with the byte tokenizer a model of $nv ids is refused)
+	"$PIPEHOST" "$@" --save-weights "$tmp/bpe.st" >/dev/null 2>&1
+	for k in 1 2; do
+		"$PIPEHOST" "$@" --load-weights "$tmp/bpe.st" --generate "A fool" --max-new-tokens 12 --seed 5 \
+			>"$tmp/gen$k" 2>"$tmp/gen$k.err"
+	done
+	if [ "$(head -c 6 "$tmp/gen1")" = "A fool" ] && [ "$(wc -c <"$tmp/gen1")" -gt 8 ] && cmp -s "$tmp/gen1" "$tmp/gen2"; then
+		ok "--generate with tokenizer = bpe: the same text for the same seed: $(head -c 80 "$tmp/gen1" | LC_ALL=C tr -c '[:print:]' '?')"
+	else
+		not_ok "--generate with tokenizer = bpe: $(head -c 200 "$tmp/gen1") $(cat "$tmp/gen1.err")"
+	fi
 	# a target is a token: the evaluation's loss is not labelled per byte
 	"$PIPEHOST" "$@" --set run.eval=yes --set run.steps=2 >"$tmp/ev" 2>&1
 	if grep -q 'test loss' "$tmp/ev" && ! grep -q 'nats/byte' "$tmp/ev"; then

@@ -1,0 +1,404 @@
+/* Text generation (generate.h): the model's layers, one after the other on
+ * the CPU, batch 1, evaluation mode, over the whole context for each new
+ * token; the last position's logits pick the next token.
+ *
+ * The layers are created again for each context length L <= T (the data's
+ * seq_len), so a short prompt costs a short forward: every layer the LM
+ * uses takes any T, and only the embedding's positions depend on it, as
+ * their first L rows.  Longer contexts keep their last T tokens.
+ *
+ * Sampling is a pure function of (seed, token index) through the project's
+ * counter-based generator (Philox, pipehost/rng.h): the same seed, prompt and
+ * weights give the same text on every run. */
+#include "generate.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "checkpoint.h"
+#include "hf_gpt2.h"
+#include "model.h"
+#include "weights.h"
+
+/* The sampler's stream: its own key, apart from init and dropout draws. */
+#define GEN_SITE 0x67656e6572617465ull /* "generate" */
+
+/* ------------------------------------------------------------------ */
+/* The byte tokenizer.                                                 */
+
+static int bytes_encode(void *self, const char *text, size_t len, int32_t **ids, int64_t *n, ph_err *err)
+{
+	(void)self;
+	int32_t *v = malloc((len ? len : 1) * sizeof *v);
+	if (!v)
+		return ph_fail(err, PH_ENOMEM, "out of memory for the prompt's %zu bytes", len);
+	for (size_t i = 0; i < len; i++)
+		v[i] = (unsigned char)text[i];
+	*ids = v;
+	*n = (int64_t)len;
+	return PH_OK;
+}
+
+static int bytes_decode(void *self, int32_t id, FILE *out, ph_err *err)
+{
+	(void)self;
+	if (id < 0 || id > 255)
+		return ph_fail(err, PH_EINTERNAL, "byte tokenizer: id %d is not a byte", (int)id);
+	fputc(id, out);
+	return PH_OK;
+}
+
+void ph_tokenizer_bytes(ph_tokenizer *t)
+{
+	*t = (ph_tokenizer){ .name = "bytes", .vocab = 256, .self = NULL, .encode = bytes_encode, .decode = bytes_decode };
+}
+
+/* ------------------------------------------------------------------ */
+/* Which weights.                                                      */
+
+static int is_file(const char *p)
+{
+	struct stat st;
+	return p[0] && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int ph_generate_weights_path(const ph_config *c, char *path, size_t len, ph_err *err)
+{
+	struct stat st;
+	if (c->checkpoint.dir[0] && stat(c->checkpoint.dir, &st) == 0 && S_ISDIR(st.st_mode)) {
+		char step[4096];
+		int64_t s;
+		int found = ph_checkpoint_latest(c->checkpoint.dir, step, sizeof step, &s, err);
+		if (found < 0)
+			return -found;
+		if (found) {
+			if ((size_t)snprintf(path, len, "%s/weights.safetensors", step) >= len)
+				return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", step);
+			return PH_OK;
+		}
+	}
+	const char *p = is_file(c->run.save_weights) ? c->run.save_weights : c->run.init;
+	if (!p[0])
+		return ph_fail(err, PH_EINVAL, "--generate needs trained weights: give --load-weights FILE, or set "
+			       "[checkpoint] dir, [run] save_weights (an existing file) or [run] init");
+	if ((size_t)snprintf(path, len, "%s", p) >= len)
+		return ph_fail(err, PH_EINVAL, "weights path %s too long", p);
+	return PH_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* The model on one rank.                                              */
+
+typedef struct {
+	ph_model m;       /* built at the full T, batch 1: the parameter shapes */
+	float **params;   /* [m.n * PH_MAX_PARAMS], each m's shape */
+	int nrun;         /* layers run: all but the loss */
+	int T;            /* the longest context */
+	int64_t V;        /* logits per position */
+	int hf;           /* the weights came from a Hugging Face GPT-2 file */
+} gen_model;
+
+static void gen_model_free(gen_model *g)
+{
+	if (g->params)
+		for (int i = 0; i < g->m.n * PH_MAX_PARAMS; i++)
+			free(g->params[i]);
+	free(g->params);
+	ph_model_free(&g->m);
+	memset(g, 0, sizeof *g);
+}
+
+static int gen_model_build(gen_model *g, const ph_config *c, const ph_shape *in, ph_err *err)
+{
+	memset(g, 0, sizeof *g);
+	char s_in[96];
+	ph_shape_str(in, s_in, sizeof s_in);
+	int rc = ph_model_build(&g->m, c, in, 1, err);
+	if (rc)
+		return rc;
+	const ph_layer *loss = &g->m.layers[g->m.n - 1];
+	if (in->ndim != 1 || loss->in.ndim != 2 || loss->in.d[0] != in->d[0]) {
+		char s_loss[96];
+		ph_shape_str(&loss->in, s_loss, sizeof s_loss);
+		return ph_fail(err, PH_EINVAL, "--generate needs a language model ([T] token ids in, [T, vocab] logits "
+			       "into the loss); this one takes %s and its loss %s (%s) takes %s", s_in, loss->cfg->name,
+			       loss->ops->head.name, s_loss);
+	}
+	g->nrun = g->m.n - 1;
+	g->T = (int)in->d[0];
+	g->V = loss->in.d[1];
+	g->params = calloc((size_t)g->m.n * PH_MAX_PARAMS, sizeof *g->params);
+	if (!g->params)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int i = 0; i < g->m.n; i++)
+		for (int p = 0; p < g->m.layers[i].meta.nparams; p++) {
+			int64_t n = ph_shape_numel(&g->m.layers[i].meta.params[p].shape);
+			if (!(g->params[i * PH_MAX_PARAMS + p] = calloc((size_t)n, sizeof(float))))
+				return ph_fail(err, PH_ENOMEM, "out of memory for layer %s's parameters",
+					       g->m.layers[i].cfg->name);
+		}
+	return PH_OK;
+}
+
+/* Every parameter from `path`: pipehost's own names (LAYER.PARAM, what
+ * --save-weights and checkpoints write), or a Hugging Face GPT-2 file. */
+static int gen_model_load(gen_model *g, const char *path, ph_err *err)
+{
+	int total = 0;
+	for (int i = 0; i < g->m.n; i++)
+		total += g->m.layers[i].meta.nparams;
+	ph_tensor_ref *t = calloc((size_t)(total ? total : 1), sizeof *t);
+	if (!t)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int k = 0;
+	for (int i = 0; i < g->m.n; i++)
+		for (int p = 0; p < g->m.layers[i].meta.nparams; p++, k++) {
+			const ph_layer *L = &g->m.layers[i];
+			snprintf(t[k].name, sizeof t[k].name, "%s.%s", L->cfg->name, L->meta.params[p].name);
+			t[k].shape = L->meta.params[p].shape;
+			t[k].data = g->params[i * PH_MAX_PARAMS + p];
+		}
+	int rc = ph_weights_read_any(path, &g->m, t, total, &g->hf, err);
+	free(t);
+	return rc;
+}
+
+/* A parameter's shape at context L must be its shape at T, or its first L
+ * rows (the embedding's positions): the same buffer serves both. */
+static int same_or_prefix(const ph_shape *at_l, const ph_shape *at_t)
+{
+	if (at_l->ndim != at_t->ndim || at_l->d[0] > at_t->d[0])
+		return 0;
+	for (int i = 1; i < at_l->ndim; i++)
+		if (at_l->d[i] != at_t->d[i])
+			return 0;
+	return 1;
+}
+
+/* logits [L, V] of the context ids[0..L). */
+static int gen_forward(const gen_model *g, const ph_config *c, const int32_t *ids, int L, float *logits, ph_err *err)
+{
+	ph_shape in = { 1, { L } };
+	float *x = malloc((size_t)L * sizeof *x), *y = NULL;
+	void *scratch = NULL, *saved = NULL, *state = NULL;
+	int rc = PH_OK;
+	if (!x)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int t = 0; t < L; t++)
+		x[t] = (float)ids[t];
+	for (int i = 0; i < g->nrun && !rc; i++) {
+		const ph_layer *lay = &g->m.layers[i];
+		const char *name = lay->cfg->name, *type = lay->ops->head.name;
+		ph_err e = { { 0 } };
+		ph_layer_meta meta;
+		memset(&meta, 0, sizeof meta);
+		if ((rc = lay->ops->create(lay->cfg->config, &in, 1, &state, &e))) {
+			state = NULL;
+			ph_fail(err, rc, "--generate: layer %s (%s) refuses a context of %d tokens: %s", name, type, L, e.msg);
+			break;
+		}
+		if ((rc = lay->ops->meta(state, &meta, &e)))
+			ph_fail(err, rc, "--generate: layer %s (%s): %s", name, type, e.msg);
+		else if (meta.nparams != lay->meta.nparams)
+			rc = ph_fail(err, PH_EINVAL, "--generate: layer %s (%s) has %d parameters for %d tokens, %d for %d",
+				     name, type, meta.nparams, L, lay->meta.nparams, g->T);
+		for (int p = 0; p < meta.nparams && !rc; p++)
+			if (!same_or_prefix(&meta.params[p].shape, &lay->meta.params[p].shape))
+				rc = ph_fail(err, PH_EINVAL, "--generate: layer %s (%s): parameter %s changes shape with the "
+					     "context length; generation needs the whole T = %d", name, type,
+					     meta.params[p].name, g->T);
+		int64_t ny = 0;
+		if (!rc && (meta.out.ndim < 1 || meta.out.ndim > PH_MAX_DIMS || (ny = ph_shape_numel(&meta.out)) <= 0))
+			rc = ph_fail(err, PH_EINVAL, "--generate: layer %s (%s) reports a broken output shape for %d tokens",
+				     name, type, L);
+		y = rc ? NULL : malloc((size_t)ny * sizeof *y);
+		scratch = rc ? NULL : calloc(1, meta.scratch_bytes ? meta.scratch_bytes : 16);
+		saved = rc ? NULL : calloc(1, meta.saved_bytes ? meta.saved_bytes : 16);
+		if (!rc && (!y || !scratch || !saved))
+			rc = ph_fail(err, PH_ENOMEM, "out of memory running layer %s", name);
+		if (!rc) {
+			ph_ctx ctx = { .batch = 1, .training = 0, .seed = (uint64_t)c->run.seed, .step = 0,
+				       .microbatch = 0, .layer = (uint64_t)i, .scratch = scratch, .saved = saved,
+				       .device = PH_DEV_CPU, .loss_scale = 1.0f };
+			if ((rc = lay->ops->forward(state, &ctx, g->params + (size_t)i * PH_MAX_PARAMS, x, y, &e)))
+				ph_fail(err, rc, "--generate: layer %s (%s) forward: %s", name, type, e.msg);
+		}
+		lay->ops->destroy(state);
+		state = NULL;
+		free(scratch), free(saved), free(x);
+		scratch = saved = NULL;
+		x = y;
+		y = NULL;
+		in = meta.out;
+	}
+	if (!rc && (in.ndim != 2 || in.d[0] != L || in.d[1] != g->V))
+		rc = ph_fail(err, PH_EINTERNAL, "--generate: the logits came out %lld x %lld, not %d x %lld",
+			     (long long)in.d[0], (long long)(in.ndim > 1 ? in.d[1] : 1), L, (long long)g->V);
+	if (!rc)
+		memcpy(logits, x, (size_t)L * (size_t)g->V * sizeof *logits);
+	free(x);
+	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Sampling.                                                           */
+
+static __thread const float *sort_logits; /* qsort has no context argument */
+
+/* Higher logit first; equal logits by lower id: a total order, so the
+ * candidates come out the same on every libc. */
+static int by_logit(const void *a, const void *b)
+{
+	int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+	float x = sort_logits[i], y = sort_logits[j];
+	if (x != y)
+		return x > y ? -1 : 1;
+	return (i > j) - (i < j);
+}
+
+/* The next token from one position's logits z [V]; u in [0, 1). */
+static int32_t sample(const float *z, int64_t V, double temperature, int64_t top_k, float u, int32_t *order)
+{
+	int32_t best = 0;
+	for (int64_t k = 1; k < V; k++)
+		if (z[k] > z[best])
+			best = (int32_t)k;
+	if (temperature == 0 || top_k == 1)
+		return best;
+	for (int64_t k = 0; k < V; k++)
+		order[k] = (int32_t)k;
+	sort_logits = z;
+	qsort(order, (size_t)V, sizeof *order, by_logit);
+	int64_t n = top_k > 0 && top_k < V ? top_k : V;
+	double total = 0;
+	for (int64_t k = 0; k < n; k++)
+		total += exp(((double)z[order[k]] - z[best]) / temperature);
+	double target = (double)u * total, cum = 0;
+	for (int64_t k = 0; k < n; k++) {
+		cum += exp(((double)z[order[k]] - z[best]) / temperature);
+		if (cum > target)
+			return order[k];
+	}
+	return order[n - 1];
+}
+
+static int all_finite(const float *z, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (!isfinite(z[i]))
+			return 0;
+	return 1;
+}
+
+/* ------------------------------------------------------------------ */
+
+static int write_logits(const char *path, const float *z, int L, int64_t V, ph_err *err)
+{
+	ph_tensor_ref r;
+	memset(&r, 0, sizeof r);
+	snprintf(r.name, sizeof r.name, "logits");
+	r.shape = (ph_shape){ 2, { L, V } };
+	r.data = (float *)z;
+	static const char *const meta[] = { "producer", "pipehost --generate --logits", NULL };
+	return ph_safetensors_write(path, &r, 1, meta, err);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FILE *out, FILE *info, ph_err *err)
+{
+	ph_tokenizer bytes;
+	ph_tokenizer_bytes(&bytes);
+	const ph_tokenizer *tok = o->tok ? o->tok : &bytes;
+	char wpath[4096];
+	int rc;
+	gen_model g;
+	int32_t *ids = NULL, *order = NULL;
+	float *logits = NULL;
+	int64_t n = 0;
+	if ((rc = gen_model_build(&g, c, in, err)))
+		goto out;
+	if (g.V > tok->vocab) {
+		rc = ph_fail(err, PH_EINVAL, "--generate: the model has %lld logits a position, the %s tokenizer only %lld "
+			     "ids; use a model whose vocab is %lld", (long long)g.V, tok->name, (long long)tok->vocab,
+			     (long long)tok->vocab);
+		goto out;
+	}
+	size_t plen = strlen(o->prompt);
+	if ((rc = tok->encode(tok->self, o->prompt, plen, &ids, &n, err)))
+		goto out;
+	if (n < 1) {
+		rc = ph_fail(err, PH_EINVAL, "--generate: the prompt is empty; give at least one token of text");
+		goto out;
+	}
+	for (int64_t i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= g.V) {
+			rc = ph_fail(err, PH_EINVAL, "--generate: prompt token %lld is id %d, outside the model's vocab of "
+				     "%lld", (long long)i, (int)ids[i], (long long)g.V);
+			goto out;
+		}
+	if (o->weights)
+		snprintf(wpath, sizeof wpath, "%s", o->weights);
+	else if ((rc = ph_generate_weights_path(c, wpath, sizeof wpath, err)))
+		goto out;
+	if ((rc = gen_model_load(&g, wpath, err)))
+		goto out;
+	int32_t *grown = realloc(ids, (size_t)(n + o->max_new_tokens) * sizeof *ids);
+	logits = malloc((size_t)g.T * (size_t)g.V * sizeof *logits);
+	order = malloc((size_t)g.V * sizeof *order);
+	if (!grown || !logits || !order) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory for %lld new tokens", (long long)o->max_new_tokens);
+		goto out;
+	}
+	ids = grown;
+	/* BLAS results depend on the thread count: [run] threads, one by default */
+	openblas_set_num_threads(c->run.threads > 0 ? (int)c->run.threads : 1);
+	fwrite(o->prompt, 1, plen, out);
+	fflush(out);
+	const uint64_t key = ph_mix64((uint64_t)o->seed ^ GEN_SITE);
+	double t0 = now_s();
+	for (int64_t k = 0; k <= o->max_new_tokens; k++) {
+		if (k == o->max_new_tokens && !(k == 0 && o->logits_path))
+			break;
+		int L = n > g.T ? g.T : (int)n;
+		if ((rc = gen_forward(&g, c, ids + n - L, L, logits, err)))
+			goto out;
+		if (k == 0 && o->logits_path && (rc = write_logits(o->logits_path, logits, L, g.V, err)))
+			goto out;
+		if (k == o->max_new_tokens)
+			break;
+		const float *z = logits + (size_t)(L - 1) * (size_t)g.V;
+		if (!all_finite(z, g.V)) {
+			rc = ph_fail(err, PH_EINVAL, "--generate: the logits after %lld tokens are not finite; the weights in "
+				     "%s are broken (NaN or Inf)", (long long)n, wpath);
+			goto out;
+		}
+		int32_t next = sample(z, g.V, o->temperature, o->top_k, ph_rng_uniform(key, (uint64_t)k), order);
+		ids[n++] = next;
+		if ((rc = tok->decode(tok->self, next, out, err)))
+			goto out;
+		fflush(out);
+	}
+	fputc('\n', out);
+	fflush(out);
+	double t = now_s() - t0;
+	if (info)
+		fprintf(info, "generated %lld tokens from %s%s in %.2f s (%.1f tokens/s)\n", (long long)o->max_new_tokens,
+			wpath, g.hf ? " (Hugging Face GPT-2)" : "", t, t > 0 ? (double)o->max_new_tokens / t : 0.0);
+out:
+	free(ids);
+	free(order);
+	free(logits);
+	gen_model_free(&g);
+	return rc;
+}

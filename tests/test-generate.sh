@@ -1,0 +1,121 @@
+#!/bin/sh
+# pipehost --generate: text from a trained byte-level LM (and tokens/s in
+# the progress of its training).  The same seed gives
+# the same text, another seed another text, greedy decoding (temperature 0,
+# top-k 1) ignores the seed; a short context gives the same logits as the
+# same positions of a longer one (causal attention); the weights come from
+# --load-weights, else the newest checkpoint, [run] save_weights, [run] init;
+# bad flags and models that are no LM are one clear line.
+. "$top_srcdir/tests/lib.sh"
+lm="$fixtures/tiny-lm.ini"
+# a corpus every tree has: the project's own docs
+cat "$top_srcdir"/docs/*.md | head -c 60000 >"$tmp/corpus.txt"
+run() { "$PIPEHOST" -c "$lm" --set "data.path=$tmp/corpus.txt" "$@"; }
+gen() { run --load-weights "$tmp/w.st" --generate "$@" 2>"$tmp/gen.err"; }
+
+if run --set run.steps=30 --save-weights "$tmp/w.st" --set run.log_every=10 --set run.metrics="$tmp/m.jsonl" >"$tmp/out" 2>&1; then
+	ok "the tiny LM trains 30 steps"
+else
+	not_ok "training failed: $(tail -3 "$tmp/out")"
+fi
+# token data: tokens/s = samples/s x T (16) in the progress line and the metrics
+if grep -Eq "^epoch 1/[0-9]+ step 10/30 loss [0-9.]+ lr [0-9.e-]+ samples/s [0-9]+ tokens/s [0-9]+ ETA" "$tmp/out" &&
+	sed -n 's/.*"samples_per_s":\([0-9.]*\),"tokens_per_s":\([0-9.]*\),.*/\1 \2/p' "$tmp/m.jsonl" >"$tmp/tps" &&
+	[ "$(wc -l <"$tmp/tps")" -eq 4 ] && awk '{ d = $1 * 16 - $2; if (d < -1 || d > 1) exit 1 }' "$tmp/tps"; then
+	ok "tokens/s = 16 x samples/s in the progress line and the metrics: $(sed -n 2p "$tmp/tps")"
+else
+	not_ok "no tokens/s: $(grep step "$tmp/out" | head -2) $(head -2 "$tmp/m.jsonl")"
+fi
+"$PIPEHOST" -c "$fixtures/tiny.ini" --set run.metrics="$tmp/m2.jsonl" >"$tmp/out2" 2>&1
+if grep -q "samples/s" "$tmp/out2" && ! grep -q "tokens" "$tmp/out2" "$tmp/m2.jsonl"; then
+	ok "image data: samples/s only"
+else
+	not_ok "image data: $(grep step "$tmp/out2") $(head -1 "$tmp/m2.jsonl")"
+fi
+
+gen "The plan" --max-new-tokens 40 --seed 5 >"$tmp/a" && gen "The plan" --max-new-tokens 40 --seed 5 >"$tmp/b"
+len=$(wc -c <"$tmp/a")
+if [ "$(head -c 8 "$tmp/a")" = "The plan" ] && [ "$len" -eq 49 ] && grep -q "generated 40 tokens from $tmp/w.st" "$tmp/gen.err"; then
+	ok "prints the prompt, 40 new bytes and a newline ($len bytes): $(head -n 1 "$tmp/a" | tr -cd '[:print:]')"
+else
+	not_ok "output of $len bytes: $(head -c 100 "$tmp/a"); stderr: $(cat "$tmp/gen.err")"
+fi
+cmp -s "$tmp/a" "$tmp/b" && ok "the same seed gives the same text" || not_ok "seed 5 twice gave different texts"
+gen "The plan" --max-new-tokens 40 --seed 6 >"$tmp/c"
+cmp -s "$tmp/a" "$tmp/c" && not_ok "seeds 5 and 6 gave the same text" || ok "another seed gives another text"
+gen "The plan" --max-new-tokens 40 >"$tmp/d"
+gen "The plan" --max-new-tokens 40 --seed 3 >"$tmp/e"
+cmp -s "$tmp/d" "$tmp/e" && ok "the seed defaults to [run] seed (3)" || not_ok "no --seed differs from --seed 3"
+
+gen "The plan" --max-new-tokens 30 --temperature 0 --seed 1 >"$tmp/g1"
+gen "The plan" --max-new-tokens 30 --temperature 0 --seed 2 >"$tmp/g2"
+gen "The plan" --max-new-tokens 30 --top-k 1 --temperature 0.7 --seed 9 >"$tmp/g3"
+if cmp -s "$tmp/g1" "$tmp/g2" && cmp -s "$tmp/g1" "$tmp/g3" && [ "$(wc -c <"$tmp/g1")" -eq 39 ]; then
+	ok "greedy (temperature 0, or top-k 1) is the same for every seed"
+else
+	not_ok "greedy outputs differ: $(cat "$tmp/g1" "$tmp/g2" "$tmp/g3")"
+fi
+gen "The plan" --max-new-tokens 40 --top-k 5 --seed 5 >"$tmp/k5" && gen "The plan" --max-new-tokens 40 --top-k 5 --seed 5 >"$tmp/k5b"
+cmp -s "$tmp/k5" "$tmp/k5b" && ! cmp -s "$tmp/k5" "$tmp/a" && ok "top-k 5 is reproducible and differs from sampling all" ||
+	not_ok "top-k 5: $(cat "$tmp/k5")"
+
+# positions 0..7 of a 16-byte context agree with an 8-byte context: the
+# layers accept a short context and the positions are the right rows
+p16="ab cd ef gh ij k" p8="ab cd ef"
+gen "$p16" --max-new-tokens 0 --logits "$tmp/l16.st" >/dev/null && gen "$p8" --max-new-tokens 0 --logits "$tmp/l8.st" >/dev/null
+tensor_bytes "$tmp/l16.st" logits | head -c $((8 * 256 * 4)) | od -An -v -tf4 -w4 >"$tmp/l16"
+tensor_bytes "$tmp/l8.st" logits | od -An -v -tf4 -w4 >"$tmp/l8"
+if [ "$(wc -l <"$tmp/l8")" -eq $((8 * 256)) ] &&
+	paste "$tmp/l16" "$tmp/l8" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { exit !(m < 1e-5) }'; then
+	ok "an 8-byte context gives the logits of the first 8 positions of a 16-byte one"
+else
+	not_ok "short-context logits differ: $(paste "$tmp/l16" "$tmp/l8" | head -3)"
+fi
+long=$(printf '%s' "0123456789abcdefghijklmnopqrstuvwxyz")
+gen "klmnopqrstuvwxyz" --max-new-tokens 5 --seed 1 >"$tmp/last16"
+if gen "$long" --max-new-tokens 5 --seed 1 >"$tmp/long" && [ "$(wc -c <"$tmp/long")" -eq 42 ] &&
+	[ "$(tail -c 6 "$tmp/long" | od -An -tx1)" = "$(tail -c 6 "$tmp/last16" | od -An -tx1)" ]; then
+	ok "a prompt longer than seq_len (36 > 16 bytes) keeps its last 16"
+else
+	not_ok "long prompt: $(cat "$tmp/long" "$tmp/gen.err")"
+fi
+
+# which weights: a checkpoint, else save_weights, else init
+run --set run.steps=10 --set checkpoint.dir="$tmp/ck" >/dev/null 2>&1
+if run --set checkpoint.dir="$tmp/ck" --set run.save_weights="$tmp/w.st" --generate "x" --max-new-tokens 3 >/dev/null 2>"$tmp/err" && grep -q "from $tmp/ck/step-00000010/weights.safetensors" "$tmp/err"; then
+	ok "without --load-weights: the newest checkpoint (before [run] save_weights)"
+else
+	not_ok "checkpoint not used: $(cat "$tmp/err")"
+fi
+if run --set run.save_weights="$tmp/w.st" --set run.init="$tmp/none.st" --generate "x" --max-new-tokens 3 >/dev/null 2>"$tmp/err" &&
+	grep -q "from $tmp/w.st" "$tmp/err"; then
+	ok "else [run] save_weights when the file exists (before [run] init)"
+else
+	not_ok "save_weights not used: $(cat "$tmp/err")"
+fi
+if run --set run.save_weights="$tmp/none.st" --set run.init="$tmp/w.st" --generate "x" --max-new-tokens 3 >/dev/null 2>"$tmp/err" &&
+	grep -q "from $tmp/w.st" "$tmp/err"; then
+	ok "else [run] init"
+else
+	not_ok "init not used: $(cat "$tmp/err")"
+fi
+expect_error "no weights anywhere" "^pipehost: --generate needs trained weights: give --load-weights FILE" \
+	-c "$lm" --generate "x"
+expect_error "a missing weights file" "$tmp/none.st" -c "$lm" --load-weights "$tmp/none.st" --generate "x"
+expect_error "weights of another model" "w.st: embed.tokens has shape \[256,16\], the model expects \[256,32\]" -c "$lm" --set "layer block.heads=4" --set "layer embed.dim=32" \
+	--load-weights "$tmp/w.st" --generate "x"
+
+expect_error "negative --max-new-tokens" "^pipehost: --max-new-tokens -1: give a number of tokens from 0" \
+	-c "$lm" --generate "x" --max-new-tokens -1
+expect_error "--max-new-tokens not a number" "^pipehost: --max-new-tokens ten: give" -c "$lm" --generate "x" --max-new-tokens ten
+expect_error "negative --temperature" "^pipehost: --temperature -0.5: give a number >= 0" -c "$lm" --generate "x" --temperature -0.5
+expect_error "fractional --top-k" "^pipehost: --top-k 1.5: give a whole number >= 0" -c "$lm" --generate "x" --top-k 1.5
+expect_error "--seed without --generate" "are for --generate PROMPT only" -c "$lm" --seed 4
+expect_error "--generate with --plan" "^pipehost: --generate runs alone: drop --plan" -c "$lm" --plan --generate "x"
+expect_error "an empty prompt" "^pipehost: --generate: the prompt is empty" -c "$lm" --set "data.path=$tmp/corpus.txt" \
+	--load-weights "$tmp/w.st" --generate ""
+expect_error "a prompt byte outside a smaller vocab" "prompt token 0 is id 126, outside the model's vocab of 100" \
+	-c "$lm" --set "layer embed.vocab=100" --set "layer head.units=100" --load-weights "$tmp/w.st" --generate "~"
+expect_error "--generate on an image classifier" "^pipehost: --generate needs a language model .*takes \[1,8,8\]" \
+	-c "$fixtures/tiny.ini" --generate "x" --load-weights "$tmp/w.st"
+finish

@@ -1,0 +1,84 @@
+#!/bin/sh
+# Hugging Face GPT-2 weights (core/hf_gpt2.c): a trained tiny LM written in
+# GPT-2's layout (tests/hf-gpt2-layout.py: Conv1D [in, out] weights, h.N.*,
+# ln_f, no lm_head, an attn.bias buffer, with and without "transformer.")
+# in F32, BF16 and F16 gives, through --load-weights and [run] init, logits
+# bitwise equal to pipehost's own file of the same (rounded) values.  Bad
+# files are one line.  The check against transformers itself is
+# tests/reference/gpt2_hf_logits.py.
+. "$top_srcdir/tests/lib.sh"
+if ! command -v python3 >/dev/null 2>&1; then
+	echo "SKIP: python3 is needed to write the GPT-2 files"
+	exit 77
+fi
+lm="$fixtures/tiny-lm.ini"
+layout() { python3 "$top_srcdir/tests/hf-gpt2-layout.py" "$@"; }
+cat "$top_srcdir"/docs/*.md | head -c 60000 >"$tmp/corpus.txt"
+run() { "$PIPEHOST" -c "$lm" --set "data.path=$tmp/corpus.txt" "$@"; }
+logits() { # WEIGHTS OUT [flags]: the logits of a fixed prompt
+	w=$1 o=$2
+	shift 2
+	run --load-weights "$w" --generate "Weights in, text out" --max-new-tokens 0 --logits "$o" "$@" >/dev/null 2>"$tmp/gen.err"
+}
+
+if run --set run.steps=30 --save-weights "$tmp/w.st" >"$tmp/out" 2>&1; then
+	ok "the tiny LM trains 30 steps"
+else
+	not_ok "training failed: $(tail -3 "$tmp/out")"
+fi
+logits "$tmp/w.st" "$tmp/native.st"
+for case in "f32" "bf16" "f16 --prefix transformer." "f32 --prefix transformer. --extra-positions 8"; do
+	set -- $case
+	dt=$1
+	shift
+	if layout "$tmp/w.st" "$tmp/hf.st" --dtype "$dt" --rounded "$tmp/rounded.st" "$@" &&
+		logits "$tmp/hf.st" "$tmp/l-hf.st" && grep -q "(Hugging Face GPT-2)" "$tmp/gen.err" &&
+		logits "$tmp/rounded.st" "$tmp/l-rounded.st" &&
+		tensor_bytes "$tmp/l-hf.st" logits >"$tmp/a" && tensor_bytes "$tmp/l-rounded.st" logits >"$tmp/b" &&
+		[ "$(wc -c <"$tmp/a")" -eq $((16 * 256 * 4)) ] && cmp -s "$tmp/a" "$tmp/b"; then
+		ok "GPT-2 layout, $case: logits bitwise equal to pipehost's file of the same values"
+	else
+		not_ok "GPT-2 layout, $case: $(cat "$tmp/gen.err")"
+	fi
+done
+layout "$tmp/w.st" "$tmp/hf.st"
+tensor_bytes "$tmp/native.st" logits >"$tmp/a"
+tensor_bytes "$tmp/l-hf.st" logits >"$tmp/b"
+cmp -s "$tmp/a" "$tmp/b" && ok "F32 is lossless: the logits of the original file" || not_ok "F32 GPT-2 logits differ from the original's"
+layout "$tmp/w.st" "$tmp/hf16.st" --dtype bf16 --rounded "$tmp/r16.st"
+run --set run.steps=2 --set run.init="$tmp/hf16.st" --save-weights "$tmp/a.st" >"$tmp/out" 2>&1
+run --set run.steps=2 --set run.init="$tmp/r16.st" --save-weights "$tmp/b.st" >"$tmp/out2" 2>&1
+if grep -q "initial weights read from $tmp/hf16.st (Hugging Face GPT-2)" "$tmp/out" && cmp -s "$tmp/a.st" "$tmp/b.st"; then
+	ok "[run] init = a BF16 GPT-2 file trains to the same bytes as pipehost's file"
+else
+	not_ok "[run] init from GPT-2: $(tail -2 "$tmp/out")"
+fi
+
+# bad files and models that do not fit
+layout "$tmp/w.st" "$tmp/one.st" --blocks 1
+expect_error "a file with fewer blocks" "one.st: no tensor h.1.ln_1.weight" -c "$lm" --load-weights "$tmp/one.st" --generate x
+expect_error "a file with more blocks" "hf.st: the file has more than the model's 1 blocks \(h.1.ln_1.weight\)" \
+	-c "$lm" --set "layer block.repeat=1" --load-weights "$tmp/hf.st" --generate x
+expect_error "n_positions < seq_len" "wpe.weight is \[16,16\]; the model needs at least 32 rows" \
+	-c "$lm" --set data.seq_len=32 --load-weights "$tmp/hf.st" --generate x
+expect_error "another width" "wte.weight is \[256,16\]; the model needs \[256,32\]" \
+	-c "$lm" --set "layer embed.dim=32" --load-weights "$tmp/hf.st" --generate x
+layout "$tmp/w.st" "$tmp/i64.st" --wte-dtype I64
+expect_error "an integer tensor" "i64.st: wte.weight is I64; F32, F16 or BF16 are read" -c "$lm" --load-weights "$tmp/i64.st" --generate x
+head -c 3000 "$tmp/hf.st" >"$tmp/cut.st"
+expect_error "a truncated file" "cut.st: " -c "$lm" --load-weights "$tmp/cut.st" --generate x
+mkdir -p "$tmp/dir"
+cp "$tmp/hf.st" "$tmp/dir/model.safetensors"
+printf '{"n_head": 4, "n_layer": 2, "activation_function": "gelu_new"}' >"$tmp/dir/config.json"
+expect_error "config.json's n_head" "config.json: n_head = 4, layer block0 has heads = 2; set heads = 4" \
+	-c "$lm" --load-weights "$tmp/dir/model.safetensors" --generate x
+printf '{"n_head": 2, "n_layer": 2, "activation_function": "relu"}' >"$tmp/dir/config.json"
+expect_error "config.json's activation" "activation_function = relu; gpt_block's gelu is the tanh approximation" \
+	-c "$lm" --load-weights "$tmp/dir/model.safetensors" --generate x
+printf '{"n_head": 2, "n_layer": 2, "activation_function": "gelu_new"}' >"$tmp/dir/config.json"
+if run --load-weights "$tmp/dir/model.safetensors" --generate x --max-new-tokens 2 >/dev/null 2>&1; then
+	ok "a matching config.json is accepted"
+else
+	not_ok "a matching config.json was refused"
+fi
+finish
