@@ -11,9 +11,15 @@ typedef struct {
 	char name[128];       /* "LAYER.PARAM" */
 	ph_shape shape;
 	float *data;          /* F32 */
+	/* A tied copy (`tie =`): the name of the tensor it equals, an entry of
+	 * the same list; NULL otherwise.  Written once: the copy is left out of
+	 * the file and named in __metadata__ "tied" ("copy=source,...");
+	 * reading fills it from its source when the file has no copy of its own
+	 * (a file written before, with both, is read as it is). */
+	const char *tied_to;
 } ph_tensor_ref;
 
-/* Write tensors (in the given order) as F32 to path: a temp file in the same
+/* Write tensors (in the given order, tied copies left out) as F32 to path: a temp file in the same
  * directory, fsync, rename, fsync the directory; never a half-written file.
  * A symlink is followed, a device or FIFO written through (core/outputs.h).
  * metadata: optional NULL-terminated key/value pairs for __metadata__. */
