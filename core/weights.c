@@ -415,12 +415,55 @@ static int parse_entry(const char *path, const cJSON *j, uint64_t dsize, st_entr
 	return PH_OK;
 }
 
+float ph_half_to_float(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | mant << 13; /* infinity, or NaN with its payload */
+	} else if (exp) {
+		bits = sign | (exp - 15 + 127) << 23 | mant << 13;
+	} else if (!mant) {
+		bits = sign; /* +-0 */
+	} else {
+		/* subnormal: mant * 2^-24; normalize it (a float has the range) */
+		int e = -14;
+		while (!(mant & 0x400)) {
+			mant <<= 1;
+			e--;
+		}
+		bits = sign | (uint32_t)(e + 127) << 23 | (mant & 0x3ff) << 13;
+	}
+	float f;
+	memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
+float ph_bf16_to_float(uint16_t b)
+{
+	uint32_t bits = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
+/* n 16-bit values (little-endian, as the file stores them) at the back
+ * half of the n floats at f, widened in place front to back: element i is
+ * read before float i is written, and float i never reaches element i + 1. */
+static void widen16(float *f, size_t n, int bf16)
+{
+	const unsigned char *h = (const unsigned char *)f + 2 * n;
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = (uint16_t)(h[2 * i] | h[2 * i + 1] << 8);
+		f[i] = bf16 ? ph_bf16_to_float(v) : ph_half_to_float(v);
+	}
+}
+
 /* Everything about the request that can be checked before copying. */
 static int match_request(const char *path, const ph_tensor_ref *t, const st_entry *e,
 			 ph_err *err)
 {
-	if (strcmp(e->dtype, "F32"))
-		return ph_fail(err, PH_EINVAL, "%s: dtype %s for %s; only F32 is read",
+	if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "F16") && strcmp(e->dtype, "BF16"))
+		return ph_fail(err, PH_EINVAL, "%s: dtype %s for %s; only F32, F16 and BF16 are read",
 			       path, e->dtype, t->name);
 	int nd = cJSON_GetArraySize(e->shape);
 	int same = nd == t->shape.ndim;
@@ -633,10 +676,16 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 		if (!hit[i])
 			continue;
 		size_t bytes = (size_t)(hit[i]->e - hit[i]->b);
-		if (bytes && read_all_at(fd, t[i].data, bytes, 8 + hlen + hit[i]->b)) {
+		int half = strcmp(hit[i]->dtype, "F32") != 0; /* F16 or BF16: widened in place */
+		char *into = (char *)t[i].data + (half ? bytes : 0);
+		if (bytes && read_all_at(fd, into, bytes, 8 + hlen + hit[i]->b)) {
 			rc = ph_fail(err, PH_EIO, "%s: reading %s: %s", path, t[i].name,
 				     errno ? strerror(errno) : "file shrank while being read");
 			break;
+		}
+		if (half) {
+			widen16(t[i].data, bytes / 2, !strcmp(hit[i]->dtype, "BF16"));
+			continue;
 		}
 #if ST_SWAP
 		swap32(t[i].data, bytes / 4);
