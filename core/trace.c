@@ -70,7 +70,7 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 		return rc;
 	}
 	/* the processes (mpirun) and which ranks each ran: one named track
-	 * per (process, rank); without mpirun every rank, as before */
+	 * per (process, rank) with events; without mpirun every rank, as before */
 	int procs = 1;
 	for (int k = 0; k < n; k++)
 		if (ev[k].proc >= procs)
@@ -81,7 +81,7 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 		ph_outfile_abort(&o);
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	}
-	for (int r = 0; r < ranks; r++)
+	for (int r = 0; procs == 1 && r < ranks; r++)
 		ran[r] = 1;
 	for (int k = 0; k < n; k++)
 		if (ev[k].rank >= 0 && ev[k].rank < ranks)
