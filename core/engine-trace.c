@@ -1,5 +1,7 @@
 /* --trace: every op of every rank with real timestamps, one event list per
- * rank (each worker writes only its own), written as Chrome trace JSON. */
+ * rank (each worker writes only its own), written as Chrome trace JSON.
+ * Under mpirun every process records its own ranks and process 0 gathers
+ * them all into the one file (a pid per process). */
 #include <stdlib.h>
 #include <time.h>
 
@@ -27,7 +29,7 @@ void ph_eng_trace_record(ph_engine *e, int rank, const ph_op *o, double t0, doub
 		e->ev_cap[rank] = cap;
 	}
 	e->ev[rank][e->nev[rank]++] = (ph_trace_event){ t0 - e->t_origin, t1 - e->t_origin, rank, o->kind, o->chunk, o->mb,
-							e->training ? e->step : -1 };
+							e->training ? e->step : -1, e->cfg->comm.rank };
 }
 
 int ph_engine_trace(ph_engine *e, ph_err *err)
@@ -38,24 +40,84 @@ int ph_engine_trace(ph_engine *e, ph_err *err)
 	e->ev_cap = calloc((size_t)P, sizeof *e->ev_cap);
 	if (!e->ev || !e->nev || !e->ev_cap)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	/* the processes start their clocks together (as near as a collective
+	 * gets them), so their timelines line up in the one trace */
+	const ph_comm *cm = &e->cfg->comm;
+	int go = 0, rc;
+	if (cm->size > 1 && (rc = cm->ops->max_int(&go, err)))
+		return rc;
 	e->t_origin = ph_eng_now();
 	e->tracing = 1;
 	return PH_OK;
 }
 
+/* Under mpirun: every process's events to process 0 (the counts by
+ * allgather, then each process's list by broadcast from it, one at a time,
+ * so no process holds more than its own and one other's besides process
+ * 0).  *all grows by the others' events. */
+static int gather_events(ph_engine *e, ph_trace_event **all, int *total, ph_err *err)
+{
+	const ph_comm *cm = &e->cfg->comm;
+	int *counts = calloc((size_t)cm->size, sizeof *counts), rc = PH_OK;
+	if (!counts)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	if ((rc = cm->ops->allgather(total, counts, sizeof *total, err)))
+		goto out;
+	long long sum = 0;
+	for (int q = 0; q < cm->size; q++)
+		sum += counts[q];
+	if (ph_comm_writer(cm)) {
+		ph_trace_event *n = realloc(*all, (size_t)(sum ? sum : 1) * sizeof *n);
+		if (!n) {
+			rc = ph_fail(err, PH_ENOMEM, "out of memory");
+			goto out; /* the others then block in bcast; main aborts them */
+		}
+		*all = n;
+	}
+	long long at = counts[0];
+	for (int q = 1; q < cm->size; q++) {
+		if (!counts[q])
+			continue;
+		size_t bytes = (size_t)counts[q] * sizeof **all;
+		ph_trace_event *buf = ph_comm_writer(cm) ? *all + at : cm->rank == q ? *all : malloc(bytes);
+		if (!buf) {
+			rc = ph_fail(err, PH_ENOMEM, "out of memory");
+			goto out;
+		}
+		rc = cm->ops->bcast(buf, bytes, q, err);
+		if (!ph_comm_writer(cm) && cm->rank != q)
+			free(buf);
+		if (rc)
+			goto out;
+		at += counts[q];
+	}
+	if (ph_comm_writer(cm))
+		*total = (int)sum;
+out:
+	free(counts);
+	return rc;
+}
+
 int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err)
 {
 	int total = 0;
-	for (int r = 0; r < e->plan->ranks; r++)
-		total += e->nev[r];
+	if (e->tracing)
+		for (int r = 0; r < e->plan->ranks; r++)
+			total += e->nev[r];
 	ph_trace_event *all = malloc((size_t)(total ? total : 1) * sizeof *all);
 	if (!all)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	int k = 0;
-	for (int r = 0; r < e->plan->ranks; r++)
-		for (int i = 0; i < e->nev[r]; i++)
-			all[k++] = e->ev[r][i];
-	int rc = ph_trace_write_chrome(path, all, total, e->plan->ranks, e->plan->v, err);
+	if (e->tracing)
+		for (int r = 0; r < e->plan->ranks; r++)
+			for (int i = 0; i < e->nev[r]; i++)
+				all[k++] = e->ev[r][i];
+	const ph_comm *cm = &e->cfg->comm;
+	int rc = PH_OK;
+	if (cm->size > 1)
+		rc = gather_events(e, &all, &total, err);
+	if (!rc && ph_comm_writer(cm))
+		rc = ph_trace_write_chrome(path, all, total, e->plan->ranks, e->plan->v, err);
 	free(all);
 	return rc;
 }

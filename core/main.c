@@ -397,9 +397,8 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 			goto out;
 		printf("initial weights read from %s%s\n", cfg.run.init, hf ? " (Hugging Face GPT-2)" : "");
 	}
-	/* only process 0 writes files: the processes hold the same weights */
-	int writer = ph_comm_writer(comm);
-	if (cli->trace && writer && (rc = ph_engine_trace(engine, err)))
+	/* every process records its own ranks; process 0 writes them all */
+	if (cli->trace && (rc = ph_engine_trace(engine, err)))
 		goto out;
 	ph_train_ckpt ck = { cfg.checkpoint.dir, cfg.checkpoint.every, cfg.checkpoint.keep, cli->resume };
 	ph_train_result res;

@@ -149,7 +149,7 @@ int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const
 					break;
 				}
 				if (is_compute(o->kind)) {
-					r->events[evbase[k] + nev[k]++] = (ph_trace_event){ t[k], t[k] + d, k, o->kind, c, mb, 0 };
+					r->events[evbase[k] + nev[k]++] = (ph_trace_event){ t[k], t[k] + d, k, o->kind, c, mb, 0, 0 };
 					t[k] += d;
 					r->busy[k] += d;
 				}

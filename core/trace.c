@@ -1,7 +1,9 @@
 /* Chrome trace JSON (the "Trace Event Format"): one complete event ("ph":
- * "X") per op with microsecond timestamps, pid 0, tid = rank, and metadata
- * events naming each thread "rank N".  Perfetto and chrome://tracing open it. */
+ * "X") per op with microsecond timestamps, pid = process (0 without
+ * mpirun), tid = rank, and metadata events naming each thread "rank N".
+ * Perfetto and chrome://tracing open it. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,12 @@ static void event_name(const ph_trace_event *e, int v, char *buf, size_t len)
 	}
 }
 
+/* ns as microseconds with three decimals, exactly (no binary rounding). */
+static void micros(char *buf, size_t len, long long ns)
+{
+	snprintf(buf, len, "%lld.%03lld", ns / 1000, ns % 1000);
+}
+
 int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err)
 {
 	/* through core/outputs.h: a symlink followed, a device or FIFO
@@ -61,22 +69,63 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 		ph_outfile_abort(&o);
 		return rc;
 	}
-	fprintf(f, "{\"traceEvents\":[\n");
-	fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"pipehost\"}}");
-	for (int r = 0; r < ranks; r++) {
-		fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}", r, r);
-		fprintf(f, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-			r, r);
+	/* the processes (mpirun) and which ranks each ran: one named track
+	 * per (process, rank) with events; without mpirun every rank, as before */
+	int procs = 1;
+	for (int k = 0; k < n; k++)
+		if (ev[k].proc >= procs)
+			procs = ev[k].proc + 1;
+	unsigned char *ran = calloc((size_t)procs * (size_t)(ranks > 0 ? ranks : 1), 1);
+	if (!ran) {
+		fclose(f);
+		ph_outfile_abort(&o);
+		return ph_fail(err, PH_ENOMEM, "out of memory");
 	}
+	for (int r = 0; procs == 1 && r < ranks; r++)
+		ran[r] = 1;
+	for (int k = 0; k < n; k++)
+		if (ev[k].rank >= 0 && ev[k].rank < ranks)
+			ran[(size_t)ev[k].proc * ranks + ev[k].rank] = 1;
+	fprintf(f, "{\"traceEvents\":[\n");
+	for (int q = 0; q < procs; q++) {
+		if (procs == 1)
+			fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"pipehost\"}}");
+		else
+			fprintf(f, "%s{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+				   "\"args\":{\"name\":\"pipehost process %d\"}}",
+				q ? ",\n" : "", q, q);
+		for (int r = 0; r < ranks; r++) {
+			if (!ran[(size_t)q * ranks + r])
+				continue;
+			fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
+				q, r, r);
+			fprintf(f, ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+				   "\"args\":{\"sort_index\":%d}}", q, r, r);
+		}
+	}
+	free(ran);
 	for (int k = 0; k < n; k++) {
 		const ph_trace_event *e = &ev[k];
-		char name[64];
+		char name[64], ts[32], dur[32];
 		event_name(e, v, name, sizeof name);
-		double dur = (e->t1 - e->t0) * 1e6;
-		fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":0,\"tid\":%d,"
+		/* Start and end rounded to whole ns each: a slice that ends
+		 * where the next begins keeps doing so (rounding start and
+		 * duration apart made them overlap by 1 ns). */
+		long long t0 = llround(e->t0 * 1e9), t1 = llround(e->t1 * 1e9);
+		if (t1 < t0)
+			t1 = t0;
+		micros(ts, sizeof ts, t0);
+		micros(dur, sizeof dur, t1 - t0);
+		/* A reader summing ts + dur as doubles may land one ulp past the
+		 * end written; then end the slice 1 ns earlier. */
+		char end[32];
+		micros(end, sizeof end, t1);
+		if (t1 > t0 && strtod(ts, NULL) + strtod(dur, NULL) > strtod(end, NULL))
+			micros(dur, sizeof dur, t1 - t0 - 1);
+		fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":%d,\"tid\":%d,"
 			   "\"args\":{\"chunk\":%d,\"mb\":%d,\"step\":%lld}}",
-			name, e->kind <= PH_OP_W ? "compute" : "comm", e->t0 * 1e6, dur > 0 ? dur : 0.0, e->rank, e->chunk,
-			e->mb, (long long)e->step);
+			name, e->kind <= PH_OP_W ? "compute" : "comm", ts, dur, e->proc, e->rank, e->chunk, e->mb,
+			(long long)e->step);
 	}
 	fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
 

@@ -13,10 +13,14 @@ typedef struct {
 	uint8_t kind;      /* ph_op_kind (plan.h) */
 	int chunk, mb;
 	int64_t step;      /* optimizer step (real runs), 0 in simulation */
+	int proc;          /* the process that ran it (mpirun), 0 otherwise */
 } ph_trace_event;
 
 /* Write events as Chrome trace JSON ("traceEvents", one complete event "X"
- * per op, pid 0, tid = rank, names like "F3" / "2B0" / "send-act 3").
+ * per op, pid = process (0 without mpirun), tid = rank, names like "F3" /
+ * "2B0" / "send-act 3").  Times are whole nanoseconds, each slice's end
+ * rounded on its own, so a slice ends at or before the next one of its
+ * track starts (also when a reader adds ts + dur in binary floating point).
  * Temp file + rename: never a half-written trace; a symlink is followed, a
  * device or FIFO written through (core/outputs.h). */
 int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err);

@@ -401,11 +401,12 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 	}
 	/* each output whatever became of the others */
 	ph_err one;
-	if (trace_path && trace_path[0] && writer) {
+	if (trace_path && trace_path[0]) {
+		/* every process sends its events; process 0 writes */
 		if ((rc = ph_engine_write_trace(e, trace_path, &one))) {
 			snprintf(msg[n], sizeof msg[n], "%s", one.msg);
 			said[n++] = 0;
-		} else {
+		} else if (writer) {
 			printf("trace written to %s\n", trace_path);
 		}
 	}

@@ -109,21 +109,79 @@ static int check_refs(const char *path, const ph_tensor_ref *t, int n, ph_err *e
 	return PH_OK;
 }
 
-/* The JSON header, unpadded; NULL when out of memory. */
+/* The entry of t[] that tied copy t[i] equals, or -1 when t[i] is no tied
+ * copy, its source is not in the list, or the two differ in shape or (with
+ * `bits`, when writing) in any bit: then the copy is written in full, and
+ * the file never hides a copy that drifted from its source. */
+static int tie_source(const ph_tensor_ref *t, int n, int i, int bits)
+{
+	if (!t[i].tied_to)
+		return -1;
+	for (int j = 0; j < n; j++)
+		if (j != i && !strcmp(t[j].name, t[i].tied_to)) {
+			if (t[j].shape.ndim != t[i].shape.ndim)
+				return -1;
+			for (int d = 0; d < t[i].shape.ndim; d++)
+				if (t[j].shape.d[d] != t[i].shape.d[d])
+					return -1;
+			size_t bytes = (size_t)ref_bytes(&t[i]);
+			if (bits && bytes && (!t[i].data || !t[j].data || memcmp(t[i].data, t[j].data, bytes)))
+				return -1;
+			return j;
+		}
+	return -1;
+}
+
+/* __metadata__ "tied": "copy=source,..." for the copies left out; NULL
+ * when none is (*oom set when out of memory). */
+static char *tied_list(const ph_tensor_ref *t, int n, int *oom)
+{
+	size_t len = 0;
+	for (int i = 0; i < n; i++)
+		if (tie_source(t, n, i, 1) >= 0)
+			len += strlen(t[i].name) + strlen(t[i].tied_to) + 2;
+	*oom = 0;
+	if (!len)
+		return NULL;
+	char *s = malloc(len + 1);
+	if (!s) {
+		*oom = 1;
+		return NULL;
+	}
+	size_t k = 0;
+	for (int i = 0; i < n; i++)
+		if (tie_source(t, n, i, 1) >= 0)
+			k += (size_t)sprintf(s + k, "%s%s=%s", k ? "," : "", t[i].name, t[i].tied_to);
+	return s;
+}
+
+/* The JSON header, unpadded; NULL when out of memory.  Tied copies get no
+ * entry: "tied" in __metadata__ names them. */
 static char *build_header(const ph_tensor_ref *t, int n, const char *const *metadata)
 {
-	cJSON *root = cJSON_CreateObject();
-	if (!root)
+	int oom;
+	char *tied = tied_list(t, n, &oom);
+	if (oom)
 		return NULL;
+	cJSON *root = cJSON_CreateObject();
+	if (!root) {
+		free(tied);
+		return NULL;
+	}
 	int ok = 1;
-	if (metadata && metadata[0]) {
+	if ((metadata && metadata[0]) || tied) {
 		cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
 		ok = meta != NULL;
-		for (int i = 0; ok && metadata[i]; i += 2)
+		for (int i = 0; ok && metadata && metadata[i]; i += 2)
 			ok = cJSON_AddStringToObject(meta, metadata[i], metadata[i + 1]) != NULL;
+		if (ok && tied)
+			ok = cJSON_AddStringToObject(meta, "tied", tied) != NULL;
 	}
+	free(tied);
 	uint64_t off = 0;
 	for (int i = 0; ok && i < n; i++) {
+		if (tie_source(t, n, i, 1) >= 0)
+			continue;
 		uint64_t bytes = (uint64_t)ref_bytes(&t[i]);
 		cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
 		cJSON *shape = NULL, *offs = NULL;
@@ -212,6 +270,8 @@ int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
 	uint64_t total = 8 + padded;
 	int bad = out_write(&o, h, hdr, 8 + padded);
 	for (int i = 0; !bad && i < n; i++) {
+		if (tie_source(t, n, i, 1) >= 0)
+			continue; /* stored once, as its source */
 		bad = write_tensor(&o, h, &t[i]);
 		total += (uint64_t)ref_bytes(&t[i]);
 	}
@@ -355,12 +415,55 @@ static int parse_entry(const char *path, const cJSON *j, uint64_t dsize, st_entr
 	return PH_OK;
 }
 
+float ph_half_to_float(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+	if (exp == 0x1f) {
+		bits = sign | 0x7f800000u | mant << 13; /* infinity, or NaN with its payload */
+	} else if (exp) {
+		bits = sign | (exp - 15 + 127) << 23 | mant << 13;
+	} else if (!mant) {
+		bits = sign; /* +-0 */
+	} else {
+		/* subnormal: mant * 2^-24; normalize it (a float has the range) */
+		int e = -14;
+		while (!(mant & 0x400)) {
+			mant <<= 1;
+			e--;
+		}
+		bits = sign | (uint32_t)(e + 127) << 23 | (mant & 0x3ff) << 13;
+	}
+	float f;
+	memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
+float ph_bf16_to_float(uint16_t b)
+{
+	uint32_t bits = (uint32_t)b << 16;
+	float f;
+	memcpy(&f, &bits, sizeof f);
+	return f;
+}
+
+/* n 16-bit values (little-endian, as the file stores them) at the back
+ * half of the n floats at f, widened in place front to back: element i is
+ * read before float i is written, and float i never reaches element i + 1. */
+static void widen16(float *f, size_t n, int bf16)
+{
+	const unsigned char *h = (const unsigned char *)f + 2 * n;
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = (uint16_t)(h[2 * i] | h[2 * i + 1] << 8);
+		f[i] = bf16 ? ph_bf16_to_float(v) : ph_half_to_float(v);
+	}
+}
+
 /* Everything about the request that can be checked before copying. */
 static int match_request(const char *path, const ph_tensor_ref *t, const st_entry *e,
 			 ph_err *err)
 {
-	if (strcmp(e->dtype, "F32"))
-		return ph_fail(err, PH_EINVAL, "%s: dtype %s for %s; only F32 is read",
+	if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "F16") && strcmp(e->dtype, "BF16"))
+		return ph_fail(err, PH_EINVAL, "%s: dtype %s for %s; only F32, F16 and BF16 are read",
 			       path, e->dtype, t->name);
 	int nd = cJSON_GetArraySize(e->shape);
 	int same = nd == t->shape.ndim;
@@ -379,6 +482,20 @@ static int match_request(const char *path, const ph_tensor_ref *t, const st_entr
 			       path, t->name, have, want);
 	}
 	return PH_OK;
+}
+
+/* Does the "tied" metadata list (NULL: none) hold "copy=source"? */
+static int tie_listed(const char *list, const char *copy, const char *source)
+{
+	size_t lc = strlen(copy), ls = strlen(source);
+	for (const char *p = list; p && *p;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (len == lc + 1 + ls && !strncmp(p, copy, lc) && p[lc] == '=' && !strncmp(p + lc + 1, source, ls))
+			return 1;
+		p = end ? end + 1 : p + len;
+	}
+	return 0;
 }
 
 int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
@@ -475,8 +592,12 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 		goto done;
 	}
 	const cJSON *j;
+	const char *tied = NULL; /* __metadata__ "tied": "copy=source,..." */
 	cJSON_ArrayForEach(j, root) {
 		if (!strcmp(j->string, "__metadata__")) {
+			const cJSON *tv = cJSON_GetObjectItemCaseSensitive(j, "tied");
+			if (cJSON_IsString(tv))
+				tied = tv->valuestring;
 			/* Free text for people; it only has to be well formed. */
 			const cJSON *kv;
 			int ok = cJSON_IsObject(j);
@@ -519,13 +640,24 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 	/* Check every request before copying any, so a refused read leaves
 	 * the caller's tensors as they were. */
 	const st_entry **hit = calloc((size_t)n + 1, sizeof *hit);
-	if (!hit) {
+	int *src = calloc((size_t)n + 1, sizeof *src);
+	if (!hit || !src) {
+		free(hit);
+		free(src);
 		rc = ph_fail(err, PH_ENOMEM, "%s: out of memory", path);
 		goto done;
 	}
 	for (int i = 0; i < n; i++) {
 		st_entry key = { .name = t[i].name };
 		hit[i] = bsearch(&key, ents, (size_t)ne, sizeof *ents, by_name);
+		if (!hit[i] && (src[i] = tie_source(t, n, i, 0)) >= 0 && tie_listed(tied, t[i].name, t[i].tied_to)) {
+			if (ph_shape_numel(&t[i].shape) && !t[i].data) {
+				rc = ph_fail(err, PH_EINVAL, "%s: no buffer given for %s", path, t[i].name);
+				break;
+			}
+			continue; /* stored once, as its source: copied below */
+		}
+		src[i] = -1;
 		if (!hit[i]) {
 			rc = ph_fail(err, PH_EINVAL, "%s: tensor %.96s missing; was the file "
 				     "written for another model?", path, t[i].name);
@@ -541,17 +673,45 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 		}
 	}
 	for (int i = 0; !rc && i < n; i++) {
+		if (!hit[i])
+			continue;
 		size_t bytes = (size_t)(hit[i]->e - hit[i]->b);
-		if (bytes && read_all_at(fd, t[i].data, bytes, 8 + hlen + hit[i]->b)) {
+		int half = strcmp(hit[i]->dtype, "F32") != 0; /* F16 or BF16: widened in place */
+		char *into = (char *)t[i].data + (half ? bytes : 0);
+		if (bytes && read_all_at(fd, into, bytes, 8 + hlen + hit[i]->b)) {
 			rc = ph_fail(err, PH_EIO, "%s: reading %s: %s", path, t[i].name,
 				     errno ? strerror(errno) : "file shrank while being read");
 			break;
+		}
+		if (half) {
+			widen16(t[i].data, bytes / 2, !strcmp(hit[i]->dtype, "BF16"));
+			continue;
 		}
 #if ST_SWAP
 		swap32(t[i].data, bytes / 4);
 #endif
 	}
+	/* the tied copies from their sources (a source may be a copy read
+	 * in an earlier pass; a cycle, never written, is left as missing) */
+	for (int pass = 0, left = 1; !rc && left && pass <= n; pass++) {
+		left = 0;
+		for (int i = 0; i < n; i++) {
+			if (hit[i] || src[i] < 0)
+				continue;
+			if (!hit[src[i]] && src[src[i]] >= 0) {
+				left = 1; /* its source is filled in a later pass */
+				continue;
+			}
+			size_t bytes = (size_t)ph_shape_numel(&t[i].shape) * sizeof(float);
+			if (bytes)
+				memcpy(t[i].data, t[src[i]].data, bytes);
+			src[i] = -1; /* filled */
+		}
+		if (left && pass == n)
+			rc = ph_fail(err, PH_EINVAL, "%s: its \"tied\" metadata forms a cycle: corrupt header", path);
+	}
 	free(hit);
+	free(src);
 	if (rc)
 		goto done;
 	rc = PH_OK;

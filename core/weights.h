@@ -11,9 +11,15 @@ typedef struct {
 	char name[128];       /* "LAYER.PARAM" */
 	ph_shape shape;
 	float *data;          /* F32 */
+	/* A tied copy (`tie =`): the name of the tensor it equals, an entry of
+	 * the same list; NULL otherwise.  Written once: the copy is left out of
+	 * the file and named in __metadata__ "tied" ("copy=source,...");
+	 * reading fills it from its source when the file has no copy of its own
+	 * (a file written before, with both, is read as it is). */
+	const char *tied_to;
 } ph_tensor_ref;
 
-/* Write tensors (in the given order) as F32 to path: a temp file in the same
+/* Write tensors (in the given order, tied copies left out) as F32 to path: a temp file in the same
  * directory, fsync, rename, fsync the directory; never a half-written file.
  * A symlink is followed, a device or FIFO written through (core/outputs.h).
  * metadata: optional NULL-terminated key/value pairs for __metadata__. */
@@ -27,10 +33,17 @@ int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
 				ph_err *err);
 
 /* Read path and copy each tensor named in t[] into t[i].data, checking dtype
- * (F32) and shape.  Validates the whole file first: header length bounded
+ * (F32; F16 and BF16 are widened to F32 exactly) and shape.  Validates the whole file first: header length bounded
  * (<= 100 MB) and inside the file, JSON well formed, every tensor's offsets
  * inside the data section and consistent with dtype and shape.  A missing
  * name, a wrong shape, or any fault is one clear line naming the file. */
 int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err);
+
+/* The float an IEEE 754 half (binary16) holds, exactly: subnormals,
+ * infinities and NaN (payload kept) included. */
+float ph_half_to_float(uint16_t h);
+
+/* The float a bfloat16 holds, exactly (its bits are a float's top 16). */
+float ph_bf16_to_float(uint16_t b);
 
 #endif

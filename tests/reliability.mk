@@ -3,12 +3,13 @@
 # replacing what they must not (test-outputs.sh); a failure injected at every
 # write, fsync and rename of a checkpoint (test-faults.sh, through the
 # LD_PRELOAD shim tests/faultfs.c); any flipped byte of a checkpoint found on
-# load (test-bitflip.sh).  Fuzzing lives in fuzz.mk (make fuzz).
+# load (test-bitflip.sh); a tied weight stored once (test-tied-weights.sh).
+# Fuzzing lives in fuzz.mk (make fuzz).
 TESTS += tests/test-checkpoint.sh tests/test-crash.sh tests/test-corrupt.sh tests/test-outputs.sh \
-	tests/test-faults.sh tests/test-bitflip.sh
+	tests/test-faults.sh tests/test-bitflip.sh tests/test-tied-weights.sh
 EXTRA_DIST += tests/test-checkpoint.sh tests/test-crash.sh tests/test-corrupt.sh tests/fuzz.mk .ci/sanitize.sh \
 	docs/corrupted-inputs.md tests/test-outputs.sh tests/test-faults.sh tests/test-bitflip.sh \
-	docs/reliability-outputs.md
+	docs/reliability-outputs.md tests/test-tied-weights.sh
 
 check_LTLIBRARIES += tests/faultfs.la
 tests_faultfs_la_SOURCES = tests/faultfs.c

@@ -1,7 +1,8 @@
 # The simulator, trace and SVG writers, and the table schedule: a Check suite
 # (plans built from the real schedule plugins in $PH_SCHEDULE_DIR) and a
 # shell test of bad schedule tables through the command line; one of the
-# files --simulate writes (none unless asked).
+# files --simulate writes (none unless asked); --trace slices that never
+# overlap, one pid per process under mpirun.
 if HAVE_CHECK
 check_PROGRAMS += tests/test-simulate
 TESTS += tests/test-simulate
@@ -11,5 +12,5 @@ tests_test_simulate_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
 tests_test_simulate_LDADD = core/libphcore.la $(CHECK_LIBS) $(CJSON_LIBS) -ldl -lm
 endif
 
-TESTS += tests/test-bad-schedules.sh tests/test-simulate-cli.sh
-EXTRA_DIST += tests/test-bad-schedules.sh tests/test-simulate-cli.sh
+TESTS += tests/test-bad-schedules.sh tests/test-simulate-cli.sh tests/test-trace.sh
+EXTRA_DIST += tests/test-bad-schedules.sh tests/test-simulate-cli.sh tests/test-trace.sh

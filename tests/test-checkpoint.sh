@@ -146,7 +146,7 @@ resume "overlapping tensors" "tensors conv1.weight and conv1.bias overlap in the
 fresh && edit weights.safetensors '"shape":\[4,1,3,3\]' '"shape":[1,4,3,3]'
 resume "wrong shape" "conv1.weight has shape \[1,4,3,3\], the model expects \[4,1,3,3\]"
 fresh && edit weights.safetensors '"dtype":"F32","shape":\[4\]' '"dtype":"I32","shape":[4]'
-resume "wrong dtype" "dtype I32 for conv1.bias; only F32 is read"
+resume "wrong dtype" "dtype I32 for conv1.bias; only F32, F16 and BF16 are read"
 fresh && edit weights.safetensors '"fc2.bias"' '"fc9.bias"'
 resume "a tensor missing" "tensor fc2.bias missing; was the file written for another model\?"
 fresh && edit weights.safetensors '"dtype":"F32"' '"dtype":"Q32"'

@@ -351,8 +351,8 @@ START_TEST(test_chrome_trace)
 	ph_trace_event ev[64];
 	REQUIRE(r.nevents + 2 <= 64, "too many events");
 	memcpy(ev, r.events, (size_t)r.nevents * sizeof *ev);
-	ev[r.nevents] = (ph_trace_event){ 0.5e-3, 0.75e-3, 0, PH_OP_SEND_ACT, 0, 1, 3 };
-	ev[r.nevents + 1] = (ph_trace_event){ 0.5e-3, 0.5e-3, 1, PH_OP_RECV_GRAD, 1, 0, 3 };
+	ev[r.nevents] = (ph_trace_event){ 0.5e-3, 0.75e-3, 0, PH_OP_SEND_ACT, 0, 1, 3, 0 };
+	ev[r.nevents + 1] = (ph_trace_event){ 0.5e-3, 0.5e-3, 1, PH_OP_RECV_GRAD, 1, 0, 3, 0 };
 	char path[512];
 	snprintf(path, sizeof path, "%s/trace.json", tmpdir);
 	ck_assert_int_eq(ph_trace_write_chrome(path, ev, r.nevents + 2, 2, 2, &err), PH_OK);

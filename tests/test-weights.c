@@ -3,6 +3,7 @@
  * file alone. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <math.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -396,7 +397,7 @@ START_TEST(test_bad_headers)
 	/* Well-formed files, but not what the model wants. */
 	const char *fc = make_st("fc", "{\"__metadata__\":{\"format\":\"pt\"},"
 				 "\"fc1.weight\":{\"dtype\":\"F32\",\"shape\":[10,5],"
-				 "\"data_offsets\":[0,200]},\"fc1.bias\":{\"dtype\":\"BF16\","
+				 "\"data_offsets\":[0,200]},\"fc1.bias\":{\"dtype\":\"I16\","
 				 "\"shape\":[2],\"data_offsets\":[200,204]}}", 204);
 	static float w[50];
 	ph_tensor_ref tw = ref("fc1.weight", w, 2, 10, 4);
@@ -407,7 +408,7 @@ START_TEST(test_bad_headers)
 	tw = ref("fc1.weight", w, 1, 10);
 	expect_fail(fc, &tw, 1, "fc1.weight has shape [10,5], the model expects [10]");
 	ph_tensor_ref tb = ref("fc1.bias", x, 1, 2);
-	snprintf(want, sizeof want, "%s: dtype BF16 for fc1.bias; only F32 is read", fc);
+	snprintf(want, sizeof want, "%s: dtype I16 for fc1.bias; only F32, F16 and BF16 are read", fc);
 	expect_fail(fc, &tb, 1, want);
 	ph_tensor_ref tm[2] = { ref("fc1.weight", w, 2, 10, 5), ref("fc2.weight", x, 1, 4) };
 	snprintf(want, sizeof want, "%s: tensor fc2.weight missing", fc);
@@ -536,6 +537,96 @@ START_TEST(test_failed_write_keeps_old)
 }
 END_TEST
 
+/* The bits of a float, to tell -0 from +0 and one NaN from another. */
+static uint32_t bits_of(float f)
+{
+	uint32_t b;
+	memcpy(&b, &f, sizeof b);
+	return b;
+}
+
+/* F16 and BF16 widen to F32 exactly: every half against its definition,
+ * the edge values by their bits, and both through a file read by
+ * ph_safetensors_read (the [run] init path). */
+START_TEST(test_half_dtypes)
+{
+	/* every finite half: (-1)^s 2^(e-15) (1 + m/1024), or 2^-24 m when e = 0 */
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+		if (e == 0x1f)
+			continue;
+		double want = e ? ldexp(1024.0 + m, (int)e - 25) : ldexp((double)m, -24);
+		if (h & 0x8000)
+			want = -want;
+		float got = ph_half_to_float((uint16_t)h);
+		ck_assert_msg(got == (float)want && (float)want == want && !signbit(got) == !signbit(want),
+			      "half 0x%04x: %a, want %a", h, (double)got, want);
+	}
+	static const struct {
+		uint16_t in;
+		uint32_t want;
+	} half[] = {
+		{ 0x0000, 0x00000000 }, /* +0 */
+		{ 0x8000, 0x80000000 }, /* -0 */
+		{ 0x0001, 0x33800000 }, /* the smallest subnormal, 2^-24 */
+		{ 0x03ff, 0x387fc000 }, /* the largest subnormal */
+		{ 0x8200, 0xb8000000 }, /* -2^-15, a subnormal */
+		{ 0x0400, 0x38800000 }, /* the smallest normal, 2^-14 */
+		{ 0x3c00, 0x3f800000 }, /* 1 */
+		{ 0x3555, 0x3eaaa000 }, /* 0.333251953125 */
+		{ 0x7bff, 0x477fe000 }, /* 65504, the largest */
+		{ 0x7c00, 0x7f800000 }, /* +inf */
+		{ 0xfc00, 0xff800000 }, /* -inf */
+		{ 0x7e00, 0x7fc00000 }, /* quiet NaN */
+		{ 0x7c01, 0x7f802000 }, /* signalling NaN, payload kept */
+		{ 0xfe01, 0xffc02000 }, /* negative NaN with a payload */
+	};
+	for (size_t i = 0; i < sizeof half / sizeof half[0]; i++)
+		ck_assert_msg(bits_of(ph_half_to_float(half[i].in)) == half[i].want, "half 0x%04x: 0x%08x, want 0x%08x",
+			      half[i].in, bits_of(ph_half_to_float(half[i].in)), half[i].want);
+	static const uint16_t bf[] = { 0x0000, 0x8000, 0x0001, 0x007f, 0x0080, 0x3f80, 0xc049, 0x7f7f,
+				       0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffc1 };
+	for (size_t i = 0; i < sizeof bf / sizeof bf[0]; i++)
+		ck_assert_msg(bits_of(ph_bf16_to_float(bf[i])) == (uint32_t)bf[i] << 16, "bf16 0x%04x: 0x%08x", bf[i],
+			      bits_of(ph_bf16_to_float(bf[i])));
+
+	/* through a file: an F16, a BF16 and an F32 tensor, little-endian */
+	enum { NH = sizeof half / sizeof half[0], NB = sizeof bf / sizeof bf[0] };
+	char json[512];
+	int hl = snprintf(json, sizeof json,
+			  "{\"h\":{\"dtype\":\"F16\",\"shape\":[%d],\"data_offsets\":[0,%d]},"
+			  "\"b\":{\"dtype\":\"BF16\",\"shape\":[%d],\"data_offsets\":[%d,%d]},"
+			  "\"f\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}}",
+			  NH, 2 * NH, NB, 2 * NH, 2 * NH + 2 * NB, 2 * NH + 2 * NB, 2 * NH + 2 * NB + 4);
+	unsigned char file[1024];
+	size_t at = 8;
+	for (int i = 0; i < 8; i++)
+		file[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+	memcpy(file + at, json, (size_t)hl);
+	at += (size_t)hl;
+	for (int i = 0; i < NH; i++, at += 2)
+		file[at] = (unsigned char)half[i].in, file[at + 1] = (unsigned char)(half[i].in >> 8);
+	for (int i = 0; i < NB; i++, at += 2)
+		file[at] = (unsigned char)bf[i], file[at + 1] = (unsigned char)(bf[i] >> 8);
+	memcpy(file + at, (const unsigned char[]){ 0x00, 0x00, 0xc0, 0x3f }, 4); /* 1.5f */
+	at += 4;
+	const char *path = in_dir("half.safetensors");
+	spit(path, file, at);
+	float hv[NH], bv[NB], fv[1];
+	memset(hv, 0xee, sizeof hv);
+	memset(bv, 0xee, sizeof bv);
+	ph_tensor_ref t[3] = { ref("h", hv, 1, NH), ref("b", bv, 1, NB), ref("f", fv, 1, 1) };
+	ph_err err = { "" };
+	ck_assert_msg(ph_safetensors_read(path, t, 3, &err) == PH_OK, "%s", err.msg);
+	for (int i = 0; i < NH; i++)
+		ck_assert_msg(bits_of(hv[i]) == half[i].want, "F16 file, element %d: 0x%08x, want 0x%08x", i,
+			      bits_of(hv[i]), half[i].want);
+	for (int i = 0; i < NB; i++)
+		ck_assert_msg(bits_of(bv[i]) == (uint32_t)bf[i] << 16, "BF16 file, element %d: 0x%08x", i, bits_of(bv[i]));
+	ck_assert(fv[0] == 1.5f);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("weights");
@@ -543,6 +634,7 @@ static Suite *suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_round_trip);
+	tcase_add_test(tc, test_half_dtypes);
 	tcase_add_test(tc, test_byte_stable);
 	tcase_add_test(tc, test_reference_layout);
 	tcase_add_test(tc, test_every_truncation);
