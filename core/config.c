@@ -32,7 +32,7 @@ const ph_option ph_run_options[] = {
 	PH_OPT_STRING_(ph_run_cfg, plugin_path, "plugin_path", "", "extra plugin directories, colon-separated, searched first"),
 	PH_OPT_STRING_(ph_run_cfg, save_weights, "save_weights", "", "write the trained weights (safetensors) to this file"),
 	PH_OPT_STRING_(ph_run_cfg, init, "init", "",
-		       "load the initial weights from this safetensors file (tensors LAYER.PARAM, F32); \"\" = random"),
+		       "load the initial weights from this safetensors file (LAYER.PARAM in F32, F16 or BF16, or a Hugging Face GPT-2 file); \"\" = random"),
 	PH_OPT_CHOICE_(ph_run_cfg, recompute, "recompute", "no", "no|yes|except_last",
 		       "keep only each chunk's input and last output per micro-batch and rerun the forward before "
 		       "the backward (except_last: not for the last micro-batch)"),

@@ -156,18 +156,7 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 		}
 	}
 	/* a tied copy is stored once, under its source's name */
-	for (int i = 0; i < e->model->nties; i++) {
-		const ph_tie *tie = &e->model->ties[i];
-		int src = -1, dst = -1;
-		for (int l = 0, at = 0; l < e->model->n; at += e->model->layers[l].meta.nparams, l++) {
-			if (l == tie->src_layer)
-				src = at + tie->src_param;
-			if (l == tie->dst_layer)
-				dst = at + tie->dst_param;
-		}
-		if (src >= 0 && dst >= 0 && src < total && dst < total && src != dst)
-			t[dst].tied_to = t[src].name;
-	}
+	ph_model_mark_ties(e->model, t, total);
 	*refs = t;
 	*n = total;
 	return PH_OK;

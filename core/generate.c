@@ -163,6 +163,7 @@ static int gen_model_load(gen_model *g, const char *path, ph_err *err)
 			t[k].shape = L->meta.params[p].shape;
 			t[k].data = g->params[i * PH_MAX_PARAMS + p];
 		}
+	ph_model_mark_ties(&g->m, t, total); /* a tied copy is read from its source */
 	int rc = ph_weights_read_any(path, &g->m, t, total, &g->hf, err);
 	free(t);
 	return rc;

@@ -9,6 +9,7 @@
  * matrices of a block are transposed. */
 #include "hf_gpt2.h"
 #include "readfile.h"
+#include "weights.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -183,21 +184,6 @@ int ph_hf_gpt2_detect(const char *path)
 	return yes;
 }
 
-static float half_to_float(uint16_t h)
-{
-	int exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-	float v = exp == 0 ? ldexpf((float)man, -24) : exp == 31 ? (man ? NAN : INFINITY) : ldexpf((float)(1024 + man), exp - 25);
-	return (h & 0x8000) ? -v : v;
-}
-
-static float bf16_to_float(uint16_t h)
-{
-	uint32_t bits = (uint32_t)h << 16;
-	float v;
-	memcpy(&v, &bits, sizeof v);
-	return v;
-}
-
 /*
  * HF tensor `name` of shape [rows, cols] (cols 0: 1-D [rows]) into dst as
  * F32.  take_rows < rows reads only the first rows (the position table of
@@ -245,7 +231,7 @@ static int hf_get(const hf_file *f, const char *name, int64_t rows, int64_t cols
 				memcpy(&v, &bits, sizeof v);
 			} else {
 				uint16_t h = (uint16_t)(p[0] | p[1] << 8);
-				v = e->dtype == DT_F16 ? half_to_float(h) : bf16_to_float(h);
+				v = e->dtype == DT_F16 ? ph_half_to_float(h) : ph_bf16_to_float(h);
 			}
 			dst[transpose ? j * r + i : i * c + j] = v;
 		}

@@ -216,3 +216,19 @@ void ph_model_free(ph_model *m)
 	free(m->ties);
 	memset(m, 0, sizeof *m);
 }
+
+void ph_model_mark_ties(const ph_model *m, ph_tensor_ref *t, int n)
+{
+	for (int i = 0; i < m->nties; i++) {
+		const ph_tie *tie = &m->ties[i];
+		int src = -1, dst = -1;
+		for (int l = 0, at = 0; l < m->n; at += m->layers[l].meta.nparams, l++) {
+			if (l == tie->src_layer)
+				src = at + tie->src_param;
+			if (l == tie->dst_layer)
+				dst = at + tie->dst_param;
+		}
+		if (src >= 0 && dst >= 0 && src < n && dst < n && src != dst)
+			t[dst].tied_to = t[src].name;
+	}
+}

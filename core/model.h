@@ -4,6 +4,7 @@
 #define PH_CORE_MODEL_H
 
 #include "config.h"
+#include "weights.h"
 
 typedef struct {
 	const ph_layer_cfg *cfg;
@@ -36,6 +37,12 @@ typedef struct {
  * A layer that refuses its input names both layers and the shape. */
 int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int max_batch, ph_err *err);
 void ph_model_free(ph_model *m);
+
+/* t[0..n) lists every parameter in model order (LAYER.PARAM, as the
+ * engine and --generate list them): point each tied copy's tied_to at its
+ * source's name, so that it is written once and read from its source
+ * (weights.h). */
+void ph_model_mark_ties(const ph_model *m, ph_tensor_ref *t, int n);
 
 /* "[1,28,28]" */
 void ph_shape_str(const ph_shape *s, char *buf, size_t len);

@@ -137,7 +137,9 @@ def main():
     rounded["head.weight"] = rounded["embed.tokens"]
     write_st(a.dst, hf)
     if a.rounded:
-        write_st(a.rounded, [(k, "F32", w[k][0], struct.pack("<%df" % len(v), *v)) for k, v in rounded.items()])
+        # head.weight is stored once, as embed.tokens (tied): its shape is the table's
+        shape = lambda k: w[k][0] if k in w else w["embed.tokens"][0]
+        write_st(a.rounded, [(k, "F32", shape(k), struct.pack("<%df" % len(v), *v)) for k, v in rounded.items()])
 
 
 if __name__ == "__main__":
