@@ -5,7 +5,9 @@
  *   pipehost --check-plugin FILE.so [--shape 4x8] [--batch N] [--set NAME.KEY=VALUE ...]
  *
  * Only this file exits: everything below returns status codes, and every
- * failure reaches the user as one line on stderr and exit status 1. */
+ * failure reaches the user as one line on stderr.  Exit status: 0 done, 1 a
+ * failure, 2 a usage error (the command line), 130/143 stopped by
+ * SIGINT/SIGTERM after writing a checkpoint (docs/conventions.md). */
 #include "build-config.h"
 #include <getopt.h>
 #include <stdlib.h>
@@ -197,7 +199,9 @@ static void list_options(void)
 	}
 }
 
-static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
+enum { EXIT_USAGE = 2 };
+
+static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 {
 	ph_registry reg;
 	memset(&reg, 0, sizeof reg);
@@ -322,8 +326,10 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	ph_train_result res;
 	if ((rc = ph_train_ck(&cfg, engine, &train, &test, &ck, &res, err)))
 		goto out;
-	if (res.interrupted)
-		goto out; /* stopped by SIGINT/SIGTERM after writing a checkpoint: exit 0 */
+	if (res.interrupted) {
+		*stopped = 1; /* by SIGINT/SIGTERM after writing a checkpoint: exit 128 + signal */
+		goto out;
+	}
 	if (res.steps_run)
 		printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
 	else
@@ -364,13 +370,17 @@ int main(int argc, char **argv)
 	ph_err err = { { 0 } };
 	ph_comm comm = { 0, 1, 0, 0, 0, NULL };
 	ph_signals_init(); /* a closed stdout or a file-size limit: an error, not a silent death */
-	int rc = parse_cli(argc, argv, &cli, &err);
+	int rc = parse_cli(argc, argv, &cli, &err), stopped = 0;
+	if (rc) {
+		fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "bad command line");
+		return EXIT_USAGE;
+	}
 	/* under mpirun: join the other processes; only process 0 prints
 	 * progress (errors still reach stderr from every process) */
-	if (!rc && !(rc = ph_comm_init(&comm, &err)) && !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
+	if (!(rc = ph_comm_init(&comm, &err)) && !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
 		rc = ph_fail(&err, PH_EIO, "process %d: cannot silence its output (/dev/null)", comm.rank);
 	if (!rc)
-		rc = run(&cli, &comm, &err);
+		rc = run(&cli, &comm, &stopped, &err);
 	if (rc) {
 		fflush(stdout);
 		/* under mpirun a failure every process shares (a config error)
@@ -390,5 +400,5 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	ph_comm_finalize(&comm);
-	return 0;
+	return stopped ? ph_stop_exit_status() : 0;
 }

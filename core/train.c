@@ -3,6 +3,7 @@
  * schedule or the partition, which is what keeps runs comparable, and the
  * step alone is the position a checkpoint needs to resume exactly. */
 #include "build-config.h"
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -33,6 +34,18 @@ static void output_failed(ph_train_result *res, const char *msg, int say_now)
 	res->nfailed++;
 }
 
+/* A figure as the metrics file gives it: rounded as printf's FMT would
+ * ("%.6f": 6 decimals, "%.6g": 6 digits), so lines stay short; NaN and
+ * infinities stay what they are, and cJSON writes them as null. */
+static double rounded(const char *fmt, double v)
+{
+	char buf[64];
+	if (!isfinite(v))
+		return v;
+	snprintf(buf, sizeof buf, fmt, v);
+	return strtod(buf, NULL);
+}
+
 /* After each metrics line: a write error (a full disk, EIO) is reported
  * once; the file is closed and training goes on without it. */
 static void metrics_check(FILE **m, const char *path, ph_train_result *res)
@@ -46,6 +59,60 @@ static void metrics_check(FILE **m, const char *path, ph_train_result *res)
 	fclose(*m);
 	*m = NULL;
 	output_failed(res, msg, 1);
+}
+
+/* One metrics line: OBJ (freed here) as one line of JSON any parser reads:
+ * cJSON writes a non-finite number as null, where printf wrote nan.  The
+ * fields are listed in docs/conventions.md. */
+static void metrics_write(FILE **m, const char *path, ph_train_result *res, cJSON *obj)
+{
+	char *line = obj ? cJSON_PrintUnformatted(obj) : NULL;
+	cJSON_Delete(obj);
+	if (!line) {
+		char msg[PH_ERR_MAX];
+		snprintf(msg, sizeof msg, "metrics file %s: out of memory for a line; training goes on without metrics, "
+			 "the exit status will be 1", path);
+		fclose(*m);
+		*m = NULL;
+		output_failed(res, msg, 1);
+		return;
+	}
+	errno = 0;
+	fprintf(*m, "%s\n", line);
+	free(line);
+	metrics_check(m, path, res);
+}
+
+/* The line of a training step: step, epoch, loss, lr, samples_per_s, elapsed_s. */
+static void metrics_step(FILE **m, const char *path, ph_train_result *res, int64_t step, int64_t epoch, double loss,
+			 double lr, double sps, double elapsed)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o && (!cJSON_AddNumberToObject(o, "step", (double)step) || !cJSON_AddNumberToObject(o, "epoch", (double)epoch) ||
+		  !cJSON_AddNumberToObject(o, "loss", rounded("%.6f", loss)) ||
+		  !cJSON_AddNumberToObject(o, "lr", rounded("%.6g", lr)) ||
+		  !cJSON_AddNumberToObject(o, "samples_per_s", rounded("%.1f", sps)) ||
+		  !cJSON_AddNumberToObject(o, "elapsed_s", rounded("%.3f", elapsed)))) {
+		cJSON_Delete(o);
+		o = NULL;
+	}
+	metrics_write(m, path, res, o);
+}
+
+/* The line of an evaluation: eval (true), epoch, step, test_loss, test_accuracy, samples. */
+static void metrics_eval(FILE **m, const char *path, ph_train_result *res, int64_t epoch, int64_t step, double loss,
+			 double accuracy, int64_t samples)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o && (!cJSON_AddTrueToObject(o, "eval") || !cJSON_AddNumberToObject(o, "epoch", (double)epoch) ||
+		  !cJSON_AddNumberToObject(o, "step", (double)step) ||
+		  !cJSON_AddNumberToObject(o, "test_loss", rounded("%.6f", loss)) ||
+		  !cJSON_AddNumberToObject(o, "test_accuracy", rounded("%.6f", accuracy)) ||
+		  !cJSON_AddNumberToObject(o, "samples", (double)samples))) {
+		cJSON_Delete(o);
+		o = NULL;
+	}
+	metrics_write(m, path, res, o);
 }
 
 /* The directory --resume PATH reads: PATH's parent for a step, or PATH. */
@@ -115,13 +182,8 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 		printf("epoch %lld: test loss %.4f, accuracy %.2f%% (%lld samples)\n", (long long)epoch, res->test_loss,
 		       100.0 * res->test_accuracy, (long long)count);
 	fflush(stdout);
-	if (*metrics) {
-		errno = 0;
-		fprintf(*metrics, "{\"eval\":true,\"epoch\":%lld,\"step\":%lld,\"test_loss\":%.6f,\"test_accuracy\":%.6f,"
-			"\"samples\":%lld}\n", (long long)epoch, (long long)step, res->test_loss, res->test_accuracy,
-			(long long)count);
-		metrics_check(metrics, c->run.metrics, res);
-	}
+	if (*metrics)
+		metrics_eval(metrics, c->run.metrics, res, epoch, step, res->test_loss, res->test_accuracy, count);
 	return PH_OK;
 }
 
@@ -256,12 +318,8 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			fflush(stdout);
 		}
 		ph_stdout_check();
-		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start)) {
-			errno = 0;
-			fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"samples_per_s\":%.1f,"
-				"\"elapsed_s\":%.3f}\n", (long long)s + 1, (long long)epoch + 1, loss, lr, sps, t);
-			metrics_check(&metrics, c->run.metrics, res);
-		}
+		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start))
+			metrics_step(&metrics, c->run.metrics, res, s + 1, epoch + 1, loss, lr, sps, t);
 		/* under mpirun only process 0 reports, so only it evaluates,
 		 * unless its pipeline is split over processes, which then all
 		 * take part */

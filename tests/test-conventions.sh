@@ -1,0 +1,71 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The conventions a scheduler, a script or a terminal relies on
+# (docs/conventions.md): exit statuses, metrics lines that are JSON,
+# --progress, INI paths relative to the INI, torchrun/srun refused,
+# a quiet configure.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+
+# status DESC WANT ARGS...: pipehost ARGS exits WANT with one stderr line
+status() {
+	desc=$1 want=$2
+	shift 2
+	"$PIPEHOST" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$rc" -eq "$want" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ]; then
+		ok "$desc: exit $rc: $(cat "$tmp/err")"
+	else
+		not_ok "$desc: exit $rc (want $want): $(head -c 400 "$tmp/err")"
+	fi
+}
+
+# --- 1. exit statuses -------------------------------------------------------
+status "an unknown option is a usage error" 2 -c "$tiny" --no-such-flag
+status "no -c is a usage error" 2 --set run.steps=1
+status "an option without its value is a usage error" 2 -c
+status "a bad --plan value is a usage error" 2 -c "$tiny" --plan=yaml
+status "a missing config file is a failure, not a usage error" 1 -c "$tmp/none.ini"
+status "a bad key is a failure, not a usage error" 1 -c "$tiny" --set run.stepz=1
+
+# SIGNAL: stopped after its checkpoint, the run exits 128 + the signal
+stop_status() {
+	sig=$1 want=$2 d="$tmp/stop-$1"
+	env --default-signal=INT "$PIPEHOST" -c "$tiny" --set run.steps=100000 --set "checkpoint.dir=$d" \
+		--set checkpoint.every=50 >"$tmp/stop.out" 2>"$tmp/stop.err" &
+	pid=$!
+	i=0
+	while [ ! -d "$d/step-00000050" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
+	kill -"$sig" "$pid"
+	wait "$pid"
+	rc=$?
+	if [ "$rc" -eq "$want" ] && grep -q "^interrupted at step" "$tmp/stop.out"; then
+		ok "SIG$sig after the checkpoint: exit $rc"
+	else
+		not_ok "SIG$sig: exit $rc (want $want), $(tail -1 "$tmp/stop.out") $(head -c 300 "$tmp/stop.err")"
+	fi
+}
+stop_status INT 130
+stop_status TERM 143
+
+# --- 2. metrics lines are JSON, a non-finite figure null ------------------
+# eps = 0 with a gradient of exactly 0 (a dead unit) makes the update 0/0:
+# step 1's loss is finite, the evaluation after it is not
+"$PIPEHOST" -c "$tiny" --set run.steps=1 --set optimizer.eps=0 --set run.eval=yes --set data.test_samples=64 \
+	--set "run.metrics=$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+bad=""
+while IFS= read -r line; do
+	if command -v python3 >/dev/null 2>&1; then
+		printf '%s\n' "$line" | python3 -m json.tool >/dev/null 2>&1 || bad="$bad [$line]"
+	fi
+	case $line in *nan* | *inf* | *NaN* | *Infinity*) bad="$bad [$line]" ;; esac
+done <"$tmp/m.jsonl"
+if [ "$rc" -eq 0 ] && [ -z "$bad" ] && grep -q '"test_loss":null' "$tmp/m.jsonl" &&
+	grep -q '^{"step":1,"epoch":1,"loss":[0-9.]*,"lr":[0-9.e-]*,"samples_per_s":[0-9.]*,"elapsed_s":[0-9.]*}$' "$tmp/m.jsonl"; then
+	ok "metrics: every line is JSON, a NaN test loss is null: $(tail -1 "$tmp/m.jsonl")"
+else
+	not_ok "metrics: exit $rc, not JSON:$bad $(head -c 300 "$tmp/m.jsonl") $(head -c 300 "$tmp/err")"
+fi
+
+finish
