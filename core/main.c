@@ -49,6 +49,8 @@ static void usage(FILE *f)
 		"      --plan-json FILE     also write the plan as JSON to FILE (- = stdout)\n"
 		"      --save-weights FILE  write the trained weights (safetensors)\n"
 		"      --resume DIR         continue from the newest checkpoint in DIR (or from DIR/step-N)\n"
+		"      --progress=MODE      auto (default), tty (one line redrawn), lines (a line every [run] log_every\n"
+		"                           steps, no carriage returns), none\n"
 		"      --trace FILE         write every op of every rank (Chrome trace JSON, opens in Perfetto)\n"
 		"      --simulate           run the schedule on the cost model: step time, bubble, peak memory\n"
 		"      --svg FILE           with --simulate: draw the timeline as SVG in FILE; --trace FILE: its Chrome trace\n"
@@ -81,12 +83,13 @@ typedef struct {
 	const char *check_plugin; /* --check-plugin FILE */
 	const char *shape;        /* --shape, for --check-plugin */
 	int batch;                /* --batch, for --check-plugin */
+	int progress;             /* --progress: PH_PROGRESS_* */
 } cli_t;
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
 	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME, OPT_ALLOWW,
-	       OPT_CHECK, OPT_SHAPE, OPT_BATCH };
+	       OPT_CHECK, OPT_SHAPE, OPT_BATCH, OPT_PROGRESS };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
@@ -99,6 +102,7 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		{ "allow-writable-plugins", no_argument, NULL, OPT_ALLOWW },
 		{ "check-plugin", required_argument, NULL, OPT_CHECK }, { "shape", required_argument, NULL, OPT_SHAPE },
 		{ "batch", required_argument, NULL, OPT_BATCH },
+		{ "progress", required_argument, NULL, OPT_PROGRESS },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
 	int ch;
@@ -135,6 +139,16 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			if (end == optarg || *end || v < 1 || v > 4096)
 				return ph_fail(err, PH_EINVAL, "--batch %s: give a number of samples from 1 to 4096", optarg);
 			cli->batch = (int)v;
+			break;
+		}
+		case OPT_PROGRESS: {
+			static const char *const modes[] = { "auto", "tty", "lines", "none" };
+			int m = 0;
+			while (m < 4 && strcmp(optarg, modes[m]))
+				m++;
+			if (m == 4)
+				return ph_fail(err, PH_EINVAL, "--progress=%s: expected auto, tty, lines or none", optarg);
+			cli->progress = m; /* the order of PH_PROGRESS_* */
 			break;
 		}
 		case OPT_PDIR: {
@@ -239,6 +253,7 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	if ((rc = ph_config_read(&cfg, cli->config, cli->overrides, cli->noverrides, err)))
 		goto out;
 	cfg.comm = *comm;
+	cfg.progress = cli->progress;
 	/* before the plugins load, so before any CUDA code can read them */
 	if ((rc = ph_gpu_switches_apply(&cfg.gpu, err)))
 		goto out;

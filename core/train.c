@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -156,6 +157,48 @@ static void fmt_eta(double s, char *buf, size_t len)
 		snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
+/* --progress=auto: the redrawn line only on a terminal of this process's
+ * own.  Under mpirun stdout is a pseudo-terminal of mpirun's even when
+ * mpirun writes to a log file, so there it is lines. */
+static int progress_mode(int asked)
+{
+	if (asked != PH_PROGRESS_AUTO)
+		return asked;
+	if (!isatty(STDOUT_FILENO) || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"))
+		return PH_PROGRESS_LINES;
+	return PH_PROGRESS_TTY;
+}
+
+/* The terminal's width: the terminal's own (TIOCGWINSZ), else $COLUMNS,
+ * else 80. */
+static int terminal_width(void)
+{
+	struct winsize ws;
+	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	const char *c = getenv("COLUMNS");
+	int w = c ? atoi(c) : 0;
+	return w > 0 ? w : 80;
+}
+
+/* The redrawn line: the longest of its forms that fits the width less one
+ * column (a line that filled it would wrap on some terminals, and every
+ * redraw would then start a new line), cut if even the shortest does not;
+ * then clear the rest of the old line. */
+static void progress_redraw(int64_t epoch, int64_t epochs, int64_t step, int64_t total, double loss, double lr,
+			    double sps, const char *eta)
+{
+	char full[256], mid[256], small[256];
+	snprintf(full, sizeof full, "epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.3g  %.0f samples/s  ETA %s",
+		 (long long)epoch, (long long)epochs, (long long)step, (long long)total, loss, lr, sps, eta);
+	snprintf(mid, sizeof mid, "step %lld/%lld loss %.4f lr %.3g %.0f/s ETA %s", (long long)step, (long long)total,
+		 loss, lr, sps, eta);
+	snprintf(small, sizeof small, "%lld/%lld loss %.4f lr %.3g", (long long)step, (long long)total, loss, lr);
+	int room = terminal_width() - 1;
+	const char *line = (int)strlen(full) <= room ? full : (int)strlen(mid) <= room ? mid : small;
+	printf("\r%.*s\033[K", room > 0 ? room : 0, line);
+}
+
 static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, int64_t epoch, int64_t step,
 		    FILE **metrics, ph_train_result *res, ph_err *err)
 {
@@ -206,7 +249,8 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	const char *resume = ck && ck->resume && ck->resume[0] ? ck->resume : NULL;
 	int64_t every = ck && ck->every > 0 ? ck->every : 0;
 	int keep = ck && ck->keep > 0 ? (ck->keep > 1000000 ? 1000000 : (int)ck->keep) : 0;
-	int tty = isatty(STDOUT_FILENO);
+	int progress = progress_mode(c->progress);
+	int tty = progress == PH_PROGRESS_TTY; /* a line is being redrawn: end it before another */
 	ph_ckpt_id id;
 	memset(&id, 0, sizeof id);
 	int64_t start = 0, saved_at = -1;
@@ -308,11 +352,10 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		fmt_eta(t / here * (total - s - 1), eta, sizeof eta);
 		int last = s + 1 == total;
 		if (tty && (t - last_print > 0.25 || last)) {
-			printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %s   ", (long long)epoch + 1,
-			       (long long)epochs, (long long)s + 1, (long long)total, loss, sps, eta);
+			progress_redraw(epoch + 1, epochs, s + 1, total, loss, lr, sps, eta);
 			fflush(stdout);
 			last_print = t;
-		} else if (!tty && ((s + 1) % c->run.log_every == 0 || last)) {
+		} else if (progress == PH_PROGRESS_LINES && ((s + 1) % c->run.log_every == 0 || last)) {
 			printf("epoch %lld/%lld step %lld/%lld loss %.4f lr %.3g samples/s %.0f ETA %s\n", (long long)epoch + 1,
 			       (long long)epochs, (long long)s + 1, (long long)total, loss, lr, sps, eta);
 			fflush(stdout);

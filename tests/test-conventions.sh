@@ -68,4 +68,40 @@ else
 	not_ok "metrics: exit $rc, not JSON:$bad $(head -c 300 "$tmp/m.jsonl") $(head -c 300 "$tmp/err")"
 fi
 
+# --- 3. --progress ----------------------------------------------------------
+# not a terminal: lines (with lr), never a carriage return
+"$PIPEHOST" -c "$tiny" --set run.log_every=5 >"$tmp/auto.out" 2>"$tmp/err"
+"$PIPEHOST" -c "$tiny" --set run.log_every=5 --progress=lines >"$tmp/lines.out" 2>>"$tmp/err"
+"$PIPEHOST" -c "$tiny" --progress=none >"$tmp/none.out" 2>>"$tmp/err"
+if ! grep -q "$(printf '\r')" "$tmp/auto.out" "$tmp/lines.out" &&
+	[ "$(grep -c '^epoch 1/1 step [0-9]*/20 loss [0-9.]* lr [0-9.e-]* samples/s' "$tmp/lines.out")" -eq 4 ] &&
+	[ "$(grep -c '^epoch 1/1 step [0-9]*/20 loss [0-9.]* lr [0-9.e-]* samples/s' "$tmp/auto.out")" -eq 4 ]; then
+	ok "--progress=lines and auto off a terminal: a line every log_every steps, with lr, no carriage return"
+else
+	not_ok "--progress=lines: $(od -c "$tmp/lines.out" | head -5) $(cat "$tmp/err")"
+fi
+if ! grep -q ' step ' "$tmp/none.out" && grep -q '^trained 20 steps' "$tmp/none.out"; then
+	ok "--progress=none: no progress line, the summary stays"
+else
+	not_ok "--progress=none: $(head -c 400 "$tmp/none.out")"
+fi
+status "--progress=bogus is a usage error" 2 -c "$tiny" --progress=bogus
+
+# a 40-column terminal: every redraw of the line fits in 39 columns
+if script -qc true /dev/null >/dev/null 2>&1 </dev/null; then
+	script -qc "stty cols 40; \"$PIPEHOST\" -c \"$tiny\" --set run.steps=3000" /dev/null </dev/null >"$tmp/tty.out" 2>&1
+	how="a pseudo-terminal of 40 columns (script)"
+else
+	COLUMNS=40 "$PIPEHOST" -c "$tiny" --set run.steps=3000 --progress=tty >"$tmp/tty.out" 2>&1
+	how="--progress=tty, COLUMNS=40"
+fi
+# the redraws: the text between carriage returns, less the clear-to-end
+draws=$(tr '\r' '\n' <"$tmp/tty.out" | sed "s/$(printf '\033')\[K//g" | grep -E '^(epoch [0-9]+/[0-9]+ +)?(step )?[0-9]+/[0-9]+ +loss [0-9]')
+long=$(printf '%s\n' "$draws" | awk 'length($0) > 39' | head -1)
+if [ -n "$draws" ] && [ -z "$long" ] && ! printf '%s\n' "$draws" | grep -v -q ' lr '; then
+	ok "$how: $(printf '%s\n' "$draws" | wc -l) redraws, each fits, with lr: '$(printf '%s\n' "$draws" | tail -1)'"
+else
+	not_ok "$how: a redraw too long or without lr: '$long' $(printf '%s\n' "$draws" | head -3)"
+fi
+
 finish
