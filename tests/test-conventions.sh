@@ -104,4 +104,34 @@ else
 	not_ok "$how: a redraw too long or without lr: '$long' $(printf '%s\n' "$draws" | head -3)"
 fi
 
+# --- 4. relative paths in an INI: under the INI's directory ---------------
+# an INI in run/ names its schedule table, metrics, checkpoints and weights
+# relatively; it is run from another directory
+mkdir -p "$tmp/run" "$tmp/elsewhere"
+cp "$fixtures/schedules/1f1b-p2-m4.csv" "$tmp/run/table.csv"
+sed -e 's/^type = 1f1b$/type = table\nfile = table.csv/' \
+	-e 's/^eval = no$/eval = no\nmetrics = out\/m.jsonl\nsave_weights = w.st/' "$tiny" >"$tmp/run/run.ini"
+printf '[checkpoint]\ndir = ck\n' >>"$tmp/run/run.ini"
+mkdir -p "$tmp/run/out"
+(cd "$tmp/elsewhere" && "$PIPEHOST" -c ../run/run.ini --set run.steps=4 >"$tmp/out" 2>"$tmp/err")
+rc=$?
+if [ "$rc" -eq 0 ] && [ -s "$tmp/run/out/m.jsonl" ] && [ -s "$tmp/run/w.st" ] && [ -d "$tmp/run/ck/step-00000004" ] &&
+	[ -z "$(ls -A "$tmp/elsewhere")" ]; then
+	ok "an INI's relative schedule file, metrics, save_weights and checkpoint dir are under its directory"
+else
+	not_ok "relative INI paths: exit $rc, run/ holds $(ls "$tmp/run" | tr '\n' ' '), elsewhere/ $(ls -A "$tmp/elsewhere" | tr '\n' ' '), $(head -c 300 "$tmp/err")"
+fi
+# init = a file beside the INI; a --set path stays the current directory's
+printf '[run]\ninit = w.st\n' >"$tmp/run/init.ini"
+sed -n '/^\[run\]/,$p' "$tmp/run/run.ini" | sed '1d' | grep -v -E '^(metrics|save_weights|dir|file) =' |
+	sed 's/^type = table$/type = 1f1b/' >>"$tmp/run/init.ini"
+(cd "$tmp/elsewhere" && "$PIPEHOST" -c "$tmp/run/init.ini" --set run.steps=1 --set run.metrics=here.jsonl \
+	>"$tmp/out" 2>"$tmp/err")
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^initial weights read from $tmp/run/w.st" "$tmp/out" && [ -s "$tmp/elsewhere/here.jsonl" ]; then
+	ok "init = w.st is read beside the INI; --set run.metrics=here.jsonl is written in the current directory"
+else
+	not_ok "init beside the INI: exit $rc, $(grep initial "$tmp/out") $(ls -A "$tmp/elsewhere") $(head -c 300 "$tmp/err")"
+fi
+
 finish
