@@ -378,6 +378,38 @@ out:
 	return rc;
 }
 
+/* A positive count from environment variable NAME, or 0. */
+static long env_count(const char *name)
+{
+	const char *s = getenv(name);
+	char *end;
+	long v = s && *s ? strtol(s, &end, 10) : 0;
+	return v > 0 && !*end ? v : 0;
+}
+
+/* torchrun (RANK, WORLD_SIZE) and a plain srun (SLURM_PROCID,
+ * SLURM_STEP_NUM_TASKS) start N processes pipehost cannot join: each would
+ * run the whole job alone, N copies writing the same files.  Refuse, and
+ * say how to launch.  An MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+ * PMIX_RANK: srun --mpi=pmix) is ph_comm_init's.  SLURM_NTASKS alone is
+ * not a launch: a batch script of sbatch -n 4 has it, run once. */
+static int refuse_foreign_launcher(ph_err *err)
+{
+	if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK"))
+		return PH_OK;
+	long n = env_count("WORLD_SIZE");
+	const char *who = "torchrun (WORLD_SIZE)";
+	if (n <= 1 && getenv("SLURM_PROCID")) {
+		n = env_count("SLURM_STEP_NUM_TASKS");
+		who = "srun (SLURM_STEP_NUM_TASKS)";
+	}
+	if (n <= 1)
+		return PH_OK;
+	return ph_fail(err, PH_EUNSUPPORTED,
+		       "started as one of %ld processes by %s, which pipehost does not join (each would train alone); "
+		       "launch it with mpirun -np %ld pipehost ... (or srun --mpi=pmix)", n, who, n);
+}
+
 int main(int argc, char **argv)
 {
 	cli_t cli;
@@ -392,7 +424,7 @@ int main(int argc, char **argv)
 	}
 	/* under mpirun: join the other processes; only process 0 prints
 	 * progress (errors still reach stderr from every process) */
-	if (!(rc = ph_comm_init(&comm, &err)) && !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
+	if (!(rc = refuse_foreign_launcher(&err)) && !(rc = ph_comm_init(&comm, &err)) && !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
 		rc = ph_fail(&err, PH_EIO, "process %d: cannot silence its output (/dev/null)", comm.rank);
 	if (!rc)
 		rc = run(&cli, &comm, &stopped, &err);

@@ -134,4 +134,30 @@ else
 	not_ok "init beside the INI: exit $rc, $(grep initial "$tmp/out") $(ls -A "$tmp/elsewhere") $(head -c 300 "$tmp/err")"
 fi
 
+# --- 5. torchrun and a plain srun are refused, with how to launch ---------
+launched() { # DESC WANT VAR=VALUE...
+	desc=$1 want=$2
+	shift 2
+	env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u PMIX_RANK -u WORLD_SIZE -u RANK -u SLURM_PROCID \
+		-u SLURM_STEP_NUM_TASKS -u SLURM_NTASKS "$@" "$PIPEHOST" -c "$tiny" --set run.steps=2 >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$want" = refused ]; then
+		if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "mpirun -np [0-9]" "$tmp/err" &&
+			! grep -q '^trained' "$tmp/out"; then
+			ok "$desc: refused: $(cat "$tmp/err")"
+		else
+			not_ok "$desc: exit $rc, $(tail -1 "$tmp/out") $(head -c 300 "$tmp/err")"
+		fi
+	elif [ "$rc" -eq 0 ] && grep -q '^trained 2 steps' "$tmp/out"; then
+		ok "$desc: runs"
+	else
+		not_ok "$desc: exit $rc, $(head -c 300 "$tmp/err")"
+	fi
+}
+launched "torchrun (RANK, WORLD_SIZE=4, LOCAL_RANK)" refused RANK=1 WORLD_SIZE=4 LOCAL_RANK=1
+launched "srun (SLURM_PROCID, SLURM_STEP_NUM_TASKS=2)" refused SLURM_PROCID=0 SLURM_STEP_NUM_TASKS=2 SLURM_NTASKS=2
+launched "torchrun with one process" ok RANK=0 WORLD_SIZE=1
+launched "an sbatch -n 4 script (SLURM_NTASKS alone)" ok SLURM_NTASKS=4 SLURM_PROCID=0
+launched "WORLD_SIZE under an MPI launcher (one process)" ok OMPI_COMM_WORLD_SIZE=1 WORLD_SIZE=4 RANK=0
+
 finish
