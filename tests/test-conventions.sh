@@ -160,4 +160,23 @@ launched "torchrun with one process" ok RANK=0 WORLD_SIZE=1
 launched "an sbatch -n 4 script (SLURM_NTASKS alone)" ok SLURM_NTASKS=4 SLURM_PROCID=0
 launched "WORLD_SIZE under an MPI launcher (one process)" ok OMPI_COMM_WORLD_SIZE=1 WORLD_SIZE=4 RANK=0
 
+# --- 6. configure is quiet where a directory is named core ----------------
+# configure runs out of tree in a build directory that holds core/ (as an
+# in-tree build does); the source is seen through links, less this
+# build's config.status (automake refuses a source tree already configured)
+mkdir -p "$tmp/src" "$tmp/build/core"
+for f in "$top_srcdir"/* "$top_srcdir"/.[!.]*; do
+	case ${f##*/} in config.status | config.log | config.cache | Makefile | libtool | build-config.h | stamp-h1) ;;
+	*) [ -e "$f" ] && ln -s "$f" "$tmp/src/${f##*/}" ;;
+	esac
+done
+(cd "$tmp/build" && "$tmp/src/configure" --without-cuda >"$tmp/conf.out" 2>"$tmp/conf.err")
+rc=$?
+said=$(grep -c "cannot remove" "$tmp/conf.out" "$tmp/conf.err" | awk -F: '{ n += $2 } END { print n }')
+if [ "$rc" -eq 0 ] && [ "$said" -eq 0 ] && [ ! -e "$tmp/build/confdefs.h" ]; then
+	ok "configure beside a core/ directory: no 'cannot remove' line, no confdefs.h left"
+else
+	not_ok "configure: exit $rc, $said 'cannot remove' lines, $(ls "$tmp/build" | grep -c confdefs) confdefs.h left; $(grep -v 'cannot remove' "$tmp/conf.err" | head -c 300)"
+fi
+
 finish
