@@ -423,8 +423,11 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	/* under mpirun: join the other processes; only process 0 prints
-	 * progress (errors still reach stderr from every process) */
-	if (!(rc = refuse_foreign_launcher(&err)) && !(rc = ph_comm_init(&comm, &err)) && !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
+	 * progress (errors still reach stderr from every process).  A run
+	 * under another launcher stops here (--list-plugins and the like
+	 * still work there). */
+	if (!(rc = cli.config ? refuse_foreign_launcher(&err) : PH_OK) && !(rc = ph_comm_init(&comm, &err)) &&
+	    !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
 		rc = ph_fail(&err, PH_EIO, "process %d: cannot silence its output (/dev/null)", comm.rank);
 	if (!rc)
 		rc = run(&cli, &comm, &stopped, &err);
