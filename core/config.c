@@ -249,11 +249,76 @@ static int resolve_plain(ph_config *c, const ph_core_section *r, ph_err *err)
 	return apply_section(c, r->name, t, p, err);
 }
 
+/* The keys whose values are paths (a list of them for plugin_path): a
+ * relative one in the INI means relative to the INI's directory, so a run
+ * directory holding its INI, data and outputs works from any directory.
+ * A --set value is the command line's and stays relative to the current
+ * directory.  Plugins' options are the plugins' own; [schedule] file is
+ * the table schedule's. */
+static const struct {
+	const char *section, *key;
+	int list; /* colon-separated */
+} path_keys[] = {
+	{ "run", "metrics", 0 },	  { "run", "save_weights", 0 }, { "run", "init", 0 },
+	{ "run", "plugin_path", 1 },	  { "data", "path", 0 },	{ "checkpoint", "dir", 0 },
+	{ "partition", "profile_cache", 0 }, { "schedule", "file", 0 },
+};
+
+/* VALUE with each relative path (one, or each of a list) put under DIR. */
+static int under_dir(const char *dir, const char *value, int list, char *out, size_t len)
+{
+	size_t used = 0;
+	const char *p = value;
+	for (;;) {
+		size_t n = list ? strcspn(p, ":") : strlen(p);
+		/* "" stays empty; ~ is the user's, / absolute */
+		int rel = n > 0 && p[0] != '/' && p[0] != '~';
+		int w = snprintf(out + used, len - used, "%s%s%s%.*s", used || p != value ? ":" : "", rel ? dir : "",
+				 rel ? "/" : "", (int)n, p);
+		if (w < 0 || (size_t)w >= len - used)
+			return -1;
+		used += (size_t)w;
+		if (!list || !p[n])
+			return 0;
+		p += n + 1;
+	}
+}
+
+static int resolve_ini_paths(ph_config *c, ph_err *err)
+{
+	char dir[PH_STR_MAX];
+	snprintf(dir, sizeof dir, "%s", c->ini.path);
+	char *slash = strrchr(dir, '/');
+	if (!slash)
+		return PH_OK; /* the INI is in the current directory */
+	if (slash == dir)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	for (int i = 0; i < c->ini.nentries; i++) {
+		ph_ini_entry *e = &c->ini.entries[i];
+		for (size_t k = 0; e->line > 0 && k < sizeof path_keys / sizeof path_keys[0]; k++) {
+			if (strcmp(e->section, path_keys[k].section) || strcmp(e->key, path_keys[k].key))
+				continue;
+			char v[PH_STR_MAX];
+			if (under_dir(strcmp(dir, "/") ? dir : "", e->value, path_keys[k].list, v, sizeof v))
+				return where_fail(c, e->line, PH_EINVAL, err,
+						  "[%s] %s = %s: relative to the INI's directory %s it is longer than %d "
+						  "characters; give an absolute path or move the INI", e->section, e->key,
+						  e->value, dir, PH_STR_MAX - 1);
+			memcpy(e->value, v, sizeof v);
+		}
+	}
+	return PH_OK;
+}
+
 int ph_config_read(ph_config *c, const char *path, const char *const *overrides, int noverrides,
 		   ph_err *err)
 {
 	memset(c, 0, sizeof *c);
 	int rc = ph_ini_load(path, &c->ini, err);
+	if (!rc)
+		rc = resolve_ini_paths(c, err); /* before --set, whose values stay the cwd's */
 	for (int i = 0; !rc && i < noverrides; i++)
 		rc = ph_ini_override(&c->ini, overrides[i], err);
 	for (const ph_core_section *r = ph_core_sections; !rc && r->name; r++)

@@ -132,7 +132,14 @@ typedef struct {
 	ph_placement place;      /* [run] devices, rank by rank of this process's replicas */
 	ph_comm comm;            /* the processes of an mpirun job; set by main
 				  * after ph_config_read, before ph_config_resolve */
+	int progress;            /* --progress: PH_PROGRESS_*; set by main (not an INI key:
+				  * how to show a run is not part of what it computes) */
 } ph_config;
+
+/* --progress: auto (tty on a terminal of our own, else lines), tty (one
+ * line redrawn, fitted to the width), lines (a line every log_every
+ * steps), none.  docs/conventions.md */
+enum { PH_PROGRESS_AUTO, PH_PROGRESS_TTY, PH_PROGRESS_LINES, PH_PROGRESS_NONE };
 
 /* How the processes share the work (resolved configs only):
  *   replicas >= processes: each process runs replicas / processes whole

@@ -6,7 +6,9 @@
  *   pipehost --check-plugin FILE.so [--shape 4x8] [--batch N] [--set NAME.KEY=VALUE ...]
  *
  * Only this file exits: everything below returns status codes, and every
- * failure reaches the user as one line on stderr and exit status 1. */
+ * failure reaches the user as one line on stderr.  Exit status: 0 done, 1 a
+ * failure, 2 a usage error (the command line), 130/143 stopped by
+ * SIGINT/SIGTERM after writing a checkpoint (docs/conventions.md). */
 #include "build-config.h"
 #include <errno.h>
 #include <getopt.h>
@@ -51,6 +53,8 @@ static void usage(FILE *f)
 		"      --plan-json FILE     also write the plan as JSON to FILE (- = stdout)\n"
 		"      --save-weights FILE  write the trained weights (safetensors)\n"
 		"      --resume DIR         continue from the newest checkpoint in DIR (or from DIR/step-N)\n"
+		"      --progress=MODE      auto (default), tty (one line redrawn), lines (a line every [run] log_every\n"
+		"                           steps, no carriage returns), none\n"
 		"      --trace FILE         write every op of every rank (Chrome trace JSON, opens in Perfetto)\n"
 		"      --simulate           run the schedule on the cost model: step time, bubble, peak memory\n"
 		"      --svg FILE           with --simulate: draw the timeline as SVG in FILE; --trace FILE: its Chrome trace\n"
@@ -94,6 +98,7 @@ typedef struct {
 	ph_gen_opts gen;          /* --generate and its flags; gen.prompt NULL: not generating */
 	int gen_flags;            /* a generation flag was given */
 	int gen_seed_set;         /* --seed given */
+	int progress;             /* --progress: PH_PROGRESS_* */
 } cli_t;
 
 /* A number for a --generate flag, in [lo, hi]; `what` says what is accepted. */
@@ -113,7 +118,7 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
 	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME, OPT_ALLOWW,
 	       OPT_CHECK, OPT_SHAPE, OPT_BATCH, OPT_GEN, OPT_GEN_N, OPT_GEN_TEMP, OPT_GEN_TOPK, OPT_GEN_SEED,
-	       OPT_GEN_LOAD, OPT_GEN_LOGITS };
+	       OPT_GEN_LOAD, OPT_GEN_LOGITS, OPT_PROGRESS };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
@@ -130,6 +135,7 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		{ "temperature", required_argument, NULL, OPT_GEN_TEMP }, { "top-k", required_argument, NULL, OPT_GEN_TOPK },
 		{ "seed", required_argument, NULL, OPT_GEN_SEED }, { "load-weights", required_argument, NULL, OPT_GEN_LOAD },
 		{ "logits", required_argument, NULL, OPT_GEN_LOGITS },
+		{ "progress", required_argument, NULL, OPT_PROGRESS },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
 	int ch;
@@ -194,6 +200,16 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			break;
 		case OPT_GEN_LOAD: cli->gen.weights = optarg, cli->gen_flags = 1; break;
 		case OPT_GEN_LOGITS: cli->gen.logits_path = optarg, cli->gen_flags = 1; break;
+		case OPT_PROGRESS: {
+			static const char *const modes[] = { "auto", "tty", "lines", "none" };
+			int m = 0;
+			while (m < 4 && strcmp(optarg, modes[m]))
+				m++;
+			if (m == 4)
+				return ph_fail(err, PH_EINVAL, "--progress=%s: expected auto, tty, lines or none", optarg);
+			cli->progress = m; /* the order of PH_PROGRESS_* */
+			break;
+		}
 		case OPT_PDIR: {
 			struct stat st;
 			if (stat(optarg, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -263,7 +279,9 @@ static void list_options(void)
 	}
 }
 
-static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
+enum { EXIT_USAGE = 2 };
+
+static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 {
 	ph_registry reg;
 	memset(&reg, 0, sizeof reg);
@@ -301,6 +319,7 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	if ((rc = ph_config_read(&cfg, cli->config, cli->overrides, cli->noverrides, err)))
 		goto out;
 	cfg.comm = *comm;
+	cfg.progress = cli->progress;
 	/* before the plugins load, so before any CUDA code can read them */
 	if ((rc = ph_gpu_switches_apply(&cfg.gpu, err)))
 		goto out;
@@ -404,8 +423,10 @@ static int run(const cli_t *cli, const ph_comm *comm, ph_err *err)
 	ph_train_result res;
 	if ((rc = ph_train_ck(&cfg, engine, &train, &test, &ck, &res, err)))
 		goto out;
-	if (res.interrupted)
-		goto out; /* stopped by SIGINT/SIGTERM after writing a checkpoint: exit 0 */
+	if (res.interrupted) {
+		*stopped = 1; /* by SIGINT/SIGTERM after writing a checkpoint: exit 128 + signal */
+		goto out;
+	}
 	if (res.steps_run)
 		printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
 	else
@@ -439,6 +460,38 @@ out:
 	return rc;
 }
 
+/* A positive count from environment variable NAME, or 0. */
+static long env_count(const char *name)
+{
+	const char *s = getenv(name);
+	char *end;
+	long v = s && *s ? strtol(s, &end, 10) : 0;
+	return v > 0 && !*end ? v : 0;
+}
+
+/* torchrun (RANK, WORLD_SIZE) and a plain srun (SLURM_PROCID,
+ * SLURM_STEP_NUM_TASKS) start N processes pipehost cannot join: each would
+ * run the whole job alone, N copies writing the same files.  Refuse, and
+ * say how to launch.  An MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+ * PMIX_RANK: srun --mpi=pmix) is ph_comm_init's.  SLURM_NTASKS alone is
+ * not a launch: a batch script of sbatch -n 4 has it, run once. */
+static int refuse_foreign_launcher(ph_err *err)
+{
+	if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK"))
+		return PH_OK;
+	long n = env_count("WORLD_SIZE");
+	const char *who = "torchrun (WORLD_SIZE)";
+	if (n <= 1 && getenv("SLURM_PROCID")) {
+		n = env_count("SLURM_STEP_NUM_TASKS");
+		who = "srun (SLURM_STEP_NUM_TASKS)";
+	}
+	if (n <= 1)
+		return PH_OK;
+	return ph_fail(err, PH_EUNSUPPORTED,
+		       "started as one of %ld processes by %s, which pipehost does not join (each would train alone); "
+		       "launch it with mpirun -np %ld pipehost ... (or srun --mpi=pmix)", n, who, n);
+}
+
 int main(int argc, char **argv)
 {
 	cli_t cli;
@@ -446,13 +499,20 @@ int main(int argc, char **argv)
 	ph_err err = { { 0 } };
 	ph_comm comm = { 0, 1, 0, 0, 0, NULL };
 	ph_signals_init(); /* a closed stdout or a file-size limit: an error, not a silent death */
-	int rc = parse_cli(argc, argv, &cli, &err);
+	int rc = parse_cli(argc, argv, &cli, &err), stopped = 0;
+	if (rc) {
+		fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "bad command line");
+		return EXIT_USAGE;
+	}
 	/* under mpirun: join the other processes; only process 0 prints
-	 * progress (errors still reach stderr from every process) */
-	if (!rc && !(rc = ph_comm_init(&comm, &err)) && !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
+	 * progress (errors still reach stderr from every process).  A run
+	 * under another launcher stops here (--list-plugins and the like
+	 * still work there). */
+	if (!(rc = cli.config ? refuse_foreign_launcher(&err) : PH_OK) && !(rc = ph_comm_init(&comm, &err)) &&
+	    !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
 		rc = ph_fail(&err, PH_EIO, "process %d: cannot silence its output (/dev/null)", comm.rank);
 	if (!rc)
-		rc = run(&cli, &comm, &err);
+		rc = run(&cli, &comm, &stopped, &err);
 	if (rc) {
 		fflush(stdout);
 		/* under mpirun a failure every process shares (a config error)
@@ -472,5 +532,5 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	ph_comm_finalize(&comm);
-	return 0;
+	return stopped ? ph_stop_exit_status() : 0;
 }

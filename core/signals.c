@@ -11,7 +11,8 @@
 
 static volatile sig_atomic_t stop_signal;   /* the first stop signal, or 0 */
 static volatile sig_atomic_t stop_at_s;     /* CLOCK_MONOTONIC seconds of it */
-static int catching, agreed, stdout_dead;
+static int catching, stdout_dead;
+static int agreed; /* the signal every process agreed to stop on, or 0 */
 static struct sigaction old_int, old_term;
 static char stop_msg[512];
 
@@ -111,26 +112,34 @@ int ph_stop_catching(void)
 
 int ph_stop_agree(const ph_comm *comm, int *stop, ph_err *err)
 {
-	int v = agreed || ph_stop_requested();
+	/* the signal number travels, so every process exits with the same
+	 * status (SIGTERM, the larger, wins over SIGINT) */
+	int v = agreed ? agreed : ph_stop_requested() ? (int)stop_signal : 0;
 	if (catching && comm && comm->size > 1 && comm->ops) {
 		int rc = comm->ops->max_int(&v, err);
 		if (rc)
 			return rc;
 	}
 	if (v)
-		agreed = 1;
-	*stop = v;
+		agreed = v;
+	*stop = v != 0;
 	return PH_OK;
 }
 
 int ph_stop_agreed(void)
 {
-	return agreed;
+	return agreed != 0;
 }
 
 int ph_stop_local(void)
 {
-	if (ph_stop_requested())
-		agreed = 1;
-	return agreed;
+	if (ph_stop_requested() && !agreed)
+		agreed = (int)stop_signal;
+	return agreed != 0;
+}
+
+int ph_stop_exit_status(void)
+{
+	int sig = agreed ? agreed : (int)stop_signal;
+	return 128 + (sig ? sig : SIGTERM);
 }

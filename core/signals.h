@@ -35,5 +35,9 @@ int ph_stop_agree(const ph_comm *comm, int *stop, ph_err *err);
 int ph_stop_agreed(void);
 /* This process alone decides to stop (an evaluation only it runs). */
 int ph_stop_local(void);
+/* The exit status of a run stopped by a signal after its checkpoint: 128 +
+ * the signal (130 for SIGINT, 143 for SIGTERM), the shells' convention, so
+ * a scheduler sees a preempted job as not finished. */
+int ph_stop_exit_status(void);
 
 #endif

@@ -3,12 +3,14 @@
  * schedule or the partition, which is what keeps runs comparable, and the
  * step alone is the position a checkpoint needs to resume exactly. */
 #include "build-config.h"
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +35,18 @@ static void output_failed(ph_train_result *res, const char *msg, int say_now)
 	res->nfailed++;
 }
 
+/* A figure as the metrics file gives it: rounded as printf's FMT would
+ * ("%.6f": 6 decimals, "%.6g": 6 digits), so lines stay short; NaN and
+ * infinities stay what they are, and cJSON writes them as null. */
+static double rounded(const char *fmt, double v)
+{
+	char buf[64];
+	if (!isfinite(v))
+		return v;
+	snprintf(buf, sizeof buf, fmt, v);
+	return strtod(buf, NULL);
+}
+
 /* After each metrics line: a write error (a full disk, EIO) is reported
  * once; the file is closed and training goes on without it. */
 static void metrics_check(FILE **m, const char *path, ph_train_result *res)
@@ -46,6 +60,62 @@ static void metrics_check(FILE **m, const char *path, ph_train_result *res)
 	fclose(*m);
 	*m = NULL;
 	output_failed(res, msg, 1);
+}
+
+/* One metrics line: OBJ (freed here) as one line of JSON any parser reads:
+ * cJSON writes a non-finite number as null, where printf wrote nan.  The
+ * fields are listed in docs/conventions.md. */
+static void metrics_write(FILE **m, const char *path, ph_train_result *res, cJSON *obj)
+{
+	char *line = obj ? cJSON_PrintUnformatted(obj) : NULL;
+	cJSON_Delete(obj);
+	if (!line) {
+		char msg[PH_ERR_MAX];
+		snprintf(msg, sizeof msg, "metrics file %s: out of memory for a line; training goes on without metrics, "
+			 "the exit status will be 1", path);
+		fclose(*m);
+		*m = NULL;
+		output_failed(res, msg, 1);
+		return;
+	}
+	errno = 0;
+	fprintf(*m, "%s\n", line);
+	free(line);
+	metrics_check(m, path, res);
+}
+
+/* The line of a training step: step, epoch, loss, lr, samples_per_s, elapsed_s. */
+static void metrics_step(FILE **m, const char *path, ph_train_result *res, int64_t step, int64_t epoch, double loss,
+			 double lr, double sps, double tokps, double elapsed)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o && (!cJSON_AddNumberToObject(o, "step", (double)step) || !cJSON_AddNumberToObject(o, "epoch", (double)epoch) ||
+		  !cJSON_AddNumberToObject(o, "loss", rounded("%.6f", loss)) ||
+		  !cJSON_AddNumberToObject(o, "lr", rounded("%.6g", lr)) ||
+		  !cJSON_AddNumberToObject(o, "samples_per_s", rounded("%.1f", sps)) ||
+		  /* sequence data only: T tokens a sample */
+		  (tokps > 0 && !cJSON_AddNumberToObject(o, "tokens_per_s", rounded("%.1f", tokps))) ||
+		  !cJSON_AddNumberToObject(o, "elapsed_s", rounded("%.3f", elapsed)))) {
+		cJSON_Delete(o);
+		o = NULL;
+	}
+	metrics_write(m, path, res, o);
+}
+
+/* The line of an evaluation: eval (true), epoch, step, test_loss, test_accuracy, samples. */
+static void metrics_eval(FILE **m, const char *path, ph_train_result *res, int64_t epoch, int64_t step, double loss,
+			 double accuracy, int64_t samples)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (o && (!cJSON_AddTrueToObject(o, "eval") || !cJSON_AddNumberToObject(o, "epoch", (double)epoch) ||
+		  !cJSON_AddNumberToObject(o, "step", (double)step) ||
+		  !cJSON_AddNumberToObject(o, "test_loss", rounded("%.6f", loss)) ||
+		  !cJSON_AddNumberToObject(o, "test_accuracy", rounded("%.6f", accuracy)) ||
+		  !cJSON_AddNumberToObject(o, "samples", (double)samples))) {
+		cJSON_Delete(o);
+		o = NULL;
+	}
+	metrics_write(m, path, res, o);
 }
 
 /* The directory --resume PATH reads: PATH's parent for a step, or PATH. */
@@ -89,6 +159,48 @@ static void fmt_eta(double s, char *buf, size_t len)
 		snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
 
+/* --progress=auto: the redrawn line only on a terminal of this process's
+ * own.  Under mpirun stdout is a pseudo-terminal of mpirun's even when
+ * mpirun writes to a log file, so there it is lines. */
+static int progress_mode(int asked)
+{
+	if (asked != PH_PROGRESS_AUTO)
+		return asked;
+	if (!isatty(STDOUT_FILENO) || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE"))
+		return PH_PROGRESS_LINES;
+	return PH_PROGRESS_TTY;
+}
+
+/* The terminal's width: the terminal's own (TIOCGWINSZ), else $COLUMNS,
+ * else 80. */
+static int terminal_width(void)
+{
+	struct winsize ws;
+	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	const char *c = getenv("COLUMNS");
+	int w = c ? atoi(c) : 0;
+	return w > 0 ? w : 80;
+}
+
+/* The redrawn line: the longest of its forms that fits the width less one
+ * column (a line that filled it would wrap on some terminals, and every
+ * redraw would then start a new line), cut if even the shortest does not;
+ * then clear the rest of the old line. */
+static void progress_redraw(int64_t epoch, int64_t epochs, int64_t step, int64_t total, double loss, double lr,
+			    double sps, const char *tok, const char *eta)
+{
+	char full[256], mid[256], small[256];
+	snprintf(full, sizeof full, "epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.3g  %.0f samples/s%s  ETA %s",
+		 (long long)epoch, (long long)epochs, (long long)step, (long long)total, loss, lr, sps, tok, eta);
+	snprintf(mid, sizeof mid, "step %lld/%lld loss %.4f lr %.3g %.0f/s ETA %s", (long long)step, (long long)total,
+		 loss, lr, sps, eta);
+	snprintf(small, sizeof small, "%lld/%lld loss %.4f lr %.3g", (long long)step, (long long)total, loss, lr);
+	int room = terminal_width() - 1;
+	const char *line = (int)strlen(full) <= room ? full : (int)strlen(mid) <= room ? mid : small;
+	printf("\r%.*s\033[K", room > 0 ? room : 0, line);
+}
+
 static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, int64_t epoch, int64_t step,
 		    FILE **metrics, ph_train_result *res, ph_err *err)
 {
@@ -115,13 +227,8 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 		printf("epoch %lld: test loss %.4f, accuracy %.2f%% (%lld samples)\n", (long long)epoch, res->test_loss,
 		       100.0 * res->test_accuracy, (long long)count);
 	fflush(stdout);
-	if (*metrics) {
-		errno = 0;
-		fprintf(*metrics, "{\"eval\":true,\"epoch\":%lld,\"step\":%lld,\"test_loss\":%.6f,\"test_accuracy\":%.6f,"
-			"\"samples\":%lld}\n", (long long)epoch, (long long)step, res->test_loss, res->test_accuracy,
-			(long long)count);
-		metrics_check(metrics, c->run.metrics, res);
-	}
+	if (*metrics)
+		metrics_eval(metrics, c->run.metrics, res, epoch, step, res->test_loss, res->test_accuracy, count);
 	return PH_OK;
 }
 
@@ -144,7 +251,8 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	const char *resume = ck && ck->resume && ck->resume[0] ? ck->resume : NULL;
 	int64_t every = ck && ck->every > 0 ? ck->every : 0;
 	int keep = ck && ck->keep > 0 ? (ck->keep > 1000000 ? 1000000 : (int)ck->keep) : 0;
-	int tty = isatty(STDOUT_FILENO);
+	int progress = progress_mode(c->progress);
+	int tty = progress == PH_PROGRESS_TTY; /* a line is being redrawn: end it before another */
 	ph_ckpt_id id;
 	memset(&id, 0, sizeof id);
 	int64_t start = 0, saved_at = -1;
@@ -242,34 +350,28 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		double t = now_s() - t0;
 		int64_t here = s + 1 - start; /* steps done by this process */
 		double sps = (double)here * B / (t > 0 ? t : 1e-9);
-		/* sequence data (text): T tokens a sample, each a target */
-		double tokps = train->targets_per_sample > 1 ? sps * train->targets_per_sample : 0; /* sequences */
-		char tok_tty[40] = "", tok_log[40] = "", tok_json[40] = "";
+		/* sequence data (text, tokens): T tokens a sample, each a target */
+		double tokps = train->targets_per_sample > 1 ? sps * train->targets_per_sample : 0;
+		char tok_tty[40] = "", tok_log[40] = "";
 		if (tokps > 0) {
 			snprintf(tok_tty, sizeof tok_tty, "  %.0f tokens/s", tokps);
 			snprintf(tok_log, sizeof tok_log, " tokens/s %.0f", tokps);
-			snprintf(tok_json, sizeof tok_json, ",\"tokens_per_s\":%.1f", tokps);
 		}
 		char eta[32];
 		fmt_eta(t / here * (total - s - 1), eta, sizeof eta);
 		int last = s + 1 == total;
 		if (tty && (t - last_print > 0.25 || last)) {
-			printf("\repoch %lld/%lld  step %lld/%lld  loss %.4f  %.0f samples/s%s  ETA %s   ", (long long)epoch + 1,
-			       (long long)epochs, (long long)s + 1, (long long)total, loss, sps, tok_tty, eta);
+			progress_redraw(epoch + 1, epochs, s + 1, total, loss, lr, sps, tok_tty, eta);
 			fflush(stdout);
 			last_print = t;
-		} else if (!tty && ((s + 1) % c->run.log_every == 0 || last)) {
+		} else if (progress == PH_PROGRESS_LINES && ((s + 1) % c->run.log_every == 0 || last)) {
 			printf("epoch %lld/%lld step %lld/%lld loss %.4f lr %.3g samples/s %.0f%s ETA %s\n", (long long)epoch + 1,
 			       (long long)epochs, (long long)s + 1, (long long)total, loss, lr, sps, tok_log, eta);
 			fflush(stdout);
 		}
 		ph_stdout_check();
-		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start)) {
-			errno = 0;
-			fprintf(metrics, "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"samples_per_s\":%.1f%s,"
-				"\"elapsed_s\":%.3f}\n", (long long)s + 1, (long long)epoch + 1, loss, lr, sps, tok_json, t);
-			metrics_check(&metrics, c->run.metrics, res);
-		}
+		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start))
+			metrics_step(&metrics, c->run.metrics, res, s + 1, epoch + 1, loss, lr, sps, tokps, t);
 		/* under mpirun only process 0 reports, so only it evaluates,
 		 * unless its pipeline is split over processes, which then all
 		 * take part */

@@ -17,3 +17,7 @@ TESTS += tests/test-check-plugin.sh tests/test-install.sh tests/test-plugin-path
 	tests/test-completion.sh
 EXTRA_DIST += tests/test-check-plugin.sh tests/test-install.sh tests/test-plugin-path.sh tests/test-spdx.sh \
 	tests/test-completion.sh tests/adopt.mk
+
+# Conventions (exit statuses, metrics, progress, INI paths, launchers).
+TESTS += tests/test-conventions.sh
+EXTRA_DIST += tests/test-conventions.sh docs/conventions.md

@@ -215,10 +215,10 @@ while ! grep -q '"step":32,' "$tmp/ev.jsonl" 2>/dev/null && [ $i -lt 600 ]; do s
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
-if [ "$rc" -eq 0 ] && ! grep -q "test loss" "$tmp/ev.out" &&
+if [ "$rc" -eq 143 ] && ! grep -q "test loss" "$tmp/ev.out" &&
 	grep -q "^interrupted at step 32: checkpoint written to $tmp/ev/step-00000032" "$tmp/ev.out" &&
 	[ -f "$tmp/ev/step-00000032/state.json" ]; then
-	ok "SIGTERM during evaluation: it stops at once, checkpoint at step 32, exit 0"
+	ok "SIGTERM during evaluation: it stops at once, checkpoint at step 32, exit 143"
 else
 	not_ok "SIGTERM during evaluation: exit $rc, $(grep -E 'test loss|interrupted' "$tmp/ev.out") $(cat "$tmp/ev.err")"
 fi
