@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # CI, the CUDA code on the CPU: build against the CUDA emulator
 # (tests/cuemu, configure --enable-cuda-emulator) in a separate directory
 # and run the GPU suites there, which skip in every other build of a machine

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # CI, sanitizers: build with ASan + UBSan in a separate directory and run the
 # whole test suite there (plugins are built with the same flags, so the
 # dlopen'ed layer, schedule and partitioner code is checked too), then run

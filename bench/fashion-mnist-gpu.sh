@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # etc/fashion-mnist.ini (the quick start: a small CNN, 2 ranks, 1F1B, 4
 # epochs) with devices = auto, which puts the ranks on the GPUs round-robin
 # (both on cuda:0 on a one-GPU machine): its test accuracy per epoch next to

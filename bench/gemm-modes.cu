@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gemm-modes: GPT-2 small's matrix products under each way cuBLAS can run
  * them, to decide what `precision = bf16` should store.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # pipehost vs PyTorch on one CPU core: the etc/gpt-fortunes.ini model (byte
 # GPT, d = 128, 4 blocks, T = 128, 4 heads, AdamW, clip 1.0) on ONE rank with
 # ONE BLAS thread and no recomputation, batch 32 split two ways: 8

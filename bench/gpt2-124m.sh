@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # GPT-2 small (124M) on one GPU in bf16: pipehost against PyTorch.
 #
 #   pipehost     bench/gpt2-124m.ini: 1 rank on cuda:0, then 4 ranks all on

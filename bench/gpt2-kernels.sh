@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Where a GPT-2 small step's GPU time goes, kernel by kernel, both sides:
 #
 #   pipehost   bench/gpt2-124m.ini on 1 rank, bf16, M micro-batches, STEPS

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch twin of bench/gpt2-124m.ini for bench/gpt2-124m.sh: GPT-2 small
 (124M) trained on one GPU in bf16 autocast, timed in tokens per second.
 

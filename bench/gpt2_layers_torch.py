@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """GPT-2 small's pieces timed one by one in PyTorch, eager, bf16 autocast:
 the same table as `pipehost -c bench/gpt2-124m.ini --plan --set
 partition.cost=profile` prints for pipehost's layers, so the two can be

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch twin of etc/gpt-fortunes.ini for bench/gpt-cpu.sh: the same model
 (byte-level GPT: token + position embedding, pre-LN blocks with causal
 attention and a tanh-GELU MLP, final layernorm, head tied to the token

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=sh
 # What the GPU benchmarks check before they run; sourced by
 # bench/gpt2-124m.sh, bench/fashion-mnist-gpu.sh and bench/gpt2-kernels.sh.

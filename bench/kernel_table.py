@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Where a training step's GPU time goes, kernel by kernel, from Nsight
 Compute's CSV: bench/gpt2-kernels.sh runs pipehost under
 

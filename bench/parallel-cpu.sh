@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Pipeline, replicas and processes on the CPU: the etc/gpt-fortunes.ini model
 # (byte GPT, d = 128, 4 blocks, T = 128; batch 32 in 8 micro-batches, one
 # BLAS thread per rank, no recomputation) run as two workers four ways:

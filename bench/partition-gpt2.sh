@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Compare the partitioners on GPT-2 small (bench/gpt2-shape.ini: embedding,
 # 12 transformer blocks, LM head) cut into K stages, as a Markdown table:
 # layers, parameters (millions) and FLOPs share per stage, and the slowest

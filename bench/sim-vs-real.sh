@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Simulated vs measured step time for etc/fashion-mnist.ini on 4 ranks, for
 # every built-in schedule.  The simulation uses profiled layer costs
 # ([partition] cost = profile); the measurement is the median step time of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* GPT-2's byte-level BPE: vocab.json + merges.txt in, text <-> ids.
  * The pre-tokeniser is GPT-2's regex written out by hand (see
  * ph_bpe_next_chunk); each chunk's bytes start as single-byte tokens and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* GPT-2's byte-level BPE tokenizer: a user's vocab.json + merges.txt in,
  * text <-> token ids (docs/tokenizer.md). */
 #ifndef PH_CORE_BPE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pipehost --check-plugin FILE.so (check_plugin.h): the loader's ABI and
  * descriptor checks, then for each layer, schedule and partitioner the file
  * provides the checks the project's tests run on its own plugins.  Each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pipehost --check-plugin FILE.so: what the project's own tests check of
  * its plugins, run on anyone's.  One line per check on `out`, PASS, FAIL or
  * SKIP, then the verdict.  docs/plugin-templates.md says what each check

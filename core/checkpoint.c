@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Checkpoints: save, find, validate and load.  See checkpoint.h for the
  * layout and the crash-safety argument. */
 #define _GNU_SOURCE /* renameat2, RENAME_EXCHANGE, strndup */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Checkpoints: everything a run needs to continue exactly where it stopped.
  *
  *   DIR/step-00000120/weights.safetensors     LAYER.PARAM, F32

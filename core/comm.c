@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Processes: mpirun detection and the MPI module (see comm.h).
  *
  * No MPI header here: libphcore, and so the pipehost binary, never links

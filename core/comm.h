@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Processes: what the processes of `mpirun -np N pipehost -c run.ini` share.
  *
  * Each process runs whole pipelines (replicas; core/engine-replicas.c) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* INI -> typed configuration.  Every key is checked against an option table;
  * every error says where (file:line), what, and what to do. */
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The typed, validated configuration of a run: INI -> structs.
  * Core sections have option tables here; plugin sections use the plugin's. */
 #ifndef PH_CORE_CONFIG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Data sets, whatever their source: freeing them, the epoch order, and
  * drawing a batch.  Each source is a file of its own (data_*.c, listed in
  * data_sources.c). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Data sets in memory, and the loaders behind the data sources
  * (data_source.h: the ops a [data] source = NAME provides). */
 #ifndef PH_CORE_DATA_H

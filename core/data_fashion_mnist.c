@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The fashion-mnist data source: Fashion-MNIST from Debian's gzip IDX
  * files (dataset-fashion-mnist), train and t10k splits, pixels in [0,1]. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The npy data source: inputs and class labels from NumPy .npy files
  * (train_images, train_labels, test_images, test_labels), the arrays
  * people already have.  Format 1.0/2.0/3.0, C order, little-endian;

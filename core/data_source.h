@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Data sources: what a [data] source = NAME must provide, and the one
  * registry of them (core/data_sources.c).  docs/data-sources.md says how
  * to add one. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The registry of data sources: the one table [data] source = NAME is
  * looked up in.  A new source is one file with its ph_data_source and one
  * line here (docs/data-sources.md). */

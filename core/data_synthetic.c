@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The synthetic data source: learnable classes made from the run's seed
  * (a fixed random prototype per class plus noise), for tests and benches. */
 #include <stdlib.h>

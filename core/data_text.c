@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The text data source: byte-level text from a file or a directory
  * (Debian's fortunes by default), sequences of seq_len bytes in and each
  * next byte out, the last holdout of the bytes held out for validation. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The tokens data source: pre-tokenised corpora as nanoGPT and llm.c
  * write them.  nanoGPT's train.bin/val.bin: raw little-endian uint16 (or
  * uint32) ids, no header; llm.c's: a 256 x int32 header (magic 20240520,

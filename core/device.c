@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* `[run] devices` and the CUDA backend module (see device.h). */
 #include "build-config.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Devices: where a rank's tensors live and how bytes move between them.
  *
  * Every rank runs on a device, the CPU included: the engine has one path

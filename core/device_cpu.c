@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CPU as a device: the ops of device.h over host memory, so the engine
  * runs one path whichever device a rank is on.  The arithmetic is optim.c's
  * and the element loops the engine's CPU path always ran, so every CPU

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Evaluation, and the engine's tensors for the outside: a forward-only
  * pass over a dataset through the same pipeline (its own op lists), and
  * the weights and optimizer state as named tensors pointing into the host

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The engine's insides, shared by its files (internal, not installed;
  * callers use engine.h).  One job a file:
  *   engine.c           one pipeline's life: its device, parameters, batch

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The memory layout of a chunk: the table of its buffers, sizes first
  * (ph_chunk_layout_make, read by the engine and by the plan's estimate),
  * and the engine's chunks carved from it, one allocation each on their

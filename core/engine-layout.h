@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One chunk's buffer layout, sizes first: a table of regions (llm.c's
  * pattern) that the engine carves out of one allocation per chunk
  * (engine-layout.c) and the plan sums for its memory estimate (plan.c), so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Stage links: how chunk c hands its output to chunk c+1 and gets its
  * gradient back, for the four link ops of the lowered lists.
  *

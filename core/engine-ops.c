@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The op interpreter: what a worker does for each op of its rank's lowered
  * list (plan.h): the forward (F), the backward (B, or its halves I and W)
  * of one micro-batch through one chunk's layers, and the link ops, which

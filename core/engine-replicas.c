@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Data-parallel replicas (`[run] replicas`): the training step over this
  * process's replicas, the sum of their gradients, and creating and
  * destroying them.  engine.c makes each replica's pipeline;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A pipeline split over processes (mpirun, replicas < processes; the CPU
  * only, for now): which ranks this process runs, and the collectives the
  * split needs besides the links' messages (engine-links.c): the clip norm

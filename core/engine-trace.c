@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* --trace: every op of every rank with real timestamps, one event list per
  * rank (each worker writes only its own), written as Chrome trace JSON.
  * Under mpirun every process records its own ranks and process 0 gathers

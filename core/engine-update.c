@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The optimizer update: what happens between a step's backward passes
  * (and the replicas' gradient sum) and the next step.  The main thread
  * gets the gradients ready (ph_eng_prepare_update): tied copies of a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The worker threads: one per pipeline rank this process runs, each
  * running its rank's lowered list (a training pass), its forward-only list
  * (evaluation) or its update, one job at a time as the main thread starts

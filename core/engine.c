@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One pipeline's life: its device (every rank's: the CPU's ops or CUDA's),
  * its parameters (made by the counter-based RNG, so the same for every
  * partition), the batch and loss buffers, its chunks (engine-layout.c), its

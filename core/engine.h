@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The engine: one worker thread per pipeline rank runs its lowered action
  * list; in-process links hand activations and gradients between chunks
  * without copies; the host owns every buffer. */

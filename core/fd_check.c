@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Finite-difference gradient checks of a layer instance (fd_check.h). */
 #include <math.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The finite-difference gradient check of a CPU layer plugin, and the
  * contract checks that ride along (bitwise repeatable, "+=" for parameter
  * gradients and "=" for dx, dx = NULL accepted, the split backward equal

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Text generation (generate.h): the model's layers, one after the other on
  * the CPU, batch 1, evaluation mode, over the whole context for each new
  * token; the last position's logits pick the next token.

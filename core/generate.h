@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Text generation from a trained language model: pipehost -c run.ini
  * --generate PROMPT.  The model's layers run on the CPU in order on one
  * rank (no pipeline), over the whole context for every new token, and the

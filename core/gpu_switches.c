@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* [gpu] -> the PIPEHOST_* environment variables the CUDA code reads.
  *
  * The CUDA files read their switches from the environment once, at first

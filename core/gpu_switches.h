@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* [gpu] -> the PIPEHOST_* environment variables the CUDA code reads. */
 #ifndef PH_CORE_GPU_SWITCHES_H
 #define PH_CORE_GPU_SWITCHES_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Hugging Face GPT-2 safetensors -> pipehost's GPT layers (hf_gpt2.h).
  *
  * The file is checked as ph_safetensors_read checks pipehost's own: header

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Hugging Face GPT-2 weights (model.safetensors of GPT2LMHeadModel or
  * GPT2Model, F32, F16 or BF16) into pipehost's GPT layers: embedding,
  * gpt_block N <- h.N, the layernorm <- ln_f, the linear head <- lm_head or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* INI loading on top of the system inih, with line numbers.  The file is
  * read whole first (a regular file or a pipe, at most PH_INI_MAX bytes), so
  * that bytes inih would silently drop (a NUL, lone carriage returns) are

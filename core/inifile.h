@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Reading an INI file into entries that remember their line numbers.
  * The system inih (Debian: 200-character lines, no new-section callback)
  * does the parsing; our reader counts lines and sees section headers, so

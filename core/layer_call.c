@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Host dispatch of a layer's compute hooks by device, with the one check
  * of the micro-batch size every call gets (layer_call.h). */
 #include <stddef.h>

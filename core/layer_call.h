@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The host's one way into a layer's compute hooks: pick the hooks of the
  * device the call runs on (the layer's own, or its CUDA twin's,
  * ph_layer_device_ops) and check the micro-batch against the size the

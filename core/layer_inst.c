@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A layer plugin instance on the CPU with guarded buffers (layer_inst.h). */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One layer plugin instance on the CPU with every buffer the host would hand
  * it (x, y, dL/dy, dx, parameters, gradients, targets, scratch, saved), each
  * followed by a guard zone so that a write past what meta() announced is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Which plugins an INI needs, loaded by name before the config is resolved
  * (loader.h: ph_registry_load_for_ini), so that a run opens only the .so
  * files that may hold them. */

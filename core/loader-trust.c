@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* May pipehost run this plugin's code?  As OpenSSH checks its key files:
  * the real path (symbolic links followed) and every directory above it
  * must be owned by root or by us, and not writable by group or others,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Plugin loader: dlopen(RTLD_NOW|RTLD_LOCAL), one descriptor symbol, ABI and
  * hook checks, duplicate names refused; nothing is dlopen'ed before its real
  * path and every directory above it pass the trust check (loader-trust.c). */

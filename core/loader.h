@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Plugin loading: a .so on the plugin path is opened only when it passes
  * the trust check and, on the search path, only when it may hold a plugin
  * the run names; it is checked against the ABI and registered by name.  A

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The host: a convenience library (so tests link the same code) and the CLI.
 noinst_LTLIBRARIES += core/libphcore.la
 core_libphcore_la_SOURCES = \

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pipehost: train a model through a pipeline of stages.
  *
  *   pipehost -c run.ini [--set section.key=value ...] [--plan] [--save-weights FILE] [--resume DIR]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The memory check before allocation (memcheck.h).  Limits, tightest wins:
  * the cgroup (v2 memory.max less memory.current, or v1's limit less usage,
  * every ancestor group too), RLIMIT_AS less the address space in use,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Before the engine allocates: does the run fit in the memory this process
  * may use?  The kernel's OOM killer ends a process without a word, so a run
  * the plan already knows is too big is refused with both figures. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Model building: create layers in order and infer shapes forward. */
 #include <stdint.h>
 #include <stdlib.h>

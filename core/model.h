@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The model: layer instances built from the config, shapes inferred forward,
  * each layer's meta (Lingvo's FPropMeta) gathered once. */
 #ifndef PH_CORE_MODEL_H

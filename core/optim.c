@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* SGD with momentum, AdamW, and the warm-up + cosine learning-rate schedule.
  * The update rules follow PyTorch's torch.optim.SGD and torch.optim.AdamW so
  * that hyper-parameters carry over.  Per-element arithmetic is float, as in

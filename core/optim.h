@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Optimizers (SGD with momentum, AdamW) and the learning-rate schedule. */
 #ifndef PH_CORE_OPTIM_H
 #define PH_CORE_OPTIM_H

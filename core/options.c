@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Option tables -> config structs.  One parser serves INI values, --set
  * overrides and defaults, so a default can never be something the user
  * could not have typed. */

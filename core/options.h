@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Option tables -> config structs: parsing, defaults, ranges, suggestions. */
 #ifndef PH_CORE_OPTIONS_H
 #define PH_CORE_OPTIONS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Output files: checked before step 1 (kind, writability, not an input, not
  * shared) and written without replacing what must not be replaced.  See
  * outputs.h for the rules. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Output files: proved writable before step 1, and written so that nothing
  * is replaced that must not be.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Planning: schedule -> compute lists -> checks -> lowered lists with
  * communication -> deadlock simulation; partitioner -> chunk boundaries. */
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The plan: stage boundaries from the partitioner, per-rank action lists from
  * the schedule, lowered with sends and receives and proven deadlock-free. */
 #ifndef PH_CORE_PLAN_H

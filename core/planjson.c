@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The plan as JSON: the data of ph_plan_print (plan.c), as one object.
  * Memory estimates follow ph_plan_print exactly:
  *   params      4 B x parameters

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The plan as JSON (pipehost --plan=json): the same facts as ph_plan_print's
  * table, per chunk and per layer, for scripts and benchmarks.  The schema is
  * docs/plan-json.md ("format": "pipehost-plan", "version": 1). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Measured layer costs for [partition] cost = profile, with a small on-disk
  * cache (see profile.h for the method, the key and the file format). */
 #include "build-config.h"

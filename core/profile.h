@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* [partition] cost = profile: measure each layer's forward and backward on
  * the device the run trains on (the CPU, or the first rank's GPU), once per
  * model shape, and remember the result.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Refusing non-regular input files before reading them (see readfile.h).
  * open(2) of a FIFO with nobody writing blocks until a writer comes, so the
  * file is opened with O_NONBLOCK (which regular files ignore) and its type

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Opening an input file that must be a regular file: a named pipe, a
  * directory or a device given where pipehost reads a file would block
  * forever or read garbage, so it is refused with one clear line. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The checkpoint directory's lock (see runlock.h). */
 #include "runlock.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* One run per checkpoint directory: an advisory lock (flock) on the
  * directory itself, held while the run trains.  A second pipehost writing
  * the same directory is refused at once instead of interleaving its saves

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Signal handling (signals.h).  Handlers only set flags and write(2) a
  * fixed line: everything else happens at the loop's decision points. */
 #include <signal.h>

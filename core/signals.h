@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Signals: what pipehost does when its output goes away (SIGPIPE, SIGXFSZ)
  * and when it is asked to stop (SIGINT, SIGTERM), in one place. */
 #ifndef PH_CORE_SIGNALS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The schedule simulator and the SVG timeline (see simulate.h). */
 #include <errno.h>
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The schedule simulator (--simulate): run a lowered plan on a cost model and
  * say how long a step takes, how much of it each rank idles (the pipeline
  * bubble), and how many micro-batches and activation bytes each rank holds at

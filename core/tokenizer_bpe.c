@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* GPT-2's BPE (core/bpe.h) as a --generate tokenizer (ph_tokenizer): a
  * run whose text is tokenised with [data] tokenizer = bpe generates in the
  * same ids, read from the same vocab.json and merges.txt. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Chrome trace JSON (the "Trace Event Format"): one complete event ("ph":
  * "X") per op with microsecond timestamps, pid = process (0 without
  * mpirun), tid = rank, and metadata events naming each thread "rank N".

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Timelines: what each rank did when.  The engine records one event per
  * lowered op on a real run (--trace); the simulator produces the same events
  * from the cost model (--simulate).  Both are written as Chrome trace JSON

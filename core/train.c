@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Training loop.  The batch order is a pure function of (seed, epoch), the
  * learning rate a pure function of the step: nothing here depends on the
  * schedule or the partition, which is what keeps runs comparable, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The training loop: batches in seeded order, optimizer steps through the
  * engine, progress, metrics, evaluation. */
 #ifndef PH_CORE_TRAIN_H

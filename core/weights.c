@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* safetensors writer and reader.  The reader trusts nothing in the file: it
  * checks the header length, the JSON and every tensor's offsets against the
  * file's real size before it copies a byte, and refuses with one line that

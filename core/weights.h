@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Weights in safetensors: https://huggingface.co/docs/safetensors (format:
  * u64 little-endian header length N, N bytes of JSON header padded with
  * spaces to a multiple of 8, then the raw little-endian tensor bytes). */

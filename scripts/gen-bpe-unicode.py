@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Write core/bpe_unicode.h: the code point ranges of Unicode's letters
 (\\p{L}: Lu Ll Lt Lm Lo) and numbers (\\p{N}: Nd Nl No) that GPT-2's
 pre-tokenisation regex tests, from this Python's unicodedata.

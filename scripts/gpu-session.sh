@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # Build, test and benchmark pipehost on a borrowed GPU machine: the device
 # tool runs ONE bash command (at most 10 minutes) in a copy of this working
 # tree, on a bare machine with no network and none of our build

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Print the INI reference, generated from the core's table of sections
 # (ph_core_sections: every core section, its keys and, under [data], the
 # data sources) and from the option tables of every plugin found (run from

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Debian 12 packages pipehost builds and tests with.  Run it as root, or as a
 # user with sudo: it then runs itself again through sudo (containers often
 # run as root and have no sudo at all, so sudo is never required).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Compile one CUDA source into a libtool object with nvcc.
 #   nvcc-lt.sh OUT.lo NVCC [nvcc flags...] -c SRC.cu
 # libtool has no CUDA tag, so we write the .lo ourselves: the PIC object

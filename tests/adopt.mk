@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Tests of what a user adopting pipehost meets: the install (man page,
 # examples, templates, completion), pipehost --check-plugin, the plugin
 # path's messages, the license tags (scripts/spdx.sh).

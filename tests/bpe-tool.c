@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The BPE test tool (no pipehost needed): trains a small byte-level BPE
  * vocabulary on a corpus and writes it in GPT-2's format, and encodes or
  * round-trips a file through core/bpe.c.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Unit tests of the core modules that need no plugin: data, optimizer, weights,
 # the dispatch of layer hooks.
 # Included from the top Makefile.am (non-recursive: paths are from the top).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Test plugins: each one broken in one way the loader must refuse.
 check_LTLIBRARIES += tests/plugins/bad_abi.la tests/plugins/missing_hook.la tests/plugins/not_a_plugin.la
 TEST_PLUGIN_LDFLAGS = -module -avoid-version -shared -rpath /nowhere $(SAN_CFLAGS)

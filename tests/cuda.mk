@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The CUDA backend's tests.  Include from tests/local.mk after the other
 # includes (it appends to TESTS and EXTRA_DIST, and test-gpu.sh and
 # test-nccl.sh need core.mk's .sh log compiler).  Everything here is built

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* LD_PRELOAD shim for tests/test-faults.sh: counts the write, fsync and
  * rename calls that touch a file under $FAULTFS_DIR and makes the Nth one
  * fail, to prove that a checkpoint save failing at any of them loses

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The finite-difference gradient check of a CPU layer plugin, driven through
  * its ph_layer_ops as the engine drives it: create, meta, forward, backward.
  * Shared by test-layers.c and test-transformer.c; each includes it once,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # libFuzzer harnesses (tests/fuzz/fuzz-*.c) for every parser of untrusted
 # bytes: the INI config (reader and resolver), safetensors, checkpoint
 # state.json, and Fashion-MNIST IDX files.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # GPT-2 in and out: pipehost --generate, tokens/s, Hugging Face GPT-2
 # weights (docs/gpt2.md).
 TESTS += tests/test-generate.sh tests/test-hf-gpt2.sh tests/test-hf-reference.sh

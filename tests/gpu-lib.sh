@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=sh
 # Helpers for the GPU shell tests (test-gpu.sh, test-nccl.sh).  Source after
 # tests/lib.sh (it uses $PIPEHOST, $fixtures, $tmp, ok and not_ok).

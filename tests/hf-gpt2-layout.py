@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Write pipehost GPT weights in Hugging Face GPT-2's layout, for tests.
 
     hf-gpt2-layout.py IN.safetensors OUT.safetensors [--dtype f32|f16|bf16]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What every layer-plugin test binary needs: a seeded test RNG, loading a
  * layer plugin from $PH_LAYER_DIR (or the compile-time PH_LAYER_DIR),
  * configuring it through the host's own option parser (core/options.c),

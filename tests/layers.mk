@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tests/test-layers: finite-difference gradient checks of the CPU layer plugins.
 # It dlopen()s the plugins from $PH_LAYER_DIR; the -D below is the fallback
 # when the variable is unset (running the binary by hand from the build tree).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Shared helpers for the shell tests (TAP-like lines, a plain summary).
 set -u
 : "${PIPEHOST:?run through make check, which sets PIPEHOST}"

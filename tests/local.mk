@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Tests: Check suites (one binary per area) and shell tests of the CLI.
 TESTS_ENVIRONMENT_DIRS = \
 	PH_LAYER_DIR=$(abs_top_builddir)/plugins/layers/.libs \

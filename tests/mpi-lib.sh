@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=sh
 # Helpers for the tests that run pipehost under mpirun.  Source after
 # tests/lib.sh; make check sets top_builddir and PIPEHOST_MPI_MODULE

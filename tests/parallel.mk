@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Data parallelism: replicas in one process, and across processes under
 # mpirun (test-mpi.sh skips, 77, without Open MPI or the MPI module); the
 # plan's memory estimate against the engine's, in one process and split

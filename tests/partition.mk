@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Partitioning and the plan (issue #3): the GPT-2 shape stand-in plugin, unit
 # tests of the profiler's cache and of the plan's JSON, and shell tests of the
 # [partition] section through the CLI.  Included from tests/local.mk after

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What the schedule and partitioner test binaries need to load plugins as
  * the host does: dlopen every .so in a directory ($ENV, or a build-tree
  * default) and collect the ops of one kind, then find them by name.

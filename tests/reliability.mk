@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Reliability (issue #7): checkpoints and resume, SIGINT, SIGKILL at random
 # moments, corrupted checkpoints; outputs checked before step 1, never
 # replacing what they must not (test-outputs.sh); a failure injected at every

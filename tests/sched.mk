@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Check suites for the schedule and partitioner plugins.  They dlopen the
 # built modules from $PH_SCHEDULE_DIR and $PH_PARTITIONER_DIR (default:
 # plugins/schedules/.libs and plugins/partitioners/.libs under the build

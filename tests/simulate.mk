@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The simulator, trace and SVG writers, and the table schedule: a Check suite
 # (plans built from the real schedule plugins in $PH_SCHEDULE_DIR) and a
 # shell test of bad schedule tables through the command line; one of the

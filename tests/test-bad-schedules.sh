@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Schedules read from a table (schedule.type = table): a bad table ends with
 # one stderr line naming the broken rule, rank and position (or file:line)
 # and a non-zero exit; a table that spells out a built-in schedule trains to

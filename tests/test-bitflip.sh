@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Any one changed byte of a checkpoint is found on load: 100 positions drawn
 # with a fixed seed over all its files (manifest.txt, state.json, the two
 # safetensors), each byte xor-ed with a nonzero value; each time the resume

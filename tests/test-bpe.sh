@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # GPT-2's byte-level BPE (core/bpe.c) on the fortunes: a small vocabulary
 # trained here by tests/bpe-tool (GPT-2's vocab.json + merges.txt format),
 # the whole corpus round-trips byte for byte, the ids equal an independent

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # pipehost --check-plugin: every shipped plugin passes it; a layer with a
 # wrong backward, one whose meta disagrees with its forward, a schedule that
 # deadlocks and a layer that crashes each fail, naming the check; a bad

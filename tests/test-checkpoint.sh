@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Checkpoints from the command line: [checkpoint] dir/every/keep, --resume
 # continues exactly (weights byte-identical to an uninterrupted run, under any
 # schedule or stage count), SIGINT/SIGTERM finish the step, write a

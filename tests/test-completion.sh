@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The bash completion (share/bash-completion/pipehost) offers what this
 # pipehost has: its options, the --set sections and keys, a choice's values,
 # the plugin names for a type, and the layers of the -c file.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Corrupted configs and data files from the command line: one clear line on
 # stderr, exit 1, nothing trained.  (test-errors.sh has the common config
 # mistakes, test-checkpoint.sh the corrupted checkpoints, test-weights.c and

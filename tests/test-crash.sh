@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # SIGKILL at random moments, most of them in the middle of a checkpoint write
 # (every = 1, keep = 3, so saves, renames and deletions never stop): each time
 # only complete step-* directories are left, the newest one loads, and

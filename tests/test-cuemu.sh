@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The CUDA emulator's self-test (tests/cuemu/README.md): its barriers,
 # shuffles and launches give known results, a barrier some threads never
 # reach is reported rather than hanging, and PH_CUEMU_ORDER changes the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Data people already have: .npy arrays ([data] source = npy) and token
 # files as nanoGPT and llm.c write them ([data] source = tokens).  Each
 # trains (the loss falls); bad files are one line naming the file.  The

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # [data] source names a source of the one registry (core/data_sources.c):
 # an unknown name is one line naming every source, --list-options shows
 # each with the keys it reads, and each source plans and trains.

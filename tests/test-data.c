@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Data: IDX parsing and its refusals on small files made here, the real
  * Fashion-MNIST when installed, synthetic data, epoch permutations. */
 #define _GNU_SOURCE

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Every bad input ends with one clear line (what, where, what to do) and a
 # non-zero exit; nothing else is printed on stderr.
 . "$top_srcdir/tests/lib.sh"

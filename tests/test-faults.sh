@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # A checkpoint save failing at every one of its write, fsync and rename calls
 # in turn (short writes, EIO, ENOSPC; the LD_PRELOAD shim tests/faultfs.c
 # counts the calls on files of the checkpoint dir and fails the Nth): each

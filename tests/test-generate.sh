@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # pipehost --generate: text from a trained byte-level LM (and tokens/s in
 # the progress of its training).  The same seed gives
 # the same text, another seed another text, greedy decoding (temperature 0,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The [gpu] keys reach the CUDA code: in the emulator build, the kernels a
 # one-step run launches (PH_CUEMU_LAUNCHES) change with [gpu] ln_warp (read
 # by a layer plugin's .cu) and [gpu] optim_many (read by the engine), the

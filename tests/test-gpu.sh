@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Whole jobs on one GPU (tests/fixtures/tiny.ini: conv, relu, maxpool,
 # flatten, linear, dropout, softmax_xent; 20 AdamW steps, batch 32):
 #  - 1 rank on cuda:0 against 4 ranks all on cuda:0 (1F1B, 8 micro-batches):

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # A stop under mpirun: every process checkpoints the same step, even when
 # the signal reaches one process only, or comes during an evaluation that
 # all processes of a split pipeline run together.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Nothing lost, nothing silent: memory limits, FIFOs, a closed stdout, a
 # file-size limit, plugins others could change or that report absurd sizes,
 # a stop during evaluation, and the unclear messages of the INI reader.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Hugging Face GPT-2 weights (core/hf_gpt2.c): a trained tiny LM written in
 # GPT-2's layout (tests/hf-gpt2-layout.py: Conv1D [in, out] weights, h.N.*,
 # ln_f, no lm_head, an attn.bias buffer, with and without "transformer.")

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # tests/reference/gpt2_hf_logits.py under make check: pipehost's logits of
 # a random GPT-2 saved by transformers (F32, BF16, F16) against
 # transformers' own, to 1e-4.  Skipped (77) where torch or transformers

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # A fresh `make install` into a staging directory gives a user everything:
 # the man page (man shows it, with every option of --help and every section
 # of --list-options), the bash completion, every example job (each runs from

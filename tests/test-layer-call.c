@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * core/layer_call.c, the host's one way into a layer's compute hooks, on
  * fake layers that count their calls:

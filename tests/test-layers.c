@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * CPU layer plugins: finite-difference gradient checks and behaviour tests.
  *

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The byte-level GPT path: text data, transformer blocks, a head tied to the
 # token table across stages, recomputation.  On the CPU the tied copies stay
 # bitwise equal, recompute = yes gives the same weights as no, and the

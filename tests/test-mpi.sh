@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Several processes (mpirun -np N pipehost, core/comm.h) on the CPU: each
 # process runs its share of the replicas and the processes gather every
 # replica's gradient (MPI) and sum them in replica order, so

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Pipelines across GPUs: tests/fixtures/tiny.ini (1F1B, 8 micro-batches) on
 # 2 and 4 ranks spread over cuda:0 and cuda:1 must save weights
 # byte-identical to 1 rank on cuda:0, as test-gpu.sh asks of ranks sharing

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Optimizers and the learning-rate schedule against hand formulas (in
  * double) and against numbers from torch.optim. */
 #include <check.h>

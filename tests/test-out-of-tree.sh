@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # A third party builds a layer against the installed headers (pkg-config)
 # and the installed pipehost trains with it.  The layer's CUDA twin
 # (tests/example-plugin/leaky_relu_cuda.cu, <pipehost/cuda.h>) is compiled

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Nothing lost, nothing silent: every output is checked before step 1 (a
 # directory, a read-only place, an input of the run, two outputs on one
 # file); a symlink is followed and a FIFO or device written through, never

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # [partition] through the command line: bad inputs end with one clear stderr
 # line and a non-zero exit; good ones give the splits they promise, on the
 # tiny conv net and on the GPT-2 small stand-in (tests/plugins/gpt2_shape.c,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Partitioner plugins: hand cases for each rule, the cut-point contract
  * (a stage only ends where cut_after allows, every stage non-empty, or a

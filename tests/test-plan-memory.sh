@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The plan's activation estimate (--plan=json, stages[].memory.activations)
 # is what the engine allocates: both read one table of a chunk's buffers
 # (core/engine-layout.h), so for every rank the estimate summed over its

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The plugin path: a --plugin-dir that does not exist is refused in one
 # line; "none found" lists the directories searched; and the directory
 # compiled in follows the configured prefix (build-config.h, configure.ac).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The profiler (core/profile.c) and the plan's JSON (core/planjson.c), on
  * small models built by hand from in-test layer ops: no plugin, no INI.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Data parallelism on the CPU (`[run] replicas = R`, core/engine-replicas.c): R
 # copies of the pipeline, each on batch / R samples, their gradients summed
 # in replica order before every step.

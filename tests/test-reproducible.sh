@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # DESIGN.md's promise: on the CPU, with the same micro-batches, the trained
 # weights are byte-identical for every schedule, partition and stage count.
 . "$top_srcdir/tests/lib.sh"

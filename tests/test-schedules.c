@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Schedule plugins: exact orders for the shapes the papers print, and, for
  * every shape up to p = 8, v = 4, m = 32, the rules the host's plan checker

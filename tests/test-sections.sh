@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The core INI sections come from one table (core/config.c): --list-options
 # shows every section the parser accepts and names in its unknown-section
 # error, the INI reference script prints them all, and the [gpu] keys reach

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # --simulate from the command line writes only the files asked for: a plain
 # --simulate prints its report and leaves the current directory as it was;
 # --svg FILE draws the timeline into FILE; --svg without --simulate is refused.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The simulator (core/simulate.c), the Chrome trace and SVG writers, and the
  * table schedule plugin.

@@ -54,4 +54,11 @@ else
 	cmp -s "$tmp/listed" "$tmp/want" && ok "a tree without .git: its sources listed, configure's and libtool's files left alone" ||
 		not_ok "tree listed: $(cat "$tmp/listed")"
 fi
+# this tree itself: every source carries the tag (a new file without it
+# fails here; scripts/spdx.sh adds it)
+if sh "$spdx" --check >"$tmp/own-tree.out" 2>&1; then
+	ok "every source file of this tree carries '$tag'"
+else
+	not_ok "files without the tag: $(head -c 600 "$tmp/own-tree.out")"
+fi
 finish

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # A tied weight (`tie =`) is stored once: --save-weights and checkpoints
 # leave the copies out and name them in __metadata__ "tied"
 # ("b.weight=a.weight,c.weight=a.weight"); [run] init and resume fill the

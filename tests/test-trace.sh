@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # --trace writes a Chrome trace whose slices of one track (pid, tid) never
 # overlap: each ends at or before the next one starts, for --simulate (the
 # cost model's back-to-back ops, whose ends used to be rounded apart from

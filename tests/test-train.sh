@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Training works end to end: the loss falls, the model beats chance on the
 # held-out split through the same pipeline, and the outputs a user reads
 # (plan table, progress lines, metrics file, weights) are there.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Transformer layer plugins (embedding, layernorm, gelu, attention, seq_xent,
  * gpt_block):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* safetensors writer and reader: round trip, byte layout, every kind of
  * corruption refused with one line, and failed writes that leave the old
  * file alone. */

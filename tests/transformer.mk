@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tests/test-transformer: gradient checks and behaviour tests of the
 # transformer layer plugins (embedding, layernorm, gelu, attention, seq_xent,
 # gpt_block).

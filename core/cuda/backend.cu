@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CUDA backend module (pipehost-cuda.so): the device ops of
  * core/device.h and the GPU services of <pipehost/device.h>.
  *

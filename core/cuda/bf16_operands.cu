@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bf16_operands.cu: bf16 copies of a product's operands (bf16_operands.h).
  *

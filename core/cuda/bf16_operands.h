@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Where the operands of a bf16 product come from (core/cuda/bf16_operands.cu).
  *
  * Under `precision = bf16` tensors stay fp32 and the products run on bf16

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* TRY(err, call) for the backend's host code (backend.cu, optimizer.cu):
  * a CUDA runtime call that fails becomes the caller's error return,
  * naming the call and CUDA's reason. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gemm.cu: the matrix products a rank offers its layers (ph_gpu_api).
  *

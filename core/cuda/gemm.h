@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The GPU services of <pipehost/device.h> for one rank: its matrix products
  * (core/cuda/gemm.cu).  Owned by the rank state of core/cuda/backend.cu,
  * which hands ph_gemm_services() to every layer call as ctx->gpu. */

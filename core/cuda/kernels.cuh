@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Kernels of the CUDA backend: gradient housekeeping (tied sums, sums of
  * squares); the optimizer's are in optimizer.cu.  The _rn intrinsics keep
  * nvcc from fusing into FMAs, so results do not depend on the compiler. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The optimizer update and the clip norm's sums of squares on a rank's GPU
  * (optimizer.h), one tensor per launch or many.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The end of a training step on a rank's GPU (core/cuda/optimizer.cu): the
  * optimizer update and the clip norm's sums of squares, one tensor at a
  * time or many per launch.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* pipehost-mpi.so: the processes' collectives over MPI (see core/comm.h).
  *
  * The host dlopens this module only under mpirun, so the pipehost binary

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pipehost CUDA twins: what a layer's CUDA hooks (ph_layer_device_ops,
  * plugin.h ABI 1.4) need, for a .cu file compiled with nvcc (C++):

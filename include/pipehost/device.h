@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pipehost device services (ABI 1.3): what the host offers a layer's CUDA
  * twin through ph_ctx.gpu.  Plain C, no CUDA header needed to include it.

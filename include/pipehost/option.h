@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Option tables: one table per plugin (and per core section) drives INI
  * parsing, defaults, range checks, "did you mean" and --list-plugins.

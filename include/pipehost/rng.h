@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Counter-based random numbers: Philox4x32-10 (Salmon et al., SC'11), the
  * generator cuRAND also uses, so a CUDA twin of a layer can draw the same

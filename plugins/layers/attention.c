@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * attention: causal multi-head self-attention with its own projections
  * (GPT-2's attn: c_attn, the causal softmax, attention dropout, c_proj).

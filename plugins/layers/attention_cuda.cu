@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * attention_cuda.cu: the CUDA twin of attention.c (causal multi-head
  * self-attention with its qkv and output projections).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * attention_ops.cuh: the causal multi-head attention core on CUDA, shared by
  * attention_cuda.cu and gpt_block_cuda.cu.  The twin of tf_attn_forward /

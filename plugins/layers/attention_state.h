@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* attention's state, shared by attention.c and its CUDA twin attention_cuda.cu. */
 #ifndef PH_LAYERS_ATTENTION_STATE_H
 #define PH_LAYERS_ATTENTION_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* tf_attn_geom: the geometry and dropout of one causal multi-head
  * self-attention, plain C (no BLAS), so that a CUDA twin's state can hold
  * it too.  Per sample:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conv2d: 2-D convolution (cross-correlation, as in PyTorch), square kernel.
  *

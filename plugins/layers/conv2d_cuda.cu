@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conv2d_cuda.cu: the CUDA twin of conv2d.c, on cuDNN (legacy convolution
  * API, NCHW float, cross-correlation as PyTorch).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* conv2d's state, shared by conv2d.c and its CUDA twin conv2d_cuda.cu. */
 #ifndef PH_LAYERS_CONV2D_STATE_H
 #define PH_LAYERS_CONV2D_STATE_H

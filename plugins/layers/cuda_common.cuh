@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared by every layer's CUDA twin (NAME_cuda.cu): <pipehost/cuda.h>
  * (error plumbing, launch shapes, the host's GEMM) and this project's own
  * GEMM shapes with fused epilogues.  Header-only and static, so each module

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuda_ops.cuh: CUDA kernels shared by the transformer layers' twins
  * (layernorm, gelu, dropout, gpt_block, ...): the GPU side of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dropout's CUDA twin (dropout.c): the CPU's mask, bit for bit.
  *   out_i = ph_rng_uniform(key, i) >= rate ? in_i * scale : 0,  i = 0..n-1
  * over the whole micro-batch, key = ph_rng_key(seed, step, microbatch, layer);

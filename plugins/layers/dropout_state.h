@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dropout's state, shared by dropout.c and its CUDA twin dropout_cuda.cu. */
 #ifndef PH_LAYERS_DROPOUT_STATE_H
 #define PH_LAYERS_DROPOUT_STATE_H

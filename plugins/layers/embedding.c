@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * embedding: token plus learned position embedding (GPT-2's wte + wpe).
  *

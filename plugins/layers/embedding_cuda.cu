@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* embedding's CUDA twin (embedding.c), bit for bit the CPU's results.
  *
  *   x [B, T] token ids as floats; tokens [vocab, D]; positions [T, D]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* embedding's state, shared by embedding.c and its CUDA twin embedding_cuda.cu. */
 #ifndef PH_LAYERS_EMBEDDING_STATE_H
 #define PH_LAYERS_EMBEDDING_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * flash_attention.cuh: the causal attention core fused for bf16 runs
  * (FlashAttention-2, Dao 2023), shared by attention_cuda.cu and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * flatten: [C, H, W] (any rank)  ->  [C*H*W].
  *

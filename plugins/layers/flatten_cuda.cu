@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flatten's CUDA twin (flatten.c): both directions are a device-to-device
  * copy of n = batch * numel floats on the stream, skipped in place. */
 #include "cuda_common.cuh"

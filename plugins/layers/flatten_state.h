@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* flatten's state, shared by flatten.c and its CUDA twin flatten_cuda.cu. */
 #ifndef PH_LAYERS_FLATTEN_STATE_H
 #define PH_LAYERS_FLATTEN_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gelu: GELU activation, tanh approximation (GPT-2), any shape.
  *

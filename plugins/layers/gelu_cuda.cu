@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gelu's CUDA twin (gelu.c): tanh-approximation GELU, element-wise over
  * n = batch * numel, bit for bit tf_gelu / tf_gelu_grad (cuda_ops.cuh).
  *   forward:  y = gelu(x)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* gelu's state, shared by gelu.c and its CUDA twin gelu_cuda.cu. */
 #ifndef PH_LAYERS_GELU_STATE_H
 #define PH_LAYERS_GELU_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpt_block: one GPT-2 pre-LN transformer block as a single layer.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpt_block_cuda.cu: the CUDA twin of gpt_block.c, one GPT-2 pre-LN block.
  *

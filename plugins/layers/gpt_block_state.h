@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* What gpt_block.c and its CUDA twin gpt_block_cuda.cu share: the layernorm
  * epsilon, the dropout sites, and the state. */
 #ifndef PH_LAYERS_GPT_BLOCK_STATE_H

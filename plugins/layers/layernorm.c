@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * layernorm: layer normalisation over the LAST dimension.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* layernorm's CUDA twin (layernorm.c), on cuda_ops.cuh's kernels.
  *
  *   x, y, dy, dx [rows, C], rows = batch * rows per sample; weight, bias [C]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* layernorm's state, shared by layernorm.c and its CUDA twin layernorm_cuda.cu. */
 #ifndef PH_LAYERS_LAYERNORM_STATE_H
 #define PH_LAYERS_LAYERNORM_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * linear: y = x W^T + b over the LAST dimension of the input.
  *

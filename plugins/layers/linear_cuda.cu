@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * linear_cuda.cu: the CUDA twin of linear.c, y = x W^T + b over the last
  * dimension, every leading dimension folded into rows.

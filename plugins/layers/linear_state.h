@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* linear's state, shared by linear.c and its CUDA twin linear_cuda.cu. */
 #ifndef PH_LAYERS_LINEAR_STATE_H
 #define PH_LAYERS_LINEAR_STATE_H

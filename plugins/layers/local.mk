@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # transformer_ops.h's exp/gelu/softmax loops are written to vectorise:
 # `omp simd` without OpenMP itself, and no trapping-math so gcc may.
 TF_VEC_CFLAGS = -fopenmp-simd -fno-trapping-math

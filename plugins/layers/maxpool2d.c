@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * maxpool2d: max over size x size windows of each channel, no padding.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* maxpool2d's CUDA twin (maxpool2d.c), bit for bit the CPU's results.
  *
  *   x [B, C, H, W]  ->  y [B, C, OH, OW],  arg [B, C, OH, OW] int32 (ctx->saved,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* maxpool2d's state, shared by maxpool2d.c and its CUDA twin maxpool2d_cuda.cu. */
 #ifndef PH_LAYERS_MAXPOOL2D_STATE_H
 #define PH_LAYERS_MAXPOOL2D_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * relu: y = max(x, 0), elementwise, any shape.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* relu's CUDA twin (relu.c): y = max(x, 0); dx = y > 0 ? dy : 0.
  * Element-wise over n = batch * numel, grid-stride.  y may alias x, dx dy. */
 #include "cuda_common.cuh"

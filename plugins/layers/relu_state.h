@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* relu's state, shared by relu.c and its CUDA twin relu_cuda.cu. */
 #ifndef PH_LAYERS_RELU_STATE_H
 #define PH_LAYERS_RELU_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * seq_xent: next-token cross-entropy over a sequence; the model's last layer.
  *

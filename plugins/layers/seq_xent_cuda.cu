@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* seq_xent's CUDA twin (seq_xent.c).
  *
  *   x [B, T, V] logits, targets [B, T] int32  ->  y [B, 2] = [loss, correct]

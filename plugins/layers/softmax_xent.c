@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * softmax_xent: softmax cross-entropy loss over K classes; the model's last layer.
  *

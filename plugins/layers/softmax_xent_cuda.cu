@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmax_xent's CUDA twin (softmax_xent.c).  One warp per sample row:
  *
  *   x [B, K] logits, targets [B] int32  ->  y [B, 2] = [loss, correct]

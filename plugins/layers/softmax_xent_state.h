@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* softmax_xent's state, shared by softmax_xent.c and its CUDA twin
  * softmax_xent_cuda.cu. */
 #ifndef PH_LAYERS_SOFTMAX_XENT_STATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * transformer_ops.h: the CPU kernels shared by the transformer layers
  * (layernorm, gelu, attention, and whatever composes them).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuts: the cut points, problem checks and split-finding dynamic
  * programmes every partitioner plugin shares (see cuts.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuts: what every partitioner plugin shares, linked into each one (a
  * libtool convenience library, not exported): where a stage may end, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dp: the exact balanced split (PipeDream's planner, restricted to one
  * pipeline).  A stage's time is its compute plus its communication:

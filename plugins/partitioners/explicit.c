@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * explicit: the user names each stage's first layer, e.g. bounds = 0,4,7,10
  * for four stages of a model with more than 10 layers.  For hand-tuned

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * histogram: Lingvo's cost-histogram split (GPipe's partition by cost).
  * With c_i the fraction of the total cost (fwd + bwd) in layers 0..i,

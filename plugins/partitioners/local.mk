@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Partitioner plugins: one libtool module each, one file each, all linked
 # with cuts (the cut points, problem checks and split-finding dynamic
 # programmes they share), a convenience library that is not installed.

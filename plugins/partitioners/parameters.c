@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * parameters: balance parameter bytes, so that parameters, gradients and
  * optimizer state take about the same memory on every stage.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * type: balance the layers of one kind, the way Megatron and DeepSpeed's
  * "type:transformer" split a language model: count only the layers whose

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * uniform: the same number of layers on every stage, GPipe's default.
  * n layers into K stages: every stage gets n/K layers and the first n mod K

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpipe: GPipe's fill-drain order (Huang et al., 2019).  Every rank runs the
  * forwards of all m micro-batches, then their backwards.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * interleaved: Megatron-LM's interleaved 1F1B (Narayanan et al., SC'21).
  * Rank r holds v model chunks, r, r+p, ..., r+(v-1)p, so a micro-batch

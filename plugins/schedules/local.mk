@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Schedule plugins: one libtool module each.  Automake names can't start
 # with a digit, so 1f1b lives in onef1b.la (its INI name is still "1f1b").
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 1f1b: PipeDream-Flush, the order of PyTorch's Schedule1F1B and Megatron's
  * non-interleaved schedule (Narayanan et al., 2021).

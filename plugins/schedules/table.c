@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * table: a schedule written by hand in a CSV file, one row per rank.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * zb-h1: ZB-H1 from "Zero Bubble Pipeline Parallelism" (Qi et al., ICLR'24).
  * The backward is split into I (input gradient, on the critical path to the

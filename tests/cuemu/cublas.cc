@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cublas.cc: the emulator's cuBLAS (the subset in include/cublas_v2.h).
  * Plain loops, column-major as cuBLAS: C = alpha op(A) op(B) + beta C, with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cublaslt.cc: the emulator's cuBLASLt (the subset in include/cublasLt.h).
  *

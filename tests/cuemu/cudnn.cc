@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cudnn.cc (cuemu): a CPU stand-in for cuDNN, used only by the emulator
  * build in tests/ (tests/cuemu/), where the project's CUDA code is compiled

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # cuemu-cc.sh CXX [nvcc flags...] -c SRC.cu -o OUT.o
 # Stands in for nvcc in the emulator build (configure --enable-cuda-emulator):
 # rewrites kernel<<<grid, block[, shmem[, stream]]>>>(args) into

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared between the emulator's runtime (cuemu.cc) and its cuBLAS and cuDNN
  * (cublas.cc, cublaslt.cc, cudnn.cc): work those libraries queue on a stream. */
 #ifndef CUEMU_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuemu.cc: the emulator's kernel scheduler and runtime API (see
  * include/cuda_runtime.h for the model, README.md for what it checks).

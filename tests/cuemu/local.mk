@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The CUDA emulator (tests/cuemu/README.md): only in a build configured with
 # --enable-cuda-emulator, where it stands in for the CUDA runtime, cuBLAS
 # and cuDNN so that the GPU tests (test-cuda-layers, test-gpu.sh) run on a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The emulator's own test (run by tests/test-cuemu.sh): kernels whose
  * results are known, written the way pipehost's are, so that a wrong

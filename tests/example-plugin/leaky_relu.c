@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* An example third-party layer plugin, built out of tree against the
  * installed header:
  *

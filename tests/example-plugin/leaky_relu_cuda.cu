@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* leaky_relu's CUDA twin: the same layer on a GPU, built with nvcc against
  * the installed headers and linked into leaky_relu.so (Makefile):
  *

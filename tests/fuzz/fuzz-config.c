@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer: the INI reader (system inih under our line-counting reader)
  * and, when PH_FUZZ_PLUGIN_PATH names the built plugin directories, the
  * whole config resolver: sections, keys, option parsing, plugin lookup.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer: the Fashion-MNIST IDX loader.  Input: a 2-byte little-endian
  * length L, then L bytes of the labels file, then the images file.  Both go
  * through zlib's gzopen, which reads gzip and plain bytes alike, so the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer: the safetensors reader.  Every input is read twice: with no
  * request (validation only) and asking for three tensors of the tiny
  * fixture's model, so well-formed inputs reach the copying code.  A refused

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libFuzzer: a checkpoint's state.json parser and the identity comparison
  * that explains a digest mismatch. */
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared by the libFuzzer harnesses: a private temp directory and a way to
  * put the fuzzer's bytes into a file there (the loaders under test read
  * paths, not buffers). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: a layer as a plugin built against plugin ABI 1.3 left it,
  * its ops struct ending before ABI 1.4's `cuda` field (head.abi_minor 3,
  * head.struct_size to backward_weight).  The host must load it and run it

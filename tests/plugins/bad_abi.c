@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: a descriptor built for a future ABI major.  The host must
  * refuse it and tell the user to rebuild. */
 #include <pipehost/plugin.h>

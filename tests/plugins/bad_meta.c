@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: a layer "bad_meta" that passes its input through but
  * reports, as [layer] field = ..., one absurd size in its meta: the host
  * must refuse it before multiplying it by the batch (core/model.c). */

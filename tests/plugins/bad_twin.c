@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: a layer whose CUDA hooks (ABI 1.4) are broken in the way
  * BAD_TWIN picks, which the loader must refuse:
  *   1  the table's struct_size is too small for forward and backward

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A layer whose backward is wrong: y = w * x elementwise, but its weight
  * gradient is twice the true one.  Its dx is right and its meta matches its
  * forward, so pipehost --check-plugin must fail it on the gradient check

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A layer whose meta disagrees with its forward: y = w * x elementwise,
  * right in forward and backward, but meta announces one output float a
  * sample fewer than forward writes, so forward writes past y.  pipehost

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A layer whose forward dereferences NULL: pipehost --check-plugin must
  * report it as a FAIL of the check under way (it checks each plugin in a
  * child process) and go on, never crash itself (tests/test-check-plugin.sh). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A schedule that deadlocks on two ranks or more: even ranks take the
  * micro-batches in ascending order, odd ranks in descending order, each
  * F then its B.  Every action appears once and each B follows its F, so only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: its constructor writes the file $PH_TEST_CTOR_MARK, so a
  * test sees whether the host dlopen'ed it.  It provides one schedule,
  * "marker_schedule", that no fixture names. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: a layer list 2000 entries long with no NULL inside the
  * first 1024 (a list that lost its terminator reads like this). */
 #include <pipehost/plugin.h>

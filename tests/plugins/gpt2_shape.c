@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gpt2_shape: a shape and cost stand-in for GPT-2 small, for partitioner
  * tests and benchmarks until the real transformer layers exist.

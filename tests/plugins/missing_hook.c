@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: a layer without its required backward hook. */
 #include <pipehost/plugin.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin: a descriptor whose layer list points at no ops struct (a
  * wild pointer): reading it crashes, and the message must name the file. */
 #include <stdint.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """An independent GPT-2 byte-level BPE, to check core/bpe.c against.
 
 It is OpenAI's encoder.py algorithm (bytes_to_unicode, the pre-tokenising

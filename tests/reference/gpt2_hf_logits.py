@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """pipehost's logits against transformers' GPT2LMHeadModel on the same weights.
 
 A GPT-2 config (n_layer 2, n_embd 64, n_head 4, vocab 256, n_positions 64,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Loss parity of pipehost's byte-level GPT with the same model in PyTorch.
 
 Issue #5, "Done when": at each of the first 50 steps pipehost's training loss

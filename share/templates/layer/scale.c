@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * scale: a template layer plugin.  y = gain * x + bias, one gain and one
  * bias per input element, any input shape:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The scale layer's config: what the host fills from the INI through the
  * option table in scale.c.  Shared with test-scale.c, which fills it itself. */
 #ifndef SCALE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test-scale: the scale layer's finite-difference gradient test.
  *

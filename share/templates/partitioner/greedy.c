@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * greedy: a template partitioner plugin.  Walks the layers in order and
  * closes a stage once it holds its share of the total cost (forward plus

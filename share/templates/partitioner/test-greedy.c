@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test-greedy: the greedy partitioner's validation test.
  *

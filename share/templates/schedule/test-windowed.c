@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test-windowed: the windowed schedule's validation test.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * windowed: a template schedule plugin.  Fill-drain in windows of `window`
  * micro-batches: each rank runs the forwards of a window, then their

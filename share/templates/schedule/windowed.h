@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The windowed schedule's config: what the host fills from the INI through
  * the option table in windowed.c.  Shared with test-windowed.c. */
 #ifndef WINDOWED_H

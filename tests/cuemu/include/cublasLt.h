@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuemu: the cuBLASLt subset pipehost uses, on the CPU (tests/cuemu/cublaslt.cc).
  * One matmul D = alpha op(A) op(B) + beta C with the BIAS, GELU_AUX_BIAS
  * and DGELU epilogues, column-major, fp32 data; the descriptors keep what was set and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* cuemu: the cuBLAS subset pipehost uses, on the CPU (tests/cuemu/cublas.cc).
  * Column-major as cuBLAS; fp32 data; products accumulate in double and round
  * once, and CUBLAS_COMPUTE_32F_FAST_16BF rounds both inputs to bf16 first,

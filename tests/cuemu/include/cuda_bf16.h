@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuemu: the part of CUDA's cuda_bf16.h that pipehost uses (see
  * tests/cuemu/README.md).  bfloat16 is the top half of an IEEE float: 8

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuemu: a CPU stand-in for the parts of CUDA that pipehost uses, so that
  * the CUDA code (kernels, the backend, the layers' twins) can be compiled

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cudnn.h (cuemu): a CPU stand-in for the cuDNN API, used only by the
  * emulator build in tests/ (tests/cuemu/), where the project's CUDA code is

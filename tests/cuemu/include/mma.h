@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuemu: the part of CUDA's warp matrix API (mma.h, nvcuda::wmma) that
  * pipehost uses, for 16x16x16 tiles of bf16 with float accumulators (see

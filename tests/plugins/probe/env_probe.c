@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Test plugin with no ops: when the host loads it, it writes the [gpu]
  * switches' environment variables as it sees them into the file
  * $PH_ENV_PROBE, so a test can check that the host set them from the INI
