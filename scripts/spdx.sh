@@ -24,11 +24,13 @@ case "${1:-}" in
 esac
 
 tag='SPDX-License-Identifier: MIT'
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd -P)
 
 # The source files, one a line, relative to $root.
 list_sources() {
-	if git -C "$root" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	# git's list only where root is a work tree's top: an unpacked tarball
+	# inside a clone (make distcheck's) is no part of that clone's list
+	if [ "$(git -C "$root" rev-parse --show-toplevel 2>/dev/null)" = "$root" ]; then
 		git -C "$root" ls-files --cached --others --exclude-standard
 	else
 		(cd "$root" && find . \( -name .git -o -name build-aux -o -name m4 -o -name autom4te.cache \
