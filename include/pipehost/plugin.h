@@ -41,12 +41,16 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 4 /* 1.1: optional split backward (backward_input/weight)
+#define PH_ABI_MINOR 5 /* 1.1: optional split backward (backward_input/weight)
                        * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
                        *      gains device_scratch_bytes (see device.h)
                        * 1.3: ph_gpu_api gains reuse_operand (device.h)
                        * 1.4: ph_layer_ops gains `cuda`, the layer's CUDA hooks
-                       *      (ph_layer_device_ops), called by the host */
+                       *      (ph_layer_device_ops), called by the host
+                       * 1.5: ph_ctx gains `group`, collectives over the
+                       *      replicas of the layer's stage (ph_group);
+                       *      ph_layer_meta gains sharded_params; loss_scale
+                       *      is set for every layer's backward */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -151,6 +155,16 @@ typedef struct {
 	 * (a cuDNN workspace, say); 0 = scratch_bytes.  The host zeroes the
 	 * struct before meta(), so an older plugin leaves it 0. */
 	size_t device_scratch_bytes;
+	/* ABI 1.5: bit i set = params[i] is split along its first dimension
+	 * across the replicas of the stage (ph_group): each replica holds and
+	 * trains d[0] / R rows (R must divide d[0]), the rows of
+	 * replica r being [r * d[0] / R, (r + 1) * d[0] / R).  The shape in
+	 * params[i] is the whole tensor's: the host initialises the whole
+	 * tensor from the seed and keeps each replica's rows, so every R
+	 * starts from the same weights, and checkpoints hold the whole
+	 * tensor.  A sharded tensor's gradient is never summed across
+	 * replicas: its rows belong to one replica.  0 in older plugins. */
+	uint32_t sharded_params;
 } ph_layer_meta;
 
 /* Flags in ph_layer_ops.flags. */
@@ -159,6 +173,8 @@ enum {
 	 * over the sample's targets, and the number of correct predictions. */
 	PH_LAYER_LOSS = 1u << 0
 };
+
+struct ph_group;
 
 /* Everything a forward or backward call needs besides tensors. */
 typedef struct {
@@ -174,7 +190,11 @@ typedef struct {
 	void *blas;             /* cublasHandle_t on CUDA; NULL on CPU */
 	/* Loss layers only. */
 	const int32_t *targets; /* batch * targets_per_sample */
-	float loss_scale;       /* backward: d(objective)/d(per-target loss) */
+	float loss_scale;       /* backward: d(objective)/d(per-target loss);
+				 * ABI 1.5: set for every layer's backward,
+				 * so that a layer adding its own term to the
+				 * objective (an auxiliary loss) scales it
+				 * the same way */
 	/* ---- ABI 1.2, CUDA only (NULL / 0 on the CPU) ----
 	 * On CUDA every tensor pointer above (params, grads, x, y, dy, dx,
 	 * scratch, saved, targets) is device memory of the rank's GPU; work goes
@@ -182,11 +202,46 @@ typedef struct {
 	const struct ph_gpu_api *gpu; /* host services: GEMM at the run's precision */
 	void *dnn;              /* cudnnHandle_t bound to `stream` */
 	int precision;          /* PH_PREC_*: what `[run] precision` asked for */
+	/* ---- ABI 1.5 ----
+	 * The replicas of this layer's stage, for layers that exchange data
+	 * with them (expert parallelism, tensor parallelism): never NULL from
+	 * the host; size 1 when the stage has one replica.  (A plugin built
+	 * for 1.5 is refused by older hosts, so it may rely on this.) */
+	const struct ph_group *group;
 } ph_ctx;
 
 /* [run] precision.  bf16: matrix products in bf16 on tensor cores with fp32
  * accumulation; tensors in memory and master weights stay fp32. */
 enum { PH_PREC_FP32 = 0, PH_PREC_BF16 = 1 };
+
+/* ABI 1.5: collectives over the R replicas of a layer's stage, run by the
+ * host over its links (threads in one process, MPI between processes, NCCL
+ * between GPUs).  Every replica of the stage must make the same calls in
+ * the same order with the same counts: the calls are rendezvous, as MPI's
+ * are.  Buffers are on the layer's device (device memory on CUDA, ordered
+ * on ctx->stream).  Results are bitwise the same for a given R whether the
+ * replicas are threads or processes.  Fields are only appended:
+ * struct_size tells a layer which ones the host has. */
+typedef struct ph_group {
+	uint32_t struct_size;   /* sizeof(ph_group), as the host built it */
+	int size;               /* R: replicas of this stage */
+	int rank;               /* this replica, 0..R-1 */
+	/* send holds R blocks of `count` floats, block j for replica j;
+	 * recv receives R blocks, block j from replica j.  send != recv. */
+	int (*all_to_all)(const struct ph_group *g, const ph_ctx *ctx,
+			  const float *send, float *recv, size_t count, ph_err *err);
+	/* buf[0..count) = the sum over replicas of buf, summed in replica
+	 * order 0..R-1 (so every replica gets the same bits). */
+	int (*all_reduce_sum)(const struct ph_group *g, const ph_ctx *ctx,
+			      float *buf, size_t count, ph_err *err);
+	/* A figure for the progress line and the metrics file, e.g.
+	 * ("moe.drop_frac", 0.03): the host averages each key over the
+	 * step's calls (micro-batches, replicas) and prints LAYER.KEY.
+	 * Forward passes in training only; may be NULL. */
+	void (*report)(const struct ph_group *g, const ph_ctx *ctx,
+		       const char *key, double value);
+	void *host;             /* the host's; a layer never touches it */
+} ph_group;
 
 /* ABI 1.4: a layer's hooks for one device besides the CPU (its CUDA twin,
  * in a file of its own compiled with nvcc; docs/plugins-cuda.md).  The
