@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* renameat2, RENAME_EXCHANGE, strndup */
 #include "build-config.h"
 #include "checkpoint.h"
+#include "outputs.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -235,21 +236,6 @@ static int write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)w;
 	}
 	return 0;
-}
-
-/* fsync a directory; file systems that cannot are not our failure. */
-static int sync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	int rc = fsync(fd);
-	if (rc && (errno == EINVAL || errno == EROFS))
-		rc = 0;
-	int saved = errno;
-	close(fd);
-	errno = saved;
-	return rc;
 }
 
 /* Write a small file crash-safely: temp name, fsync, rename. */
@@ -536,7 +522,7 @@ static void apply_keep(const char *dir, int keep, int64_t just)
 			fprintf(stderr, "pipehost: warning: cannot remove %s: %s\n", to, strerror(errno));
 	}
 	free(v);
-	if (sync_dir(dir))
+	if (ph_sync_dir(dir))
 		fprintf(stderr, "pipehost: warning: syncing checkpoint dir %s: %s\n", dir, strerror(errno));
 }
 
@@ -650,7 +636,7 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 	if ((rc = write_file_atomic(sp, json, sizes[0], err)) ||
 	    (rc = write_manifest(tmp, id->run, step, names, sizes, hashes, 3, err)))
 		goto fail;
-	if (sync_dir(tmp)) {
+	if (ph_sync_dir(tmp)) {
 		rc = ph_fail(err, PH_EIO, "syncing %s: %s", tmp, strerror(errno));
 		goto fail;
 	}
@@ -676,7 +662,7 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 			goto fail;
 		}
 	}
-	if (sync_dir(dir)) {
+	if (ph_sync_dir(dir)) {
 		rc = ph_fail(err, PH_EIO, "%s written, but syncing %s failed: %s; it may not survive a crash", final,
 			     dir, strerror(errno));
 		goto out;
@@ -1291,7 +1277,7 @@ int ph_checkpoint_claim(const char *dir, char run[33], int fresh, int overwrite,
 			removed++;
 		}
 		if (!rc) {
-			sync_dir(dir);
+			ph_sync_dir(dir);
 			printf("checkpoint dir %s: %d checkpoint(s) of run %.8s removed ([checkpoint] overwrite = yes)\n", dir,
 			       removed, other_run);
 			fflush(stdout);

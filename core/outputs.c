@@ -237,11 +237,8 @@ int ph_outfile_write(ph_outfile *o, const void *buf, size_t len)
 	return 0;
 }
 
-/* fsync a directory; file systems that cannot are not our failure. */
-static int sync_dir_of(const char *path)
+int ph_sync_dir(const char *dir)
 {
-	char dir[PATH_MAX];
-	dir_of(path, dir, sizeof dir);
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
@@ -252,6 +249,14 @@ static int sync_dir_of(const char *path)
 	close(fd);
 	errno = saved;
 	return rc;
+}
+
+/* fsync the directory that holds path. */
+static int sync_dir_of(const char *path)
+{
+	char dir[PATH_MAX];
+	dir_of(path, dir, sizeof dir);
+	return ph_sync_dir(dir);
 }
 
 int ph_outfile_commit(ph_outfile *o, const char *what, ph_err *err)

@@ -55,4 +55,9 @@ int ph_outfile_commit(ph_outfile *o, const char *what, ph_err *err);
 /* Give up: close and remove the temporary file. */
 void ph_outfile_abort(ph_outfile *o);
 
+/* fsync a directory, so that a rename or a new file in it survives a
+ * crash; file systems that cannot (EINVAL, EROFS) are not our failure.
+ * 0 or -1 with errno set. */
+int ph_sync_dir(const char *dir);
+
 #endif
