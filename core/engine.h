@@ -61,6 +61,16 @@ double ph_engine_activation_bytes(const ph_engine *e, int rank);
 int ph_engine_trace(ph_engine *e, ph_err *err);
 int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err);
 
+/* The figures layers reported (ph_group.report) since the last call, each
+ * LAYER.KEY with its sum and count over the calls of every replica of
+ * every process, sorted by name; *out is the caller's to free.  Every
+ * process calls it (a collective under mpirun).  (engine-group.c) */
+typedef struct {
+	char name[96];
+	double sum, count;
+} ph_report;
+int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err);
+
 void ph_engine_destroy(ph_engine *e);
 
 #endif

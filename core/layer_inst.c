@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "layer_inst.h"
+#include "layer_call.h"
 
 uint64_t ph_rng64_next(ph_rng64 *g)
 {
@@ -130,6 +131,8 @@ int ph_layer_inst_create(ph_layer_inst *L, const ph_layer_ops *ops, void *cfg, p
 		ok = ok && L->params[p] && L->grads[p];
 	}
 	L->ctx = ctx;
+	if (!L->ctx.group)
+		L->ctx.group = ph_group_solo(); /* ABI 1.5: never NULL */
 	L->ctx.scratch = L->ctx.saved = NULL;
 	L->ctx.targets = NULL;
 	if (L->meta.scratch_bytes && !(L->ctx.scratch = guarded_alloc(L->meta.scratch_bytes)))

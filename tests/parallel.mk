@@ -5,3 +5,11 @@
 # over two (test-plan-memory.sh).
 TESTS += tests/test-replicas.sh tests/test-mpi.sh tests/test-plan-memory.sh
 EXTRA_DIST += tests/test-replicas.sh tests/test-mpi.sh tests/test-plan-memory.sh tests/parallel.mk
+
+# Expert parallelism (plugin ABI 1.5 replica groups, sharded parameters):
+# ep_linear, a test layer with its experts split over the replicas.
+check_LTLIBRARIES += tests/plugins/ep-linear.la
+tests_plugins_ep_linear_la_SOURCES = tests/plugins/ep-linear.c
+tests_plugins_ep_linear_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+TESTS += tests/test-expert-parallel.sh
+EXTRA_DIST += tests/test-expert-parallel.sh tests/fixtures/ep.ini
