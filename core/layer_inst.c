@@ -236,3 +236,32 @@ int ph_layer_inst_check_guards(const ph_layer_inst *L, const char *call, ph_err 
 			       L->meta.saved_bytes * (size_t)L->batch);
 	return PH_OK;
 }
+
+/* ---- A replica group of one (plugin ABI 1.5) ---- */
+
+static void solo_report(const ph_group *g, const ph_ctx *ctx, const char *key, double value)
+{
+	(void)g, (void)ctx, (void)key, (void)value;
+}
+
+static int solo_all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send, float *recv, size_t count,
+			   ph_err *err)
+{
+	(void)g, (void)err;
+	if (ctx && ctx->device != PH_DEV_CPU)
+		return ph_fail(err, PH_EUNSUPPORTED, "a group of one outside the engine runs on the CPU only");
+	memcpy(recv, send, count * sizeof(float));
+	return PH_OK;
+}
+
+static int solo_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, size_t count, ph_err *err)
+{
+	(void)g, (void)ctx, (void)buf, (void)count, (void)err;
+	return PH_OK;
+}
+
+const ph_group *ph_group_solo(void)
+{
+	static const ph_group solo = { sizeof(ph_group), 1, 0, solo_all_to_all, solo_all_reduce_sum, solo_report, NULL };
+	return &solo;
+}
