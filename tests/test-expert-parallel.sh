@@ -87,6 +87,35 @@ else
 	not_ok "R = 4 loading R = 2's checkpoint: differs or failed: $(tail -2 "$tmp/r4res.log")"
 fi
 
+# Evaluation: every replica takes part (its experts are needed); the
+# figures are R = 1's.
+for R in 1 2 4; do
+	"$PIPEHOST" -c "$ini" --set run.replicas="$R" --set run.micro_batches=$((4 / R)) --set run.eval=yes \
+		--set run.steps=5 >"$tmp/e$R.log" 2>&1
+	sed -n 's/.*test loss \([0-9.]*\).*/\1/p' "$tmp/e$R.log" >"$tmp/e$R.loss"
+done
+if [ -s "$tmp/e1.loss" ] && cmp -s "$tmp/e1.loss" "$tmp/e2.loss" && cmp -s "$tmp/e1.loss" "$tmp/e4.loss"; then
+	ok "evaluation with the experts split over 1, 2, 4 replicas: test loss $(cat "$tmp/e1.loss") for each"
+else
+	not_ok "evaluation: test losses '$(cat "$tmp/e1.loss")' '$(cat "$tmp/e2.loss")' '$(cat "$tmp/e4.loss")'"
+fi
+
+# --plan counts a replica's rows: 4 experts of 8 x 8 at R = 1, one at R = 4.
+p1=$("$PIPEHOST" -c "$ini" --plan | awk '$4 ~ /^flat/ { print $6 }')
+p4=$("$PIPEHOST" -c "$ini" --set run.replicas=4 --set run.micro_batches=1 --plan | awk '$4 ~ /^flat/ { print $6 }')
+if [ "$p1" = 784 ] && [ "$p4" = 592 ]; then
+	ok "--plan: stage 0 holds $p1 parameters at R = 1, $p4 at R = 4 (one expert of 64)"
+else
+	not_ok "--plan: stage 0 parameters '$p1' at R = 1, '$p4' at R = 4 (want 784, 592)"
+fi
+
+# The layer passes the plugin check (finite differences; a group of one).
+if "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/ep-linear.so" >"$tmp/check" 2>&1 && ! grep -q '^FAIL' "$tmp/check"; then
+	ok "ep_linear passes --check-plugin: $(grep 'gradients (batch 4)' "$tmp/check" | sed 's/.*finite differences //')"
+else
+	not_ok "ep_linear --check-plugin: $(grep '^FAIL' "$tmp/check" | head -2)"
+fi
+
 # Bad use: R must divide the experts.
 expect_error "3 replicas for 4 experts" "layer ep \(ep_linear\).*replicas = 3 does not divide the 4 rows.*weight" \
 	-c "$ini" --set run.replicas=3 --set run.micro_batches=1 --set run.batch=24
