@@ -113,6 +113,15 @@ static int stopped(ph_err *err)
 	return ph_fail(err, PH_EINTERNAL, "another replica of this stage stopped");
 }
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
 /* Every local replica of the stage gets here before any goes on. */
 static int barrier(stage_t *sh, ph_err *err)
 {
@@ -123,9 +132,15 @@ static int barrier(stage_t *sh, ph_err *err)
 	unsigned gen = sh->gen;
 	if (++sh->arrived == sh->nloc) {
 		sh->arrived = 0;
-		sh->gen++;
+		__atomic_store_n(&sh->gen, gen + 1, __ATOMIC_RELEASE);
 		pthread_cond_broadcast(&sh->cv);
 	} else {
+		/* the others are usually a few microseconds away: spin a
+		 * little before sleeping, which costs a wake-up each */
+		pthread_mutex_unlock(&sh->mu);
+		for (int spin = 0; spin < 4000 && __atomic_load_n(&sh->gen, __ATOMIC_ACQUIRE) == gen; spin++)
+			cpu_relax();
+		pthread_mutex_lock(&sh->mu);
 		while (sh->gen == gen) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
