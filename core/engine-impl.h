@@ -18,6 +18,10 @@
  *                      what, and the collectives the split needs
  *   engine-replicas.c  data-parallel replicas: the training step over
  *                      them, their gradient sums, their lives
+ *   engine-group.c     replica groups (ph_group): collectives over the
+ *                      replicas of a stage, and the layers' reports
+ *   engine-shard.c     sharded parameters: their clip norm, and their
+ *                      whole tensors for checkpoints
  *   engine-eval.c      evaluation, and the weights and optimizer state as
  *                      named tensors (checkpoints, --save-weights)
  *   engine-trace.c     --trace: every op's times, as Chrome trace JSON
