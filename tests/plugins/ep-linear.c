@@ -21,6 +21,11 @@
 
 #include <pipehost/plugin.h>
 
+#include "ep-linear_state.h"
+
+/* ep-linear_cuda.cu; NULL in a build without CUDA */
+PH_LAYER_TWIN(ep_linear_cuda_ops);
+
 typedef struct {
 	int64_t experts;
 } ep_config;
@@ -30,10 +35,7 @@ static const ph_option ep_options[] = {
 	PH_OPT_END
 };
 
-typedef struct {
-	int E, D, C;
-	ph_shape in;
-} state;
+typedef ep_state state;
 
 static int create(const void *config, const ph_shape *in, int max_batch, void **st, ph_err *err)
 {
@@ -56,15 +58,8 @@ static void destroy(void *st)
 	free(st);
 }
 
-static size_t row(const state *s)
-{
-	return 1 + 2 * (size_t)s->D;
-}
-
-static size_t buf_floats(const state *s)
-{
-	return (size_t)s->E * s->C * row(s);
-}
+#define row ep_row
+#define buf_floats ep_buf_floats
 
 static int meta(const void *st, ph_layer_meta *m, ph_err *err)
 {
@@ -81,17 +76,14 @@ static int meta(const void *st, ph_layer_meta *m, ph_err *err)
 	return PH_OK;
 }
 
-/* Sample i's expert and its slot in that expert's rows: slots are taken in
- * sample order. */
+/* Sample i's expert and its slot in that expert's rows (ep-linear_state.h). */
 static void route(const state *s, const ph_ctx *ctx, int *expert, int *slot)
 {
-	int *used = calloc((size_t)s->E, sizeof *used);
+	int base = ep_base(s, ctx);
 	for (int i = 0; i < ctx->batch; i++) {
-		uint64_t g = ctx->microbatch * (uint64_t)s->C + (uint64_t)i;
-		expert[i] = (int)(g % (uint64_t)s->E);
-		slot[i] = used ? used[expert[i]]++ : 0;
+		expert[i] = (base + i) % s->E;
+		slot[i] = i / s->E;
 	}
-	free(used);
 }
 
 static int check_group(const state *s, const ph_ctx *ctx, ph_err *err)
@@ -245,6 +237,7 @@ static const ph_layer_ops ops = {
 	.meta = meta,
 	.forward = forward,
 	.backward = backward,
+	.cuda = &ep_linear_cuda_ops,
 };
 
 static const ph_layer_ops *const layers[] = { &ops, NULL };
