@@ -90,12 +90,6 @@ static void metrics_step(FILE **m, const char *path, ph_train_result *res, int64
 			 double lr, double sps, double tokps, double elapsed, const ph_report *rp, int nrp)
 {
 	cJSON *o = cJSON_CreateObject();
-	/* the layers' figures (ph_group.report): LAYER.KEY, the step's mean */
-	for (int i = 0; o && i < nrp; i++)
-		if (!cJSON_AddNumberToObject(o, rp[i].name, rounded("%.6g", rp[i].sum / rp[i].count))) {
-			cJSON_Delete(o);
-			o = NULL;
-		}
 	if (o && (!cJSON_AddNumberToObject(o, "step", (double)step) || !cJSON_AddNumberToObject(o, "epoch", (double)epoch) ||
 		  !cJSON_AddNumberToObject(o, "loss", rounded("%.6f", loss)) ||
 		  !cJSON_AddNumberToObject(o, "lr", rounded("%.6g", lr)) ||
@@ -106,6 +100,12 @@ static void metrics_step(FILE **m, const char *path, ph_train_result *res, int64
 		cJSON_Delete(o);
 		o = NULL;
 	}
+	/* the layers' figures (ph_group.report): LAYER.KEY, the step's mean */
+	for (int i = 0; o && i < nrp; i++)
+		if (!cJSON_AddNumberToObject(o, rp[i].name, rounded("%.6g", rp[i].sum / rp[i].count))) {
+			cJSON_Delete(o);
+			o = NULL;
+		}
 	metrics_write(m, path, res, o);
 }
 

@@ -51,7 +51,7 @@ else
 fi
 
 # The figures, averaged over the step's calls.
-if grep -q 'ep.load_max 0.25 ep.tokens 16' "$tmp/r2.log" && grep -q '"ep.load_max":0.25,"ep.tokens":16' "$tmp/r2.jsonl"; then
+if grep -q 'ep.load_max 0.25 ep.tokens 16' "$tmp/r2.log" && grep -q '"elapsed_s":[0-9.]*,"ep.load_max":0.25,"ep.tokens":16}' "$tmp/r2.jsonl"; then
 	ok "ep.load_max and ep.tokens in the progress line and the metrics file"
 else
 	not_ok "no layer figures: $(grep -m1 'step 1/' "$tmp/r2.log"); $(head -1 "$tmp/r2.jsonl")"
