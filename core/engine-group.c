@@ -199,16 +199,29 @@ static int post_remote(struct ph_eng_group *G, const float *send, size_t stride_
 	return PH_OK;
 }
 
+/* Between processes on GPUs: NCCL on the communicator the gradient sum
+ * opened for this stage (engine-replicas.c), whose member j is replica j
+ * when every process runs one replica. */
+static void *nccl_comm_of(const struct ph_eng_group *G)
+{
+	const ph_engine *e = G->e, *e0 = e->rep0;
+	if (e->cfg->comm.size == 1 || e->dev->host_memory || e->span > 1 || nlocal(e) != 1 || !e0 || !e0->nccl ||
+	    !e->dev->nccl_all_to_all || !e->dev->nccl_all_gather)
+		return NULL;
+	return e0->nccl[G->stage];
+}
+
 static int remote_ok(const struct ph_eng_group *G, ph_err *err)
 {
 	const ph_engine *e = G->e;
 	if (e->cfg->comm.size == 1 || (e->span == 1 && nlocal(e) == G->g.size))
 		return PH_OK; /* every replica of the stage is a thread here */
-	if (!e->dev->host_memory)
+	if (!e->dev->host_memory && !nccl_comm_of(G))
 		return ph_fail(err, PH_EUNSUPPORTED,
-			       "replica-group collectives between processes on GPUs are not built yet (NCCL send/recv); "
-			       "run the replicas of a stage in one process ([run] replicas with one process per node)");
-	if (!e->cfg->comm.threads)
+			       "replica-group collectives between processes on GPUs run over NCCL with one replica a "
+			       "process: set [run] replicas to the process count, and build with NCCL (configure "
+			       "prints NCCL yes)");
+	if (e->dev->host_memory && !e->cfg->comm.threads)
 		return ph_fail(err, PH_EUNSUPPORTED,
 			       "replica-group collectives between processes need an MPI with MPI_THREAD_MULTIPLE");
 	return PH_OK;
@@ -230,6 +243,9 @@ static int g_all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send,
 		return PH_OK;
 	if ((rc = remote_ok(G, err)))
 		return rc;
+	void *nc = nccl_comm_of(G);
+	if (nc) /* GPUs, a replica a process */
+		return e->dev->nccl_all_to_all(rs, nc, send, recv, count, err);
 	void **req = calloc((size_t)2 * R, sizeof *req);
 	if (!req)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -289,6 +305,22 @@ static int g_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, si
 		return PH_OK;
 	if ((rc = remote_ok(G, err)))
 		return rc;
+	void *nc = nccl_comm_of(G);
+	if (nc) {
+		/* GPUs, a replica a process: every replica's buffer gathered
+		 * ([R][count]), then added in replica order on the device */
+		size_t bytes = count * sizeof(float);
+		if ((rc = room(G, (size_t)(R + 1) * count, err)) ||
+		    (rc = e->dev->nccl_all_gather(rs, nc, buf, G->tmp, count, err)))
+			return rc;
+		float *acc = G->tmp + (size_t)R * count;
+		if ((rc = e->dev->copy(rs, acc, G->tmp, bytes, PH_COPY_D2D, err)))
+			return rc;
+		for (int j = 1; j < R; j++)
+			if ((rc = e->dev->tie_sum(rs, acc, G->tmp + (size_t)j * count, (int64_t)count, err)))
+				return rc;
+		return e->dev->copy(rs, buf, acc, bytes, PH_COPY_D2D, err);
+	}
 	void **req = calloc((size_t)2 * R, sizeof *req);
 	if (!req)
 		return ph_fail(err, PH_ENOMEM, "out of memory");

@@ -128,7 +128,7 @@ static int ep_cuda_forward(void *state, const ph_ctx *ctx, float *const *params,
 	float *a = (float *)ctx->scratch, *b = a + ep_buf_floats(s), *load = b + ep_buf_floats(s);
 	PH_CUDA_TRY(err, cudaMemsetAsync(a, 0, ep_buf_floats(s) * sizeof(float), st));
 	if (ctx->batch > 0) {
-		pack_kernel<<<ph_blocks((int64_t)ctx->batch * (s->D + 1)), 256, 0, st>>>(x, NULL, a, ctx->batch, s->D, s->E,
+		pack_kernel<<<ph_blocks((int64_t)ctx->batch * (s->D + 1)), 256, 0, st>>>(x, (const float *)nullptr, a, ctx->batch, s->D, s->E,
 											s->C, base);
 		PH_CUDA_CHECK_LAUNCH(err, "ep_linear: pack");
 	}
