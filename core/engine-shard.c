@@ -39,6 +39,11 @@ int ph_eng_has_shards(const ph_engine *e)
 	return 0;
 }
 
+int ph_engine_eval_together(const ph_engine *e)
+{
+	return e->cfg->comm.size > 1 && ph_eng_has_shards(e);
+}
+
 static int sharded(const ph_layer *L, int q)
 {
 	return (int)(L->meta.sharded_params >> q & 1u);

@@ -393,8 +393,9 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		free(rp);
 		/* under mpirun only process 0 reports, so only it evaluates,
 		 * unless its pipeline is split over processes, which then all
-		 * take part */
-		if (c->run.eval && test && (pos == spe - 1 || last) && (writer || ph_config_split(c) > 1)) {
+		 * take part, or its experts are in other processes too */
+		if (c->run.eval && test && (pos == spe - 1 || last) &&
+		    (writer || ph_config_split(c) > 1 || ph_engine_eval_together(e))) {
 			if (tty)
 				printf("\n");
 			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, &metrics, res, err)))

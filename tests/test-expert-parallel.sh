@@ -133,6 +133,14 @@ if ph_have_mpi; then
 			not_ok "mpirun -np $1 with R = $2: differs or failed: $(tail -3 "$tmp/m$1-$2.log")"
 		fi
 	done
+	# evaluation needs every process's experts: all processes take part
+	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH "$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 \
+		--set run.eval=yes --set run.steps=5 >"$tmp/me.log" 2>&1 &&
+		sed -n 's/.*test loss \([0-9.]*\).*/\1/p' "$tmp/me.log" | cmp -s - "$tmp/e2.loss"; then
+		ok "mpirun -np 2 with R = 2 evaluates: test loss $(cat "$tmp/e2.loss"), as one process"
+	else
+		not_ok "mpirun -np 2 evaluation: $(grep 'test loss' "$tmp/me.log") against $(cat "$tmp/e2.loss"): $(tail -2 "$tmp/me.log")"
+	fi
 else
 	echo "# mpirun checks skipped: $ph_mpi_why"
 fi
