@@ -60,18 +60,19 @@ fi
 # Kill and resume: every replica gets its own experts back.
 ck="$tmp/ck"
 "$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 --set optimizer.clip=0.05 \
-	--set checkpoint.dir="$ck" --set run.steps=2000 --save-weights "$tmp/full.st" >"$tmp/full.log" 2>&1 &
+	--set checkpoint.dir="$ck" --set checkpoint.every=100 --set run.steps=3000 --save-weights "$tmp/full.st" \
+	>"$tmp/full.log" 2>&1 &
 pid=$!
 i=0
-while [ ! -d "$ck" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
-sleep 0.3
+while [ ! -d "$ck/step-00000100" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 kill -TERM $pid
 wait $pid
 at=$(sed -n 's/.*interrupted at step \([0-9]*\).*/\1/p' "$tmp/full.log")
 if [ -n "$at" ] && "$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 --set optimizer.clip=0.05 \
-	--set checkpoint.dir="$ck" --set run.steps=2000 --resume "$ck" --save-weights "$tmp/resumed.st" >"$tmp/resumed.log" 2>&1 &&
+	--set checkpoint.dir="$ck" --set checkpoint.every=100 --set run.steps=3000 --resume "$ck" \
+	--save-weights "$tmp/resumed.st" >"$tmp/resumed.log" 2>&1 &&
 	"$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 --set optimizer.clip=0.05 \
-		--set run.steps=2000 --save-weights "$tmp/whole.st" >"$tmp/whole.log" 2>&1 &&
+		--set run.steps=3000 --save-weights "$tmp/whole.st" >"$tmp/whole.log" 2>&1 &&
 	cmp -s "$tmp/whole.st" "$tmp/resumed.st"; then
 	ok "killed at step $at and resumed: byte-identical to the run without a stop"
 else
@@ -80,7 +81,7 @@ fi
 # The checkpoint holds every expert, whole: R = 4 resumes R = 2's final
 # checkpoint (each replica takes its rows) and writes the same weights.
 if [ -n "$at" ] && "$PIPEHOST" -c "$ini" --set run.replicas=4 --set run.micro_batches=2 --set optimizer.clip=0.05 \
-	--set checkpoint.dir="$ck" --set run.steps=2000 --resume "$ck" --save-weights "$tmp/r4res.st" >"$tmp/r4res.log" 2>&1 &&
+	--set checkpoint.dir="$ck" --set checkpoint.every=100 --set run.steps=3000 --resume "$ck" --save-weights "$tmp/r4res.st" >"$tmp/r4res.log" 2>&1 &&
 	cmp -s "$tmp/r4res.st" "$tmp/resumed.st"; then
 	ok "R = 4 loads R = 2's checkpoint and writes back the same weights"
 else
