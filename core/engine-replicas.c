@@ -220,9 +220,13 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 	int spp = ph_optim_state_per_param(&e->cfg->optim);
 	for (int r = 1; r < e->nrep; r++)
 		for (int l = 0; l < e->model->n; l++) {
-			size_t n = (size_t)e->model->layers[l].param_numel;
-			memcpy(e->rep[r]->params[l].hw, e->params[l].hw, n * sizeof(float));
-			memcpy(e->rep[r]->params[l].hs, e->params[l].hs, n * spp * sizeof(float));
+			/* (a sharded tensor's rows are each replica's own: below) */
+			int64_t o, n;
+			for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &n); run++) {
+				memcpy(e->rep[r]->params[l].hw + o, e->params[l].hw + o, (size_t)n * sizeof(float));
+				memcpy(e->rep[r]->params[l].hs + o * spp, e->params[l].hs + o * spp,
+				       (size_t)n * spp * sizeof(float));
+			}
 		}
 	/* a sharded tensor's rows: each replica its own, from the whole */
 	ph_eng_shard_scatter(e);
