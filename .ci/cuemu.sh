@@ -8,6 +8,7 @@
 #   test-cuda-layers    every layer's CUDA twin against its CPU twin
 #   test-gpu.sh         4 ranks on one GPU against 1 rank, schedules, bf16
 #   test-nccl.sh        two (emulated) GPUs in one process
+#   test-expert-parallel-gpu.sh  experts split over two GPUs (replica groups)
 #   test-gpu-switches.sh  the [gpu] keys reach the kernels' switches
 #   test-out-of-tree.sh a third party's layer with its CUDA twin, built
 #                       against the installed headers, trained on cuda:0
@@ -26,7 +27,7 @@ mkdir -p "$root"
 cd "$root"
 "$src/configure" -q --enable-cuda-emulator --without-nccl
 make -j"$jobs"
-suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh"
+suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh"
 for order in forward reverse shuffle; do
 	if ! PH_CUEMU_ORDER=$order PH_CUEMU_DEVICES=2 make -j"$jobs" check TESTS="$suites" >"check-$order.log" 2>&1; then
 		cat "check-$order.log"

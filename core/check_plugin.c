@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "check_plugin.h"
+#include "layer_call.h"
 #include "fd_check.h"
 #include "layer_inst.h"
 #include "loader.h"
@@ -194,7 +195,7 @@ typedef struct {
 static ph_ctx train_ctx(int batch)
 {
 	return (ph_ctx){ .batch = batch, .training = 1, .seed = 1234, .step = 7, .microbatch = 3, .layer = 2,
-			 .device = PH_DEV_CPU, .loss_scale = 1.0f };
+			 .device = PH_DEV_CPU, .loss_scale = 1.0f, .group = ph_group_solo() };
 }
 
 /* An instance at `batch` with x, r, parameters and targets drawn from a

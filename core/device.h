@@ -121,6 +121,17 @@ typedef struct ph_device_ops {
 	 * arrays themselves, and a copy between one array and itself is
 	 * nothing; sums across processes go over the process group. */
 	int host_memory;
+
+	/* The replica groups' collectives between processes (engine-group.c,
+	 * plugin ABI 1.5), on a communicator of nccl_open whose member j is
+	 * replica j, queued on the rank's stream; NULL without NCCL.
+	 * all_to_all: send [members][count] -> recv [members][count], block j
+	 * to and from member j (ncclSend/ncclRecv in one group).  all_gather:
+	 * every member's `count` floats into recv [members][count], in member
+	 * order (the caller adds them in that order: the same bits as in one
+	 * process, which ncclAllReduce's order would not give). */
+	int (*nccl_all_to_all)(void *rs, void *comm, const float *send, float *recv, size_t count, ph_err *err);
+	int (*nccl_all_gather)(void *rs, void *comm, const float *send, float *recv, size_t count, ph_err *err);
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128

@@ -90,6 +90,48 @@ static int download_tensors(ph_engine *e, int state, ph_err *err)
 	return PH_OK;
 }
 
+/* Sharded parameters: a layer needs the other replicas' rows (their
+ * experts), so every replica of this process runs the same round and
+ * their collectives pair up; replica 0's figures count (engine-group.c).
+ * Under mpirun every process runs it, as evaluation always does. */
+static int eval_all_replicas(ph_engine *e, int64_t n, ph_err *err)
+{
+	int rc = PH_OK, started = 0;
+	ph_err later = { { 0 } };
+	for (; started < e->nrep && !rc; started++) {
+		ph_engine *q = e->rep[started];
+		if (q != e) {
+			memcpy(q->data_x, e->data_x, (size_t)n * e->in_numel * sizeof(float));
+			memcpy(q->data_y, e->data_y, (size_t)n * e->tps * sizeof(int32_t));
+			q->active_mbs = e->active_mbs;
+			q->last_batch = e->last_batch;
+			q->training = 0;
+			q->step = 0;
+		}
+		if ((rc = ph_eng_upload_batch(q, (size_t)n, err)))
+			break;
+		ph_eng_dispatch_start(q, JOB_EVAL);
+	}
+	for (int r = 0; r < started; r++) {
+		int rc2 = ph_eng_dispatch_wait(e->rep[r], rc ? &later : err);
+		if (!rc)
+			rc = rc2;
+	}
+	if (!rc)
+		rc = ph_eng_gather_losses(e, e->active_mbs, err);
+	for (int r = 1; r < e->nrep; r++) { /* as below for replica 0 */
+		ph_engine *q = e->rep[r];
+		for (int c = 0; c < q->plan->nchunks; c++) {
+			chunk_t *ch = &q->chunks[c];
+			for (int s = 0; s < ch->nslots; s++)
+				ch->slots[s].mb = -1;
+			for (int mb = 0; ch->mb_slot && mb < q->m; mb++)
+				ch->mb_slot[mb] = -1;
+		}
+	}
+	return rc;
+}
+
 int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *st, ph_err *err)
 {
 	memset(st, 0, sizeof *st);
@@ -115,7 +157,9 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 		ph_data_gather(ds, idx, (int)n, e->data_x, e->data_y);
 		e->active_mbs = (int)((n + e->mbsize - 1) / e->mbsize);
 		e->last_batch = (int)(n - (int64_t)(e->active_mbs - 1) * e->mbsize);
-		if (!(rc = ph_eng_upload_batch(e, (size_t)n, err))) {
+		if (ph_eng_has_shards(e) && e->nrep > 1)
+			rc = eval_all_replicas(e, n, err);
+		else if (!(rc = ph_eng_upload_batch(e, (size_t)n, err))) {
 			ph_eng_dispatch_start(e, JOB_EVAL);
 			if (!(rc = ph_eng_dispatch_wait(e, err)))
 				rc = ph_eng_gather_losses(e, e->active_mbs, err);
@@ -140,7 +184,7 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 {
 	int total = 0, rc = download_tensors(e, 0, err);
-	if (rc)
+	if (rc || (rc = ph_eng_shard_gather(e, 0, err)))
 		return rc;
 	for (int l = 0; l < e->model->n; l++)
 		total += e->model->layers[l].meta.nparams;
@@ -153,7 +197,9 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 		for (int q = 0; q < L->meta.nparams; q++, k++) {
 			snprintf(t[k].name, sizeof t[k].name, "%s.%s", L->cfg->name, L->meta.params[q].name);
 			t[k].shape = L->meta.params[q].shape;
-			t[k].data = host_param(e, l, q);
+			t[k].data = ph_eng_shard_whole(e, l, q, 0, 0); /* a sharded tensor's whole */
+			if (!t[k].data)
+				t[k].data = host_param(e, l, q);
 		}
 	}
 	/* a tied copy is stored once, under its source's name */
@@ -166,7 +212,7 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 {
 	int spp = ph_optim_state_per_param(&e->cfg->optim), total = 0, rc = download_tensors(e, 1, err);
-	if (rc)
+	if (rc || (rc = ph_eng_shard_gather(e, 1, err)))
 		return rc;
 	for (int l = 0; l < e->model->n; l++)
 		total += e->model->layers[l].meta.nparams * spp;
@@ -178,13 +224,15 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 		ph_layer *L = &e->model->layers[l];
 		int64_t off = 0;
 		for (int q = 0; q < L->meta.nparams; q++) {
-			int64_t numel = ph_shape_numel(&L->meta.params[q].shape);
+			int64_t numel = ph_param_local_numel(L, q);
 			for (int j = 0; j < spp; j++, k++) {
 				/* state j of tensor q lives at s + off*spp + j*numel (optim.h layout) */
 				snprintf(t[k].name, sizeof t[k].name, "%s.%s.%s", L->cfg->name, L->meta.params[q].name,
 					 spp == 1 ? "momentum" : j == 0 ? "adam_m" : "adam_v");
 				t[k].shape = L->meta.params[q].shape;
-				t[k].data = e->params[l].hs + off * spp + (int64_t)j * numel;
+				t[k].data = ph_eng_shard_whole(e, l, q, 1, j); /* a sharded tensor's whole */
+				if (!t[k].data)
+					t[k].data = e->params[l].hs + off * spp + (int64_t)j * numel;
 			}
 			off += numel;
 		}

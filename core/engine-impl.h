@@ -18,6 +18,10 @@
  *                      what, and the collectives the split needs
  *   engine-replicas.c  data-parallel replicas: the training step over
  *                      them, their gradient sums, their lives
+ *   engine-group.c     replica groups (ph_group): collectives over the
+ *                      replicas of a stage, and the layers' reports
+ *   engine-shard.c     sharded parameters: their clip norm, and their
+ *                      whole tensors for checkpoints
  *   engine-eval.c      evaluation, and the weights and optimizer state as
  *                      named tensors (checkpoints, --save-weights)
  *   engine-trace.c     --trace: every op's times, as Chrome trace JSON
@@ -187,6 +191,15 @@ struct ph_engine {
 	int rank_lo, rank_hi;
 	int proc_base;
 
+	/* Replica groups (plugin ABI 1.5; engine-group.c) and sharded
+	 * parameters (engine-shard.c) */
+	struct ph_eng_group *groups; /* [ranks] this replica's group of each stage */
+	ph_engine *rep0;     /* the replica that drives this process's others */
+	void *grp;           /* rep0: the stages' rendezvous and the reports */
+	void *shard;         /* rep0: whole copies of the sharded tensors */
+	double clip_total, clip_shard; /* the clip norm's sums: of the tensors
+			      * every replica holds, of this replica's shards */
+
 	/* The batched clip norm (engine-update.c) */
 	double **ss_dev;     /* [ranks] each tensor's sum of squares, on the device */
 	double **ss_host;    /* the same read back, [ranks] */
@@ -334,6 +347,9 @@ int ph_eng_step_end_batched(const ph_engine *e);
 /* Everything the update job needs: tied copies summed, the clip scale. */
 int ph_eng_prepare_update(ph_engine *e, ph_err *err);
 
+/* The clip scale for a sum of squares `total` of every gradient. */
+void ph_eng_set_clip_scale(ph_engine *e, double total);
+
 /* The update job of one rank: its tensors' optimizer step. */
 int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err);
 
@@ -359,6 +375,37 @@ void ph_eng_eval_lists_free(ph_engine *e);
 
 /* The host copies of the weights and optimizer state to the devices. */
 int ph_eng_upload_one(ph_engine *e, ph_err *err);
+
+/* ---- engine-group.c: replica groups ----------------------------------- */
+
+/* Every local replica's group of every stage (after the replicas exist;
+ * e is replica 0); and their end. */
+int ph_eng_groups_create(ph_engine *e, ph_err *err);
+void ph_eng_groups_destroy(ph_engine *e);
+/* What ctx->group points to for a layer on rank `rank`. */
+const ph_group *ph_eng_group_of(const ph_engine *e, int rank);
+
+/* ---- engine-shard.c: sharded parameters ------------------------------- */
+
+/* Do any of the model's layers shard a parameter? */
+int ph_eng_has_shards(const ph_engine *e);
+/* Clip norm with shards: every replica's shard sums added in replica
+ * order to the rest, and the clip scale set (e is replica 0). */
+int ph_eng_shard_clip(ph_engine *e, ph_err *err);
+/* The whole sharded tensors from every replica's rows (e is replica 0;
+ * state: the optimizer state, else the weights); and back. */
+int ph_eng_shard_gather(ph_engine *e, int state, ph_err *err);
+void ph_eng_shard_scatter(ph_engine *e);
+/* Under mpirun, every process's rows to every process (ph_engine_gather). */
+int ph_eng_shard_gather_all(ph_engine *e, ph_err *err);
+/* The stretches of layer l's parameter block the replicas' gradient sum
+ * adds: the i-th run of tensors that are not sharded, as [*off, *off + *n)
+ * floats; 0 when there is none. */
+int ph_eng_summed_run(const ph_layer *L, int i, int64_t *off, int64_t *n);
+/* The host copy of tensor q of layer l as the named tensors show it: the
+ * whole tensor when sharded (NULL when not), weights or state j. */
+float *ph_eng_shard_whole(ph_engine *e, int l, int q, int state, int j);
+void ph_eng_shard_free(ph_engine *e);
 
 /* ---- engine-trace.c: --trace ------------------------------------------ */
 

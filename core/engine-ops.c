@@ -23,10 +23,12 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 	ctx->scratch = ch->scratch;
 	ctx->saved = saved;
 	e->dev->fill_ctx(e->rs[ch->rank], ctx);
-	if (layer == e->model->n - 1) {
+	/* ABI 1.5: the stage's replica group, and the loss scale for every
+	 * layer (an auxiliary loss scales as the objective does) */
+	ctx->group = ph_eng_group_of(e, ch->rank);
+	ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->cfg->run.replicas * e->tps));
+	if (layer == e->model->n - 1)
 		ctx->targets = e->d_data_y + (size_t)mb * e->mbsize * e->tps;
-		ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->cfg->run.replicas * e->tps));
-	}
 }
 
 /* Does micro-batch mb drop its inner activations after the forward? */

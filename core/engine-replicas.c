@@ -112,16 +112,21 @@ static int reduce_gathered(ph_engine *e, ph_err *err)
 				src[r] = e->gathered +
 					 (size_t)(e->span > 1 ? r * e->span + owner0(e, layer_rank(e, l)) : r) * n;
 		}
-		float *dst = e->params[l].g;
-		if (dst != src[0])
-			memcpy(dst, src[0], n * sizeof(float));
-		for (int r = 1; r < total; r++) {
-			const float *g = src[r];
-			for (size_t i = 0; i < n; i++)
-				dst[i] = dst[i] + g[i];
+		/* the tensors every replica holds; a sharded one's rows are
+		 * one replica's own (engine-shard.c) */
+		int64_t o, k;
+		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &k); run++) {
+			float *dst = e->params[l].g + o;
+			if (dst != src[0] + o)
+				memcpy(dst, src[0] + o, (size_t)k * sizeof(float));
+			for (int r = 1; r < total; r++) {
+				const float *g = src[r] + o;
+				for (int64_t i = 0; i < k; i++)
+					dst[i] = dst[i] + g[i];
+			}
+			for (int r = 1; r < R; r++)
+				memcpy(e->rep[r]->params[l].g + o, dst, (size_t)k * sizeof(float));
 		}
-		for (int r = 1; r < R; r++)
-			memcpy(e->rep[r]->params[l].g, dst, n * sizeof(float));
 	}
 	free(src);
 	return rc;
@@ -140,17 +145,22 @@ static int reduce_on_devices(ph_engine *e, ph_err *err)
 			continue;
 		int k = layer_rank(e, l);
 		void *rs = e->rs[k];
-		float *g0 = e->params[l].g;
-		size_t bytes = (size_t)n * sizeof(float);
-		for (int r = 1; r < e->nrep; r++)
-			if ((rc = e->dev->copy(rs, e->red_tmp[k], e->rep[r]->params[l].g, bytes, PH_COPY_D2D, err)) ||
-			    (rc = e->dev->tie_sum(rs, g0, e->red_tmp[k], n, err)))
+		int64_t o;
+		/* the tensors every replica holds, not a sharded one's rows */
+		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &n); run++) {
+			float *g0 = e->params[l].g + o;
+			size_t bytes = (size_t)n * sizeof(float);
+			for (int r = 1; r < e->nrep; r++)
+				if ((rc = e->dev->copy(rs, e->red_tmp[k], e->rep[r]->params[l].g + o, bytes, PH_COPY_D2D,
+						       err)) ||
+				    (rc = e->dev->tie_sum(rs, g0, e->red_tmp[k], n, err)))
+					return rc;
+			if (e->nccl && (rc = e->dev->nccl_sum(rs, e->nccl[k], g0, n, err)))
 				return rc;
-		if (e->nccl && (rc = e->dev->nccl_sum(rs, e->nccl[k], g0, n, err)))
-			return rc;
-		for (int r = 1; r < e->nrep; r++)
-			if ((rc = e->dev->copy(rs, e->rep[r]->params[l].g, g0, bytes, PH_COPY_D2D, err)))
-				return rc;
+			for (int r = 1; r < e->nrep; r++)
+				if ((rc = e->dev->copy(rs, e->rep[r]->params[l].g + o, g0, bytes, PH_COPY_D2D, err)))
+					return rc;
+		}
 	}
 	/* the other replicas' update jobs run on their own streams */
 	for (int k = 0; k < e->plan->ranks; k++)
@@ -190,6 +200,9 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 		q->lr = lr;
 		q->t = step + 1;
 	}
+	/* sharded tensors: the clip norm over every replica's rows */
+	if (e->cfg->optim.clip > 0 && ph_eng_has_shards(e) && (rc = ph_eng_shard_clip(e, err)))
+		return rc;
 	for (int r = 0; r < R; r++)
 		ph_eng_dispatch_start(e->rep[r], JOB_UPDATE);
 	for (int r = 0; r < R; r++) {
@@ -207,10 +220,16 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 	int spp = ph_optim_state_per_param(&e->cfg->optim);
 	for (int r = 1; r < e->nrep; r++)
 		for (int l = 0; l < e->model->n; l++) {
-			size_t n = (size_t)e->model->layers[l].param_numel;
-			memcpy(e->rep[r]->params[l].hw, e->params[l].hw, n * sizeof(float));
-			memcpy(e->rep[r]->params[l].hs, e->params[l].hs, n * spp * sizeof(float));
+			/* (a sharded tensor's rows are each replica's own: below) */
+			int64_t o, n;
+			for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &n); run++) {
+				memcpy(e->rep[r]->params[l].hw + o, e->params[l].hw + o, (size_t)n * sizeof(float));
+				memcpy(e->rep[r]->params[l].hs + o * spp, e->params[l].hs + o * spp,
+				       (size_t)n * spp * sizeof(float));
+			}
 		}
+	/* a sharded tensor's rows: each replica its own, from the whole */
+	ph_eng_shard_scatter(e);
 	for (int r = 0; r < e->nrep; r++) {
 		int rc = ph_eng_upload_one(e->rep[r], err);
 		if (rc)
@@ -289,6 +308,8 @@ int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *
 		if (rc)
 			return rc;
 	}
+	if ((rc = ph_eng_groups_create(e, err)))
+		return rc;
 	if (R > 1 || c->comm.size > 1)
 		return open_reduction(e, err);
 	return PH_OK;
@@ -299,6 +320,9 @@ void ph_engine_destroy(ph_engine *e)
 	if (!e)
 		return;
 	ph_engine **rep = e->rep;
+	if (rep)
+		ph_eng_groups_destroy(e);
+	ph_eng_shard_free(e);
 	for (int r = 1; r < e->nrep; r++) {
 		ph_model *own = rep[r]->own_model;
 		ph_eng_destroy_one(rep[r]);

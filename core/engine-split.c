@@ -114,7 +114,7 @@ int ph_eng_split_eval_stats(ph_engine *e, ph_stats *st, ph_err *err)
 int ph_engine_gather(ph_engine *e, ph_err *err)
 {
 	if (e->span == 1)
-		return PH_OK;
+		return ph_eng_shard_gather_all(e, err); /* sharded tensors' rows */
 	int spp = ph_optim_state_per_param(&e->cfg->optim);
 	for (int l = 0; l < e->model->n; l++) {
 		size_t n = (size_t)e->model->layers[l].param_numel;

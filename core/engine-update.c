@@ -45,7 +45,7 @@ int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err)
 			lparams_t *P = &e->params[l];
 			int64_t off = 0;
 			for (int p = 0; p < L->meta.nparams; p++, k++) {
-				n[k] = ph_shape_numel(&L->meta.params[p].shape);
+				n[k] = ph_param_local_numel(L, p);
 				w[k] = P->pw[p];
 				g[k] = P->pg[p];
 				s[k] = P->s + off * spp;
@@ -70,7 +70,7 @@ int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err)
 
 /* Clipping: scale the gradients down when their norm, sqrt(total), passes
  * [optimizer] clip. */
-static void set_clip_scale(ph_engine *e, double total)
+void ph_eng_set_clip_scale(ph_engine *e, double total)
 {
 	double norm = sqrt(total);
 	if (norm > e->cfg->optim.clip)
@@ -131,7 +131,7 @@ static int sumsq_many_rank(ph_engine *e, int r, int *used, ph_err *err)
 			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
 				if (!tied_copy(e->model, l, q)) {
 					g[k] = e->params[l].pg[q];
-					n[k++] = ph_shape_numel(&e->model->layers[l].meta.params[q].shape);
+					n[k++] = ph_param_local_numel(&e->model->layers[l], q);
 				}
 	if (!rc)
 		rc = e->dev->sumsq_many(e->rs[r], g, n, count, e->ss_dev[r], err);
@@ -166,8 +166,7 @@ static int sumsq_batched(ph_engine *e, double *total, ph_err *err)
 			for (int q = 0; q < L->meta.nparams && !rc; q++)
 				if (!tied_copy(e->model, l, q))
 					rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q],
-							      ph_shape_numel(&L->meta.params[q].shape),
-							      &e->ss_dev[r][used[r]++], err);
+							      ph_param_local_numel(L, q), &e->ss_dev[r][used[r]++], err);
 		}
 	}
 	for (int r = 0; r < P && !rc; r++)
@@ -176,13 +175,19 @@ static int sumsq_batched(ph_engine *e, double *total, ph_err *err)
 					  PH_COPY_D2H, err);
 	if (!rc) {
 		memset(used, 0, (size_t)P * sizeof *used);
-		double t = 0;
+		double t = 0, sh = 0;
 		for (int l = 0; l < e->model->n; l++) {
 			const int r = layer_rank(e, l);
-			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
-				t += tied_copy(e->model, l, q) ? 0.0 : e->ss_host[r][used[r]++];
+			for (int q = 0; q < e->model->layers[l].meta.nparams; q++) {
+				double v = tied_copy(e->model, l, q) ? 0.0 : e->ss_host[r][used[r]++];
+				if (e->model->layers[l].meta.sharded_params >> q & 1u)
+					sh += v; /* ph_eng_shard_clip adds every replica's */
+				else
+					t += v;
+			}
 		}
 		*total = t;
+		e->clip_shard = sh;
 	}
 	free(used);
 	return rc;
@@ -192,7 +197,7 @@ static int sumsq_batched(ph_engine *e, double *total, ph_err *err)
  * layer order, a tied copy not at all. */
 static int sumsq_each(ph_engine *e, double *total, ph_err *err)
 {
-	double t = 0;
+	double t = 0, sh = 0;
 	for (int l = 0; l < e->model->n; l++) {
 		const ph_layer *L = &e->model->layers[l];
 		for (int q = 0; q < L->meta.nparams; q++) {
@@ -201,12 +206,16 @@ static int sumsq_each(ph_engine *e, double *total, ph_err *err)
 			if (tied_copy(e->model, l, q))
 				continue;
 			if ((rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
-						ph_shape_numel(&L->meta.params[q].shape), &ss, err)))
+						ph_param_local_numel(L, q), &ss, err)))
 				return rc;
-			t += ss;
+			if (L->meta.sharded_params >> q & 1u)
+				sh += ss; /* ph_eng_shard_clip adds every replica's */
+			else
+				t += ss;
 		}
 	}
 	*total = t;
+	e->clip_shard = sh;
 	return PH_OK;
 }
 
@@ -261,7 +270,8 @@ int ph_eng_prepare_update(ph_engine *e, ph_err *err)
 			rc = sumsq_each(e, &total, err);
 		if (rc)
 			return rc;
-		set_clip_scale(e, total);
+		e->clip_total = total;
+		ph_eng_set_clip_scale(e, total + e->clip_shard);
 	}
 	/* the tie sums ran on the main thread's queue of one rank; the
 	 * update runs on every rank's own stream */

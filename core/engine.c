@@ -86,10 +86,14 @@ static int open_device(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
-static void init_tensor(float *w, int64_t n, const ph_param_desc *d, uint64_t seed, int layer, int p)
+/* Elements [first, first + n) of the tensor (a sharded tensor's replica
+ * draws its own rows of the whole tensor's values: every R starts the
+ * same). */
+static void init_tensor(float *w, int64_t first, int64_t n, const ph_param_desc *d, uint64_t seed, int layer, int p)
 {
 	uint64_t key = ph_rng_key(seed, 0x494E4954 /* "INIT" */, (uint64_t)layer, (uint64_t)p);
-	for (int64_t i = 0; i < n; i++) {
+	w -= first;
+	for (int64_t i = first; i < first + n; i++) {
 		switch (d->init) {
 		case PH_INIT_ZEROS: w[i] = 0; break;
 		case PH_INIT_ONES: w[i] = 1; break;
@@ -137,10 +141,10 @@ static int alloc_params(ph_engine *e, ph_err *err)
 			return rc;
 		int64_t off = 0;
 		for (int q = 0; q < L->meta.nparams; q++) {
-			int64_t k = ph_shape_numel(&L->meta.params[q].shape);
+			int64_t k = ph_param_local_numel(L, q), first = L->meta.sharded_params >> q & 1u ? e->replica * k : 0;
 			P->pw[q] = P->w + off;
 			P->pg[q] = P->g + off;
-			init_tensor(P->hw + off, k, &L->meta.params[q], (uint64_t)c->run.seed, l, q);
+			init_tensor(P->hw + off, first, k, &L->meta.params[q], (uint64_t)c->run.seed, l, q);
 			off += k;
 		}
 	}

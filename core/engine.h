@@ -61,6 +61,21 @@ double ph_engine_activation_bytes(const ph_engine *e, int rank);
 int ph_engine_trace(ph_engine *e, ph_err *err);
 int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err);
 
+/* Must every process run evaluation (under mpirun)?  Yes when a layer
+ * shards its parameters over replicas in several processes: the experts
+ * of process 0's replicas are not all in process 0.  (engine-shard.c) */
+int ph_engine_eval_together(const ph_engine *e);
+
+/* The figures layers reported (ph_group.report) since the last call, each
+ * LAYER.KEY with its sum and count over the calls of every replica of
+ * every process, sorted by name; *out is the caller's to free.  Every
+ * process calls it (a collective under mpirun).  (engine-group.c) */
+typedef struct {
+	char name[96];
+	double sum, count;
+} ph_report;
+int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err);
+
 void ph_engine_destroy(ph_engine *e);
 
 #endif

@@ -12,6 +12,7 @@
  * counter-based generator (Philox, pipehost/rng.h): the same seed, prompt and
  * weights give the same text on every run. */
 #include "generate.h"
+#include "layer_call.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -226,7 +227,7 @@ static int gen_forward(const gen_model *g, const ph_config *c, const int32_t *id
 		if (!rc) {
 			ph_ctx ctx = { .batch = 1, .training = 0, .seed = (uint64_t)c->run.seed, .step = 0,
 				       .microbatch = 0, .layer = (uint64_t)i, .scratch = scratch, .saved = saved,
-				       .device = PH_DEV_CPU, .loss_scale = 1.0f };
+				       .device = PH_DEV_CPU, .loss_scale = 1.0f, .group = ph_group_solo() };
 			if ((rc = lay->ops->forward(state, &ctx, g->params + (size_t)i * PH_MAX_PARAMS, x, y, &e)))
 				ph_fail(err, rc, "--generate: layer %s (%s) forward: %s", name, type, e.msg);
 		}

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "layer_inst.h"
+#include "layer_call.h"
 
 uint64_t ph_rng64_next(ph_rng64 *g)
 {
@@ -130,6 +131,8 @@ int ph_layer_inst_create(ph_layer_inst *L, const ph_layer_ops *ops, void *cfg, p
 		ok = ok && L->params[p] && L->grads[p];
 	}
 	L->ctx = ctx;
+	if (!L->ctx.group)
+		L->ctx.group = ph_group_solo(); /* ABI 1.5: never NULL */
 	L->ctx.scratch = L->ctx.saved = NULL;
 	L->ctx.targets = NULL;
 	if (L->meta.scratch_bytes && !(L->ctx.scratch = guarded_alloc(L->meta.scratch_bytes)))
@@ -232,4 +235,33 @@ int ph_layer_inst_check_guards(const ph_layer_inst *L, const char *call, ph_err 
 			       "byte %lld after the batch's %zu changed", name, call, L->meta.saved_bytes, (long long)at,
 			       L->meta.saved_bytes * (size_t)L->batch);
 	return PH_OK;
+}
+
+/* ---- A replica group of one (plugin ABI 1.5) ---- */
+
+static void solo_report(const ph_group *g, const ph_ctx *ctx, const char *key, double value)
+{
+	(void)g, (void)ctx, (void)key, (void)value;
+}
+
+static int solo_all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send, float *recv, size_t count,
+			   ph_err *err)
+{
+	(void)g, (void)err;
+	if (ctx && ctx->device != PH_DEV_CPU)
+		return ph_fail(err, PH_EUNSUPPORTED, "a group of one outside the engine runs on the CPU only");
+	memcpy(recv, send, count * sizeof(float));
+	return PH_OK;
+}
+
+static int solo_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, size_t count, ph_err *err)
+{
+	(void)g, (void)ctx, (void)buf, (void)count, (void)err;
+	return PH_OK;
+}
+
+const ph_group *ph_group_solo(void)
+{
+	static const ph_group solo = { sizeof(ph_group), 1, 0, solo_all_to_all, solo_all_reduce_sum, solo_report, NULL };
+	return &solo;
 }

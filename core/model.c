@@ -144,12 +144,49 @@ static int resolve_ties(ph_model *m, ph_err *err)
 			    (m->ties[k].dst_layer == src && m->ties[k].dst_param == sp))
 				return ph_fail(err, PH_EINVAL, "layer %s: tie = %s chains ties; tie every copy to the same source",
 					       name, t);
+		if ((m->layers[src].meta.sharded_params >> sp | m->layers[i].meta.sharded_params >> dp) & 1u)
+			return ph_fail(err, PH_EINVAL, "layer %s: tie = %s shares a sharded parameter, which cannot be tied",
+				       name, t);
 		ph_tie *n = realloc(m->ties, (size_t)(m->nties + 1) * sizeof *n);
 		if (!n)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
 		m->ties = n;
 		m->ties[m->nties++] = (ph_tie){ src, sp, i, dp };
 	}
+	return PH_OK;
+}
+
+/* Sharded tensors (ph_layer_meta.sharded_params): each of the R replicas
+ * holds d[0] / R rows, so R must divide d[0].  A pipeline split over
+ * processes and a tied sharded tensor are not supported. */
+static int shard_rows(ph_layer *l, const ph_config *c, ph_err *err)
+{
+	int R = (int)c->run.replicas;
+	l->shards = 1;
+	if (!l->meta.sharded_params)
+		return PH_OK;
+	if (R < 1)
+		R = 1;
+	if (l->meta.sharded_params >> l->meta.nparams)
+		return ph_fail(err, PH_EINTERNAL, "layer %s (%s) shards parameter %d of %d", l->cfg->name,
+			       l->ops->head.name, 31 - __builtin_clz(l->meta.sharded_params), l->meta.nparams);
+	for (int q = 0; q < l->meta.nparams; q++) {
+		const ph_param_desc *d = &l->meta.params[q];
+		if (!(l->meta.sharded_params >> q & 1u))
+			continue;
+		if (d->shape.ndim < 1 || d->shape.d[0] % R)
+			return ph_fail(err, PH_EINVAL,
+				       "layer %s (%s): [run] replicas = %d does not divide the %lld rows of its sharded "
+				       "parameter %s (each replica holds rows / replicas); pick replicas dividing %lld",
+				       l->cfg->name, l->ops->head.name, R, d->shape.ndim ? (long long)d->shape.d[0] : 0LL,
+				       d->name, d->shape.ndim ? (long long)d->shape.d[0] : 0LL);
+	}
+	if (ph_config_split(c) > 1)
+		return ph_fail(err, PH_EUNSUPPORTED,
+			       "layer %s (%s) shards its parameters over the replicas, which a pipeline split over "
+			       "processes does not support yet; run at least as many replicas as processes",
+			       l->cfg->name, l->ops->head.name);
+	l->shards = R;
 	return PH_OK;
 }
 
@@ -187,8 +224,10 @@ int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int m
 			return ph_fail(err, rc, "layer %s (%s): %s", lc->name, l->ops->head.name, e2.msg);
 		if ((rc = check_meta(l, max_batch, err)))
 			return rc;
+		if ((rc = shard_rows(l, c, err)))
+			return rc;
 		for (int p = 0; p < l->meta.nparams; p++)
-			l->param_numel += ph_shape_numel(&l->meta.params[p].shape);
+			l->param_numel += ph_param_local_numel(l, p);
 		int is_loss = (l->ops->flags & PH_LAYER_LOSS) != 0;
 		if (is_loss && i != c->nlayers - 1)
 			return ph_fail(err, PH_EINVAL, "layer %s (%s) is a loss and must be the last layer; move it to the end",

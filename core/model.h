@@ -13,8 +13,20 @@ typedef struct {
 	void *state;
 	ph_shape in;
 	ph_layer_meta meta;
-	int64_t param_numel;       /* all its parameter tensors together */
+	int64_t param_numel;       /* all its parameter tensors together, as
+				    * one replica holds them (a sharded
+				    * tensor's rows / R) */
+	int shards;                /* R for its sharded tensors
+				    * (meta.sharded_params), else 1 */
 } ph_layer;
+
+/* Floats of parameter tensor q of L that one replica holds: the whole
+ * tensor, or its d[0] / R rows when sharded. */
+static inline int64_t ph_param_local_numel(const ph_layer *L, int q)
+{
+	int64_t n = ph_shape_numel(&L->meta.params[q].shape);
+	return L->meta.sharded_params >> q & 1u ? n / L->shards : n;
+}
 
 /* A parameter shared by two layers (tie = LAYER.PARAM): dst starts as a copy
  * of src, their gradients are summed before every update, so the copies stay

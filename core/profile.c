@@ -459,6 +459,7 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 	ctx.scratch = b->scratch;
 	ctx.saved = b->saved;
 	ctx.device = PH_DEV_CPU;
+	ctx.group = ph_group_solo();
 	if (pl->dev)
 		pl->dev->fill_ctx(pl->rs, &ctx);
 	if (is_loss) {

@@ -87,7 +87,7 @@ static void metrics_write(FILE **m, const char *path, ph_train_result *res, cJSO
 
 /* The line of a training step: step, epoch, loss, lr, samples_per_s, elapsed_s. */
 static void metrics_step(FILE **m, const char *path, ph_train_result *res, int64_t step, int64_t epoch, double loss,
-			 double lr, double sps, double tokps, double elapsed)
+			 double lr, double sps, double tokps, double elapsed, const ph_report *rp, int nrp)
 {
 	cJSON *o = cJSON_CreateObject();
 	if (o && (!cJSON_AddNumberToObject(o, "step", (double)step) || !cJSON_AddNumberToObject(o, "epoch", (double)epoch) ||
@@ -100,6 +100,12 @@ static void metrics_step(FILE **m, const char *path, ph_train_result *res, int64
 		cJSON_Delete(o);
 		o = NULL;
 	}
+	/* the layers' figures (ph_group.report): LAYER.KEY, the step's mean */
+	for (int i = 0; o && i < nrp; i++)
+		if (!cJSON_AddNumberToObject(o, rp[i].name, rounded("%.6g", rp[i].sum / rp[i].count))) {
+			cJSON_Delete(o);
+			o = NULL;
+		}
 	metrics_write(m, path, res, o);
 }
 
@@ -353,10 +359,21 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		double sps = (double)here * B / (t > 0 ? t : 1e-9);
 		/* sequence data (text, tokens): T tokens a sample, each a target */
 		double tokps = train->targets_per_sample > 1 ? sps * train->targets_per_sample : 0;
-		char tok_tty[40] = "", tok_log[40] = "";
+		char tok_tty[512] = "", tok_log[512] = "";
 		if (tokps > 0) {
 			snprintf(tok_tty, sizeof tok_tty, "  %.0f tokens/s", tokps);
 			snprintf(tok_log, sizeof tok_log, " tokens/s %.0f", tokps);
+		}
+		/* figures the layers reported this step (every process takes part) */
+		ph_report *rp = NULL;
+		int nrp = 0;
+		if ((rc = ph_engine_reports(e, &rp, &nrp, err)))
+			goto out;
+		for (int i = 0; i < nrp; i++) {
+			size_t a = strlen(tok_tty), b = strlen(tok_log);
+			double v = rp[i].sum / rp[i].count;
+			snprintf(tok_tty + a, sizeof tok_tty - a, "  %s %.4g", rp[i].name, v);
+			snprintf(tok_log + b, sizeof tok_log - b, " %s %.4g", rp[i].name, v);
 		}
 		char eta[32];
 		fmt_eta(t / here * (total - s - 1), eta, sizeof eta);
@@ -372,11 +389,13 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		}
 		ph_stdout_check();
 		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start))
-			metrics_step(&metrics, c->run.metrics, res, s + 1, epoch + 1, loss, lr, sps, tokps, t);
+			metrics_step(&metrics, c->run.metrics, res, s + 1, epoch + 1, loss, lr, sps, tokps, t, rp, nrp);
+		free(rp);
 		/* under mpirun only process 0 reports, so only it evaluates,
 		 * unless its pipeline is split over processes, which then all
-		 * take part */
-		if (c->run.eval && test && (pos == spe - 1 || last) && (writer || ph_config_split(c) > 1)) {
+		 * take part, or its experts are in other processes too */
+		if (c->run.eval && test && (pos == spe - 1 || last) &&
+		    (writer || ph_config_split(c) > 1 || ph_engine_eval_together(e))) {
 			if (tty)
 				printf("\n");
 			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, &metrics, res, err)))

@@ -5,3 +5,19 @@
 # over two (test-plan-memory.sh).
 TESTS += tests/test-replicas.sh tests/test-mpi.sh tests/test-plan-memory.sh
 EXTRA_DIST += tests/test-replicas.sh tests/test-mpi.sh tests/test-plan-memory.sh tests/parallel.mk
+
+# Expert parallelism (plugin ABI 1.5 replica groups, sharded parameters):
+# ep_linear, a test layer with its experts split over the replicas.
+check_LTLIBRARIES += tests/plugins/ep-linear.la
+tests_plugins_ep_linear_la_SOURCES = tests/plugins/ep-linear.c
+tests_plugins_ep_linear_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+EXTRA_DIST += tests/plugins/ep-linear_state.h tests/plugins/ep-linear_cuda.cu
+if PH_CUDA
+# its CUDA twin: the exchanges between GPUs (tests/test-expert-parallel.sh
+# runs it where cuda:0 and cuda:1 are, the emulator's included)
+tests_plugins_ep_linear_la_LIBADD = tests/plugins/ep-linear_cuda.lo $(CUDA_LAYER_LIBS)
+tests/plugins/ep-linear_cuda.lo: tests/plugins/ep-linear_cuda.cu $(top_srcdir)/tests/plugins/ep-linear_state.h \
+	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/cuda.h
+endif
+TESTS += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh
+EXTRA_DIST += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/fixtures/ep.ini tests/st-diff.py

@@ -399,9 +399,53 @@ static int op_nccl_sum(void *v, void *cv, float *g, int64_t n, ph_err *err)
 			       ncclGetErrorString(e), ncclGetLastError(c->comm), NCCL_HINT);
 	return PH_OK;
 }
+
+/* send [n][count] -> recv [n][count] over the n members: one send and one
+ * receive per member (itself included), grouped so that none waits for
+ * another's turn. */
+static int op_nccl_all_to_all(void *v, void *cv, const float *send, float *recv, size_t count, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	nccl_comm *c = (nccl_comm *)cv;
+	int n = 0;
+	if (!count)
+		return PH_OK;
+	ON_DEVICE(err, r);
+	ncclResult_t e = ncclCommCount(c->comm, &n);
+	if (e == ncclSuccess)
+		e = ncclGroupStart();
+	for (int j = 0; e == ncclSuccess && j < n; j++) {
+		e = ncclSend(send + (size_t)j * count, count, ncclFloat, j, c->comm, r->stream);
+		if (e == ncclSuccess)
+			e = ncclRecv(recv + (size_t)j * count, count, ncclFloat, j, c->comm, r->stream);
+	}
+	ncclResult_t e2 = n ? ncclGroupEnd() : ncclSuccess;
+	if (e == ncclSuccess)
+		e = e2;
+	if (e != ncclSuccess)
+		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: all-to-all of %d x %zu floats: %s (%s); %s", r->ordinal, n,
+			       count, ncclGetErrorString(e), ncclGetLastError(c->comm), NCCL_HINT);
+	return PH_OK;
+}
+
+static int op_nccl_all_gather(void *v, void *cv, const float *send, float *recv, size_t count, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	nccl_comm *c = (nccl_comm *)cv;
+	if (!count)
+		return PH_OK;
+	ON_DEVICE(err, r);
+	ncclResult_t e = ncclAllGather(send, recv, count, ncclFloat, c->comm, r->stream);
+	if (e != ncclSuccess)
+		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: all-gather of %zu floats: %s (%s); %s", r->ordinal, count,
+			       ncclGetErrorString(e), ncclGetLastError(c->comm), NCCL_HINT);
+	return PH_OK;
+}
 #define NCCL_OPS op_nccl_unique_id, op_nccl_open, op_nccl_close, op_nccl_sum
+#define NCCL_GROUP_OPS op_nccl_all_to_all, op_nccl_all_gather
 #else
 #define NCCL_OPS NULL, NULL, NULL, NULL
+#define NCCL_GROUP_OPS NULL, NULL
 #endif
 
 static const ph_device_ops cuda_ops = {
@@ -431,6 +475,7 @@ static const ph_device_ops cuda_ops = {
 	op_sumsq_many,
 	PH_DEV_CUDA,
 	0, /* GPU memory: the host keeps mirrors */
+	NCCL_GROUP_OPS,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)

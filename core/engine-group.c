@@ -1,0 +1,554 @@
+/* SPDX-License-Identifier: MIT */
+/* Replica groups (plugin ABI 1.5, ph_group): the collectives a layer runs
+ * over the R replicas of its stage (expert parallelism's token exchange,
+ * tensor parallelism's sums), and the figures layers report.
+ *
+ * One group per stage (pipeline rank k): the stage-k workers of the R
+ * replicas.  Groups of different stages never mix: each has its own
+ * rendezvous and its own message tags.
+ *
+ * In one process the replicas are threads: each call publishes its
+ * buffers, waits at the stage's barrier for the other local replicas, and
+ * then every replica copies what it receives itself (the device's copy:
+ * memcpy on the CPU, a peer copy between GPUs), and waits again before
+ * anyone reuses a buffer.  A replica in another process (mpirun) gets its
+ * blocks as messages (isend/irecv from the worker thread, one tag per
+ * stage and ordered pair of replicas, so calls pair up in order).
+ *
+ * all_reduce_sum gathers every replica's buffer and adds them in replica
+ * order 0..R-1, so every replica, and every placement of the R replicas
+ * over threads and processes, gets the same bits.
+ *
+ * Why calls cannot deadlock: every replica runs the same plan on the same
+ * number of micro-batches, so the stage-k worker of every replica makes
+ * the same collective calls in the same order (the ABI asks layers to);
+ * a call waits only for the same call of the other replicas' stage-k
+ * workers, which depend on nothing but their own replica's pipeline.  The
+ * replicas' jobs run at the same time (ph_engine_train_step starts all
+ * before waiting for any; evaluation runs every replica when any layer
+ * shards its parameters).  A replica that fails stops the others' waits. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine-impl.h"
+#include "layer_call.h"
+
+/* What the local replicas of one stage share. */
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int nloc;            /* replicas of this process */
+	int arrived;
+	unsigned gen;
+	const float **sp;    /* [nloc] published send buffers (or sum inputs) */
+	ph_engine **reps;    /* [nloc] */
+} stage_t;
+
+/* One replica's group of one stage. */
+struct ph_eng_group {
+	ph_group g;
+	ph_engine *e;
+	int stage, local;    /* the pipeline rank; this process's replica index */
+	stage_t *sh;
+	float *tmp;          /* host: R blocks for all_reduce_sum; device: 2 buffers */
+	size_t tmp_n;
+	int tmp_dev;         /* tmp is device memory (ph_eng_balloc) */
+};
+
+/* rep[0]'s: one stage_t per rank, and the reports. */
+typedef struct {
+	stage_t *stages;     /* [ranks] */
+	pthread_mutex_t mu;  /* reports */
+	ph_report *rep;
+	int nrep, cap;
+} shared_t;
+
+/* ---- Where the replicas are ------------------------------------------- */
+
+static int nlocal(const ph_engine *e)
+{
+	return ph_config_local_replicas(e->cfg);
+}
+
+/* Is replica j in this process?  Its index here, else -1. */
+static int local_index(const ph_engine *e, int j)
+{
+	if (e->span > 1)
+		return j == e->replica ? 0 : -1;
+	int first = e->cfg->comm.rank * nlocal(e);
+	return j >= first && j < first + nlocal(e) ? j - first : -1;
+}
+
+/* The process running stage k of replica j. */
+static int proc_of(const ph_engine *e, int j, int k)
+{
+	if (e->span > 1)
+		return j * e->span + owner0(e, k);
+	return j / nlocal(e);
+}
+
+/* One tag per stage and ordered pair of replicas, at the top of the tag
+ * range (the links' tags count up from 0). */
+static int group_tag(const ph_engine *e, int k, int from, int to)
+{
+	int R = (int)e->cfg->run.replicas;
+	return e->cfg->comm.tag_ub - 1 - ((k * R + from) * R + to);
+}
+
+/* ---- Waiting ---------------------------------------------------------- */
+
+static int any_abort(const stage_t *sh)
+{
+	for (int i = 0; i < sh->nloc; i++)
+		if (__atomic_load_n(&sh->reps[i]->abort, __ATOMIC_ACQUIRE))
+			return 1;
+	return 0;
+}
+
+static int stopped(ph_err *err)
+{
+	return ph_fail(err, PH_EINTERNAL, "another replica of this stage stopped");
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* Every local replica of the stage gets here before any goes on. */
+static int barrier(stage_t *sh, ph_err *err)
+{
+	if (sh->nloc == 1)
+		return PH_OK;
+	int rc = PH_OK;
+	pthread_mutex_lock(&sh->mu);
+	unsigned gen = sh->gen;
+	if (++sh->arrived == sh->nloc) {
+		sh->arrived = 0;
+		__atomic_store_n(&sh->gen, gen + 1, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&sh->cv);
+	} else {
+		/* the others are usually a few microseconds away: spin a
+		 * little before sleeping, which costs a wake-up each */
+		pthread_mutex_unlock(&sh->mu);
+		for (int spin = 0; spin < 4000 && __atomic_load_n(&sh->gen, __ATOMIC_ACQUIRE) == gen; spin++)
+			cpu_relax();
+		pthread_mutex_lock(&sh->mu);
+		while (sh->gen == gen) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 20 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000L)
+				ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+			pthread_cond_timedwait(&sh->cv, &sh->mu, &ts);
+			if (sh->gen == gen && any_abort(sh)) {
+				rc = stopped(err);
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&sh->mu);
+	return rc;
+}
+
+/* Messages to and from the replicas in other processes: wait for all. */
+static int wait_all(struct ph_eng_group *G, void **req, int n, ph_err *err)
+{
+	const ph_comm_ops *cm = G->e->cfg->comm.ops;
+	for (int i = 0; i < n; i++)
+		while (req[i]) {
+			int done = 0, rc = cm->test(req[i], &done, err);
+			if (rc)
+				return rc;
+			if (done) {
+				req[i] = NULL;
+				break;
+			}
+			if (any_abort(G->sh))
+				return stopped(err);
+			struct timespec ts = { 0, 20000 };
+			nanosleep(&ts, NULL);
+		}
+	return PH_OK;
+}
+
+/* Start sending send(j) to and receiving recv(j) from every replica j in
+ * another process; req gets 2 R requests (NULL where none). */
+static int post_remote(struct ph_eng_group *G, const float *send, size_t stride_s, float *recv, size_t stride_r,
+		       size_t count, void **req, ph_err *err)
+{
+	ph_engine *e = G->e;
+	const ph_comm_ops *cm = e->cfg->comm.ops;
+	int R = G->g.size, me = G->g.rank, k = G->stage, rc;
+	size_t bytes = count * sizeof(float);
+	for (int j = 0; j < R; j++) {
+		if (local_index(e, j) >= 0)
+			continue;
+		int peer = proc_of(e, j, k);
+		if ((rc = cm->irecv(recv + (size_t)j * stride_r, bytes, peer, group_tag(e, k, j, me), &req[2 * j], err)) ||
+		    (rc = cm->isend(send + (size_t)j * stride_s, bytes, peer, group_tag(e, k, me, j), &req[2 * j + 1], err)))
+			return rc;
+	}
+	return PH_OK;
+}
+
+/* Between processes on GPUs: NCCL on the communicator the gradient sum
+ * opened for this stage (engine-replicas.c), whose member j is replica j
+ * when every process runs one replica. */
+static void *nccl_comm_of(const struct ph_eng_group *G)
+{
+	const ph_engine *e = G->e, *e0 = e->rep0;
+	if (e->cfg->comm.size == 1 || e->dev->host_memory || e->span > 1 || nlocal(e) != 1 || !e0 || !e0->nccl ||
+	    !e->dev->nccl_all_to_all || !e->dev->nccl_all_gather)
+		return NULL;
+	return e0->nccl[G->stage];
+}
+
+static int remote_ok(const struct ph_eng_group *G, ph_err *err)
+{
+	const ph_engine *e = G->e;
+	if (e->cfg->comm.size == 1 || (e->span == 1 && nlocal(e) == G->g.size))
+		return PH_OK; /* every replica of the stage is a thread here */
+	if (!e->dev->host_memory && !nccl_comm_of(G))
+		return ph_fail(err, PH_EUNSUPPORTED,
+			       "replica-group collectives between processes on GPUs run over NCCL with one replica a "
+			       "process: set [run] replicas to the process count, and build with NCCL (configure "
+			       "prints NCCL yes)");
+	if (e->dev->host_memory && !e->cfg->comm.threads)
+		return ph_fail(err, PH_EUNSUPPORTED,
+			       "replica-group collectives between processes need an MPI with MPI_THREAD_MULTIPLE");
+	return PH_OK;
+}
+
+/* ---- The collectives -------------------------------------------------- */
+
+static int g_all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send, float *recv, size_t count,
+			ph_err *err)
+{
+	struct ph_eng_group *G = g->host;
+	ph_engine *e = G->e;
+	stage_t *sh = G->sh;
+	void *rs = e->rs[G->stage];
+	int R = g->size, me = g->rank, rc;
+	size_t bytes = count * sizeof(float);
+	(void)ctx;
+	if (!count)
+		return PH_OK;
+	if ((rc = remote_ok(G, err)))
+		return rc;
+	void *nc = nccl_comm_of(G);
+	if (nc) /* GPUs, a replica a process */
+		return e->dev->nccl_all_to_all(rs, nc, send, recv, count, err);
+	void **req = calloc((size_t)2 * R, sizeof *req);
+	if (!req)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	/* the layer's work on its stream is done before another replica reads */
+	if ((rc = e->dev->sync(rs, err)) ||
+	    (e->cfg->comm.size > 1 && (rc = post_remote(G, send, count, recv, count, count, req, err))))
+		goto out;
+	sh->sp[G->local] = send;
+	if ((rc = barrier(sh, err)))
+		goto out;
+	for (int j = 0; j < R && !rc; j++) {
+		int lj = local_index(e, j);
+		if (lj >= 0)
+			rc = e->dev->copy(rs, recv + (size_t)j * count, sh->sp[lj] + (size_t)me * count, bytes, PH_COPY_D2D,
+					  err);
+	}
+	if (!rc)
+		rc = e->dev->sync(rs, err);
+	if (!rc && e->cfg->comm.size > 1)
+		rc = wait_all(G, req, 2 * R, err);
+	/* nobody reuses its send buffer before every local replica has read it */
+	if (!rc)
+		rc = barrier(sh, err);
+out:
+	free(req);
+	return rc;
+}
+
+/* Room for the sum: host memory for R blocks, or two device buffers. */
+static int room(struct ph_eng_group *G, size_t n, ph_err *err)
+{
+	ph_engine *e = G->e;
+	if (G->tmp_n >= n)
+		return PH_OK;
+	if (G->tmp_dev)
+		ph_eng_bfree(e, G->stage, G->tmp);
+	else
+		free(G->tmp);
+	G->tmp_n = 0;
+	G->tmp_dev = !e->dev->host_memory;
+	G->tmp = G->tmp_dev ? ph_eng_balloc(e, G->stage, n * sizeof(float)) : malloc(n * sizeof(float));
+	if (!G->tmp)
+		return ph_fail(err, PH_ENOMEM, "out of memory for a replica-group sum of %zu floats", n);
+	G->tmp_n = n;
+	return PH_OK;
+}
+
+static int g_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, size_t count, ph_err *err)
+{
+	struct ph_eng_group *G = g->host;
+	ph_engine *e = G->e;
+	stage_t *sh = G->sh;
+	void *rs = e->rs[G->stage];
+	int R = g->size, me = g->rank, rc;
+	(void)ctx;
+	if (!count || R == 1)
+		return PH_OK;
+	if ((rc = remote_ok(G, err)))
+		return rc;
+	void *nc = nccl_comm_of(G);
+	if (nc) {
+		/* GPUs, a replica a process: every replica's buffer gathered
+		 * ([R][count]), then added in replica order on the device */
+		size_t bytes = count * sizeof(float);
+		if ((rc = room(G, (size_t)(R + 1) * count, err)) ||
+		    (rc = e->dev->nccl_all_gather(rs, nc, buf, G->tmp, count, err)))
+			return rc;
+		float *acc = G->tmp + (size_t)R * count;
+		if ((rc = e->dev->copy(rs, acc, G->tmp, bytes, PH_COPY_D2D, err)))
+			return rc;
+		for (int j = 1; j < R; j++)
+			if ((rc = e->dev->tie_sum(rs, acc, G->tmp + (size_t)j * count, (int64_t)count, err)))
+				return rc;
+		return e->dev->copy(rs, buf, acc, bytes, PH_COPY_D2D, err);
+	}
+	void **req = calloc((size_t)2 * R, sizeof *req);
+	if (!req)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	if (e->dev->host_memory) {
+		/* tmp: [R + 1][count], block j from replica j in another
+		 * process, block R the sum */
+		if ((rc = room(G, (size_t)(R + 1) * count, err)))
+			goto out;
+		float *acc = G->tmp + (size_t)R * count;
+		if (e->cfg->comm.size > 1 && (rc = post_remote(G, buf, 0, G->tmp, count, count, req, err)))
+			goto out;
+		sh->sp[G->local] = buf;
+		if ((rc = barrier(sh, err)) || (e->cfg->comm.size > 1 && (rc = wait_all(G, req, 2 * R, err))))
+			goto out;
+		for (int j = 0; j < R; j++) {
+			int lj = local_index(e, j);
+			const float *src = lj >= 0 ? sh->sp[lj] : G->tmp + (size_t)j * count;
+			if (j == 0)
+				memcpy(acc, src, count * sizeof(float));
+			else
+				for (size_t i = 0; i < count; i++)
+					acc[i] = acc[i] + src[i];
+		}
+		/* every local replica has read every buffer before any changes */
+		if ((rc = barrier(sh, err)))
+			goto out;
+		memcpy(buf, acc, count * sizeof(float));
+	} else {
+		/* one process of GPUs: acc = buf_0, then acc += buf_j through a
+		 * copy (tie_sum: a = a + b; b = a), in replica order */
+		if ((rc = room(G, 2 * count, err)) || (rc = e->dev->sync(rs, err)))
+			goto out;
+		float *acc = G->tmp, *in = G->tmp + count;
+		size_t bytes = count * sizeof(float);
+		sh->sp[G->local] = buf;
+		if ((rc = barrier(sh, err)))
+			goto out;
+		for (int j = 0; j < R && !rc; j++) {
+			const float *src = sh->sp[local_index(e, j)];
+			if (j == 0)
+				rc = e->dev->copy(rs, acc, src, bytes, PH_COPY_D2D, err);
+			else if (!(rc = e->dev->copy(rs, in, src, bytes, PH_COPY_D2D, err)))
+				rc = e->dev->tie_sum(rs, acc, in, (int64_t)count, err);
+		}
+		if (!rc)
+			rc = e->dev->sync(rs, err);
+		if (!rc)
+			rc = barrier(sh, err);
+		if (!rc)
+			rc = e->dev->copy(rs, buf, acc, bytes, PH_COPY_D2D, err);
+	}
+	(void)me;
+out:
+	free(req);
+	return rc;
+}
+
+/* ---- Reports ---------------------------------------------------------- */
+
+static void g_report(const ph_group *g, const ph_ctx *ctx, const char *key, double value)
+{
+	struct ph_eng_group *G = g->host;
+	ph_engine *e = G->e, *e0 = e->rep0;
+	if (!ctx || !ctx->training || !key || !e0 || !e0->grp)
+		return;
+	shared_t *S = e0->grp;
+	char name[sizeof S->rep[0].name];
+	int l = (int)ctx->layer;
+	snprintf(name, sizeof name, "%s.%s", l >= 0 && l < e->model->n ? e->model->layers[l].cfg->name : "?", key);
+	pthread_mutex_lock(&S->mu);
+	int i;
+	for (i = 0; i < S->nrep && strcmp(S->rep[i].name, name); i++)
+		;
+	if (i == S->nrep) {
+		if (S->nrep == S->cap) {
+			int cap = S->cap ? 2 * S->cap : 8;
+			ph_report *n = realloc(S->rep, (size_t)cap * sizeof *n);
+			if (!n) {
+				pthread_mutex_unlock(&S->mu);
+				return; /* a figure lost, never a failure */
+			}
+			S->rep = n;
+			S->cap = cap;
+		}
+		memset(&S->rep[i], 0, sizeof S->rep[i]);
+		snprintf(S->rep[i].name, sizeof S->rep[i].name, "%s", name);
+		S->nrep++;
+	}
+	S->rep[i].sum += value;
+	S->rep[i].count += 1;
+	pthread_mutex_unlock(&S->mu);
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const ph_report *)a)->name, ((const ph_report *)b)->name);
+}
+
+int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err)
+{
+	shared_t *S = e->grp;
+	*out = NULL;
+	*n = 0;
+	if (!S)
+		return PH_OK;
+	pthread_mutex_lock(&S->mu);
+	int k = S->nrep;
+	ph_report *r = k ? malloc((size_t)k * sizeof *r) : NULL;
+	if (r)
+		memcpy(r, S->rep, (size_t)k * sizeof *r);
+	S->nrep = 0;
+	pthread_mutex_unlock(&S->mu);
+	if (k && !r)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	qsort(r, (size_t)k, sizeof *r, by_name);
+	const ph_comm *cm = &e->cfg->comm;
+	if (cm->size > 1) {
+		/* every process reports the same keys (the same calls): add
+		 * their sums and counts, in process order */
+		int most = k;
+		int rc = cm->ops->max_int(&most, err);
+		if (rc) {
+			free(r);
+			return rc;
+		}
+		if (most != k) {
+			free(r);
+			return ph_fail(err, PH_EINTERNAL, "the processes report different figures (%d here, %d elsewhere)",
+				       k, most);
+		}
+		double *mine = calloc((size_t)2 * (k ? k : 1), sizeof *mine),
+		       *all = calloc((size_t)2 * (k ? k : 1) * cm->size, sizeof *all);
+		if (!mine || !all)
+			rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		for (int i = 0; !rc && i < k; i++)
+			mine[2 * i] = r[i].sum, mine[2 * i + 1] = r[i].count;
+		if (!rc && k)
+			rc = cm->ops->allgather(mine, all, (size_t)2 * k * sizeof *mine, err);
+		for (int i = 0; !rc && i < k; i++) {
+			r[i].sum = r[i].count = 0;
+			for (int p = 0; p < cm->size; p++)
+				r[i].sum += all[(size_t)2 * k * p + 2 * i], r[i].count += all[(size_t)2 * k * p + 2 * i + 1];
+		}
+		free(mine);
+		free(all);
+		if (rc) {
+			free(r);
+			return rc;
+		}
+	}
+	*out = r;
+	*n = k;
+	return PH_OK;
+}
+
+/* ---- Lives ------------------------------------------------------------ */
+
+int ph_eng_groups_create(ph_engine *e, ph_err *err)
+{
+	int P = e->plan->ranks, nl = e->nrep;
+	shared_t *S = calloc(1, sizeof *S);
+	if (!S || !(S->stages = calloc((size_t)P, sizeof *S->stages))) {
+		free(S);
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	}
+	pthread_mutex_init(&S->mu, NULL);
+	e->grp = S;
+	for (int k = 0; k < P; k++) {
+		stage_t *sh = &S->stages[k];
+		pthread_mutex_init(&sh->mu, NULL);
+		pthread_cond_init(&sh->cv, NULL);
+		sh->nloc = nl;
+		sh->sp = calloc((size_t)nl, sizeof *sh->sp);
+		sh->reps = calloc((size_t)nl, sizeof *sh->reps);
+		if (!sh->sp || !sh->reps)
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		for (int r = 0; r < nl; r++)
+			sh->reps[r] = e->rep[r];
+	}
+	for (int r = 0; r < nl; r++) {
+		ph_engine *q = e->rep[r];
+		q->rep0 = e;
+		if (!(q->groups = calloc((size_t)P, sizeof *q->groups)))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		for (int k = 0; k < P; k++) {
+			struct ph_eng_group *G = &q->groups[k];
+			G->e = q;
+			G->stage = k;
+			G->local = r;
+			G->sh = &S->stages[k];
+			G->g = (ph_group){ sizeof(ph_group), (int)e->cfg->run.replicas, q->replica, g_all_to_all,
+					   g_all_reduce_sum, g_report, G };
+		}
+	}
+	return PH_OK;
+}
+
+const ph_group *ph_eng_group_of(const ph_engine *e, int rank)
+{
+	return e->groups ? &e->groups[rank].g : ph_group_solo(); /* (layer_call.c) */
+}
+
+void ph_eng_groups_destroy(ph_engine *e)
+{
+	shared_t *S = e->grp;
+	for (int r = 0; r < e->nrep; r++) {
+		ph_engine *q = e->rep[r];
+		for (int k = 0; q->groups && k < e->plan->ranks; k++) {
+			struct ph_eng_group *G = &q->groups[k];
+			if (G->tmp_dev)
+				ph_eng_bfree(q, k, G->tmp);
+			else
+				free(G->tmp);
+		}
+		free(q->groups);
+		q->groups = NULL;
+	}
+	if (!S)
+		return;
+	for (int k = 0; k < e->plan->ranks; k++) {
+		pthread_mutex_destroy(&S->stages[k].mu);
+		pthread_cond_destroy(&S->stages[k].cv);
+		free(S->stages[k].sp);
+		free(S->stages[k].reps);
+	}
+	pthread_mutex_destroy(&S->mu);
+	free(S->stages);
+	free(S->rep);
+	free(S);
+	e->grp = NULL;
+}

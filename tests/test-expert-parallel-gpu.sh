@@ -1,0 +1,54 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Expert parallelism on GPUs (tests/test-expert-parallel.sh on the CPU):
+# ep_linear's CUDA twin with its 4 experts split over 2 replicas whose
+# exchanges are the replica group's device copies (core/engine-group.c):
+#  - 2 replicas on cuda:0 and cuda:1 give the same bits as both on cuda:0
+#    (the copies between GPUs move bytes and change no sum), and 4 over the
+#    two GPUs the same bits as 4 on cuda:0;
+#  - R = 2 and R = 4 train the model R = 1 trains, to 1e-4 relative;
+#  - the GPU trains the model the CPU trains, to 1e-4 relative.
+# Skips (77) without two GPUs (the emulator's count: .ci/cuemu.sh).
+. "$top_srcdir/tests/lib.sh"
+. "$top_srcdir/tests/gpu-lib.sh"
+need_gpus 2
+ini="$fixtures/ep.ini"
+PIPEHOST_PLUGIN_PATH="$TEST_PLUGIN_DIR:${PIPEHOST_PLUGIN_PATH:-}"
+export PIPEHOST_PLUGIN_PATH
+command -v python3 >/dev/null 2>&1 || skip "no python3 to compare safetensors files"
+
+ep() { # ep NAME R DEVICES: 20 steps of ep.ini, one stage
+	name=$1 R=$2 devs=$3
+	"$PIPEHOST" -c "$ini" --set run.stages=1 --set run.replicas="$R" --set run.micro_batches=$((4 / R)) \
+		--set optimizer.clip=0.05 --set run.devices="$devs" --save-weights "$tmp/$name.st" </dev/null >"$tmp/$name.log" 2>&1 ||
+		not_ok "$name: R = $R on $devs failed: $(tail -3 "$tmp/$name.log")"
+}
+ep g1 1 cuda:0
+ep g2a 2 cuda:0
+ep g2b 2 cuda:0,cuda:1
+ep g4a 4 cuda:0
+ep g4b 4 cuda:0,cuda:1,cuda:0,cuda:1
+ep c2 2 cpu
+for pair in "g2a g2b" "g4a g4b"; do
+	set -- $pair
+	if cmp -s "$tmp/$1.st" "$tmp/$2.st"; then
+		ok "$2: experts over two GPUs give the same bits as on one ($1)"
+	else
+		not_ok "$2 against $1: weights differ"
+	fi
+done
+for pair in "g1 g2b" "g1 g4b" "c2 g2b"; do
+	set -- $pair
+	d=$(python3 "$top_srcdir/tests/st-diff.py" "$tmp/$1.st" "$tmp/$2.st")
+	if awk "BEGIN { exit !(${d%% *} <= 1e-4) }"; then
+		ok "$2 against $1: weights within $d"
+	else
+		not_ok "$2 against $1: weights differ by '$d'"
+	fi
+done
+if grep -q 'ep.load_max 0.25' "$tmp/g2b.log"; then
+	ok "the layer's figures from the GPUs: $(grep -m1 -o 'ep.load_max [0-9.]* ep.tokens [0-9]*' "$tmp/g2b.log")"
+else
+	not_ok "no ep.load_max in the progress lines: $(grep -m1 'step' "$tmp/g2b.log")"
+fi
+finish

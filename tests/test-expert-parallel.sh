@@ -1,0 +1,148 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Expert parallelism on the CPU (plugin ABI 1.5: replica groups and
+# sharded parameters; core/engine-group.c, core/engine-shard.c), with
+# ep_linear (tests/plugins/ep-linear.c): 4 experts split over the R
+# replicas of its stage, tokens exchanged with all_to_all, loads summed
+# with all_reduce_sum and reported.
+#  - R = 1 holding all experts, R = 2 and R = 4 holding 4/R each, at the
+#    same micro-batch size: the same losses to 1e-6 and weights to 1e-4
+#    relative after 20 steps (with the clip norm active);
+#  - a given R gives the same bits in one process and under mpirun
+#    (skipped without Open MPI), replicas all remote or mixed;
+#  - kill (SIGTERM) and resume: the same bits as the run without a stop;
+#  - the layer's figures in the progress line and the metrics file;
+#  - R not dividing the experts: one line naming the layer.
+. "$top_srcdir/tests/lib.sh"
+ini="$fixtures/ep.ini"
+PIPEHOST_PLUGIN_PATH="$TEST_PLUGIN_DIR:${PIPEHOST_PLUGIN_PATH:-}"
+export PIPEHOST_PLUGIN_PATH
+if ! command -v python3 >/dev/null 2>&1; then
+	echo "SKIP: no python3 to compare safetensors files"
+	exit 77
+fi
+
+run() { # run NAME R ARGS...: weights $tmp/NAME.st, metrics $tmp/NAME.jsonl, log $tmp/NAME.log
+	name=$1 R=$2
+	shift 2
+	"$PIPEHOST" -c "$ini" --set run.replicas="$R" --set run.micro_batches=$((4 / R)) --set optimizer.clip=0.05 \
+		--set run.metrics="$tmp/$name.jsonl" --save-weights "$tmp/$name.st" "$@" >"$tmp/$name.log" 2>&1
+}
+losses() { sed -n 's/.*"loss":\([-0-9.e]*\).*/\1/p' "$tmp/$1.jsonl"; }
+
+for R in 1 2 4; do
+	run "r$R" "$R" --set run.log_every=1 || not_ok "R = $R: run failed: $(tail -2 "$tmp/r$R.log")"
+done
+for R in 2 4; do
+	w=$(python3 "$top_srcdir/tests/st-diff.py" "$tmp/r1.st" "$tmp/r$R.st")
+	l=$(losses r1 | paste - "$(losses "r$R" >"$tmp/l$R"; echo "$tmp/l$R")" |
+		awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.3g %d", m, NR }')
+	set -- $w $l
+	if [ "$4" = 20 ] && awk "BEGIN { exit !($1 <= 1e-4 && $3 <= 1e-6) }"; then
+		ok "R = $R (experts 4/$R each) against R = 1: weights $1 relative ($2), losses $3 apart over 20 steps"
+	else
+		not_ok "R = $R against R = 1: weights '$1' ($2), losses '$3' over '$4' steps"
+	fi
+done
+if cmp -s "$tmp/r1.st" "$tmp/r2.st"; then
+	not_ok "R = 2 gave R = 1's bits: the check cannot see a difference"
+else
+	ok "R = 2 and R = 1 differ in the last bits only"
+fi
+
+# The figures, averaged over the step's calls.
+if grep -q 'ep.load_max 0.25 ep.tokens 16' "$tmp/r2.log" && grep -q '"elapsed_s":[0-9.]*,"ep.load_max":0.25,"ep.tokens":16}' "$tmp/r2.jsonl"; then
+	ok "ep.load_max and ep.tokens in the progress line and the metrics file"
+else
+	not_ok "no layer figures: $(grep -m1 'step 1/' "$tmp/r2.log"); $(head -1 "$tmp/r2.jsonl")"
+fi
+
+# Kill and resume: every replica gets its own experts back.
+ck="$tmp/ck"
+"$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 --set optimizer.clip=0.05 \
+	--set checkpoint.dir="$ck" --set checkpoint.every=100 --set run.steps=3000 --save-weights "$tmp/full.st" \
+	>"$tmp/full.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -d "$ck/step-00000100" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+kill -TERM $pid
+wait $pid
+at=$(sed -n 's/.*interrupted at step \([0-9]*\).*/\1/p' "$tmp/full.log")
+if [ -n "$at" ] && "$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 --set optimizer.clip=0.05 \
+	--set checkpoint.dir="$ck" --set checkpoint.every=100 --set run.steps=3000 --resume "$ck" \
+	--save-weights "$tmp/resumed.st" >"$tmp/resumed.log" 2>&1 &&
+	"$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 --set optimizer.clip=0.05 \
+		--set run.steps=3000 --save-weights "$tmp/whole.st" >"$tmp/whole.log" 2>&1 &&
+	cmp -s "$tmp/whole.st" "$tmp/resumed.st"; then
+	ok "killed at step $at and resumed: byte-identical to the run without a stop"
+else
+	not_ok "kill and resume: differs or failed (stopped at '$at'): $(tail -2 "$tmp/full.log") $(tail -2 "$tmp/resumed.log")"
+fi
+# The checkpoint holds every expert, whole: R = 4 resumes R = 2's final
+# checkpoint (each replica takes its rows) and writes the same weights.
+if [ -n "$at" ] && "$PIPEHOST" -c "$ini" --set run.replicas=4 --set run.micro_batches=2 --set optimizer.clip=0.05 \
+	--set checkpoint.dir="$ck" --set checkpoint.every=100 --set run.steps=3000 --resume "$ck" --save-weights "$tmp/r4res.st" >"$tmp/r4res.log" 2>&1 &&
+	cmp -s "$tmp/r4res.st" "$tmp/resumed.st"; then
+	ok "R = 4 loads R = 2's checkpoint and writes back the same weights"
+else
+	not_ok "R = 4 loading R = 2's checkpoint: differs or failed: $(tail -2 "$tmp/r4res.log")"
+fi
+
+# Evaluation: every replica takes part (its experts are needed); the
+# figures are R = 1's.
+for R in 1 2 4; do
+	"$PIPEHOST" -c "$ini" --set run.replicas="$R" --set run.micro_batches=$((4 / R)) --set run.eval=yes \
+		--set run.steps=5 >"$tmp/e$R.log" 2>&1
+	sed -n 's/.*test loss \([0-9.]*\).*/\1/p' "$tmp/e$R.log" >"$tmp/e$R.loss"
+done
+if [ -s "$tmp/e1.loss" ] && cmp -s "$tmp/e1.loss" "$tmp/e2.loss" && cmp -s "$tmp/e1.loss" "$tmp/e4.loss"; then
+	ok "evaluation with the experts split over 1, 2, 4 replicas: test loss $(cat "$tmp/e1.loss") for each"
+else
+	not_ok "evaluation: test losses '$(cat "$tmp/e1.loss")' '$(cat "$tmp/e2.loss")' '$(cat "$tmp/e4.loss")'"
+fi
+
+# --plan counts a replica's rows: 4 experts of 8 x 8 at R = 1, one at R = 4.
+p1=$("$PIPEHOST" -c "$ini" --plan | awk '$4 ~ /^flat/ { print $6 }')
+p4=$("$PIPEHOST" -c "$ini" --set run.replicas=4 --set run.micro_batches=1 --plan | awk '$4 ~ /^flat/ { print $6 }')
+if [ "$p1" = 784 ] && [ "$p4" = 592 ]; then
+	ok "--plan: stage 0 holds $p1 parameters at R = 1, $p4 at R = 4 (one expert of 64)"
+else
+	not_ok "--plan: stage 0 parameters '$p1' at R = 1, '$p4' at R = 4 (want 784, 592)"
+fi
+
+# The layer passes the plugin check (finite differences; a group of one).
+if "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/ep-linear.so" >"$tmp/check" 2>&1 && ! grep -q '^FAIL' "$tmp/check"; then
+	ok "ep_linear passes --check-plugin: $(grep 'gradients (batch 4)' "$tmp/check" | sed 's/.*finite differences //')"
+else
+	not_ok "ep_linear --check-plugin: $(grep '^FAIL' "$tmp/check" | head -2)"
+fi
+
+# Bad use: R must divide the experts.
+expect_error "3 replicas for 4 experts" "layer ep \(ep_linear\).*replicas = 3 does not divide the 4 rows.*weight" \
+	-c "$ini" --set run.replicas=3 --set run.micro_batches=1 --set run.batch=24
+
+# One process against mpirun: the same bits for a given R.
+. "$top_srcdir/tests/mpi-lib.sh"
+if ph_have_mpi; then
+	for np_R in "2 2" "2 4"; do
+		set -- $np_R
+		if ph_mpirun "$1" -x PIPEHOST_PLUGIN_PATH "$PIPEHOST" -c "$ini" --set run.replicas="$2" \
+			--set run.micro_batches=$((4 / $2)) --set optimizer.clip=0.05 --set run.log_every=1 \
+			--save-weights "$tmp/m$1-$2.st" >"$tmp/m$1-$2.log" 2>&1 && cmp -s "$tmp/r$2.st" "$tmp/m$1-$2.st"; then
+			ok "mpirun -np $1 with R = $2: weights byte-identical to one process"
+		else
+			not_ok "mpirun -np $1 with R = $2: differs or failed: $(tail -3 "$tmp/m$1-$2.log")"
+		fi
+	done
+	# evaluation needs every process's experts: all processes take part
+	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH "$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 \
+		--set run.eval=yes --set run.steps=5 >"$tmp/me.log" 2>&1 &&
+		sed -n 's/.*test loss \([0-9.]*\).*/\1/p' "$tmp/me.log" | cmp -s - "$tmp/e2.loss"; then
+		ok "mpirun -np 2 with R = 2 evaluates: test loss $(cat "$tmp/e2.loss"), as one process"
+	else
+		not_ok "mpirun -np 2 evaluation: $(grep 'test loss' "$tmp/me.log") against $(cat "$tmp/e2.loss"): $(tail -2 "$tmp/me.log")"
+	fi
+else
+	echo "# mpirun checks skipped: $ph_mpi_why"
+fi
+finish
