@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""PyTorch twin of etc/gpt-fortunes.ini for bench/cpu-vs-torch.sh: the
+whole job (training and validation), in float32 on the CPU.
+
+The model is bench/gpt_cpu_torch.py's GPT (byte-level: token + position
+embedding, pre-LN blocks with causal attention and a tanh-GELU MLP, final
+layernorm, head tied to the token table), initialised as pipehost's
+gpt_block and embedding do (linear weights N(0, 0.02), biases 0, tokens
+N(0, 0.02), positions N(0, 0.01)).  The data are read as core/data_text.c
+reads them: the regular files of the directory (no .dat, no file holding a
+NUL byte, no symlinks), sorted by name, concatenated; the first
+(1 - holdout) of the bytes train, the rest validate; sequence i is bytes
+[i*T, i*T+T) in and each next byte out, non-overlapping.  Each epoch is
+floor(sequences / batch) steps over a fresh random order; AdamW (decay on
+weights, not on biases or layernorm gains), clip_grad_norm_, and core/
+optim.c's learning rate at every step (linear warm-up, cosine to min_lr).
+After each epoch, as pipehost's `eval = yes`: the validation loss, the mean
+cross-entropy over every held-out byte, in nats per byte.
+
+The full batch goes through in one pass by default (what a PyTorch user
+writes; the same mean loss as pipehost's micro-batches); --micro-batches M
+accumulates over M passes instead.  Hyper-parameters come from the INI (a
+key the INI leaves out takes pipehost's default).
+
+    python3 bench/gpt_fortunes_torch.py [--ini etc/gpt-fortunes.ini]
+        [--threads N] [--steps N] [--micro-batches M]
+
+The last line: "RESULT job=gpt-fortunes val_loss=1.8419 steps=1194
+train_s=... wall_s=... threads=2 torch=2.x".
+"""
+import argparse
+import os
+import stat
+import sys
+import time
+
+T_START = time.time()
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fashion_mnist_torch import ini_get, lr_at, read_ini  # noqa: E402
+from gpt_cpu_torch import GPT  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FORTUNES = "/usr/share/games/fortunes"
+
+
+def read_corpus(path):
+    """core/data_text.c's read_corpus."""
+    if not os.path.isdir(path):
+        return open(path, "rb").read()
+    names = []
+    for nm in os.listdir(path):
+        if nm.startswith(".") or (len(nm) > 4 and nm.endswith(".dat")):
+            continue
+        full = os.path.join(path, nm)
+        if stat.S_ISREG(os.lstat(full).st_mode):
+            names.append(full)
+    out = bytearray()
+    for full in sorted(names, key=lambda s: s.encode()):
+        b = open(full, "rb").read()
+        if b"\0" not in b:
+            out += b
+    return bytes(out)
+
+
+def sequences(buf, a, b, T):
+    n = (b - a - 1) // T if b - a > T else 0
+    t = torch.frombuffer(bytearray(buf[a:a + n * T + 1]), dtype=torch.uint8).long()
+    return t[:n * T].view(n, T), t[1:n * T + 1].view(n, T)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ini", default=os.path.join(HERE, "..", "etc", "gpt-fortunes.ini"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch.set_num_threads (default: cores)")
+    ap.add_argument("--epochs", type=int, default=0, help="override the INI's [run] epochs")
+    ap.add_argument("--steps", type=int, default=0, help="optimizer steps in all (as [run] steps); 0 = epochs")
+    ap.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation over this many passes")
+    ap.add_argument("--eval-batch", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=-1, help="default: the INI's [run] seed")
+    args = ap.parse_args()
+
+    cp = read_ini(args.ini)
+    B = ini_get(cp, "run", "batch", 32, int)
+    epochs = args.epochs or ini_get(cp, "run", "epochs", 1, int)
+    seed = args.seed if args.seed >= 0 else ini_get(cp, "run", "seed", 1, int)
+    do_eval = ini_get(cp, "run", "eval", "no").lower() in ("yes", "true", "1", "on")
+    path = ini_get(cp, "data", "path", FORTUNES)
+    if not os.path.isabs(path):
+        path = os.path.join(os.path.dirname(os.path.abspath(args.ini)), path)
+    T = ini_get(cp, "data", "seq_len", 128, int)
+    holdout = ini_get(cp, "data", "holdout", 0.1, float)
+    lr = ini_get(cp, "optimizer", "lr", 0.01, float)
+    wd = ini_get(cp, "optimizer", "weight_decay", 0.0, float)
+    b1 = ini_get(cp, "optimizer", "beta1", 0.9, float)
+    b2 = ini_get(cp, "optimizer", "beta2", 0.999, float)
+    eps = ini_get(cp, "optimizer", "eps", 1e-8, float)
+    warmup = ini_get(cp, "optimizer", "warmup", 0, int)
+    min_lr = ini_get(cp, "optimizer", "min_lr", 0.0, float)
+    cosine = ini_get(cp, "optimizer", "lr_schedule", "constant") == "cosine"
+    clip = ini_get(cp, "optimizer", "clip", 0.0, float)
+    V = ini_get(cp, "layer embed", "vocab", 256, int)
+    d = ini_get(cp, "layer embed", "dim", 128, int)
+    heads = ini_get(cp, "layer block", "heads", 4, int)
+    nblocks = ini_get(cp, "layer block", "repeat", 1, int)
+    if ini_get(cp, "layer block", "dropout", 0.0, float) != 0.0:
+        raise SystemExit("gpt_fortunes_torch.py: this twin has no attention dropout; the INI asks for some")
+    if ini_get(cp, "optimizer", "type", "sgd") != "adamw":
+        raise SystemExit("gpt_fortunes_torch.py: this twin knows adamw only")
+    m = args.micro_batches
+    if B % m:
+        raise SystemExit("batch %d is not a multiple of micro-batches %d" % (B, m))
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(seed)
+    buf = read_corpus(path)
+    cut = int(len(buf) * (1.0 - holdout))
+    xtr, ytr = sequences(buf, 0, cut, T)
+    xva, yva = sequences(buf, cut, len(buf), T)
+    spe = len(xtr) // B
+    total = args.steps or epochs * spe
+
+    model = GPT(V, T, d, heads, nblocks)
+    for mod in model.modules():
+        if isinstance(mod, nn.Linear):
+            nn.init.normal_(mod.weight, std=0.02)
+            nn.init.zeros_(mod.bias)
+    # pipehost's no-decay set: biases and layernorm gains (gpt_cpu_torch.optimizer's rule)
+    nd = [p for nm, p in model.named_parameters() if nm.endswith("bias") or ".ln" in nm or nm.startswith("lnf")]
+    dec = [p for p in model.parameters() if not any(p is q for q in nd)]
+    opt = torch.optim.AdamW([{"params": dec, "weight_decay": wd}, {"params": nd, "weight_decay": 0.0}],
+                            lr=lr, betas=(b1, b2), eps=eps)
+    params = list(model.parameters())
+    gen = torch.Generator().manual_seed(seed)
+    mb = B // m
+
+    def validate():
+        model.eval()
+        tot = 0.0
+        with torch.no_grad():
+            for i in range(0, len(xva), args.eval_batch):
+                # model() gives the mean over the slice; weight it by its bytes
+                k = min(args.eval_batch, len(xva) - i)
+                tot += model(xva[i:i + k], yva[i:i + k]).item() * k * T
+        model.train()
+        return tot / (len(xva) * T)
+
+    t0 = time.time()
+    vloss = float("nan")
+    perm = None
+    for s in range(total):
+        epoch, pos = divmod(s, spe)
+        if pos == 0:
+            perm = torch.randperm(len(xtr), generator=gen)
+        idx = perm[pos * B:(pos + 1) * B]
+        x, y = xtr[idx], ytr[idx]
+        for g in opt.param_groups:
+            g["lr"] = lr_at(s, lr, warmup, min_lr, total, cosine)
+        opt.zero_grad(set_to_none=True)
+        lsum = 0.0
+        for i in range(m):
+            loss = model(x[i * mb:(i + 1) * mb], y[i * mb:(i + 1) * mb]) / m
+            loss.backward()
+            lsum += loss.item()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        last = s + 1 == total
+        if (s + 1) % 100 == 0 or last:
+            print("step %d/%d loss %.4f lr %.3g" % (s + 1, total, lsum, opt.param_groups[0]["lr"]), flush=True)
+        if do_eval and (pos == spe - 1 or last):
+            vloss = validate()
+            print("epoch %d: validation loss %.4f nats/byte (%.4f bits/byte) (%d sequences)"
+                  % (epoch + 1, vloss, vloss / 0.6931471805599453, len(xva)), flush=True)
+    train_s = time.time() - t0
+    print("RESULT job=gpt-fortunes val_loss=%.4f steps=%d train_s=%.1f wall_s=%.1f threads=%d micro_batches=%d "
+          "torch=%s" % (vloss, total, train_s, time.time() - T_START, torch.get_num_threads(), m, torch.__version__))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
