@@ -357,7 +357,7 @@ TF_REF static void tf_attn_backward_ref(const tf_attn_geom *g, int batch, int dr
 #define TF_ATT_BS 32
 
 /* softmax over row[0..n) in place, n >= 1; row[n..T) = 0 */
-static inline void tf_softmax_row(float *row, int n, int T)
+__attribute__((always_inline)) static inline void tf_softmax_row(float *row, int n, int T)
 {
 	float m = row[0];
 #pragma omp simd reduction(max : m)
@@ -375,7 +375,7 @@ static inline void tf_softmax_row(float *row, int n, int T)
 }
 
 /* dS = P (dP - sum(P dP)) over row[0..n), in place on dP; row[n..T) = 0 */
-static inline void tf_softmax_row_backward(const float *p, float *dp, int n, int T)
+__attribute__((always_inline)) static inline void tf_softmax_row_backward(const float *p, float *dp, int n, int T)
 {
 	float acc[TF_LANES] = { 0 };
 	int j = 0;
