@@ -9,7 +9,8 @@
  *  - gelu: the vectorised loops (whichever clone this CPU picks: avx512f,
  *    avx2 or the baseline) must equal the scalar tf_gelu/tf_gelu_grad
  *    bitwise (no clone may contract into FMA);
- *  - layernorm forward and backward vs a double-precision reference.
+ *  - layernorm forward and backward vs a double-precision reference, and
+ *    the fused backward bitwise equal to its two halves.
  * The header is compiled here directly, as each plugin compiles it.
  */
 #include <check.h>
@@ -191,6 +192,14 @@ START_TEST(test_layernorm_vs_double)
 			rdx[(size_t)r * C + c] = (float)(rs * (gg - sg / C - xh * sgx / C));
 		}
 	}
+	/* the fused backward is bitwise the two halves */
+	float *fdx = randv(n, 9, 9), *fdw = calloc((size_t)C, sizeof(float));
+	float *fdb = calloc((size_t)C, sizeof(float));
+	tf_layernorm_backward(x, dy, w, mean, rstd, rows, C, fdx, fdw, fdb);
+	ck_assert(memcmp(fdx, dx, n * sizeof(float)) == 0);
+	ck_assert(memcmp(fdw, dw, (size_t)C * sizeof(float)) == 0);
+	ck_assert(memcmp(fdb, db, (size_t)C * sizeof(float)) == 0);
+	free(fdx), free(fdw), free(fdb);
 	CLOSE("layernorm y", y, ry, n, 1e-4, 1e-4);
 	CLOSE("layernorm dx", dx, rdx, n, 1e-3, 1e-3);
 	CLOSE("layernorm dw", dw, rdw, (size_t)C, 1e-4, 1e-4);

@@ -150,6 +150,59 @@ TF_HOT static void tf_layernorm_backward_weight(const float *x, const float *dy,
 	}
 }
 
+/* Both halves in one pass over each row: dw, db (each may be NULL) as
+ * tf_layernorm_backward_weight, dx (may be NULL) as
+ * tf_layernorm_backward_input, bitwise the same as calling the two (the
+ * same operations in the same order), reading x and dy once per row
+ * instead of twice and computing xhat once. */
+TF_HOT static void tf_layernorm_backward(const float *x, const float *dy, const float *w,
+					 const float *mean, const float *rstd, int64_t rows, int C,
+					 float *dx, float *dw, float *db)
+{
+	if (!dx) {
+		if (dw && db)
+			tf_layernorm_backward_weight(x, dy, mean, rstd, rows, C, dw, db);
+		return;
+	}
+	if (!dw || !db) {
+		tf_layernorm_backward_input(x, dy, w, mean, rstd, rows, C, dx);
+		return;
+	}
+	const float invC = 1.0f / (float)C;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * C, *dyr = dy + r * C;
+		float *dxr = dx + r * C;
+		const float m = mean[r], rs = rstd[r];
+		float ag[TF_LANES] = { 0 }, agx[TF_LANES] = { 0 };
+		int c = 0;
+		for (; c + TF_LANES <= C; c += TF_LANES)
+#pragma omp simd
+			for (int j = 0; j < TF_LANES; j++) {
+				const float xh = (xr[c + j] - m) * rs, g = dyr[c + j] * w[c + j];
+				dw[c + j] += dyr[c + j] * xh;
+				db[c + j] += dyr[c + j];
+				ag[j] += g;
+				agx[j] += g * xh;
+				dxr[c + j] = xh; /* xhat, kept for the second pass */
+			}
+		float sg = tf_lanes_sum(ag), sgx = tf_lanes_sum(agx);
+		for (; c < C; c++) {
+			const float xh = (xr[c] - m) * rs, g = dyr[c] * w[c];
+			dw[c] += dyr[c] * xh;
+			db[c] += dyr[c];
+			sg += g;
+			sgx += g * xh;
+			dxr[c] = xh;
+		}
+		const float mg = sg * invC, mgx = sgx * invC;
+#pragma omp simd
+		for (int k = 0; k < C; k++) {
+			const float g = dyr[k] * w[k];
+			dxr[k] = rs * (g - mg - dxr[k] * mgx);
+		}
+	}
+}
+
 /* ------------------------------------------------------------------ */
 /* GELU, tanh approximation (GPT-2):                                   */
 /*   gelu(x) = 0.5 x (1 + tanh(k (x + 0.044715 x^3))), k = sqrt(2/pi) */
