@@ -24,3 +24,12 @@ tests_test_tf_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(BLAS_CFLAGS) $(TF_
 	-I$(top_srcdir)/plugins/layers
 tests_test_tf_kernels_LDADD = $(CHECK_LIBS) $(BLAS_LIBS) -lm
 endif
+
+# tests/tf-kernels-bench: the same kernels timed against their references
+# (a benchmark program that bench/tf-kernels.sh runs: built by make check,
+# never run by it, never installed).
+check_PROGRAMS += tests/tf-kernels-bench
+tests_tf_kernels_bench_SOURCES = tests/tf-kernels-bench.c plugins/layers/transformer_ops.h
+tests_tf_kernels_bench_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS) \
+	-I$(top_srcdir)/plugins/layers
+tests_tf_kernels_bench_LDADD = $(BLAS_LIBS) -lm
