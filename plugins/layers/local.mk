@@ -7,9 +7,14 @@
 # Element-wise vectorisation and unswitching never change a float result;
 # -ffp-contract=off because the avx512f clones (transformer_ops.h TF_HOT)
 # get FMA, and a contracted a*b + c would round differently from the other
-# clones: results stay bitwise the same on every x86-64.
+# clones: results stay bitwise the same on every x86-64.  -fno-tree-pre:
+# partial redundancy elimination sees that tf_expf's clamp makes exp a
+# constant on one path and hoists x / (1 + exp(88)) out of gelu, which the
+# AVX2 vector loop then computes for every element and blends away: a
+# denormal per element, 3x slower gelu (gcc 12; avx512f's masked code is
+# not hit).  The flag changes no result.
 TF_VEC_CFLAGS = -fopenmp-simd -fno-trapping-math -fvect-cost-model=dynamic -funswitch-loops \
-	-ffp-contract=off
+	-ffp-contract=off -fno-tree-pre
 
 # CPU layer plugins: one libtool module per layer, named after it (type = NAME).
 # Included from the top Makefile.am; paths are relative to the top directory.
