@@ -122,8 +122,10 @@ static int attention_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	*m = (ph_layer_meta){ 0 };
 	m->out = (ph_shape){ 2, { s->g.T, s->g.d } };
 	/* Projections: 2*T*d*3d + 2*T*d*d.  Attention: q k^T and P v, 2*T*T*d
-	 * each, counted over the full T x T square (no causal halving: the
-	 * kernels compute the whole square).  Softmax (and dropout): ~5 per score. */
+	 * each, counted over the full T x T square (the kernels skip most of
+	 * the masked triangle, 62.5% of the square at T = 128, but the count
+	 * stays the square's so that partitions do not move).  Softmax (and
+	 * dropout): ~5 per score. */
 	const double proj = 8.0 * T * d * d, core = 4.0 * T * T * d, soft = 5.0 * H * T * T;
 	m->fwd_flops = proj + core + soft + 4.0 * T * d;
 	m->bwd_flops = 2 * proj + 2 * core + soft + 8.0 * T * d;

@@ -344,10 +344,8 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, rd, 1.0f, dgu, rd,
 		    params[P_FC], d, 0.0f, dh, d);
-	if (grads)
-		tf_layernorm_backward_weight(v.x1, dh, v.mean2, v.rstd2, R, d, grads[P_LNW] + d,
-					     grads[P_LNB] + d);
-	tf_layernorm_backward_input(v.x1, dh, lnw + d, v.mean2, v.rstd2, R, d, dx1);
+	tf_layernorm_backward(v.x1, dh, lnw + d, v.mean2, v.rstd2, R, d, dx1,
+			      grads ? grads[P_LNW] + d : NULL, grads ? grads[P_LNB] + d : NULL);
 	for (int64_t i = 0; i < n; i++)
 		dx1[i] += dy[i];
 
@@ -369,14 +367,11 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, 3 * d, 1.0f, dqkv, 3 * d,
 		    params[P_QKV], d, 0.0f, dh1, d);
-	if (grads)
-		tf_layernorm_backward_weight(x, dh1, v.mean1, v.rstd1, R, d, grads[P_LNW],
-					     grads[P_LNB]);
-	if (dx) {
-		tf_layernorm_backward_input(x, dh1, lnw, v.mean1, v.rstd1, R, d, dx);
+	tf_layernorm_backward(x, dh1, lnw, v.mean1, v.rstd1, R, d, dx, grads ? grads[P_LNW] : NULL,
+			      grads ? grads[P_LNB] : NULL);
+	if (dx)
 		for (int64_t i = 0; i < n; i++)
 			dx[i] += dx1[i];
-	}
 	return PH_OK;
 }
 

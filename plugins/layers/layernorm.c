@@ -138,8 +138,19 @@ static int layernorm_backward(void *state, const ph_ctx *ctx, float *const *para
 			      float *const *grads, const float *x, const float *y,
 			      const float *dy, float *dx, ph_err *err)
 {
-	int rc = layernorm_backward_weight(state, ctx, params, grads, x, y, dy, err);
-	return rc ? rc : layernorm_backward_input(state, ctx, params, x, y, dy, dx, err);
+	const layernorm_state *s = state;
+	if (!dx || dx == dy || ctx->batch == 0) { /* the fused pass needs dy intact */
+		int rc = layernorm_backward_weight(state, ctx, params, grads, x, y, dy, err);
+		return rc ? rc : layernorm_backward_input(state, ctx, params, x, y, dy, dx, err);
+	}
+	int rc = check_call(s, ctx, err);
+	if (rc)
+		return rc;
+	/* both halves in one pass, bitwise the same as the two calls above */
+	const int64_t rows = ctx->batch * s->rows;
+	const float *mean = ctx->saved, *rstd = mean + rows;
+	tf_layernorm_backward(x, dy, params[0], mean, rstd, rows, s->C, dx, grads[0], grads[1]);
+	return PH_OK;
 }
 
 static const ph_layer_ops layernorm_ops = {

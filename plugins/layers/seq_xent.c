@@ -86,7 +86,7 @@ static int check_call(const seq_xent_state *s, const ph_ctx *ctx, ph_err *err)
 }
 
 /* Row max (exact, so any order gives the same) and its first index. */
-static float row_max(const float *x, int V, int *arg)
+TF_HOT static float row_max(const float *x, int V, int *arg)
 {
 	float m = x[0];
 #pragma omp simd reduction(max : m)
@@ -112,7 +112,7 @@ static float row_max(const float *x, int V, int *arg)
 }
 
 /* sum of exp(x - m): float lanes, combined in double in a fixed order */
-static double row_sumexp(const float *x, int V, float m)
+TF_HOT static double row_sumexp(const float *x, int V, float m)
 {
 	float acc[TF_LANES] = { 0 };
 	int k = 0;
@@ -158,6 +158,17 @@ static int seq_xent_forward(void *state, const ph_ctx *ctx, float *const *params
 	return PH_OK;
 }
 
+/* one row of dx [V] from x [V], its max m and log-sum ls */
+TF_HOT static void row_grad(const float *xr, int V, int tgt, float m, float ls, float scale,
+			    float *dxr)
+{
+#pragma omp simd
+	for (int k = 0; k < V; k++)
+		dxr[k] = tf_expf((xr[k] - m) - ls) * scale;
+	/* p - 1 is exact for p in [1/2, 1] (Sterbenz) */
+	dxr[tgt] = (tf_expf((xr[tgt] - m) - ls) - 1.0f) * scale;
+}
+
 /* dx = (exp((x - max) - log(sum)) - onehot) * scale, from forward's saved
  * max and log(sum) of each row */
 static int seq_xent_backward(void *state, const ph_ctx *ctx, float *const *params,
@@ -172,17 +183,8 @@ static int seq_xent_backward(void *state, const ph_ctx *ctx, float *const *param
 	const float scale = ctx->loss_scale;
 	const int64_t rows = (int64_t)ctx->batch * T;
 	const float *smax = ctx->saved, *slog = smax + rows;
-	for (int64_t r = 0; r < rows; r++) {
-		const float *xr = x + r * V;
-		float *dxr = dx + r * V;
-		const int tgt = ctx->targets[r];
-		const float m = smax[r], ls = slog[r];
-#pragma omp simd
-		for (int k = 0; k < V; k++)
-			dxr[k] = tf_expf((xr[k] - m) - ls) * scale;
-		/* p - 1 is exact for p in [1/2, 1] (Sterbenz) */
-		dxr[tgt] = (tf_expf((xr[tgt] - m) - ls) - 1.0f) * scale;
-	}
+	for (int64_t r = 0; r < rows; r++)
+		row_grad(x + r * V, V, ctx->targets[r], smax[r], slog[r], scale, dx + r * V);
 	return PH_OK;
 }
 

@@ -19,6 +19,21 @@
 
 #include <pipehost/plugin.h>
 
+/* The element-wise loops run where time goes after the GEMMs: give them
+ * AVX-512 and AVX2 clones picked at load time (ifunc), and the baseline for
+ * older CPUs.  The avx512f clone may use FMA, so the plugins build with
+ * -ffp-contract=off (local.mk): no clone contracts a*b + c, every clone
+ * rounds exactly like the baseline, and results are bitwise the same on any
+ * x86-64 (tests/test-tf-kernels checks the clones against the scalar
+ * references).  A file that includes this header needs that flag too. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TF_HOT __attribute__((target_clones("avx512f", "avx2", "default"), unused))
+#else
+#define TF_HOT __attribute__((unused))
+#endif
+/* the plain references the fast kernels are tested against */
+#define TF_REF __attribute__((unused))
+
 /* ------------------------------------------------------------------ */
 /* Layer normalisation over the last dimension (C) of `rows` rows.     */
 /*                                                                     */
@@ -51,7 +66,7 @@ static inline float tf_row_sum(const float *x, int n)
 
 /* y = (x - mean) * rstd * w + b; mean and rstd (one per row) are kept for
  * backward.  Two-pass statistics in float, population variance. */
-static inline void tf_layernorm_forward(const float *x, float *y, const float *w,
+TF_HOT static void tf_layernorm_forward(const float *x, float *y, const float *w,
 					const float *b, int64_t rows, int C, float eps,
 					float *mean, float *rstd)
 {
@@ -83,7 +98,7 @@ static inline void tf_layernorm_forward(const float *x, float *y, const float *w
 }
 
 /* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w   (dx may be NULL) */
-static inline void tf_layernorm_backward_input(const float *x, const float *dy, const float *w,
+TF_HOT static void tf_layernorm_backward_input(const float *x, const float *dy, const float *w,
 					       const float *mean, const float *rstd,
 					       int64_t rows, int C, float *dx)
 {
@@ -120,7 +135,7 @@ static inline void tf_layernorm_backward_input(const float *x, const float *dy, 
 }
 
 /* dw += sum over rows of dy * xhat, db += sum over rows of dy (row order) */
-static inline void tf_layernorm_backward_weight(const float *x, const float *dy,
+TF_HOT static void tf_layernorm_backward_weight(const float *x, const float *dy,
 						const float *mean, const float *rstd,
 						int64_t rows, int C, float *dw, float *db)
 {
@@ -131,6 +146,59 @@ static inline void tf_layernorm_backward_weight(const float *x, const float *dy,
 		for (int c = 0; c < C; c++) {
 			dw[c] += dyr[c] * ((xr[c] - m) * rs);
 			db[c] += dyr[c];
+		}
+	}
+}
+
+/* Both halves in one pass over each row: dw, db (each may be NULL) as
+ * tf_layernorm_backward_weight, dx (may be NULL) as
+ * tf_layernorm_backward_input, bitwise the same as calling the two (the
+ * same operations in the same order), reading x and dy once per row
+ * instead of twice and computing xhat once. */
+TF_HOT static void tf_layernorm_backward(const float *x, const float *dy, const float *w,
+					 const float *mean, const float *rstd, int64_t rows, int C,
+					 float *dx, float *dw, float *db)
+{
+	if (!dx) {
+		if (dw && db)
+			tf_layernorm_backward_weight(x, dy, mean, rstd, rows, C, dw, db);
+		return;
+	}
+	if (!dw || !db) {
+		tf_layernorm_backward_input(x, dy, w, mean, rstd, rows, C, dx);
+		return;
+	}
+	const float invC = 1.0f / (float)C;
+	for (int64_t r = 0; r < rows; r++) {
+		const float *xr = x + r * C, *dyr = dy + r * C;
+		float *dxr = dx + r * C;
+		const float m = mean[r], rs = rstd[r];
+		float ag[TF_LANES] = { 0 }, agx[TF_LANES] = { 0 };
+		int c = 0;
+		for (; c + TF_LANES <= C; c += TF_LANES)
+#pragma omp simd
+			for (int j = 0; j < TF_LANES; j++) {
+				const float xh = (xr[c + j] - m) * rs, g = dyr[c + j] * w[c + j];
+				dw[c + j] += dyr[c + j] * xh;
+				db[c + j] += dyr[c + j];
+				ag[j] += g;
+				agx[j] += g * xh;
+				dxr[c + j] = xh; /* xhat, kept for the second pass */
+			}
+		float sg = tf_lanes_sum(ag), sgx = tf_lanes_sum(agx);
+		for (; c < C; c++) {
+			const float xh = (xr[c] - m) * rs, g = dyr[c] * w[c];
+			dw[c] += dyr[c] * xh;
+			db[c] += dyr[c];
+			sg += g;
+			sgx += g * xh;
+			dxr[c] = xh;
+		}
+		const float mg = sg * invC, mgx = sgx * invC;
+#pragma omp simd
+		for (int k = 0; k < C; k++) {
+			const float g = dyr[k] * w[k];
+			dxr[k] = rs * (g - mg - dxr[k] * mgx);
 		}
 	}
 }
@@ -178,14 +246,6 @@ static inline float tf_gelu_grad(float x)
 	return s + 2.0f * x * s * (1.0f - s) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-/* The element-wise loops run where time goes after the GEMMs: give them an
- * AVX2 clone picked at load time (ifunc), and the baseline for older CPUs.
- * Results are deterministic on one machine either way. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TF_HOT __attribute__((target_clones("avx2", "default"), unused))
-#else
-#define TF_HOT __attribute__((unused))
-#endif
 
 TF_HOT static void tf_gelu_forward(const float *x, float *y, int64_t n)
 {
@@ -228,12 +288,14 @@ static inline void tf_attn_mask(const tf_attn_geom *g, uint64_t key, int b, int 
 }
 
 /*
+ * The plain reference (tf_attn_forward below is the fast kernel): the full
+ * T x T square per (sample, head), softmax row by row in double.
  * Forward for `batch` samples from qkv (already projected).
  * Writes P (pre-dropout) and att.  pd_tmp: T*T floats of scratch, used only
  * when dropping (key is the layer's rng key).
  */
-TF_HOT static void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
-				   const float *qkv, float *P, float *att, float *pd_tmp)
+TF_REF static void tf_attn_forward_ref(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+				const float *qkv, float *P, float *att, float *pd_tmp)
 {
 	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
 	const float sm = (float)(1.0 / sqrt((double)hd));
@@ -278,12 +340,13 @@ TF_HOT static void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, u
 }
 
 /*
+ * The plain reference of tf_attn_backward (full squares).
  * Backward through the core: datt [batch, T, d]  ->  dqkv [batch, T, 3d] (=).
  * tmp: 2*T*T floats of scratch.
  */
-TF_HOT static void tf_attn_backward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
-				    const float *qkv, const float *P, const float *datt,
-				    float *dqkv, float *tmp)
+TF_REF static void tf_attn_backward_ref(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+				 const float *qkv, const float *P, const float *datt,
+				 float *dqkv, float *tmp)
 {
 	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
 	const float sm = (float)(1.0 / sqrt((double)hd));
@@ -331,6 +394,159 @@ TF_HOT static void tf_attn_backward(const tf_attn_geom *g, int batch, int drop, 
 				    k, ld, 0.0f, dq, ld);
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, sm, dP, T,
 				    q, ld, 0.0f, dk, ld);
+		}
+	}
+}
+/*
+ * The fast kernels.  Causal attention never reads S[i][j] for j > i, so the
+ * GEMMs go by blocks of TF_ATT_BS query rows: rows i0..i1 need keys 0..i1
+ * only, which skips most of the upper triangle (for T = 128: 62.5% of the
+ * square's work).  The softmax is fused (scale in the GEMM, then max, exp,
+ * sum, normalise over j <= i only) and vectorised; its sums run in the
+ * fixed lane order of tf_row_sum, so results are bitwise reproducible.
+ * Same arguments, outputs and scratch as the references above; P keeps its
+ * zero upper triangle (the saved layout does not change).
+ */
+#define TF_ATT_BS 32
+
+/* softmax over row[0..n) in place, n >= 1; row[n..T) = 0 */
+__attribute__((always_inline)) static inline void tf_softmax_row(float *row, int n, int T)
+{
+	float m = row[0];
+#pragma omp simd reduction(max : m)
+	for (int j = 1; j < n; j++)
+		m = row[j] > m ? row[j] : m;
+#pragma omp simd
+	for (int j = 0; j < n; j++)
+		row[j] = tf_expf(row[j] - m);
+	const float inv = 1.0f / tf_row_sum(row, n);
+#pragma omp simd
+	for (int j = 0; j < n; j++)
+		row[j] *= inv;
+	for (int j = n; j < T; j++)
+		row[j] = 0.0f;
+}
+
+/* dS = P (dP - sum(P dP)) over row[0..n), in place on dP; row[n..T) = 0 */
+__attribute__((always_inline)) static inline void tf_softmax_row_backward(const float *p, float *dp, int n, int T)
+{
+	float acc[TF_LANES] = { 0 };
+	int j = 0;
+	for (; j + TF_LANES <= n; j += TF_LANES)
+#pragma omp simd
+		for (int l = 0; l < TF_LANES; l++)
+			acc[l] += p[j + l] * dp[j + l];
+	float s = tf_lanes_sum(acc);
+	for (; j < n; j++)
+		s += p[j] * dp[j];
+#pragma omp simd
+	for (int k = 0; k < n; k++)
+		dp[k] = p[k] * (dp[k] - s);
+	for (int k = n; k < T; k++)
+		dp[k] = 0.0f;
+}
+
+TF_HOT static void tf_attn_forward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+				   const float *qkv, float *P, float *att, float *pd_tmp)
+{
+	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
+	const float sm = (float)(1.0 / sqrt((double)hd));
+	for (int b = 0; b < batch; b++) {
+		const float *qkv_b = qkv + (size_t)b * T * ld;
+		for (int h = 0; h < H; h++) {
+			const float *q = qkv_b + h * hd, *k = q + d, *v = q + 2 * d;
+			float *Ph = P + ((size_t)b * H + h) * T * T;
+			float *ah = att + (size_t)b * T * d + h * hd;
+			const float *Pu = Ph;
+			if (drop) { /* whole rows of P first, then the mask, then P v */
+				for (int i0 = 0; i0 < T; i0 += TF_ATT_BS) {
+					const int i1 = i0 + TF_ATT_BS < T ? i0 + TF_ATT_BS : T;
+					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hd,
+						    sm, q + (size_t)i0 * ld, ld, k, ld, 0.0f,
+						    Ph + (size_t)i0 * T, T);
+					for (int i = i0; i < i1; i++)
+						tf_softmax_row(Ph + (size_t)i * T, i + 1, T);
+				}
+				tf_attn_mask(g, key, b, h, pd_tmp);
+				for (int64_t e = 0; e < (int64_t)T * T; e++)
+					pd_tmp[e] *= Ph[e];
+				Pu = pd_tmp;
+			}
+			for (int i0 = 0; i0 < T; i0 += TF_ATT_BS) {
+				const int i1 = i0 + TF_ATT_BS < T ? i0 + TF_ATT_BS : T;
+				if (!drop) {
+					/* S[i0:i1, 0:i1] = q k^T / sqrt(hd), then the causal softmax */
+					cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hd,
+						    sm, q + (size_t)i0 * ld, ld, k, ld, 0.0f,
+						    Ph + (size_t)i0 * T, T);
+					for (int i = i0; i < i1; i++)
+						tf_softmax_row(Ph + (size_t)i * T, i + 1, T);
+				}
+				/* att_h[i0:i1] = Pd[i0:i1, 0:i1] v_h[0:i1] */
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hd, i1, 1.0f,
+					    Pu + (size_t)i0 * T, T, v, ld, 0.0f, ah + (size_t)i0 * d, d);
+			}
+		}
+	}
+}
+
+TF_HOT static void tf_attn_backward(const tf_attn_geom *g, int batch, int drop, uint64_t key,
+				    const float *qkv, const float *P, const float *datt,
+				    float *dqkv, float *tmp)
+{
+	const int T = g->T, d = g->d, H = g->H, hd = g->hd, ld = 3 * d;
+	const float sm = (float)(1.0 / sqrt((double)hd));
+	float *dP = tmp, *Pd = tmp + (size_t)T * T;
+	for (int b = 0; b < batch; b++) {
+		const float *qkv_b = qkv + (size_t)b * T * ld;
+		float *dqkv_b = dqkv + (size_t)b * T * ld;
+		const float *datt_b = datt + (size_t)b * T * d;
+		for (int h = 0; h < H; h++) {
+			const float *q = qkv_b + h * hd, *k = q + d, *v = q + 2 * d;
+			float *dq = dqkv_b + h * hd, *dk = dq + d, *dv = dq + 2 * d;
+			const float *Ph = P + ((size_t)b * H + h) * T * T;
+			const float *da = datt_b + h * hd;
+			/* dPd[i0:i1, 0:i1] = datt_h[i0:i1] v_h[0:i1]^T */
+			for (int i0 = 0; i0 < T; i0 += TF_ATT_BS) {
+				const int i1 = i0 + TF_ATT_BS < T ? i0 + TF_ATT_BS : T;
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hd, 1.0f,
+					    da + (size_t)i0 * d, d, v, ld, 0.0f, dP + (size_t)i0 * T, T);
+			}
+			const float *Pu = Ph;
+			if (drop) {
+				/* the same mask: dP = dPd * M, then Pd = P * M, over j <= i
+				 * (P is 0 above the diagonal, so Pd is too) */
+				tf_attn_mask(g, key, b, h, Pd);
+				for (int i = 0; i < T; i++)
+					for (int j = 0; j < T; j++) {
+						const size_t e = (size_t)i * T + j;
+						if (j <= i)
+							dP[e] *= Pd[e];
+						Pd[e] *= Ph[e];
+					}
+				Pu = Pd;
+			}
+			/* dv[j0:j1] = Pd[j0:T, j0:j1]^T datt_h[j0:T]: rows i < j0 of
+			 * those columns are 0 */
+			for (int j0 = 0; j0 < T; j0 += TF_ATT_BS) {
+				const int j1 = j0 + TF_ATT_BS < T ? j0 + TF_ATT_BS : T;
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hd, T - j0,
+					    1.0f, Pu + (size_t)j0 * T + j0, T, da + (size_t)j0 * d, d, 0.0f,
+					    dv + (size_t)j0 * ld, ld);
+			}
+			/* through the softmax: dS = P (dP - sum(P dP)), j <= i, 0 above */
+			for (int i = 0; i < T; i++)
+				tf_softmax_row_backward(Ph + (size_t)i * T, dP + (size_t)i * T, i + 1, T);
+			/* dq[i0:i1] = dS[i0:i1, 0:i1] k[0:i1] / sqrt(hd);
+			 * dk[j0:j1] = dS[j0:T, j0:j1]^T q[j0:T] / sqrt(hd) */
+			for (int i0 = 0; i0 < T; i0 += TF_ATT_BS) {
+				const int i1 = i0 + TF_ATT_BS < T ? i0 + TF_ATT_BS : T;
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hd, i1, sm,
+					    dP + (size_t)i0 * T, T, k, ld, 0.0f, dq + (size_t)i0 * ld, ld);
+				cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, i1 - i0, hd, T - i0,
+					    sm, dP + (size_t)i0 * T + i0, T, q + (size_t)i0 * ld, ld, 0.0f,
+					    dk + (size_t)i0 * ld, ld);
+			}
 		}
 	}
 }
