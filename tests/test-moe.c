@@ -194,6 +194,28 @@ START_TEST(test_moe_meta)
 }
 END_TEST
 
+/* gpt_block's mlp = moe: the whole block, split backward included. */
+START_TEST(test_gpt_block_moe_grad)
+{
+	rng_seed(2708);
+	inst L;
+	inst_create(&L, "gpt_block",
+		    KV("heads", "2", "mlp", "moe", "moe_experts", "4", "moe_capacity_factor", "1",
+		       "moe_group_size", "2", "moe_aux_coef", "0"),
+		    SHAPE(4, 8), 2,
+		    (ph_ctx){ .batch = 2, .training = 1, .seed = 1234, .step = 7, .microbatch = 3,
+			      .layer = 2, .device = PH_DEV_CPU, .loss_scale = 1.0f });
+	fill_uniform(L.x, L.nx, -1, 1);
+	inst_draw(&L, 0.5f, 1);
+	ck_assert_int_eq(L.meta.nparams, 8);
+	ck_assert_uint_eq(L.meta.sharded_params, (1u << 5) | (1u << 7));
+	ck_assert_int_eq(L.meta.params[5].shape.d[1], 16); /* mlp_ratio 4 x 8 / top_k 2 */
+	gradcheck_with(&L, &(fd_check){ .eps = 3e-3f, .tol = 1e-2, .richardson = 1, .kinks = 1,
+					.split = 1, .tensor_floor = 0.02 });
+	inst_close(&L);
+}
+END_TEST
+
 START_TEST(test_moe_bad_config)
 {
 	ph_err e;
@@ -204,6 +226,10 @@ START_TEST(test_moe_bad_config)
 	ck_assert_int_eq(try_create("moe", NULL, SHAPE(2, 2, 2), &e), PH_EINVAL);
 	ck_assert_msg(strstr(e.msg, "dimensions"), "%s", e.msg);
 	ck_assert_int_eq(try_create("moe", NULL, SHAPE(8, 4), &e), PH_OK);
+	ck_assert_int_eq(try_create("gpt_block", KV("heads", "2", "mlp", "moe", "moe_group_size", "3"),
+				    SHAPE(8, 4), &e),
+			 PH_EINVAL);
+	ck_assert_msg(strstr(e.msg, "moe_group_size = 3"), "%s", e.msg);
 }
 END_TEST
 
@@ -219,6 +245,7 @@ static Suite *moe_suite(void)
 	tcase_add_test(tc, test_moe_grad_aux);
 	tcase_add_test(tc, test_moe_drops_residual);
 	tcase_add_test(tc, test_moe_meta);
+	tcase_add_test(tc, test_gpt_block_moe_grad);
 	tcase_add_test(tc, test_moe_bad_config);
 	suite_add_tcase(s, tc);
 	return s;
