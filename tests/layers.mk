@@ -11,3 +11,26 @@ tests_test_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
 	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
 tests_test_layers_LDADD = $(CHECK_LIBS) -ldl -lm
 endif
+
+# tests/test-moe: the mixture-of-experts layer (issue #27).
+if HAVE_CHECK
+check_PROGRAMS += tests/test-moe
+TESTS += tests/test-moe
+tests_test_moe_SOURCES = tests/test-moe.c tests/layer-harness.h tests/fd-harness.h \
+	core/options.c core/layer_inst.c core/fd_check.c
+tests_test_moe_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
+	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
+tests_test_moe_LDADD = $(CHECK_LIBS) -ldl -lm
+endif
+
+# tests/moe-dump: one forward and backward of `moe` for the reference check
+# (tests/test-moe-reference.sh, tests/reference/moe_reference.py).
+if HAVE_CHECK
+check_PROGRAMS += tests/moe-dump
+tests_moe_dump_SOURCES = tests/moe-dump.c tests/layer-harness.h core/options.c core/layer_inst.c
+tests_moe_dump_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
+	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
+tests_moe_dump_LDADD = $(CHECK_LIBS) -ldl -lm
+endif
+TESTS += tests/test-moe-reference.sh
+EXTRA_DIST += tests/test-moe-reference.sh tests/reference/moe_reference.py

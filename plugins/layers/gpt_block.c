@@ -48,6 +48,19 @@
  *
  * On a GPU the host calls gpt_block_cuda.cu's hooks (gpt_block_cuda_ops)
  * instead, with the same saved layout, keys and sites (gpt_block_state.h).
+ *
+ * mlp = moe (issue #27, docs/moe.md): the MLP is a mixture of experts
+ * (moe_core.h, shared with the moe layer): y = x1 + drop(moe(h2)), each
+ * expert d -> h gelu -> d with h = moe_hidden (default mlp_ratio d / k: the
+ * same active FLOPs per token as the dense MLP).  Tensors 4..7 become
+ *   4 gate_weight            [E, d]         N(0, 0.02^2)
+ *   5 expert_fc_weight       [E, h, d]      N(0, 0.02^2), sharded
+ *   6 biases                 [4d + E h + E d] zeros, no decay: qkv_bias,
+ *                            proj_bias as above, then the experts' b1, b2
+ *   7 expert_fc_proj_weight  [E, d, h]      N(0, 0.02^2), sharded
+ * Saved: the dense layout without u and g, then the MoE's (moe_core.h);
+ * scratch: the dense backward's without its [R, rd], then the MoE's.
+ * CPU only: the CUDA twin refuses it (a follow-up).
  */
 #include <limits.h>
 #include <math.h>
@@ -59,6 +72,7 @@
 #define TF_WANT_ATTENTION 1
 #include "transformer_ops.h"
 #include "gpt_block_state.h" /* gpt_state, GPT_LN_EPS, GPT_SITE_* */
+#include "moe_core.h"        /* mlp = moe */
 
 PH_LAYER_TWIN(gpt_block_cuda_ops); /* gpt_block_cuda.cu; NULL in a build without CUDA */
 
@@ -66,6 +80,10 @@ typedef struct {
 	int64_t heads;
 	double dropout;
 	int64_t mlp_ratio;
+	int mlp; /* 0 dense, 1 moe */
+	int64_t moe_experts, moe_top_k, moe_hidden, moe_group_size;
+	double moe_capacity_factor, moe_aux_coef;
+	int moe_second;
 } gpt_block_config;
 
 static const ph_option gpt_block_options[] = {
@@ -75,10 +93,62 @@ static const ph_option gpt_block_options[] = {
 		      "dropout on the attention probabilities and both residual branches"),
 	PH_OPT_INT_(gpt_block_config, mlp_ratio, "mlp_ratio", "4", 1, 64,
 		    "hidden width of the MLP as a multiple of the model dimension"),
+	PH_OPT_CHOICE_(gpt_block_config, mlp, "mlp", "dense", "dense|moe",
+		       "the MLP: dense, or a mixture of experts (docs/moe.md)"),
+	PH_OPT_INT_(gpt_block_config, moe_experts, "moe_experts", "8", 1, MOE_MAX_E,
+		    "mlp = moe: experts E"),
+	PH_OPT_INT_(gpt_block_config, moe_top_k, "moe_top_k", "2", 1, 2,
+		    "mlp = moe: experts per token, 2 (GShard) or 1 (Switch)"),
+	PH_OPT_INT_(gpt_block_config, moe_hidden, "moe_hidden", "0", 0, 1 << 20,
+		    "mlp = moe: each expert's hidden width; 0 = mlp_ratio d / top_k"),
+	PH_OPT_FLOAT_(gpt_block_config, moe_capacity_factor, "moe_capacity_factor", "2", 0, 1024,
+		      "mlp = moe: slots per expert and group = ceil(f k S / E); 0 = dropless"),
+	PH_OPT_INT_(gpt_block_config, moe_group_size, "moe_group_size", "0", 0, INT_MAX,
+		    "mlp = moe: tokens per routing group, dividing T; 0 = T"),
+	PH_OPT_CHOICE_(gpt_block_config, moe_second, "moe_second_expert", "random", "random|always",
+		       "mlp = moe: the second expert kept with probability 2 c2, or always"),
+	PH_OPT_FLOAT_(gpt_block_config, moe_aux_coef, "moe_aux_coef", "0.01", 0, 1000,
+		      "mlp = moe: coefficient of the load-balancing loss"),
 	PH_OPT_END
 };
 
 enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS, P_COUNT };
+enum { P_GATE = 4, P_EFC = 5, P_EFCPROJ = 7 }; /* mlp = moe */
+
+/* gpt_state and, for mlp = moe, the MoE's geometry (the CUDA twin sees
+ * the gpt_state at its head). */
+typedef struct {
+	gpt_state b;
+	moe_geom mg;
+} gpt_moe_state;
+
+/* mlp = moe: check the options against [T, d] into *mg. */
+static int moe_geom_of(const gpt_block_config *cfg, int64_t T, int64_t d, int max_batch,
+		       moe_geom *mg, ph_err *err)
+{
+	const int64_t E = cfg->moe_experts, k = cfg->moe_top_k;
+	const int64_t S = cfg->moe_group_size ? cfg->moe_group_size : T;
+	const int64_t h = cfg->moe_hidden ? cfg->moe_hidden : (cfg->mlp_ratio * d + k - 1) / k;
+	if (E < 1 || E > MOE_MAX_E || k < 1 || k > 2 || k > E)
+		return ph_fail(err, PH_EINVAL,
+			       "gpt_block: moe_experts = %lld, moe_top_k = %lld; need 1 or 2 experts "
+			       "per token and at least that many experts (at most %d)",
+			       (long long)E, (long long)k, MOE_MAX_E);
+	if (S < 1 || T % S != 0)
+		return ph_fail(err, PH_EINVAL,
+			       "gpt_block: moe_group_size = %lld does not divide the %lld tokens of a "
+			       "sample; pick a divisor of T or 0 (= T)",
+			       (long long)S, (long long)T);
+	const int C = moe_capacity(cfg->moe_capacity_factor, (int)k, (int)S, (int)E);
+	if (h > INT_MAX / 8 || (int64_t)max_batch * (T / S) * C * (h > d ? h : d) > INT_MAX)
+		return ph_fail(err, PH_EINVAL,
+			       "gpt_block: moe_hidden %lld, micro-batch %d exceed BLAS int sizes",
+			       (long long)h, max_batch);
+	*mg = (moe_geom){ .T = (int)T, .d = (int)d, .h = (int)h, .E = (int)E, .k = (int)k,
+			  .S = (int)S, .C = C, .random2 = cfg->moe_second == 0,
+			  .aux_coef = (float)cfg->moe_aux_coef };
+	return PH_OK;
+}
 
 static int gpt_create(const void *config, const ph_shape *in, int max_batch, void **state,
 		      ph_err *err)
@@ -110,9 +180,15 @@ static int gpt_create(const void *config, const ph_shape *in, int max_batch, voi
 		return ph_fail(err, PH_EINVAL,
 			       "gpt_block: T = %lld, d = %lld, micro-batch %d exceed BLAS int sizes",
 			       (long long)T, (long long)d, max_batch);
-	gpt_state *s = calloc(1, sizeof *s);
-	if (!s)
+	moe_geom mg = { 0 };
+	if (cfg->mlp == 1 && moe_geom_of(cfg, T, d, max_batch, &mg, err))
+		return PH_EINVAL;
+	gpt_moe_state *ms = calloc(1, sizeof *ms);
+	if (!ms)
 		return ph_fail(err, PH_ENOMEM, "gpt_block: out of memory");
+	gpt_state *s = &ms->b;
+	s->moe = cfg->mlp == 1;
+	ms->mg = mg;
 	s->g.T = (int)T;
 	s->g.d = (int)d;
 	s->g.H = (int)cfg->heads;
@@ -141,18 +217,55 @@ static void add_param(ph_layer_meta *m, const char *name, int ndim, int64_t d0, 
 	p->no_decay = no_decay;
 }
 
+static const moe_geom *moe_of(const gpt_state *s)
+{
+	return &((const gpt_moe_state *)s)->mg;
+}
+
 /* Floats of saved state per sample. */
 static size_t saved_floats(const gpt_state *s)
 {
-	const size_t T = s->g.T, d = s->g.d, H = s->g.H, r = s->r;
-	return T * d * 7 + T * 4 + H * T * T + 2 * T * r * d;
+	const size_t T = s->g.T, d = s->g.d, H = s->g.H, r = s->moe ? 0 : s->r;
+	return T * d * 7 + T * 4 + H * T * T + 2 * T * r * d +
+	       (s->moe ? moe_saved_floats(moe_of(s)) : 0);
 }
 
 /* Floats of scratch per call: backward's (forward needs less: rows*d + T*T). */
 static size_t scratch_floats(const gpt_state *s)
 {
-	const size_t R = (size_t)s->max_batch * s->g.T, d = s->g.d, r = s->r, T = s->g.T;
+	const size_t R = (size_t)s->max_batch * s->g.T, d = s->g.d, r = s->moe ? 0 : s->r;
+	const size_t T = s->g.T;
 	return R * d * (7 + r) + 2 * T * T;
+}
+
+/* mlp = moe: the MoE's scratch, after the block's own. */
+static size_t scratch_all_floats(const gpt_state *s)
+{
+	return scratch_floats(s) +
+	       (s->moe ? (size_t)s->max_batch * moe_scratch_floats(moe_of(s)) : 0);
+}
+
+/* mlp = moe: the MLP's FLOPs, tensors 4..7 and the sharded experts; the
+ * attention's part of the meta is set already. */
+static int moe_meta(const gpt_state *s, ph_layer_meta *m)
+{
+	const moe_geom *mg = moe_of(s);
+	const double T = s->g.T, d = s->g.d, r = s->r;
+	/* take the dense MLP's matmuls and gelu out, the routed MLP in */
+	const double dense = 4.0 * r * T * d * d + 10.0 * r * T * d + r * T * d;
+	m->fwd_flops += moe_fwd_flops(mg) - dense;
+	m->bwd_flops = 2.0 * m->fwd_flops;
+	const int64_t D = s->g.d, E = mg->E, h = mg->h;
+	add_param(m, "gate_weight", 2, E, D, PH_INIT_NORMAL, 0.02f, 0);
+	ph_param_desc *p = &m->params[m->nparams++];
+	*p = (ph_param_desc){ .name = "expert_fc_weight", .shape = { 3, { E, h, D } },
+			      .init = PH_INIT_NORMAL, .init_arg = 0.02f };
+	add_param(m, "biases", 1, 4 * D + E * (h + D), 0, PH_INIT_ZEROS, 0, 1);
+	p = &m->params[m->nparams++];
+	*p = (ph_param_desc){ .name = "expert_fc_proj_weight", .shape = { 3, { E, D, h } },
+			      .init = PH_INIT_NORMAL, .init_arg = 0.02f };
+	m->sharded_params = (1u << P_EFC) | (1u << P_EFCPROJ);
+	return PH_OK;
 }
 
 static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
@@ -173,7 +286,7 @@ static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	m->fwd_flops = mm + core + elem;
 	m->bwd_flops = 2.0 * m->fwd_flops;
 	m->saved_bytes = saved_floats(s) * sizeof(float);
-	m->scratch_bytes = scratch_floats(s) * sizeof(float);
+	m->scratch_bytes = scratch_all_floats(s) * sizeof(float);
 	/* The GPU batches the heads of a sample: backward's [R, d] and [R, rd]
 	 * buffers as on the CPU, then dP [heads, T, T], and Pd [heads, T, T]
 	 * when there is dropout (forward needs [R, d] and Pd). */
@@ -185,6 +298,8 @@ static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	add_param(m, "ln_bias", 2, 2, D, PH_INIT_ZEROS, 0, 1);
 	add_param(m, "qkv_weight", 2, 3 * D, D, PH_INIT_NORMAL, 0.02f, 0);
 	add_param(m, "proj_weight", 2, D, D, PH_INIT_NORMAL, 0.02f, 0);
+	if (s->moe)
+		return moe_meta(s, m);
 	add_param(m, "fc_weight", 2, rd, D, PH_INIT_NORMAL, 0.02f, 0);
 	add_param(m, "fc_proj_weight", 2, D, rd, PH_INIT_NORMAL, 0.02f, 0);
 	add_param(m, "biases", 1, (5 + (int64_t)s->r) * D, 0, PH_INIT_ZEROS, 0, 1);
@@ -201,12 +316,13 @@ static int check_call(const gpt_state *s, const ph_ctx *ctx, ph_err *err)
 /* The saved regions of this micro-batch. */
 typedef struct {
 	float *h1, *mean1, *rstd1, *qkv, *P, *att, *x1, *h2, *mean2, *rstd2, *u, *g;
+	float *moe; /* mlp = moe: the MoE's saved regions */
 } gpt_saved;
 
 static gpt_saved saved_views(const gpt_state *s, const ph_ctx *ctx)
 {
-	const size_t B = (size_t)ctx->batch, T = s->g.T, d = s->g.d, H = s->g.H, r = s->r;
-	const size_t R = B * T;
+	const size_t B = (size_t)ctx->batch, T = s->g.T, d = s->g.d, H = s->g.H;
+	const size_t R = B * T, r = s->moe ? 0 : s->r;
 	gpt_saved v;
 	v.h1 = ctx->saved;
 	v.mean1 = v.h1 + R * d;
@@ -220,6 +336,7 @@ static gpt_saved saved_views(const gpt_state *s, const ph_ctx *ctx)
 	v.rstd2 = v.mean2 + R;
 	v.u = v.rstd2 + R;
 	v.g = v.u + R * r * d;
+	v.moe = v.g + R * r * d;
 	return v;
 }
 
@@ -248,6 +365,13 @@ static void resid_drop(const tf_attn_geom *g, int drop, uint64_t key, int64_t n,
 		const float m = ph_u01(rr.v[i & 3]) >= g->rate ? g->scale : 0.0f;
 		out[i] = base ? base[i] + m * in[i] : m * in[i];
 	}
+}
+
+/* mlp = moe: tensors 4..7 as the MoE takes them. */
+static moe_params moe_params_of(float *const *params, int d)
+{
+	return (moe_params){ params[P_GATE], params[P_EFC], params[P_EFCPROJ],
+			     params[P_BIAS] + 4 * (size_t)d };
 }
 
 /* rows copies of bias [n] into out [rows, n], for a gemm to accumulate onto. */
@@ -285,6 +409,14 @@ static int gpt_forward(void *state, const ph_ctx *ctx, float *const *params, con
 
 	/* MLP branch */
 	tf_layernorm_forward(v.x1, v.h2, lnw + d, lnb + d, R, d, GPT_LN_EPS, v.mean2, v.rstd2);
+	if (s->moe) {
+		const moe_params mp = moe_params_of(params, d);
+		rc = moe_mlp_forward(moe_of(s), ctx, &mp, v.h2, tmp, 0, v.moe,
+				     (float *)ctx->scratch + scratch_floats(s), err);
+		if (rc == PH_OK)
+			resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID2), n, v.x1, tmp, y);
+		return rc;
+	}
 	preload_bias(v.u, bias + 4 * d, R, rd);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, rd, d, 1.0f, v.h2, d,
 		    params[P_FC], d, 1.0f, v.u, rd);
@@ -314,7 +446,7 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 	int rc = check_call(s, ctx, err);
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
-	const int T = s->g.T, d = s->g.d, rd = s->r * d, R = ctx->batch * T;
+	const int T = s->g.T, d = s->g.d, rd = (s->moe ? 0 : s->r) * d, R = ctx->batch * T;
 	const int64_t n = (int64_t)R * d;
 	gpt_saved v = saved_views(s, ctx);
 	const int drop = ctx->training && s->g.rate > 0.0f;
@@ -329,21 +461,32 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 
 	/* ---- MLP branch: y = x1 + drop(g Wp^T + bp) ---- */
 	resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID2), n, NULL, dy, dbr);
-	if (grads) {
+	if (s->moe) { /* dh = d moe(h2) / d h2 */
+		const moe_params mp = moe_params_of(params, d);
+		const moe_grads mg = grads ? (moe_grads){ grads[P_GATE], grads[P_EFC],
+							 grads[P_EFCPROJ], grads[P_BIAS] + 4 * d }
+					   : (moe_grads){ 0 };
+		rc = moe_mlp_backward(moe_of(s), ctx, &mp, grads ? &mg : NULL, v.h2, dbr, dh, v.moe,
+				      (float *)ctx->scratch + scratch_floats(s), err);
+		if (rc)
+			return rc;
+	} else if (grads) {
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, rd, R, 1.0f, dbr, d, v.g,
 			    rd, 1.0f, grads[P_FCPROJ], rd);
 		add_colsum(grads[P_BIAS] + 4 * d + rd, dbr, R, d);
 	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, rd, d, 1.0f, dbr, d,
-		    params[P_FCPROJ], rd, 0.0f, dgu, rd);
-	tf_gelu_backward(v.u, dgu, dgu, (int64_t)R * rd);
-	if (grads) {
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rd, d, R, 1.0f, dgu, rd, v.h2,
-			    d, 1.0f, grads[P_FC], d);
-		add_colsum(grads[P_BIAS] + 4 * d, dgu, R, rd);
-	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, rd, 1.0f, dgu, rd,
-		    params[P_FC], d, 0.0f, dh, d);
+	if (!s->moe) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, rd, d, 1.0f, dbr, d,
+			    params[P_FCPROJ], rd, 0.0f, dgu, rd);
+		tf_gelu_backward(v.u, dgu, dgu, (int64_t)R * rd);
+		if (grads) {
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rd, d, R, 1.0f, dgu, rd, v.h2,
+				    d, 1.0f, grads[P_FC], d);
+			add_colsum(grads[P_BIAS] + 4 * d, dgu, R, rd);
+		}
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, rd, 1.0f, dgu, rd,
+			    params[P_FC], d, 0.0f, dh, d);
+	} /* dense MLP */
 	tf_layernorm_backward(v.x1, dh, lnw + d, v.mean2, v.rstd2, R, d, dx1,
 			      grads ? grads[P_LNW] + d : NULL, grads ? grads[P_LNB] + d : NULL);
 	for (int64_t i = 0; i < n; i++)

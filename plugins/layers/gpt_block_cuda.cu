@@ -375,9 +375,19 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 }
 
 /* The hooks: the geometry from the state, then the code above. */
+/* mlp = moe has no CUDA path yet (issue #27's follow-up): refuse it. */
+#define GPT_REFUSE_MOE(state, err)                                                            \
+	do {                                                                                  \
+		if (((const gpt_state *)(state))->moe)                                        \
+			return ph_fail(err, PH_EUNSUPPORTED,                                  \
+				       "gpt_block: mlp = moe runs on the CPU only for now; "   \
+				       "put this layer on a CPU rank or use mlp = dense");    \
+	} while (0)
+
 static int gpt_block_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
 				  ph_err *err)
 {
+	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_fwd(&g, ctx, params, x, y, err);
 }
@@ -385,6 +395,7 @@ static int gpt_block_cuda_forward(void *state, const ph_ctx *ctx, float *const *
 static int gpt_block_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
 				   const float *x, const float *y, const float *dy, float *dx, ph_err *err)
 {
+	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_bwd(&g, ctx, params, grads, x, dy, dx, err);
 }
@@ -392,6 +403,7 @@ static int gpt_block_cuda_backward(void *state, const ph_ctx *ctx, float *const 
 static int gpt_block_cuda_backward_input(void *state, const ph_ctx *ctx, float *const *params, const float *x,
 					 const float *y, const float *dy, float *dx, ph_err *err)
 {
+	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_bwd(&g, ctx, params, NULL, x, dy, dx, err);
 }
@@ -400,6 +412,7 @@ static int gpt_block_cuda_backward_weight(void *state, const ph_ctx *ctx, float 
 					  float *const *grads, const float *x, const float *y, const float *dy,
 					  ph_err *err)
 {
+	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_bwd(&g, ctx, params, grads, x, dy, NULL, err);
 }

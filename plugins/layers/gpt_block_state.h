@@ -19,6 +19,7 @@ typedef struct {
 	tf_attn_geom g; /* T, d, heads, rate, scale */
 	int r;          /* mlp_ratio */
 	int max_batch;  /* sizes the scratch */
+	int moe;        /* mlp = moe (gpt_block.c; CPU only: the twin refuses it) */
 } gpt_state;
 
 #ifdef __cplusplus

@@ -84,11 +84,23 @@ plugins_layers_attention_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_attention_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_attention_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 
+# The mixture-of-experts MLP (issue #27), in the moe layer and gpt_block.
+MOE_SOURCES = plugins/layers/moe_core.h plugins/layers/moe_gate.c plugins/layers/moe_dispatch.c \
+	plugins/layers/moe_experts.c plugins/layers/moe_mlp.c
 pkglib_LTLIBRARIES += plugins/layers/gpt_block.la
-plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/gpt_block_state.h plugins/layers/attn_geom.h plugins/layers/transformer_ops.h
+plugins_layers_gpt_block_la_SOURCES = plugins/layers/gpt_block.c plugins/layers/gpt_block_state.h plugins/layers/attn_geom.h plugins/layers/transformer_ops.h \
+	$(MOE_SOURCES)
 plugins_layers_gpt_block_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_gpt_block_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
+
+# Mixture of experts (issue #27): the MLP in moe_*.c, shared with gpt_block's
+# `mlp = moe`; docs/moe.md.  CPU only for now.
+pkglib_LTLIBRARIES += plugins/layers/moe.la
+plugins_layers_moe_la_SOURCES = plugins/layers/moe.c $(MOE_SOURCES) plugins/layers/transformer_ops.h
+plugins_layers_moe_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+plugins_layers_moe_la_LIBADD = $(BLAS_LIBS) -lm
+plugins_layers_moe_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 
 # CUDA twins (NAME_cuda.cu beside NAME.c), linked into the same module when
 # configure found nvcc, cuBLAS and cuDNN.  The host passes them its GEMM

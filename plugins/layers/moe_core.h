@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The mixture-of-experts MLP (GShard, Lepikhin et al. 2020; Switch, Fedus et
+ * al. 2021) shared by the `moe` layer and gpt_block's `mlp = moe`.  Compiled
+ * into both modules (moe_gate.c, moe_dispatch.c, moe_experts.c, moe_mlp.c);
+ * docs/moe.md is the user's description.
+ *
+ * Tokens: a micro-batch of B samples of T tokens of width d, N = B T rows.
+ * Groups: S consecutive tokens of one sample (S divides T), G = N / S.
+ * Capacity: C slots per expert and group (moe_capacity()).
+ *
+ * Parameters, the shapes meta declares (E experts, hidden h):
+ *   gate    [E, d]         replicated
+ *   w1      [E, h, d]      sharded over the R replicas: this one holds
+ *                          experts [rank El, (rank + 1) El), El = E / R
+ *   w2      [E, d, h]      sharded likewise
+ *   biases  [E h + E d]    replicated: b1 [E, h] then b2 [E, d]; a replica
+ *                          adds gradients only to its own experts' rows,
+ *                          so the host's sum over replicas completes them
+ *
+ * Buffers (floats; "token side" = laid out by the tokens' replica, "expert
+ * side" = after the all_to_all, by the experts' replica):
+ *   dispatch, token side  [E][G][C][d]   expert e's slots for every group;
+ *                         block j of the all_to_all = experts j El ..
+ *   expert side           [R][El][G][C][d]: block q = j El + l holds
+ *                         replica j's tokens for local expert l
+ * With R = 1 both are [E][G][C][d] and the all_to_all is a copy.
+ *
+ * Saved per micro-batch, region after region (moe_saved_floats per sample):
+ *   probs [N, E]      softmax of the gate
+ *   route [N, 6]      e1, e2, p1, p2, c1, c2: the experts, their slots
+ *                     (-1: not taken or dropped) and combine weights
+ *   xin   [E G C d]   expert inputs, expert side
+ *   u     [E G C h]   pre-gelu hidden, expert side
+ *   eo    [E G C d]   expert outputs, token side
+ */
+#ifndef PH_LAYERS_MOE_CORE_H
+#define PH_LAYERS_MOE_CORE_H
+
+#include <stdint.h>
+
+#include <pipehost/plugin.h>
+
+#define MOE_SITE_ROUTE 0x6d6f652d726f7574ull /* "moe-rout": the second expert's draws */
+#define MOE_ROUTE_W 6                          /* floats of route per token */
+#define MOE_MAX_E 256                          /* experts at most */
+
+typedef struct {
+	int T, d, h;        /* tokens per sample, width, expert hidden */
+	int E, k;           /* experts, experts per token (1 or 2) */
+	int S, C;           /* group size (divides T), capacity per expert and group */
+	int random2;        /* 1: keep the second expert with probability 2 c2 (training) */
+	float aux_coef;     /* coefficient of the load-balancing loss */
+} moe_geom;
+
+/* Parameters of this replica: w1, w2 point at its El experts, gate and
+ * biases are whole. */
+typedef struct {
+	const float *gate, *w1, *w2, *biases;
+} moe_params;
+
+/* Their gradients (accumulated); NULL: the input half only. */
+typedef struct {
+	float *gate, *w1, *w2, *biases;
+} moe_grads;
+
+/* C = ceil(cf k S / E), at least 1, at most S; cf = 0: S (dropless). */
+int moe_capacity(double cf, int k, int S, int E);
+
+size_t moe_saved_floats(const moe_geom *g);   /* per sample */
+size_t moe_scratch_floats(const moe_geom *g); /* per sample */
+double moe_fwd_flops(const moe_geom *g);      /* per sample */
+
+/* R and rank of ctx's group (1, 0 without one). */
+int moe_group_size(const ph_ctx *ctx);
+int moe_group_rank(const ph_ctx *ctx);
+
+/* ---- moe_gate.c ---- */
+
+/* Figures of one micro-batch's routing, for ph_group.report. */
+typedef struct {
+	double aux;            /* mean over groups of E sum_e m_e f_e */
+	double load_max_mean;  /* max over experts of assignments / their mean */
+	double drop_frac;      /* assignments dropped for capacity / assignments */
+} moe_stats;
+
+/* probs [N, E] (softmax of x gate^T) and route [N, 6] for N = batch T
+ * tokens; the draws come from ctx's key when random2 and training. */
+void moe_gate_forward(const moe_geom *g, const ph_ctx *ctx, const float *x, const float *gate,
+		      float *probs, float *route, moe_stats *st);
+/* dlogits [N, E] from dc [N, 2] (d objective / d combine weights) and the
+ * auxiliary loss scaled by ctx->loss_scale. */
+void moe_gate_backward(const moe_geom *g, const ph_ctx *ctx, const float *probs,
+		       const float *route, const float *dc, float *dlogits);
+
+/* ---- moe_dispatch.c ---- */
+
+/* disp [E][G][C][d] = the tokens at their slots, zeros elsewhere. */
+void moe_dispatch(const moe_geom *g, int N, const float *route, const float *x, float *disp);
+/* y [N, d] (=, or += when accumulate) the combine-weighted expert outputs. */
+void moe_combine(const moe_geom *g, int N, const float *route, const float *eo, float *y,
+		 int accumulate);
+/* dc [N, 2] = dy . eo at each kept slot; ddisp [E][G][C][d] = c dy there. */
+void moe_combine_backward(const moe_geom *g, int N, const float *route, const float *eo,
+			  const float *dy, float *dc, float *ddisp);
+/* dx [N, d] += the slots' gradients. */
+void moe_dispatch_backward(const moe_geom *g, int N, const float *route, const float *ddisp,
+			   float *dx);
+/* The exchange of [E][G][C][d] buffers over the group (a copy when R = 1). */
+int moe_all_to_all(const ph_ctx *ctx, const float *send, float *recv, size_t n, ph_err *err);
+
+/* ---- moe_experts.c ---- */
+
+/* Over the E blocks of rows = G C expert-side rows each. */
+void moe_experts_forward(const moe_geom *g, const ph_ctx *ctx, int rows, const moe_params *p,
+			 const float *xin, float *u, float *a, float *out);
+/* dout is overwritten with nothing; a, dh: [rows, h] scratch each.
+ * dxin = d/dxin; grads NULL skips the weights. */
+void moe_experts_backward(const moe_geom *g, const ph_ctx *ctx, int rows, const moe_params *p,
+			  const moe_grads *gr, const float *xin, const float *u, const float *dout,
+			  float *a, float *dh, float *dxin);
+
+/* ---- moe_mlp.c: the whole MLP ---- */
+
+/* y [N, d] = moe(x) (+= when accumulate); saved as above; scratch
+ * moe_scratch_floats per sample. */
+int moe_mlp_forward(const moe_geom *g, const ph_ctx *ctx, const moe_params *p, const float *x,
+		    float *y, int accumulate, float *saved, float *scratch, ph_err *err);
+/* dx [N, d] = d/dx (overwritten; NULL skips it, but the exchanges still
+ * run); grads NULL: no weight gradients. */
+int moe_mlp_backward(const moe_geom *g, const ph_ctx *ctx, const moe_params *p,
+		     const moe_grads *gr, const float *x, const float *dy, float *dx, float *saved,
+		     float *scratch, ph_err *err);
+
+#endif

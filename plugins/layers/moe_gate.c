@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GShard's gating (moe_core.h, docs/moe.md): softmax gate, top-1 or top-2,
+ * capacity per expert and group, the second expert at random or always,
+ * and the auxiliary load-balancing loss.  Everything here is per token or
+ * per group, in token order, so it is deterministic.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "moe_core.h"
+
+int moe_capacity(double cf, int k, int S, int E)
+{
+	if (cf <= 0)
+		return S;
+	double c = ceil(cf * k * (double)S / E - 1e-9);
+	if (c < 1)
+		c = 1;
+	return c > S ? S : (int)c;
+}
+
+int moe_group_size(const ph_ctx *ctx)
+{
+	return ctx->group && ctx->group->size > 0 ? ctx->group->size : 1;
+}
+
+int moe_group_rank(const ph_ctx *ctx)
+{
+	return ctx->group && ctx->group->size > 1 ? ctx->group->rank : 0;
+}
+
+/* The first expert with the largest probability, skipping `not`. */
+static int argmax_skip(const float *p, int E, int not)
+{
+	int best = -1;
+	for (int e = 0; e < E; e++)
+		if (e != not && (best < 0 || p[e] > p[best]))
+			best = e;
+	return best;
+}
+
+/*
+ * probs [N, E] = softmax(x gate^T); per token of route [N, 6]:
+ *   e1 = argmax, c1 = p[e1]                                 (top-1, Switch)
+ *   e2 = argmax of the rest, c1 = p1 / (p1 + p2), c2 = p2 / (p1 + p2)   (top-2)
+ * The second is taken always, or (random2, training) iff u < 2 c2 with
+ * u = ph_rng_uniform(key, n), key = mix(ph_rng_key(...) ^ MOE_SITE_ROUTE),
+ * n the token's index in the micro-batch.  Slots: within a group, first
+ * choices take slots in token order, then second choices, each expert's
+ * count going on from its first choices (GShard); past C a choice is
+ * dropped (slot -1, combine weight 0).
+ */
+void moe_gate_forward(const moe_geom *g, const ph_ctx *ctx, const float *x, const float *gate,
+		      float *probs, float *route, moe_stats *st)
+{
+	const int E = g->E, d = g->d, S = g->S, C = g->C;
+	const int N = ctx->batch * g->T, G = N / S;
+	const uint64_t key = ph_mix64(ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer) ^
+				      MOE_SITE_ROUTE);
+	const int sample2 = g->k == 2 && g->random2 && ctx->training;
+
+	/* logits and softmax, one token at a time (d-long dots, fixed order) */
+	for (int n = 0; n < N; n++) {
+		const float *xn = x + (size_t)n * d;
+		float *pn = probs + (size_t)n * E;
+		float mx = -INFINITY;
+		for (int e = 0; e < E; e++) {
+			const float *we = gate + (size_t)e * d;
+			float s = 0;
+			for (int c = 0; c < d; c++)
+				s += xn[c] * we[c];
+			pn[e] = s;
+			mx = s > mx ? s : mx;
+		}
+		float z = 0;
+		for (int e = 0; e < E; e++) {
+			pn[e] = expf(pn[e] - mx);
+			z += pn[e];
+		}
+		for (int e = 0; e < E; e++)
+			pn[e] /= z;
+	}
+
+	int count[MOE_MAX_E];
+	double load[MOE_MAX_E] = { 0 }, f[MOE_MAX_E], m[MOE_MAX_E];
+	double aux = 0, chosen = 0, dropped = 0;
+	for (int gi = 0; gi < G; gi++) {
+		memset(count, 0, (size_t)E * sizeof *count);
+		memset(f, 0, (size_t)E * sizeof *f);
+		memset(m, 0, (size_t)E * sizeof *m);
+		for (int t = 0; t < S; t++) {
+			const int n = gi * S + t;
+			const float *pn = probs + (size_t)n * E;
+			float *r = route + (size_t)n * MOE_ROUTE_W;
+			const int e1 = argmax_skip(pn, E, -1);
+			int e2 = -1;
+			float c1 = pn[e1], c2 = 0;
+			if (g->k == 2) {
+				e2 = argmax_skip(pn, E, e1);
+				const float den = pn[e1] + pn[e2];
+				c1 = pn[e1] / den;
+				c2 = pn[e2] / den;
+			}
+			r[0] = (float)e1;
+			r[1] = (float)e2;
+			r[4] = c1;
+			r[5] = c2;
+			f[e1] += 1;
+			for (int e = 0; e < E; e++)
+				m[e] += pn[e];
+			/* first choice's slot */
+			load[e1] += 1;
+			chosen += 1;
+			if (count[e1] < C) {
+				r[2] = (float)count[e1]++;
+			} else {
+				r[2] = -1;
+				r[4] = 0;
+				dropped += 1;
+			}
+		}
+		for (int t = 0; t < S && g->k == 2; t++) {
+			const int n = gi * S + t;
+			float *r = route + (size_t)n * MOE_ROUTE_W;
+			const int e2 = (int)r[1];
+			int take = 1;
+			if (sample2)
+				take = ph_rng_uniform(key, (uint64_t)n) < 2.0f * r[5];
+			r[3] = -1;
+			if (!take) {
+				r[5] = 0;
+				continue;
+			}
+			load[e2] += 1;
+			chosen += 1;
+			if (count[e2] < C) {
+				r[3] = (float)count[e2]++;
+			} else {
+				r[5] = 0;
+				dropped += 1;
+			}
+		}
+		if (g->k == 1)
+			for (int t = 0; t < S; t++) {
+				float *r = route + (size_t)(gi * S + t) * MOE_ROUTE_W;
+				r[3] = -1;
+			}
+		/* l_g = E sum_e (m_e / S) (f_e / S) */
+		double l = 0;
+		for (int e = 0; e < E; e++)
+			l += (m[e] / S) * (f[e] / S);
+		aux += E * l;
+	}
+	if (st) {
+		double mx = 0, sum = 0;
+		for (int e = 0; e < E; e++) {
+			sum += load[e];
+			mx = load[e] > mx ? load[e] : mx;
+		}
+		st->aux = G ? aux / G : 0;
+		st->load_max_mean = sum > 0 ? mx / (sum / E) : 0;
+		st->drop_frac = chosen > 0 ? dropped / chosen : 0;
+	}
+}
+
+/*
+ * dlogits [N, E] from dc [N, 2] and the auxiliary loss.
+ * The combine weights: top-1 c1 = p1; top-2 c1 = p1 / s, c2 = p2 / s with
+ * s = p1 + p2 (a dropped or skipped choice has weight 0 whatever p, so its
+ * dc is 0 and nothing flows).  The auxiliary loss adds to the objective
+ * loss_scale S coef l_g per group (coef l_g per token, as the loss
+ * layer's loss is per token), so d/dp[n, e] += loss_scale coef E f_e,
+ * f_e = the fraction of the group's tokens whose first choice is e.
+ * Then the softmax: dlogit = p (dp - sum p dp).
+ */
+void moe_gate_backward(const moe_geom *g, const ph_ctx *ctx, const float *probs,
+		       const float *route, const float *dc, float *dlogits)
+{
+	const int E = g->E, S = g->S;
+	const int N = ctx->batch * g->T, G = N / S;
+	const float aux_scale = ctx->loss_scale * g->aux_coef * (float)E;
+	float f[MOE_MAX_E];
+	for (int gi = 0; gi < G; gi++) {
+		memset(f, 0, (size_t)E * sizeof *f);
+		for (int t = 0; t < S; t++)
+			f[(int)route[(size_t)(gi * S + t) * MOE_ROUTE_W]] += 1.0f;
+		for (int e = 0; e < E; e++)
+			f[e] = aux_scale * (f[e] / (float)S);
+		for (int t = 0; t < S; t++) {
+			const int n = gi * S + t;
+			const float *pn = probs + (size_t)n * E, *r = route + (size_t)n * MOE_ROUTE_W;
+			float *dl = dlogits + (size_t)n * E; /* dp first, in place */
+			for (int e = 0; e < E; e++)
+				dl[e] = f[e];
+			const int e1 = (int)r[0], e2 = (int)r[1];
+			const float dc1 = dc[2 * n], dc2 = dc[2 * n + 1];
+			if (g->k == 1) {
+				dl[e1] += dc1;
+			} else {
+				const float p1 = pn[e1], p2 = pn[e2], s = p1 + p2;
+				const float inv2 = 1.0f / (s * s);
+				dl[e1] += p2 * (dc1 - dc2) * inv2;
+				dl[e2] += p1 * (dc2 - dc1) * inv2;
+			}
+			float dot = 0;
+			for (int e = 0; e < E; e++)
+				dot += pn[e] * dl[e];
+			for (int e = 0; e < E; e++)
+				dl[e] = pn[e] * (dl[e] - dot);
+		}
+	}
+}
