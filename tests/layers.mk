@@ -19,7 +19,7 @@ check_PROGRAMS += tests/test-cnn-kernels
 TESTS += tests/test-cnn-kernels
 tests_test_cnn_kernels_SOURCES = tests/test-cnn-kernels.c tests/layer-harness.h \
 	core/options.c core/layer_inst.c
-tests_test_cnn_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
-	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
-tests_test_cnn_kernels_LDADD = $(CHECK_LIBS) -ldl -lm
+tests_test_cnn_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(BLAS_CFLAGS) \
+	-I$(top_srcdir)/plugins/layers -DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
+tests_test_cnn_kernels_LDADD = $(CHECK_LIBS) $(BLAS_LIBS) -ldl -lm
 endif

@@ -9,7 +9,8 @@
  *
  * The references below are the plugins' loops as they were before the fast
  * paths (maxpool2d.c keeps its copy as pool_forward_ref/pool_backward_ref
- * for the shapes the fast path does not take).
+ * for the shapes the fast path does not take); conv2d's is its pipeline
+ * with im2col and col2im by their definitions.
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -19,8 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
 #include <pipehost/plugin.h>
 #include "options.h"
+#include "conv2d_state.h"
 
 #include "layer-harness.h"
 
@@ -216,11 +219,163 @@ START_TEST(test_relu_fast_vs_ref)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* conv2d                                                              */
+
+/* im2col by the definition: sample x [C, H, W] -> its P columns of
+ * cols [CKK, ld], zero outside the image. */
+static void im2col_def(const conv2d_state *s, const float *x, float *col, size_t ld)
+{
+	for (int c = 0; c < s->C; c++)
+		for (int i = 0; i < s->k; i++)
+			for (int j = 0; j < s->k; j++)
+				for (int oh = 0; oh < s->OH; oh++)
+					for (int ow = 0; ow < s->OW; ow++) {
+						int h = oh * s->s - s->p + i, w = ow * s->s - s->p + j;
+						float v = h < 0 || h >= s->H || w < 0 || w >= s->W
+							? 0.0f : x[((size_t)c * s->H + h) * s->W + w];
+						col[(size_t)((c * s->k + i) * s->k + j) * ld +
+						    (size_t)oh * s->OW + ow] = v;
+					}
+}
+
+/* Its adjoint: dx [C, H, W] += dcol, in (c, i, j, oh, ow) order. */
+static void col2im_def(const conv2d_state *s, const float *dcol, size_t ld, float *dx)
+{
+	for (int c = 0; c < s->C; c++)
+		for (int i = 0; i < s->k; i++)
+			for (int j = 0; j < s->k; j++)
+				for (int oh = 0; oh < s->OH; oh++)
+					for (int ow = 0; ow < s->OW; ow++) {
+						int h = oh * s->s - s->p + i, w = ow * s->s - s->p + j;
+						if (h < 0 || h >= s->H || w < 0 || w >= s->W)
+							continue;
+						dx[((size_t)c * s->H + h) * s->W + w] +=
+							dcol[(size_t)((c * s->k + i) * s->k + j) * ld +
+							     (size_t)oh * s->OW + ow];
+					}
+}
+
+/* conv2d.c's sum8: 8 interleaved partial sums, added pairwise. */
+static float sum8_ref(const float *v, size_t n)
+{
+	float acc[8] = { 0 };
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] += v[i + l];
+	for (int l = 0; i < n; i++, l++)
+		acc[l] += v[i];
+	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/*
+ * conv2d's whole pipeline with the definitions above in place of its
+ * im2col and col2im (shifted runs, taps outside channels), the same gemm
+ * calls on the same groups of G samples:
+ *   y [B, F, P], dW [F, CKK] += , db [F] += , dx [B, C, H, W]
+ */
+static void conv_pipeline_ref(const conv2d_state *s, int B, const float *x, const float *w,
+			      const float *bias, const float *dy, float *y, float *dw, float *db,
+			      float *dx)
+{
+	const size_t P = (size_t)s->ohw, in_n = (size_t)s->C * s->H * s->W, out_n = (size_t)s->F * P;
+	float *cols = malloc((size_t)s->ckk * s->group * P * sizeof *cols);
+	float *all = malloc((size_t)s->F * s->group * P * sizeof *all);
+	for (int b0 = 0; b0 < B; b0 += s->group) {
+		const int n = B - b0 < s->group ? B - b0 : s->group;
+		const size_t N = (size_t)n * P;
+		for (int q = 0; q < n; q++)
+			im2col_def(s, x + (b0 + q) * in_n, cols + q * P, N);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->F, (int)N, s->ckk, 1.0f, w,
+			    s->ckk, cols, (int)N, 0.0f, all, (int)N);
+		for (int q = 0; q < n; q++)
+			for (int f = 0; f < s->F; f++)
+				for (size_t i = 0; i < P; i++)
+					y[(b0 + q) * out_n + f * P + i] =
+						bias ? all[f * N + q * P + i] + bias[f] : all[f * N + q * P + i];
+		/* dY_all [F, N]; the plugin uses dy in place for a group of one: the
+		 * same numbers */
+		for (int q = 0; q < n; q++)
+			for (int f = 0; f < s->F; f++)
+				memcpy(all + f * N + q * P, dy + (b0 + q) * out_n + f * P, P * sizeof *all);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->F, s->ckk, (int)N, 1.0f, all,
+			    (int)N, cols, (int)N, 1.0f, dw, s->ckk);
+		if (bias)
+			for (int f = 0; f < s->F; f++)
+				db[f] += sum8_ref(all + f * N, N);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->ckk, (int)N, s->F, 1.0f, w,
+			    s->ckk, all, (int)N, 0.0f, cols, (int)N);
+		for (int q = 0; q < n; q++) {
+			memset(dx + (b0 + q) * in_n, 0, in_n * sizeof *dx);
+			col2im_def(s, cols + q * P, N, dx + (b0 + q) * in_n);
+		}
+	}
+	free(cols), free(all);
+}
+
+static void conv_case(int C, int H, int W, int F, int k, int st, int p, int bias, int B,
+		      uint64_t seed)
+{
+	char where[128], f_[16], k_[16], s_[16], p_[16];
+	snprintf(where, sizeof where, "conv2d F %d k %d s %d p %d%s on [%d, %d, %d] x %d", F, k, st,
+		 p, bias ? "" : " no bias", C, H, W, B);
+	snprintf(f_, sizeof f_, "%d", F), snprintf(k_, sizeof k_, "%d", k);
+	snprintf(s_, sizeof s_, "%d", st), snprintf(p_, sizeof p_, "%d", p);
+	rng_seed(seed);
+	inst L;
+	open_layer(&L, "conv2d",
+		   KV("filters", f_, "kernel", k_, "stride", s_, "padding", p_, "bias",
+		      bias ? "yes" : "no"), SHAPE(C, H, W), B);
+	const conv2d_state *cs = L.state;
+	fill_uniform(L.x, L.nx, -1, 1);
+	inst_draw(&L, 1.0f, 1);
+	const float *bp = bias ? L.params[1] : NULL;
+	float *y = malloc(L.ny * sizeof *y), *dx = malloc(L.nx * sizeof *dx);
+	float *dw = malloc(L.pn[0] * sizeof *dw), *db = calloc(F, sizeof *db);
+	for (int64_t i = 0; i < L.pn[0]; i++)
+		dw[i] = L.grads[0][i] = 0.25f;
+	if (bias)
+		for (int f = 0; f < F; f++)
+			db[f] = L.grads[1][f] = 0.25f;
+	conv_pipeline_ref(cs, B, L.x, L.params[0], bp, L.r, y, dw, db, dx);
+	ph_err e = { { 0 } };
+	ph_layer_inst_fill_scratch(&L, 0xff);  /* NaNs: scratch is not zeroed by the host */
+	ck_assert_int_eq(L.ops->forward(L.state, &L.ctx, L.params, L.x, L.y, &e), PH_OK);
+	assert_same_bits(L.y, y, L.ny * sizeof *y, "y", where);
+	ph_layer_inst_fill_scratch(&L, 0xff);
+	ck_assert_int_eq(L.ops->backward(L.state, &L.ctx, L.params, L.grads, L.x, L.y, L.r, L.dx,
+					 &e), PH_OK);
+	assert_same_bits(L.grads[0], dw, L.pn[0] * sizeof *dw, "dW", where);
+	if (bias)
+		assert_same_bits(L.grads[1], db, F * sizeof *db, "db", where);
+	assert_same_bits(L.dx, dx, L.nx * sizeof *dx, "dx", where);
+	free(y), free(dx), free(dw), free(db);
+	inst_close(&L);
+}
+
+START_TEST(test_conv2d_fast_vs_ref)
+{
+	/* "same" 3x3 (the shifted-run path), as in the CNN, odd sizes, batch 1 */
+	conv_case(1, 28, 28, 4, 3, 1, 1, 1, 3, 31);
+	conv_case(3, 14, 14, 5, 3, 1, 1, 1, 2, 32);
+	conv_case(2, 5, 7, 3, 3, 1, 1, 0, 1, 33);
+	conv_case(2, 2, 9, 3, 5, 1, 2, 1, 3, 34);   /* kernel taller than the image */
+	conv_case(2, 6, 5, 2, 1, 1, 0, 1, 2, 35);   /* 1x1 */
+	/* the general path */
+	conv_case(3, 9, 8, 4, 3, 2, 1, 1, 2, 36);
+	conv_case(2, 3, 3, 2, 3, 1, 3, 1, 1, 37);   /* padding wider than the image */
+}
+END_TEST
+
 static Suite *cnn_kernels_suite(void)
 {
 	Suite *s = suite_create("cnn-kernels");
 	TCase *tc = tcase_create("maxpool2d");
 	tcase_add_test(tc, test_maxpool2d_fast_vs_ref);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("conv2d");
+	tcase_add_test(tc, test_conv2d_fast_vs_ref);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("relu");
 	tcase_add_test(tc, test_relu_fast_vs_ref);
