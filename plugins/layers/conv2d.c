@@ -406,9 +406,13 @@ static int conv2d_forward(void *state, const ph_ctx *ctx, float *const *params,
 			/* A group of one (the 32->64 conv of the CNN, whose samples
 			 * each fill the scratch cap): y's [F, P] block is Y_all
 			 * itself, so the gemm writes it directly, onto the bias
-			 * (beta = 1), with no Y_all and no copy.  The same bits:
-			 * the kernel adds the finished dot product to C once
-			 * (alpha = 1), and acc + b == b + acc. */
+			 * (beta = 1), with no Y_all and no copy.  The same bits
+			 * as Y_all + b while OpenBLAS keeps C*k*k in one K block
+			 * (GEMM_Q, >= 256 on x86-64; 288 for the CNN's conv2 was
+			 * checked): it adds the finished dot product to C once
+			 * (alpha = 1), and acc + b == b + acc.  Past that, partial
+			 * sums meet the bias in another order: other bits, as
+			 * reproducible. */
 			float *ys = y + (size_t)b0 * out_n;
 			if (s->bias)
 				for (int f = 0; f < s->F; f++)
