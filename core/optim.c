@@ -8,6 +8,9 @@
 #include "optim.h"
 
 #include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 double ph_lr_at(const ph_optim_config *c, int64_t t)
 {
@@ -56,36 +59,86 @@ static void sgd(const ph_optim_config *c, double lr, float *w, const float *g,
 	}
 }
 
-/* torch.optim.AdamW: decoupled decay w *= 1 - lr*wd first, then
- * m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2 and
- * w -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps),
- * which is lr * mhat / (sqrt(vhat) + eps) arranged as PyTorch does it. */
-static void adamw(const ph_optim_config *c, int64_t t, double lr, float *w,
-		  const float *g, float *s, int64_t n, int decay)
+/* The step-wide constants of one AdamW update. */
+typedef struct {
+	float step_size, bc2_sqrt, b1, b2, one_b1, one_b2, eps, keep;
+} adamw_k;
+
+static adamw_k adamw_consts(const ph_optim_config *c, int64_t t, double lr, int decay)
 {
 	if (t < 1)
 		t = 1; /* bias correction divides by 1 - b^t, zero at t = 0 */
-	float *m = s, *v = s + n;
 	const double bc1 = 1.0 - pow(c->beta1, (double)t);
 	const double bc2 = 1.0 - pow(c->beta2, (double)t);
-	const float step_size = (float)(lr / bc1);
-	const float bc2_sqrt = (float)sqrt(bc2);
-	const float b1 = (float)c->beta1, b2 = (float)c->beta2;
-	const float one_b1 = (float)(1.0 - c->beta1), one_b2 = (float)(1.0 - c->beta2);
-	const float eps = (float)c->eps;
-	const float keep = (float)(1.0 - lr * (decay ? c->weight_decay : 0.0));
-	for (int64_t i = 0; i < n; i++) {
+	return (adamw_k){
+		.step_size = (float)(lr / bc1),
+		.bc2_sqrt = (float)sqrt(bc2),
+		.b1 = (float)c->beta1, .b2 = (float)c->beta2,
+		.one_b1 = (float)(1.0 - c->beta1), .one_b2 = (float)(1.0 - c->beta2),
+		.eps = (float)c->eps,
+		.keep = (float)(1.0 - lr * (decay ? c->weight_decay : 0.0)),
+	};
+}
+
+/* torch.optim.AdamW: decoupled decay w *= 1 - lr*wd first, then
+ * m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2 and
+ * w -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps),
+ * which is lr * mhat / (sqrt(vhat) + eps) arranged as PyTorch does it.
+ * The plain loop, elements [i0, n): the definition, the tail of the SSE
+ * loop below, and the whole update where there is no SSE2. */
+static void adamw_ref(const adamw_k *k, float *w, const float *g, float *m, float *v,
+		      int64_t i0, int64_t n)
+{
+	for (int64_t i = i0; i < n; i++) {
 		float wi = w[i];
-		if (keep != 1.f)
-			wi *= keep;
+		if (k->keep != 1.f)
+			wi *= k->keep;
 		float gi = g[i];
-		float mi = b1 * m[i] + one_b1 * gi;
-		float vi = b2 * v[i] + one_b2 * gi * gi;
+		float mi = k->b1 * m[i] + k->one_b1 * gi;
+		float vi = k->b2 * v[i] + k->one_b2 * gi * gi;
 		m[i] = mi;
 		v[i] = vi;
-		float denom = sqrtf(vi) / bc2_sqrt + eps;
-		w[i] = wi - step_size * (mi / denom);
+		float denom = sqrtf(vi) / k->bc2_sqrt + k->eps;
+		w[i] = wi - k->step_size * (mi / denom);
 	}
+}
+
+/*
+ * Four elements at a time, the same operations in the same order as
+ * adamw_ref: SSE's mul, add, div and sqrt round like the scalar ones (IEEE,
+ * no fused multiply-add), so the result is bitwise adamw_ref's
+ * (tests/test-optim.c compares).  Written with intrinsics because gcc
+ * vectorises neither the data-dependent `keep` test nor sqrtf (errno) by
+ * itself; the two divisions and the square root stay, being what PyTorch
+ * rounds.  The scalar loop took ~15 cycles per element, ~1 s an epoch of
+ * the Fashion-MNIST CNN (421k parameters).
+ */
+static void adamw(const ph_optim_config *c, int64_t t, double lr, float *w,
+		  const float *g, float *s, int64_t n, int decay)
+{
+	const adamw_k k = adamw_consts(c, t, lr, decay);
+	float *m = s, *v = s + n;
+	int64_t i = 0;
+#ifdef __SSE2__
+	const __m128 step = _mm_set1_ps(k.step_size), bc2s = _mm_set1_ps(k.bc2_sqrt);
+	const __m128 b1 = _mm_set1_ps(k.b1), b2 = _mm_set1_ps(k.b2);
+	const __m128 ob1 = _mm_set1_ps(k.one_b1), ob2 = _mm_set1_ps(k.one_b2);
+	const __m128 eps = _mm_set1_ps(k.eps), keep = _mm_set1_ps(k.keep);
+	const int scale = k.keep != 1.f;
+	for (; i + 4 <= n; i += 4) {
+		__m128 wi = _mm_loadu_ps(w + i), gi = _mm_loadu_ps(g + i);
+		if (scale)
+			wi = _mm_mul_ps(wi, keep);
+		__m128 mi = _mm_add_ps(_mm_mul_ps(b1, _mm_loadu_ps(m + i)), _mm_mul_ps(ob1, gi));
+		__m128 vi = _mm_add_ps(_mm_mul_ps(b2, _mm_loadu_ps(v + i)),
+				       _mm_mul_ps(_mm_mul_ps(ob2, gi), gi));
+		_mm_storeu_ps(m + i, mi);
+		_mm_storeu_ps(v + i, vi);
+		__m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), bc2s), eps);
+		_mm_storeu_ps(w + i, _mm_sub_ps(wi, _mm_mul_ps(step, _mm_div_ps(mi, denom))));
+	}
+#endif
+	adamw_ref(&k, w, g, m, v, i, n);
 }
 
 void ph_optim_update(const ph_optim_config *c, int64_t t, double lr, float *w,

@@ -34,3 +34,15 @@ tests_moe_dump_LDADD = $(CHECK_LIBS) -ldl -lm
 endif
 TESTS += tests/test-moe-reference.sh
 EXTRA_DIST += tests/test-moe-reference.sh tests/reference/moe_reference.py
+
+# tests/test-cnn-kernels: the CNN layers' fast kernels against their plain
+# references, bitwise (issue 24).
+if HAVE_CHECK
+check_PROGRAMS += tests/test-cnn-kernels
+TESTS += tests/test-cnn-kernels
+tests_test_cnn_kernels_SOURCES = tests/test-cnn-kernels.c tests/layer-harness.h \
+	core/options.c core/layer_inst.c
+tests_test_cnn_kernels_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(BLAS_CFLAGS) \
+	-I$(top_srcdir)/plugins/layers -DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
+tests_test_cnn_kernels_LDADD = $(CHECK_LIBS) $(BLAS_LIBS) -ldl -lm
+endif

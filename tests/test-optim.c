@@ -3,6 +3,7 @@
  * double) and against numbers from torch.optim. */
 #include <check.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,6 +231,70 @@ START_TEST(test_deterministic)
 }
 END_TEST
 
+/* core/optim.c's AdamW as one plain loop, as it was before the SSE kernel
+ * (shapes: w, g [n], s [2n] = m then v); the kernel must match it bitwise. */
+static void adamw_plain(const ph_optim_config *c, int64_t t, double lr, float *w,
+			const float *g, float *s, int64_t n, int decay)
+{
+	if (t < 1)
+		t = 1;
+	float *m = s, *v = s + n;
+	const double bc1 = 1.0 - pow(c->beta1, (double)t);
+	const double bc2 = 1.0 - pow(c->beta2, (double)t);
+	const float step_size = (float)(lr / bc1);
+	const float bc2_sqrt = (float)sqrt(bc2);
+	const float b1 = (float)c->beta1, b2 = (float)c->beta2;
+	const float one_b1 = (float)(1.0 - c->beta1), one_b2 = (float)(1.0 - c->beta2);
+	const float eps = (float)c->eps;
+	const float keep = (float)(1.0 - lr * (decay ? c->weight_decay : 0.0));
+	for (int64_t i = 0; i < n; i++) {
+		float wi = w[i];
+		if (keep != 1.f)
+			wi *= keep;
+		float gi = g[i];
+		float mi = b1 * m[i] + one_b1 * gi;
+		float vi = b2 * v[i] + one_b2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		float denom = sqrtf(vi) / bc2_sqrt + eps;
+		w[i] = wi - step_size * (mi / denom);
+	}
+}
+
+/* The vectorised update against the plain loop: every length 1..37 (SSE
+ * blocks and their tails), with and without decay, early and late steps,
+ * gradients over many magnitudes (zero and tiny ones included). */
+START_TEST(test_adamw_kernel_bitwise)
+{
+	ph_optim_config c = adamw_cfg(0.1);
+	uint64_t r = 12345;
+	for (int n = 1; n <= 37; n++)
+		for (int decay = 0; decay <= 1; decay++) {
+			float *w = malloc(n * sizeof *w), *wr = malloc(n * sizeof *w);
+			float *g = malloc(n * sizeof *g);
+			float *st = calloc(2 * n, sizeof *st), *sr = calloc(2 * n, sizeof *st);
+			for (int i = 0; i < n; i++) {
+				r = r * 6364136223846793005ull + 1442695040888963407ull;
+				w[i] = wr[i] = (float)((int)(r >> 40) % 2001 - 1000) / 700.0f;
+			}
+			for (int64_t t = 1; t <= 40; t += 3) {
+				for (int i = 0; i < n; i++) {
+					r = r * 6364136223846793005ull + 1442695040888963407ull;
+					int e = (int)(r >> 59) - 20;  /* 2^-20 .. 2^11 */
+					g[i] = i % 7 == 3 ? 0.0f
+						: ldexpf((float)((int)(r >> 33) % 1000 - 500) / 500.0f, e);
+				}
+				double lr = 1e-3 * (double)t;
+				ph_optim_update(&c, t * 37, lr, w, g, st, n, decay);
+				adamw_plain(&c, t * 37, lr, wr, g, sr, n, decay);
+				ck_assert_msg(memcmp(w, wr, n * sizeof *w) == 0, "w differs: n %d t %d", n, (int)t);
+				ck_assert_msg(memcmp(st, sr, 2 * n * sizeof *st) == 0, "m/v differ: n %d", n);
+			}
+			free(w), free(wr), free(g), free(st), free(sr);
+		}
+}
+END_TEST
+
 START_TEST(test_lr_schedule)
 {
 	ph_optim_config c;
@@ -301,6 +366,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_adamw);
 	tcase_add_test(tc, test_decay_exemption);
 	tcase_add_test(tc, test_deterministic);
+	tcase_add_test(tc, test_adamw_kernel_bitwise);
 	tcase_add_test(tc, test_lr_schedule);
 	tcase_add_test(tc, test_sumsq);
 	suite_add_tcase(s, tc);
