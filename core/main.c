@@ -426,6 +426,12 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 						   err)))
 			goto out;
 		data_loaded = pd.loaded;
+		/* under mpirun every process must cut alike: process 0's costs */
+		if (cfg.comm.size > 1 && cfg.comm.ops &&
+		    ((rc = cfg.comm.ops->bcast(&used, sizeof used, 0, err)) ||
+		     (used && ((rc = cfg.comm.ops->bcast(cost_f, (size_t)model.n * sizeof *cost_f, 0, err)) ||
+			       (rc = cfg.comm.ops->bcast(cost_b, (size_t)model.n * sizeof *cost_b, 0, err))))))
+			goto out;
 		cfg.part.cost = used ? PH_COST_PROFILE : PH_COST_FLOPS; /* auto, resolved */
 		if (!used) {
 			free(cost_f);

@@ -122,4 +122,21 @@ check "PIPEHOST_LAYER_TIMES writes one line per layer" sh -c '[ "$(grep -c "^lay
 check "... with every layer called from step 3 on" \
 	awk '$1 == "layer" && !($7 > 0 && $5 >= 0 && $6 >= 0) { bad = 1 } END { exit bad }' "$tmp/lt.txt"
 check "... and the same weights, bit for bit" cmp -s "$tmp/a.safetensors" "$tmp/b.safetensors"
+# ---- mpirun: every process cuts alike (process 0's measured costs) --------
+. "$top_srcdir/tests/mpi-lib.sh"
+if ph_have_mpi; then
+	"$PIPEHOST" -c "$ini" --set run.steps=6 --set run.threads=1 --set partition.cost=flops \
+		--save-weights "$tmp/one.st" >/dev/null 2>&1
+	# a pipeline split over 2 processes (replicas = 1): a cut that differs
+	# between them would not run
+	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x XDG_CACHE_HOME "$PIPEHOST" -c "$ini" --set run.steps=6 \
+		--set run.threads=1 --set run.replicas=1 --set partition.profile_cache=off \
+		--save-weights "$tmp/two.st" >"$tmp/out" 2>"$tmp/err" && cmp -s "$tmp/one.st" "$tmp/two.st"; then
+		ok "mpirun -np 2, one pipeline split over both, cost = auto: runs, the same weights"
+	else
+		not_ok "mpirun -np 2 with cost = auto: $(tail -3 "$tmp/err")"
+	fi
+else
+	ok "# SKIP mpirun: $ph_mpi_why"
+fi
 finish
