@@ -29,9 +29,11 @@ median_ms() {
 			      for (i = 0; i < k; i++) for (j = i + 1; j < k; j++) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
 			      printf "%.1f", 1000 * (k % 2 ? x[int(k / 2)] : (x[k / 2 - 1] + x[k / 2]) / 2) }'
 }
-run() { # STAGES -> median ms
+run() { # STAGES [--set ...] -> median ms
+	st=$1
+	shift
 	rm -f "$tmp/m.jsonl"
-	"$bin" -c "$ini" --set run.stages="$1" --set run.threads=1 --set run.eval=no --set run.log_every=1 \
+	"$bin" -c "$ini" --set run.stages="$st" --set run.threads=1 --set run.eval=no --set run.log_every=1 \
 		--set run.steps=$((steps + warm + 1)) --set run.metrics="$tmp/m.jsonl" \
 		--set partition.profile_cache="$tmp/cache" --progress=none "$@" >"$tmp/out.txt" 2>&1 ||
 		{ cat "$tmp/out.txt" >&2; exit 1; }
