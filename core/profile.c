@@ -506,8 +506,10 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 		if (rc)
 			return ph_fail(err, rc, "profile: layer %s (%s) forward: %s", name, l->ops->head.name, e2.msg);
 		double t1 = clock_s();
-		rc = ph_layer_backward(l->ops, l->state, m->max_batch, &ctx, b->params, b->grads, x, b->y, b->dy, b->dx,
-				       &e2);
+		/* the model's first layer owes no input gradient: the engine
+		 * passes dx = NULL and conv2d, say, skips that product */
+		rc = ph_layer_backward(l->ops, l->state, m->max_batch, &ctx, b->params, b->grads, x, b->y, b->dy,
+				       i == 0 ? NULL : b->dx, &e2);
 		if (!rc)
 			rc = p_wait(pl, &e2);
 		if (rc)
