@@ -26,7 +26,9 @@ const ph_option ph_run_options[] = {
 		    "0 = one per process (mpirun -np N: N)"),
 	PH_OPT_CHOICE_(ph_run_cfg, precision, "precision", "fp32", "fp32|bf16",
 		       "CUDA matrix products: fp32, or bf16 on tensor cores with fp32 accumulation and fp32 master weights"),
-	PH_OPT_INT_(ph_run_cfg, threads, "threads", "1", 0, 256, "BLAS threads per rank (0 = cores / ranks); bitwise reproducibility holds for equal values"),
+	PH_OPT_INT_(ph_run_cfg, threads, "threads", "0", 0, 256,
+		    "BLAS threads per rank; 0 = the cores over the ranks (printed at startup); results are bitwise "
+		    "reproducible for equal ranks x threads, so pin it to compare runs across machines"),
 	PH_OPT_INT_(ph_run_cfg, log_every, "log_every", "100", 1, PH_NO_MAX, "steps between progress lines when not on a terminal"),
 	PH_OPT_STRING_(ph_run_cfg, metrics, "metrics", "", "write one JSON object per logged step and evaluation to this file"),
 	PH_OPT_BOOL_(ph_run_cfg, eval, "eval", "yes", "evaluate on the test split after each epoch"),
@@ -114,9 +116,10 @@ const ph_option ph_layer_common_options[] = {
 };
 
 const ph_option ph_partition_options[] = {
-	PH_OPT_STRING_(ph_partition_cfg, type, "type", "uniform", "partitioner plugin name; its own keys follow"),
-	PH_OPT_CHOICE_(ph_partition_cfg, cost, "cost", "flops", "flops|params|profile",
-		       "layer cost: FLOPs from meta, parameter count, or measured on the device"),
+	PH_OPT_STRING_(ph_partition_cfg, type, "type", "dp", "partitioner plugin name; its own keys follow"),
+	PH_OPT_CHOICE_(ph_partition_cfg, cost, "cost", "auto", "flops|params|profile|auto",
+		       "layer cost: FLOPs from meta, parameter count, measured on the device, or auto (measured when "
+		       "that is cheap or cached, else FLOPs)"),
 	PH_OPT_CHOICE_(ph_partition_cfg, cuts, "cuts", "all", "all|marked",
 		       "boundaries after any layer (except cut = no), or only after cut = yes"),
 	PH_OPT_FLOAT_(ph_partition_cfg, memory_gib, "memory", "0", 0, 1e6,
@@ -125,7 +128,8 @@ const ph_option ph_partition_options[] = {
 		      "stage-to-stage bandwidth in GB/s for the cost model; 0 = free"),
 	PH_OPT_FLOAT_(ph_partition_cfg, device_tflops, "device_tflops", "0.05", 1e-6, 1e6,
 		      "device speed turning FLOPs into seconds when link_bandwidth is set"),
-	PH_OPT_STRING_(ph_partition_cfg, profile_cache, "profile_cache", "", "cost = profile: cache directory (default ~/.cache/pipehost)"),
+	PH_OPT_STRING_(ph_partition_cfg, profile_cache, "profile_cache", "",
+		       "cost = profile/auto: cache directory (default $XDG_CACHE_HOME/pipehost or ~/.cache/pipehost); off = no cache"),
 	PH_OPT_END
 };
 const ph_option ph_schedule_options[] = {

@@ -21,9 +21,10 @@ typedef struct {
 	int64_t epochs;
 	int64_t steps;           /* 0: run `epochs` epochs */
 	char devices[PH_STR_MAX];
-	int64_t threads;         /* BLAS threads per rank; 0 = cores / ranks.  OpenBLAS
-				  * results depend on its thread count, so the default
-				  * (1) keeps runs bitwise comparable across stage counts */
+	int64_t threads;         /* BLAS threads per rank; 0 (the default) = cores / ranks.
+				  * OpenBLAS results depend on its thread count, so runs
+				  * are bitwise comparable for equal ranks x threads:
+				  * tests that compare stage counts pin threads = 1 */
 	int64_t log_every;
 	char metrics[PH_STR_MAX];
 	int eval;                /* evaluate on the test split after each epoch and at the end */
@@ -75,7 +76,9 @@ typedef struct {
 enum { PH_TOKENIZER_BYTES = 0, PH_TOKENIZER_BPE = 1 };
 enum { PH_TOKEN_UINT16 = 0, PH_TOKEN_UINT32 = 1 };
 
-enum { PH_COST_FLOPS = 0, PH_COST_PARAMS = 1, PH_COST_PROFILE = 2 };
+/* PH_COST_AUTO is resolved by main() to PROFILE or FLOPS before planning
+ * (ph_profile_costs_for_run). */
+enum { PH_COST_FLOPS = 0, PH_COST_PARAMS = 1, PH_COST_PROFILE = 2, PH_COST_AUTO = 3 };
 enum { PH_CUTS_ALL = 0, PH_CUTS_MARKED = 1 };
 enum { PH_CUT_AUTO = 0, PH_CUT_YES = 1, PH_CUT_NO = 2 };
 

@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "layer_call.h"
+#include "layer_times.h"
 
 /* Does a device table (as built: struct_size bytes) have hook `field`? */
 #define HAS(dev, field) \
@@ -29,7 +30,7 @@ static int pick(const ph_layer_ops *ops, int max_batch, const ph_ctx *ctx, const
 	return PH_OK;
 }
 
-int ph_layer_forward(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx, float *const *params,
+static int call_forward(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx, float *const *params,
 		     const float *x, float *y, ph_err *err)
 {
 	const ph_layer_device_ops *dev;
@@ -39,7 +40,7 @@ int ph_layer_forward(const ph_layer_ops *ops, void *state, int max_batch, const 
 	return dev ? dev->forward(state, ctx, params, x, y, err) : ops->forward(state, ctx, params, x, y, err);
 }
 
-int ph_layer_backward(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx, float *const *params,
+static int call_backward(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx, float *const *params,
 		      float *const *grads, const float *x, const float *y, const float *dy, float *dx, ph_err *err)
 {
 	const ph_layer_device_ops *dev;
@@ -56,7 +57,7 @@ static int no_split(const ph_layer_ops *ops, ph_err *err)
 	return ph_fail(err, PH_EINTERNAL, "%s: a split backward asked of CUDA hooks without one", ops->head.name);
 }
 
-int ph_layer_backward_input(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx,
+static int call_backward_input(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx,
 			    float *const *params, const float *x, const float *y, const float *dy, float *dx,
 			    ph_err *err)
 {
@@ -71,7 +72,7 @@ int ph_layer_backward_input(const ph_layer_ops *ops, void *state, int max_batch,
 	return no_split(ops, err);
 }
 
-int ph_layer_backward_weight(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx,
+static int call_backward_weight(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx,
 			     float *const *params, float *const *grads, const float *x, const float *y,
 			     const float *dy, ph_err *err)
 {
@@ -84,6 +85,44 @@ int ph_layer_backward_weight(const ph_layer_ops *ops, void *state, int max_batch
 	if (HAS(dev, backward_weight))
 		return dev->backward_weight(state, ctx, params, grads, x, y, dy, err);
 	return no_split(ops, err);
+}
+
+/* PIPEHOST_LAYER_TIMES (layer_times.h): time the hook, else just call it. */
+#define TIMED(kind, call)                                                 \
+	do {                                                              \
+		if (!ph_layer_times_active)                               \
+			return call;                                      \
+		double t0_ = ph_layer_times_now(), c0_ = ph_layer_times_cpu(); \
+		int rc_ = call;                                           \
+		ph_layer_times_add(ctx, kind, ph_layer_times_now() - t0_,  \
+				   ph_layer_times_cpu() - c0_);           \
+		return rc_;                                               \
+	} while (0)
+
+int ph_layer_forward(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx, float *const *params,
+		     const float *x, float *y, ph_err *err)
+{
+	TIMED(PH_LT_FWD, call_forward(ops, state, max_batch, ctx, params, x, y, err));
+}
+
+int ph_layer_backward(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx, float *const *params,
+		      float *const *grads, const float *x, const float *y, const float *dy, float *dx, ph_err *err)
+{
+	TIMED(PH_LT_BWD, call_backward(ops, state, max_batch, ctx, params, grads, x, y, dy, dx, err));
+}
+
+int ph_layer_backward_input(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx,
+			    float *const *params, const float *x, const float *y, const float *dy, float *dx,
+			    ph_err *err)
+{
+	TIMED(PH_LT_BWD_I, call_backward_input(ops, state, max_batch, ctx, params, x, y, dy, dx, err));
+}
+
+int ph_layer_backward_weight(const ph_layer_ops *ops, void *state, int max_batch, const ph_ctx *ctx,
+			     float *const *params, float *const *grads, const float *x, const float *y,
+			     const float *dy, ph_err *err)
+{
+	TIMED(PH_LT_BWD_W, call_backward_weight(ops, state, max_batch, ctx, params, grads, x, y, dy, err));
 }
 
 void ph_layer_destroy(const ph_layer_ops *ops, void *state)

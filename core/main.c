@@ -32,6 +32,7 @@
 #include "planjson.h"
 #include "signals.h"
 #include "profile.h"
+#include "layer_times.h"
 #include "simulate.h"
 #include "train.h"
 
@@ -282,6 +283,55 @@ static void list_options(void)
 
 enum { EXIT_USAGE = 2 };
 
+/* One line on how the CPU's cores are shared, so a user can pin them:
+ * results are bitwise reproducible for a fixed ranks x threads only. */
+static void print_threads(const ph_config *c)
+{
+	if (c->place.cuda)
+		return;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	int threads = ph_profile_run_threads(c);
+	long ranks = c->run.stages * (c->comm.size > 1 ? ph_config_local_replicas(c) : (c->run.replicas > 1 ? c->run.replicas : 1));
+	if (c->comm.size > 1)
+		ranks /= ph_config_split(c);
+	printf("cpu: %ld rank(s) x %d BLAS thread(s) on %ld core(s)%s\n", ranks, threads, cores,
+	       c->run.threads > 0 ? "" : " ([run] threads = 0: cores / ranks; set threads to pin it)");
+	if (ranks > cores)
+		printf("note: %ld ranks share %ld cores, so they take turns; fewer stages (or more cores) run faster\n",
+		       ranks, cores);
+}
+
+/* ph_profile_input for the run: its first `batch` training samples,
+ * loading the data set on the first call (run() then does not load it
+ * again).  A data set that does not load leaves the profiler on random
+ * input; run() meets the same error again when it loads. */
+typedef struct {
+	const ph_config *cfg;
+	const ph_shape *in;
+	ph_dataset *train, *test;
+	int loaded;
+} profile_data;
+
+static const float *profile_samples(void *ctx, int batch, ph_err *err)
+{
+	profile_data *pd = ctx;
+	if (!pd->loaded) {
+		if (pd->cfg->data_source->load(pd->cfg, pd->in, pd->train, pd->test, err)) {
+			ph_data_free(pd->train);
+			ph_data_free(pd->test);
+			memset(pd->train, 0, sizeof *pd->train);
+			memset(pd->test, 0, sizeof *pd->test);
+			return NULL;
+		}
+		pd->loaded = 1;
+	}
+	if (pd->train->n < batch || ph_shape_numel(&pd->train->shape) != ph_shape_numel(pd->in)) {
+		ph_fail(err, PH_EINVAL, "the training data do not fill a micro-batch");
+		return NULL;
+	}
+	return pd->train->x;
+}
+
 static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 {
 	ph_registry reg;
@@ -312,6 +362,7 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	ph_engine *engine = NULL;
 	ph_dataset train, test;
 	double *cost_f = NULL, *cost_b = NULL; /* [partition] cost = profile */
+	int data_loaded = 0;
 	int json_stdout = cli->plan_json && !strcmp(cli->plan_json, "-");
 	memset(&model, 0, sizeof model);
 	memset(&plan, 0, sizeof plan);
@@ -359,22 +410,43 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	int mbsize = (int)(cfg.run.batch / (cfg.run.micro_batches * cfg.run.replicas));
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)))
 		goto out;
-	if (cfg.part.cost == PH_COST_PROFILE) {
+	if (cfg.part.cost == PH_COST_PROFILE || cfg.part.cost == PH_COST_AUTO) {
 		cost_f = calloc((size_t)model.n, sizeof *cost_f);
 		cost_b = calloc((size_t)model.n, sizeof *cost_b);
 		if (!cost_f || !cost_b) {
 			rc = ph_fail(err, PH_ENOMEM, "out of memory");
 			goto out;
 		}
-		if ((rc = ph_profile_costs_for_run(&model, &cfg, cost_f, cost_b, json_stdout ? NULL : stdout, err)))
+		/* the profiler times the layers on the run's own samples, loaded
+		 * now only if it measures */
+		profile_data pd = { &cfg, &in, &train, &test, 0 };
+		ph_profile_input input = { profile_samples, &pd };
+		int used = 0;
+		if ((rc = ph_profile_costs_for_run(&model, &cfg, &input, cost_f, cost_b, &used, json_stdout ? NULL : stdout,
+						   err)))
 			goto out;
+		data_loaded = pd.loaded;
+		/* under mpirun every process must cut alike: process 0's costs */
+		if (cfg.comm.size > 1 && cfg.comm.ops &&
+		    ((rc = cfg.comm.ops->bcast(&used, sizeof used, 0, err)) ||
+		     (used && ((rc = cfg.comm.ops->bcast(cost_f, (size_t)model.n * sizeof *cost_f, 0, err)) ||
+			       (rc = cfg.comm.ops->bcast(cost_b, (size_t)model.n * sizeof *cost_b, 0, err))))))
+			goto out;
+		cfg.part.cost = used ? PH_COST_PROFILE : PH_COST_FLOPS; /* auto, resolved */
+		if (!used) {
+			free(cost_f);
+			free(cost_b);
+			cost_f = cost_b = NULL;
+		}
 	}
 	if ((rc = ph_plan_build(&plan, &model, &cfg, cost_f, cost_b, err)))
 		goto out;
 	if (cli->plan_json && (rc = ph_plan_write_json_file(cli->plan_json, &plan, &model, &cfg, cost_f, cost_b, err)))
 		goto out;
-	if (!json_stdout)
+	if (!json_stdout) {
 		ph_plan_print(stdout, &plan, &model, &cfg);
+		print_threads(&cfg);
+	}
 	fflush(stdout);
 	if (cli->simulate) {
 		rc = ph_simulate_report(&plan, &model, &cfg, cost_f, cost_b, cfg.part.link_gbps * 1e9,
@@ -388,7 +460,7 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
 	if ((rc = ph_train_check_outputs(&cfg, cli->config, cli->resume, cli->trace, wpath, err)))
 		goto out; /* an output that cannot be written fails now, not after training */
-	if ((rc = source->load(&cfg, &in, &train, &test, err)))
+	if (!data_loaded && (rc = source->load(&cfg, &in, &train, &test, err)))
 		goto out;
 	/* The engine copies batch x numel(in) floats per step: a data set of
 	 * other samples must never reach it. */
@@ -422,7 +494,9 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		goto out;
 	ph_train_ckpt ck = { cfg.checkpoint.dir, cfg.checkpoint.every, cfg.checkpoint.keep, cli->resume };
 	ph_train_result res;
-	if ((rc = ph_train_ck(&cfg, engine, &train, &test, &ck, &res, err)))
+	if ((rc = ph_layer_times_from_env(model.n, err))) /* bench/profile-vs-step.sh */
+		goto out;
+	if ((rc = ph_train_ck(&cfg, engine, &train, &test, &ck, &res, err)) || (rc = ph_layer_times_finish(&model, err)))
 		goto out;
 	if (res.interrupted) {
 		*stopped = 1; /* by SIGINT/SIGTERM after writing a checkpoint: exit 128 + signal */

@@ -310,7 +310,7 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 	/* Costs meet bandwidth only in seconds: turn FLOPs into time at the
 	 * configured device speed (profiled costs are seconds already). */
 	double link = c->part.link_gbps * 1e9;
-	if (link > 0 && c->part.cost == PH_COST_FLOPS)
+	if (link > 0 && !cost_fwd && c->part.cost != PH_COST_PARAMS)
 		for (int i = 0; i < n; i++) {
 			fwd[i] /= c->part.device_tflops * 1e12;
 			bwd[i] /= c->part.device_tflops * 1e12;
@@ -324,7 +324,7 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 		for (int i = 0; i < n; i++)
 			total += fwd[i] + bwd[i];
 		if (!(total > 0)) {
-			static const char *src[] = { "flops", "params", "profile" };
+			static const char *src[] = { "flops", "params", "profile", "auto" };
 			rc = ph_fail(err, PH_EINVAL, "[partition] cost = %s gives every layer a cost of 0, so no split can be "
 				     "balanced; use cost = flops or profile, or partition.type = explicit", src[c->part.cost]);
 			goto out;

@@ -67,7 +67,9 @@ uint64_t ph_profile_key(const ph_model *m, int threads, const char *device, char
 	keytext k = { text, len, 0, 0xcbf29ce484222325ull };
 	if (text && len)
 		text[0] = 0;
-	kt_add(&k, "%s\ndevice %s\nthreads %d\nmicro_batch %d\nlayers %d\n", PROFILE_MAGIC, device, threads,
+	/* method 2: warm buffers, the run's samples, CPU time with one thread;
+	 * a file measured the old way (random input) is a miss */
+	kt_add(&k, "%s\nmethod 2\ndevice %s\nthreads %d\nmicro_batch %d\nlayers %d\n", PROFILE_MAGIC, device, threads,
 	       m->max_batch, m->n);
 	for (int i = 0; i < m->n; i++) {
 		const ph_layer *l = &m->layers[i];
@@ -274,6 +276,23 @@ static double now_s(void)
 	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The clock a layer is timed by.  With one BLAS thread on the CPU all of a
+ * layer's work runs on this thread, so its CPU time is the layer's cost
+ * without the time other processes held the core (a busy machine would
+ * otherwise skew a layer at random, and a cut with it); in training that
+ * layer runs as long on a core of its own.  With more BLAS threads the
+ * other threads' work would be missed: wall time, as on a GPU. */
+static int cpu_clock;
+
+static double clock_s(void)
+{
+	if (!cpu_clock)
+		return now_s();
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 static uint64_t xs_next(uint64_t *s)
 {
 	uint64_t x = *s;
@@ -446,6 +465,15 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 	}
 	if (!b->y || !b->dx || !b->saved || !b->scratch || (is_loss ? !b->targets : !b->dy))
 		return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s (micro-batch %d)", name, m->max_batch);
+	/* Warm buffers: every page of the outputs and the layer's own bytes
+	 * touched before the first call (calloc's pages are mapped on first
+	 * write), then the warm-up calls below bring them into the caches. */
+	if (!pl->dev) {
+		memset(b->y, 0, out_n * sizeof(float));
+		memset(b->dx, 0, in_n * sizeof(float));
+		memset(b->saved, 0, mt->saved_bytes * B);
+		memset(b->scratch, 0, scratch);
+	}
 	int rc = p_wait(pl, err);
 	if (rc)
 		return rc;
@@ -472,20 +500,22 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 	for (int it = 0; n < PH_PROFILE_REPEATS; it++) {
 		ph_err e2 = { { 0 } };
 		ctx.step = (uint64_t)it;
-		double t0 = now_s();
+		double t0 = clock_s();
 		rc = ph_layer_forward(l->ops, l->state, m->max_batch, &ctx, b->params, x, b->y, &e2);
 		if (!rc)
 			rc = p_wait(pl, &e2);
 		if (rc)
 			return ph_fail(err, rc, "profile: layer %s (%s) forward: %s", name, l->ops->head.name, e2.msg);
-		double t1 = now_s();
-		rc = ph_layer_backward(l->ops, l->state, m->max_batch, &ctx, b->params, b->grads, x, b->y, b->dy, b->dx,
-				       &e2);
+		double t1 = clock_s();
+		/* the model's first layer owes no input gradient: the engine
+		 * passes dx = NULL and conv2d, say, skips that product */
+		rc = ph_layer_backward(l->ops, l->state, m->max_batch, &ctx, b->params, b->grads, x, b->y, b->dy,
+				       i == 0 ? NULL : b->dx, &e2);
 		if (!rc)
 			rc = p_wait(pl, &e2);
 		if (rc)
 			return ph_fail(err, rc, "profile: layer %s (%s) backward: %s", name, l->ops->head.name, e2.msg);
-		double t2 = now_s();
+		double t2 = clock_s();
 		if (it < warm) {
 			/* a slow layer needs less warming */
 			if (t2 - t0 > PH_PROFILE_LAYER_BUDGET_S / 4)
@@ -521,18 +551,28 @@ static void print_table(FILE *out, const ph_model *m, const double *fwd_s, const
 	fprintf(out, "  %-5s %-20s %-16s %10.3f %10.3f\n", "", "total", "", 1e3 * tf, 1e3 * tb);
 }
 
-/* Measure every layer in place pl (the GPU's rank state already open). */
-static int measure_all(const place *pl, const ph_model *m, double *fwd_s, double *bwd_s, ph_err *err)
+/* Measure every layer in place pl (the GPU's rank state already open).
+ * x0: a micro-batch of the run's own training samples, or NULL. */
+static int measure_all(const place *pl, const ph_model *m, const float *x0, double *fwd_s, double *bwd_s,
+		       ph_err *err)
 {
 	int rc = PH_OK;
 	size_t in_n = (size_t)ph_shape_numel(&m->input) * (size_t)m->max_batch;
 	float *h = malloc((in_n ? in_n : 1) * sizeof *h);
 	if (!h)
 		return ph_fail(err, PH_ENOMEM, "profile: out of memory for the input");
-	/* Input: 0s and 1s, valid both as pixels and as token ids. */
-	fill(h, in_n, 0.0f, 1.0f, 7);
-	for (size_t k = 0; k < in_n; k++)
-		h[k] = h[k] < 0.5f ? 0.0f : 1.0f;
+	if (x0) {
+		/* Real samples: kernels that branch on their data (ReLU, max
+		 * pooling) run as fast as in training only on data like the
+		 * training data; random signs cost them a branch miss an
+		 * element (relu1 of etc/fashion-mnist.ini: 10x). */
+		memcpy(h, x0, in_n * sizeof *h);
+	} else {
+		/* Input: 0s and 1s, valid both as pixels and as token ids. */
+		fill(h, in_n, 0.0f, 1.0f, 7);
+		for (size_t k = 0; k < in_n; k++)
+			h[k] = h[k] < 0.5f ? 0.0f : 1.0f;
+	}
 	ph_err e2 = { { 0 } };
 	float *x = p_floats(pl, h, in_n, &e2);
 	free(h);
@@ -554,8 +594,14 @@ static int measure_all(const place *pl, const ph_model *m, double *fwd_s, double
 	return rc;
 }
 
-int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profile_gpu *gpu, double *fwd_s,
-			double *bwd_s, FILE *out, ph_err *err)
+/* The cache is off: [partition] profile_cache = off. */
+static int cache_off(const char *cache_dir)
+{
+	return cache_dir && !strcmp(cache_dir, "off");
+}
+
+static int costs_on(const ph_model *m, const char *cache_dir, const ph_profile_gpu *gpu,
+		    const ph_profile_input *input, double *fwd_s, double *bwd_s, FILE *out, int table, ph_err *err)
 {
 	if (m->n < 1 || m->max_batch < 1)
 		return ph_fail(err, PH_EINVAL, "profile: the model has %d layers and micro-batch %d; nothing to measure",
@@ -563,6 +609,7 @@ int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profi
 	/* A GPU's costs do not depend on BLAS threads: 0 in the key and out of
 	 * the messages. */
 	int threads = gpu ? 0 : openblas_get_num_threads();
+	cpu_clock = !gpu && threads == 1;
 	char device[256], path[4400], how[64] = "";
 	if (gpu) {
 		char name[128] = "?";
@@ -578,23 +625,38 @@ int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profi
 	}
 	uint64_t key = ph_profile_key(m, threads, device, NULL, 0);
 	ph_err perr = { { 0 } };
-	int have_path = ph_profile_cache_path(cache_dir, key, path, sizeof path, &perr) == PH_OK;
+	int have_path = !cache_off(cache_dir) && ph_profile_cache_path(cache_dir, key, path, sizeof path, &perr) == PH_OK;
 	if (have_path) {
 		ph_err why = { { 0 } };
 		if (ph_profile_cache_read(path, key, m, fwd_s, bwd_s, &why)) {
 			if (out) {
 				fprintf(out, "profile: cache hit %s (%s, micro-batch %d%s); not measuring again\n", path,
 					gpu ? device : "cpu", m->max_batch, how);
-				print_table(out, m, fwd_s, bwd_s);
+				if (table)
+					print_table(out, m, fwd_s, bwd_s);
 			}
 			return PH_OK;
 		}
+		/* a damaged or foreign file is a note, never a failure */
 		if (why.msg[0] && out)
 			fprintf(out, "profile: ignoring the cache: %s\n", why.msg);
 	}
+	/* The run's own samples when it can give them (loading them is the
+	 * caller's business, and only happens on a miss). */
+	const float *x0 = NULL;
+	char src[160] = "random input";
+	if (input && input->get) {
+		ph_err ierr = { { 0 } };
+		x0 = input->get(input->ctx, m->max_batch, &ierr);
+		if (x0)
+			snprintf(src, sizeof src, "training samples");
+		else
+			snprintf(src, sizeof src, "random input (%.120s)", ierr.msg[0] ? ierr.msg : "no training data");
+	}
+	double t_start = now_s();
 	if (out) {
-		fprintf(out, "profile: measuring %d layers on %s, micro-batch %d%s (median of up to %d after %d warm-up)\n",
-			m->n, device, m->max_batch, how, PH_PROFILE_REPEATS, PH_PROFILE_WARMUP);
+		fprintf(out, "profile: measuring %d layers on %s, micro-batch %d%s, %s (%s time, median of up to %d after %d warm-up)\n",
+			m->n, device, m->max_batch, how, src, cpu_clock ? "CPU" : "wall", PH_PROFILE_REPEATS, PH_PROFILE_WARMUP);
 		fflush(out);
 	}
 	place pl = { NULL, NULL };
@@ -605,17 +667,27 @@ int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profi
 			return rc;
 		rc = pl.dev->bind(pl.rs, err);
 		if (!rc)
-			rc = measure_all(&pl, m, fwd_s, bwd_s, err);
+			rc = measure_all(&pl, m, x0, fwd_s, bwd_s, err);
 		pl.dev->close(pl.rs);
 	} else {
-		rc = measure_all(&pl, m, fwd_s, bwd_s, err);
+		rc = measure_all(&pl, m, x0, fwd_s, bwd_s, err);
+		/* Samples a layer refuses (a token id past the vocabulary) are
+		 * training's to report, with its own words: time random input. */
+		if (rc && x0) {
+			if (out)
+				fprintf(out, "profile: %s; timing random input instead\n", err->msg);
+			err->msg[0] = 0;
+			rc = measure_all(&pl, m, NULL, fwd_s, bwd_s, err);
+		}
 	}
 	if (rc)
 		return rc;
-	if (out)
+	if (out && table)
 		print_table(out, m, fwd_s, bwd_s);
+	else if (out)
+		fprintf(out, "profile: measured in %.1f s\n", now_s() - t_start);
 	if (!have_path) {
-		if (out)
+		if (out && !cache_off(cache_dir))
 			fprintf(out, "profile: not cached: %s\n", perr.msg);
 	} else {
 		ph_err werr = { { 0 } };
@@ -629,6 +701,12 @@ int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profi
 	return PH_OK;
 }
 
+int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profile_gpu *gpu, double *fwd_s,
+			double *bwd_s, FILE *out, ph_err *err)
+{
+	return costs_on(m, cache_dir, gpu, NULL, fwd_s, bwd_s, out, 1, err);
+}
+
 int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, double *bwd_s, FILE *out,
 		     ph_err *err)
 {
@@ -639,26 +717,74 @@ int ph_profile_run_threads(const ph_config *c)
 {
 	if (c->run.threads > 0)
 		return (int)c->run.threads;
+	/* the engine's rule: the cores shared by this process's ranks */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	long per = c->run.stages > 0 ? cores / c->run.stages : cores;
+	long split = c->comm.size > 1 ? ph_config_split(c) : 1, reps = c->comm.size > 1 ? ph_config_local_replicas(c) : 1;
+	if (c->comm.size <= 1 && c->run.replicas > 1)
+		reps = c->run.replicas;
+	long busy = (c->run.stages > 0 ? c->run.stages / (split > 0 ? split : 1) : 1) * (reps > 0 ? reps : 1);
+	long per = busy > 0 ? cores / busy : cores;
 	return per > 0 ? (int)per : 1;
 }
 
-int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, double *fwd_s, double *bwd_s, FILE *out,
-			     ph_err *err)
+/* cost = auto profiles when measuring takes at most this long (estimated
+ * from the FLOPs at PH_PROFILE_AUTO_GFLOPS per BLAS thread). */
+#define PH_PROFILE_AUTO_BUDGET_S 10.0
+#define PH_PROFILE_AUTO_GFLOPS 5.0
+
+int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_profile_input *input, double *fwd_s,
+			     double *bwd_s, int *used, FILE *out, ph_err *err)
 {
+	int table = c->part.cost == PH_COST_PROFILE;
+	*used = 0;
+	if (c->part.cost == PH_COST_AUTO) {
+		/* one chunk: nothing to cut, nothing to measure */
+		if (c->run.stages * c->run.chunks <= 1)
+			return PH_OK;
+		double flops = 0;
+		for (int i = 0; i < m->n; i++)
+			flops += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;
+		double est = (PH_PROFILE_WARMUP + PH_PROFILE_REPEATS) * flops /
+			     (PH_PROFILE_AUTO_GFLOPS * 1e9 * (c->place.cuda ? 100 : ph_profile_run_threads(c)));
+		if (est > PH_PROFILE_AUTO_BUDGET_S) {
+			/* a cached profile is still free: look for one first */
+			openblas_set_num_threads(ph_profile_run_threads(c));
+			if (!c->place.cuda && !cache_off(c->part.profile_cache)) {
+				char device[256], path[4400];
+				cpu_device(device, sizeof device);
+				uint64_t key = ph_profile_key(m, openblas_get_num_threads(), device, NULL, 0);
+				ph_err e2 = { { 0 } };
+				if (ph_profile_cache_path(c->part.profile_cache, key, path, sizeof path, &e2) == PH_OK &&
+				    ph_profile_cache_read(path, key, m, fwd_s, bwd_s, &e2)) {
+					if (out)
+						fprintf(out, "profile: cache hit %s\n", path);
+					*used = 1;
+					return PH_OK;
+				}
+			}
+			if (out)
+				fprintf(out, "cost: flops ([partition] cost = auto: measuring would take about %.0f s; "
+					"cost = profile measures anyway)\n", est);
+			return PH_OK;
+		}
+	}
+	int rc;
 	if (!c->place.cuda) {
 		openblas_set_num_threads(ph_profile_run_threads(c));
-		return ph_profile_costs(m, c->part.profile_cache, fwd_s, bwd_s, out, err);
+		rc = costs_on(m, c->part.profile_cache, NULL, input, fwd_s, bwd_s, out, table, err);
+	} else {
+		/* Ranks on GPUs: measure on the first rank's GPU, at the run's
+		 * precision (a placement mixing CPU and GPU ranks is refused later). */
+		ph_profile_gpu gpu = { NULL, -1, (int)c->run.precision };
+		for (int r = 0; r < c->place.ranks && gpu.ordinal < 0; r++)
+			gpu.ordinal = c->place.ordinal[r];
+		if (gpu.ordinal < 0)
+			return ph_fail(err, PH_EINVAL, "profile: [run] devices places no rank on a GPU");
+		if (!(gpu.ops = ph_cuda_backend(err)))
+			return PH_EINVAL;
+		rc = costs_on(m, c->part.profile_cache, &gpu, input, fwd_s, bwd_s, out, table, err);
 	}
-	/* Ranks on GPUs: measure on the first rank's GPU, at the run's
-	 * precision (a placement mixing CPU and GPU ranks is refused later). */
-	ph_profile_gpu gpu = { NULL, -1, (int)c->run.precision };
-	for (int r = 0; r < c->place.ranks && gpu.ordinal < 0; r++)
-		gpu.ordinal = c->place.ordinal[r];
-	if (gpu.ordinal < 0)
-		return ph_fail(err, PH_EINVAL, "profile: [run] devices places no rank on a GPU");
-	if (!(gpu.ops = ph_cuda_backend(err)))
-		return PH_EINVAL;
-	return ph_profile_costs_on(m, c->part.profile_cache, &gpu, fwd_s, bwd_s, out, err);
+	if (!rc)
+		*used = 1;
+	return rc;
 }

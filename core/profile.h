@@ -6,7 +6,9 @@
  * Each layer runs alone at the model's micro-batch size (m->max_batch) on its
  * own buffers, sized from its meta: parameters (filled by their init rule),
  * gradients, saved and scratch bytes.  The model's input is uniform in
- * [0, 1) (token ids read as floats floor to 0, a valid id); every later layer
+ * [0, 1) unless the run gives a micro-batch of its own training samples
+ * (ph_profile_input: kernels that branch on their data, ReLU and max
+ * pooling, cost what they cost in training only on such data); every later layer
  * gets the forward output of the layer before it, so ReLU sparsity and the
  * like look as in training.  Backward gets a random output gradient (a loss
  * layer: all targets 0 and no dy).  Per layer: 2 warm-up forward+backward
@@ -17,7 +19,7 @@
  * The cache is one small text file per model shape,
  *     CACHE_DIR/profile-<16 hex digits>.txt
  * CACHE_DIR = [partition] profile_cache, else $XDG_CACHE_HOME/pipehost, else
- * $HOME/.cache/pipehost.  The key is the 64-bit FNV-1a hash of a text that
+ * $HOME/.cache/pipehost; profile_cache = off turns the cache off.  The key is the 64-bit FNV-1a hash of a text that
  * lists, per layer, its type, input shape, output shape, parameter shapes,
  * FLOPs and saved/scratch bytes, and then the micro-batch size, the device
  * ("cpu" and the CPU model from /proc/cpuinfo) and OpenBLAS's thread count.
@@ -67,15 +69,32 @@ typedef struct {
 int ph_profile_costs_on(const ph_model *m, const char *cache_dir, const ph_profile_gpu *gpu, double *fwd_s,
 			double *bwd_s, FILE *out, ph_err *err);
 
+/* Where the profiler gets a micro-batch of the run's own training
+ * samples: get() returns batch x numel(input) floats (or NULL with a
+ * reason in err: the profiler then times random input).  It is called
+ * only when the profiler measures (not on a cache hit). */
+typedef struct {
+	const float *(*get)(void *ctx, int batch, ph_err *err);
+	void *ctx;
+} ph_profile_input;
+
 /* ph_profile_costs for a run.  With its ranks on the CPU: first sets
  * OpenBLAS to the thread count each rank will train with (the engine's
  * rule: [run] threads, or cores / stages when 0), then measures or reads
  * [partition] profile_cache.  With its ranks on GPUs: measures on the first
  * rank's GPU at the run's precision. */
-int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, double *fwd_s, double *bwd_s, FILE *out,
-			     ph_err *err);
+int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_profile_input *input, double *fwd_s,
+			     double *bwd_s, int *used, FILE *out, ph_err *err);
+/* With [partition] cost = auto it measures only when the model has more
+ * than one chunk and measuring looks cheap (its FLOPs, at a modest rate,
+ * take at most ~10 s for the warm-up and repeats), or the cache already
+ * holds the answer; *used says whether fwd_s/bwd_s were filled (else the
+ * caller plans on FLOPs).  cost = profile: always (*used = 1), with the
+ * table; auto prints only where the numbers came from.
+ * [partition] profile_cache = off: neither read nor write a cache. */
 
-/* The BLAS threads per rank a run uses: [run] threads, or cores / stages. */
+/* The BLAS threads per rank a run uses: [run] threads, or the cores over
+ * this process's ranks (the engine's rule). */
 int ph_profile_run_threads(const ph_config *c);
 
 /* The pieces, exposed for tests. */

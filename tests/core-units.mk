@@ -21,7 +21,7 @@ tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h 
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) -lm
 
-tests_test_layer_call_SOURCES = tests/test-layer-call.c core/layer_call.c core/layer_call.h
+tests_test_layer_call_SOURCES = tests/test-layer-call.c core/layer_call.c core/layer_call.h core/layer_times.c core/layer_times.h
 tests_test_layer_call_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_layer_call_LDADD = $(CHECK_LIBS)
 endif

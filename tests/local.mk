@@ -9,6 +9,7 @@ TESTS_ENVIRONMENT_DIRS = \
 	PIPEHOST_CUDA_BACKEND=$(abs_top_builddir)/core/cuda/.libs/pipehost-cuda.so \
 	PIPEHOST_MPI_MODULE=$(abs_top_builddir)/core/mpi/.libs/pipehost-mpi.so \
 	TEST_PLUGIN_DIR=$(abs_top_builddir)/tests/plugins/.libs \
+	XDG_CACHE_HOME=$(abs_top_builddir)/tests/cache \
 	top_srcdir=$(abs_top_srcdir) top_builddir=$(abs_top_builddir) $(CUEMU_TESTS_ENV)
 AM_TESTS_ENVIRONMENT = export $(TESTS_ENVIRONMENT_DIRS);
 

@@ -18,6 +18,6 @@ tests_test_profile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS)
 tests_test_profile_LDADD = core/libphcore.la $(CHECK_LIBS) $(CJSON_LIBS) -lm
 endif
 
-TESTS += tests/test-partition-cli.sh
-EXTRA_DIST += tests/test-partition-cli.sh
+TESTS += tests/test-partition-cli.sh tests/test-defaults.sh
+EXTRA_DIST += tests/test-partition-cli.sh tests/test-defaults.sh
 # bench/ (partition-gpt2.sh, gpt2-shape.ini) ships through EXTRA_DIST += bench.

@@ -1,0 +1,49 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Does a pipeline turn cores into speed?  The same job (default
+# etc/gpt-fortunes.ini, whose 4 blocks cut evenly in two) as 1 stage on 1
+# core (1 rank x 1 BLAS thread) and as 2 stages (2 ranks x 1 thread, the
+# dp cut on measured costs), back to back; prints the median step time of
+# each over STEPS steps after WARMUP (from the metrics file's elapsed_s),
+# the speedup and the 1F1B ideal 2m / (m + 1) for m micro-batches (the
+# bubble: each rank idles for one micro-batch's work at each end).
+# Target on 2 free cores: >= 1.8x with m = 16 (ideal 1.88x).
+#     bench/pipeline-speedup.sh [BUILD_DIR] [INI] [--set ...]
+# Environment: STEPS (default 30), WARMUP (5).
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$top}
+ini=${2:-$top/etc/gpt-fortunes.ini}
+[ $# -ge 2 ] && shift 2 || shift $#
+bin="$build/pipehost"
+steps=${STEPS:-30}
+warm=${WARMUP:-5}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+[ -x "$bin" ] || { echo "pipeline-speedup.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
+
+median_ms() {
+	sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' "$1" |
+		awk -v w="$warm" 'NR > 1 { d[n++] = $1 - p } { p = $1 }
+			END { for (i = w; i < n; i++) x[k++] = d[i]
+			      for (i = 0; i < k; i++) for (j = i + 1; j < k; j++) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
+			      printf "%.1f", 1000 * (k % 2 ? x[int(k / 2)] : (x[k / 2 - 1] + x[k / 2]) / 2) }'
+}
+run() { # STAGES [--set ...] -> median ms
+	st=$1
+	shift
+	rm -f "$tmp/m.jsonl"
+	"$bin" -c "$ini" --set run.stages="$st" --set run.threads=1 --set run.eval=no --set run.log_every=1 \
+		--set run.steps=$((steps + warm + 1)) --set run.metrics="$tmp/m.jsonl" \
+		--set partition.profile_cache="$tmp/cache" --progress=none "$@" >"$tmp/out.txt" 2>&1 ||
+		{ cat "$tmp/out.txt" >&2; exit 1; }
+	median_ms "$tmp/m.jsonl"
+}
+
+one=$(run 1 "$@")
+two=$(run 2 "$@")
+m=$(sed -n 's/^plan: .* \([0-9]*\) micro-batches.*/\1/p' "$tmp/out.txt")
+grep '^  [0-9]' "$tmp/out.txt" || true
+echo "1 stage x 1 thread:  $one ms/step"
+echo "2 stages x 1 thread: $two ms/step"
+awk -v a="$one" -v b="$two" -v m="$m" 'BEGIN { printf "speedup %.2fx; 1F1B ideal 2m/(m+1) = %.2fx (m = %d)\n", a / b, 2 * m / (m + 1), m }'
