@@ -21,6 +21,7 @@
  *   engine-eval.c      evaluation, and the weights and optimizer state as
  *                      named tensors (checkpoints, --save-weights)
  *   engine-trace.c     --trace: every op's times, as Chrome trace JSON
+ *   engine-versions.c  weight versions of an asynchronous schedule (2bw)
  *
  * Every rank runs on a device (core/device.h): the CPU's ops are host
  * memory and plain loops, CUDA's a stream per rank.  The engine calls the
@@ -108,6 +109,11 @@ typedef struct {
 	float *w, *g, *s;    /* on the device of the layer's rank */
 	float *hw, *hs;      /* host copies of w and s (w and s in host memory) */
 	float *pw[PH_MAX_PARAMS], *pg[PH_MAX_PARAMS];
+	/* Weight versions (engine-versions.c): fw[] is what a training
+	 * forward and backward read: pw[] for a synchronous schedule, the
+	 * previous version v (host copy hv) under a delayed update. */
+	float *fw[PH_MAX_PARAMS];
+	float *v, *hv;
 } lparams_t;
 
 enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
@@ -186,6 +192,11 @@ struct ph_engine {
 	int span;            /* processes per pipeline; 1 = whole pipelines */
 	int rank_lo, rank_hi;
 	int proc_base;
+
+	/* Weight versions (engine-versions.c) */
+	int delayed;         /* the schedule's PH_SCHED_DELAYED_UPDATE */
+	int versions_follow; /* the next upload sets .prev = the weights
+			      * (weights read from a file, no state) */
 
 	/* The batched clip norm (engine-update.c) */
 	double **ss_dev;     /* [ranks] each tensor's sum of squares, on the device */
@@ -359,6 +370,30 @@ void ph_eng_eval_lists_free(ph_engine *e);
 
 /* The host copies of the weights and optimizer state to the devices. */
 int ph_eng_upload_one(ph_engine *e, ph_err *err);
+
+/* ---- engine-versions.c: weight versions -------------------------------- */
+
+/* The parameters a layer's forward and backward read: under a delayed
+ * update, in training, the previous version; else the weights. */
+static inline float *const *compute_params(const ph_engine *e, int l)
+{
+	return e->training ? e->params[l].fw : e->params[l].pw;
+}
+
+/* The versions the schedule declares (after the parameters are made);
+ * their end. */
+int ph_eng_versions_alloc(ph_engine *e, ph_err *err);
+void ph_eng_versions_free(ph_engine *e);
+/* Before rank's optimizer step: its previous version becomes the weights. */
+int ph_eng_versions_advance(ph_engine *e, int rank, ph_err *err);
+/* The previous versions as named tensors LAYER.PARAM.prev (their number,
+ * then into t[0..count)), pointing at the host copies. */
+int ph_eng_versions_count(const ph_engine *e);
+void ph_eng_versions_tensors(ph_engine *e, ph_tensor_ref *t);
+/* Host copies from and to the devices; a replica's from replica 0's. */
+int ph_eng_versions_download(ph_engine *e, ph_err *err);
+int ph_eng_versions_upload(ph_engine *e, ph_err *err);
+void ph_eng_versions_copy(ph_engine *dst, const ph_engine *src);
 
 /* ---- engine-trace.c: --trace ------------------------------------------ */
 

@@ -48,7 +48,7 @@ static int forward_layers(ph_engine *e, int c, int mb, slot_t *sl, float *last_o
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
 		float *y = l == upto - 1 && last_out ? last_out : sl->y[l - ch->a];
-		int rc = ph_layer_forward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x, y, &e2);
+		int rc = ph_layer_forward(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l), x, y, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) forward, micro-batch %d: %s", L->cfg->name, L->ops->head.name, mb,
 				       e2.msg);
@@ -162,10 +162,10 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		ph_err e2 = { { 0 } };
 		int rc;
 		if (split && ph_layer_has_split_backward(L->ops))
-			rc = ph_layer_backward_input(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x,
+			rc = ph_layer_backward_input(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l), x,
 						     sl->y[l - ch->a], dy, dx, &e2);
 		else
-			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, e->params[l].pg,
+			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l), e->params[l].pg,
 					       x, sl->y[l - ch->a], dy, dx, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) backward, micro-batch %d: %s", L->cfg->name, L->ops->head.name,
@@ -208,7 +208,7 @@ static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
-		int rc = ph_layer_backward_weight(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw,
+		int rc = ph_layer_backward_weight(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l),
 						  e->params[l].pg, x, sl->y[l - ch->a], dy, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) weight gradient, micro-batch %d: %s", L->cfg->name,

@@ -211,6 +211,8 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 			memcpy(e->rep[r]->params[l].hw, e->params[l].hw, n * sizeof(float));
 			memcpy(e->rep[r]->params[l].hs, e->params[l].hs, n * spp * sizeof(float));
 		}
+	for (int r = 1; r < e->nrep; r++)
+		ph_eng_versions_copy(e->rep[r], e);
 	for (int r = 0; r < e->nrep; r++) {
 		int rc = ph_eng_upload_one(e->rep[r], err);
 		if (rc)
