@@ -114,6 +114,12 @@ typedef struct {
 	 * previous version v (host copy hv) under a delayed update. */
 	float *fw[PH_MAX_PARAMS];
 	float *v, *hv;
+	/* Per-micro-batch updates (pipedream): a ring of nring versions,
+	 * version u in slot u mod nring (host copy hring); rw[k] points
+	 * slot k's tensors */
+	int nring;
+	float *ring, *hring;
+	float *(*rw)[PH_MAX_PARAMS];
 } lparams_t;
 
 enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
@@ -195,6 +201,7 @@ struct ph_engine {
 
 	/* Weight versions (engine-versions.c) */
 	int delayed;         /* the schedule's PH_SCHED_DELAYED_UPDATE */
+	int per_mb;          /* the schedule's PH_SCHED_UPDATE_PER_MB */
 	int versions_follow; /* the next upload sets .prev = the weights
 			      * (weights read from a file, no state) */
 
@@ -375,9 +382,12 @@ int ph_eng_upload_one(ph_engine *e, ph_err *err);
 
 /* The parameters a layer's forward and backward read: under a delayed
  * update, in training, the previous version; else the weights. */
-static inline float *const *compute_params(const ph_engine *e, int l)
+float *const *ph_eng_versions_stashed(const ph_engine *e, int l, int mb);
+static inline float *const *compute_params(const ph_engine *e, int l, int mb)
 {
-	return e->training ? e->params[l].fw : e->params[l].pw;
+	if (!e->training)
+		return e->params[l].pw;
+	return e->per_mb ? ph_eng_versions_stashed(e, l, mb) : e->params[l].fw;
 }
 
 /* The versions the schedule declares (after the parameters are made);
@@ -386,6 +396,9 @@ int ph_eng_versions_alloc(ph_engine *e, ph_err *err);
 void ph_eng_versions_free(ph_engine *e);
 /* Before rank's optimizer step: its previous version becomes the weights. */
 int ph_eng_versions_advance(ph_engine *e, int rank, ph_err *err);
+/* Per-micro-batch updates: after chunk c's backward of micro-batch mb,
+ * its layers' update with that gradient, and the new version stashed. */
+int ph_eng_versions_update_mb(ph_engine *e, int c, int mb, ph_err *err);
 /* The previous versions as named tensors LAYER.PARAM.prev (their number,
  * then into t[0..count)), pointing at the host copies. */
 int ph_eng_versions_count(const ph_engine *e);

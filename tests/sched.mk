@@ -16,7 +16,7 @@ tests_test_partitioners_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_partitioners_LDADD = $(CHECK_LIBS) -ldl -lm
 endif
 
-# schedule = 2bw: the delayed update, its checkpoints and its simulation;
+# schedule = 2bw and pipedream: the delayed update, the stash, its checkpoints and its simulation;
 # and against NumPy's delayed update (skips without NumPy)
-TESTS += tests/test-twobw.sh tests/test-twobw-reference.sh
-EXTRA_DIST += tests/test-twobw.sh tests/test-twobw-reference.sh tests/reference/twobw_reference.py
+TESTS += tests/test-twobw.sh tests/test-twobw-reference.sh tests/test-pipedream.sh
+EXTRA_DIST += tests/test-twobw.sh tests/test-pipedream.sh tests/test-twobw-reference.sh tests/reference/twobw_reference.py

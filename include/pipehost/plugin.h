@@ -53,7 +53,7 @@ extern "C" {
                        *      is set for every layer's backward
                        * 1.5 (also): ph_schedule_ops gains flags and
                        *      weight_versions, what an asynchronous
-                       *      schedule (2bw) needs of the host */
+                       *      schedule (2bw, pipedream) needs of the host */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -437,7 +437,16 @@ enum {
 	/* Delayed update (PipeDream-2BW): every micro-batch of step t runs its
 	 * forward and backward on W(t-1), and the update is W(t+1) = W(t) -
 	 * lr * grad f(W(t-1)), with W(-1) = W(0).  Needs weight_versions >= 2. */
-	PH_SCHED_DELAYED_UPDATE = 1u << 1
+	PH_SCHED_DELAYED_UPDATE = 1u << 1,
+	/* Per-micro-batch updates with weight stashing (PipeDream): a rank
+	 * updates its weights after every backward, with that micro-batch's
+	 * gradient (of its own mean loss); counting micro-batches over the
+	 * steps, n = step * m + j, and with K = weight_versions(rank), the
+	 * forward of micro-batch n reads version max(0, n - K + 1) (the
+	 * weights after the updates of micro-batches 0 .. n - K) and its
+	 * backward reads the same one.  The order must run micro-batch n's
+	 * forward after micro-batch n - K's backward (1F1B with K = p - r). */
+	PH_SCHED_UPDATE_PER_MB = 1u << 2
 };
 
 /* A schedule's flags and weight versions, for a plugin of any 1.x minor. */

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""PipeDream-2BW's delayed update, computed independently in NumPy.
+"""PipeDream-2BW's delayed update and PipeDream's weight stashing,
+computed independently in NumPy.
 
 Usage: twobw_reference.py PIPEHOST WORKDIR
 
@@ -12,7 +13,9 @@ schedule = 2bw on 2 and 3 stages, and compares the weights with NumPy's
 (plain SGD, constant lr, no shuffle).  Passes when every weight agrees to
 fp32 rounding (max relative difference < 1e-5) and the synchronous update
 W(t+1) = W(t) - lr * grad f(W(t)) does NOT agree (so the comparison can
-tell the two apart).  Exit 77 (skip) without NumPy.
+tell the two apart).  Then the same for schedule = pipedream: an update
+after every micro-batch, the layer on rank r running micro-batch n on the
+weights after n - (p - r) + 1 updates.  Exit 77 (skip) without NumPy.
 """
 import json
 import os
@@ -74,6 +77,29 @@ def train(w0, x, y, delayed):
         prev = {k: v.copy() for k, v in w.items()}
         w = {k: w[k] - LR * g[k] for k in w}
     return w
+
+
+def pipedream(w0, x, y, ranks, stash=True):
+    """PipeDream with weight stashing, micro-batch by micro-batch: the layer
+    on rank r runs micro-batch n on version max(0, n - (p - r) + 1) of its
+    weights, and updates after every micro-batch.  ranks: fc1's and fc2's
+    rank and p.  stash=False: every micro-batch on the newest weights."""
+    r1, r2, p = ranks
+    mbs = BATCH // MB
+    hist = {k: [v.astype(np.float64)] for k, v in w0.items()}
+    for n in range(STEPS * MB):
+        t, j = divmod(n, MB)
+        lo = (t * BATCH) % N + j * mbs
+        xb, yb = x[lo:lo + mbs].astype(np.float64), y[lo:lo + mbs]
+        w = {}
+        for k, v in hist.items():
+            r = r1 if k.startswith("fc1") else r2
+            u = max(0, n - (p - r) + 1) if stash else n
+            w[k] = v[u]
+        g = grad(w, xb, yb)
+        for k in hist:
+            hist[k].append(hist[k][-1] - LR * g[k])
+    return {k: v[-1] for k, v in hist.items()}
 
 
 def maxrel(a, b):
@@ -141,6 +167,16 @@ type = softmax_xent
         fails += not good
         print(f"{'ok' if good else 'not ok'} - 2bw, {stages} stages, {STEPS} SGD steps: max relative difference "
               f"{d:.2e} from NumPy's delayed update, {ds:.2e} from the synchronous one")
+    # pipedream: uniform cuts put fc1 (with relu) on rank 0 and fc2 on rank 1
+    for stages in (2, 3):
+        ref = pipedream(w0, x, y, (0, 1, stages))
+        fresh = pipedream(w0, x, y, (0, 1, stages), stash=False)
+        got = run("--set", f"run.stages={stages}", "--set", "schedule.type=pipedream")
+        d, ds = maxrel(got, ref), maxrel(got, fresh)
+        good = d < 1e-5 and ds > 1e-3
+        fails += not good
+        print(f"{'ok' if good else 'not ok'} - pipedream, {stages} stages, {STEPS * MB} updates: max relative "
+              f"difference {d:.2e} from NumPy's weight stashing, {ds:.2e} from updates without stale weights")
     sys.exit(1 if fails else 0)
 
 
