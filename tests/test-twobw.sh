@@ -104,6 +104,18 @@ if ph --set run.stages=4 --resume "$tmp/ck/step-00000007" --save-weights "$tmp/r
 else
 	not_ok "resume on 4 stages: $(cat "$tmp/err")"
 fi
+# ... with 2 replicas (each keeps its own W(t-1)), against 1 stage
+r2="--set run.replicas=2 --set run.batch=64"
+# shellcheck disable=SC2086
+if ph $r2 --save-weights "$tmp/rep.st" >/dev/null 2>"$tmp/err" &&
+	ph $r2 --set run.stages=1 --save-weights "$tmp/rep1.st" >/dev/null 2>>"$tmp/err" &&
+	ph $r2 --set "checkpoint.dir=$tmp/ckr" --set checkpoint.every=7 >/dev/null 2>>"$tmp/err" &&
+	ph $r2 --resume "$tmp/ckr/step-00000014" --save-weights "$tmp/repr.st" >/dev/null 2>>"$tmp/err" &&
+	cmp -s "$tmp/rep.st" "$tmp/rep1.st" && cmp -s "$tmp/rep.st" "$tmp/repr.st"; then
+	ok "2 replicas: 2 stages = 1 stage, and a resume at 14 is byte-identical"
+else
+	not_ok "2 replicas: $(cat "$tmp/err")"
+fi
 # the check can fail: a resume that forgot W(t-1) (.prev = the weights) is another run
 "$PIPEHOST" -c "$tiny" --set run.steps=7 --set "checkpoint.dir=$tmp/ck1" --set checkpoint.every=7 >/dev/null 2>&1
 if ph --resume "$tmp/ck1/step-00000007" --save-weights "$tmp/bad.st" >/dev/null 2>"$tmp/err"; then
