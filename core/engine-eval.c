@@ -71,7 +71,7 @@ int ph_eng_upload_one(ph_engine *e, ph_err *err)
 		    (rc = e->dev->copy(rs, P->s, P->hs, n * spp * sizeof(float), PH_COPY_H2D, err)))
 			return rc;
 	}
-	return PH_OK;
+	return ph_eng_versions_upload(e, err);
 }
 
 /* Bring the host mirrors up to date (weights, or optimizer state too). */
@@ -87,7 +87,7 @@ static int download_tensors(ph_engine *e, int state, ph_err *err)
 		if (rc)
 			return rc;
 	}
-	return PH_OK;
+	return state ? ph_eng_versions_download(e, err) : PH_OK;
 }
 
 /* Sharded parameters: a layer needs the other replicas' rows (their
@@ -204,6 +204,8 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 	}
 	/* a tied copy is stored once, under its source's name */
 	ph_model_mark_ties(e->model, t, total);
+	/* weights alone (an init file): an upload restarts the versions */
+	e->versions_follow = 1;
 	*refs = t;
 	*n = total;
 	return PH_OK;
@@ -216,6 +218,8 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 		return rc;
 	for (int l = 0; l < e->model->n; l++)
 		total += e->model->layers[l].meta.nparams * spp;
+	int prev = ph_eng_versions_count(e); /* a delayed update's W(t-1), last */
+	total += prev;
 	ph_tensor_ref *t = calloc((size_t)(total ? total : 1), sizeof *t);
 	if (!t)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -237,6 +241,7 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 			off += numel;
 		}
 	}
+	ph_eng_versions_tensors(e, t + (total - prev));
 	*refs = t;
 	*n = total;
 	return PH_OK;

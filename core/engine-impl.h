@@ -25,6 +25,7 @@
  *   engine-eval.c      evaluation, and the weights and optimizer state as
  *                      named tensors (checkpoints, --save-weights)
  *   engine-trace.c     --trace: every op's times, as Chrome trace JSON
+ *   engine-versions.c  weight versions of an asynchronous schedule (2bw)
  *
  * Every rank runs on a device (core/device.h): the CPU's ops are host
  * memory and plain loops, CUDA's a stream per rank.  The engine calls the
@@ -112,6 +113,17 @@ typedef struct {
 	float *w, *g, *s;    /* on the device of the layer's rank */
 	float *hw, *hs;      /* host copies of w and s (w and s in host memory) */
 	float *pw[PH_MAX_PARAMS], *pg[PH_MAX_PARAMS];
+	/* Weight versions (engine-versions.c): fw[] is what a training
+	 * forward and backward read: pw[] for a synchronous schedule, the
+	 * previous version v (host copy hv) under a delayed update. */
+	float *fw[PH_MAX_PARAMS];
+	float *v, *hv;
+	/* Per-micro-batch updates (pipedream): a ring of nring versions,
+	 * version u in slot u mod nring (host copy hring); rw[k] points
+	 * slot k's tensors */
+	int nring;
+	float *ring, *hring;
+	float *(*rw)[PH_MAX_PARAMS];
 } lparams_t;
 
 enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
@@ -199,6 +211,12 @@ struct ph_engine {
 	void *shard;         /* rep0: whole copies of the sharded tensors */
 	double clip_total, clip_shard; /* the clip norm's sums: of the tensors
 			      * every replica holds, of this replica's shards */
+
+	/* Weight versions (engine-versions.c) */
+	int delayed;         /* the schedule's PH_SCHED_DELAYED_UPDATE */
+	int per_mb;          /* the schedule's PH_SCHED_UPDATE_PER_MB */
+	int versions_follow; /* the next upload sets .prev = the weights
+			      * (weights read from a file, no state) */
 
 	/* The batched clip norm (engine-update.c) */
 	double **ss_dev;     /* [ranks] each tensor's sum of squares, on the device */
@@ -406,6 +424,36 @@ int ph_eng_summed_run(const ph_layer *L, int i, int64_t *off, int64_t *n);
  * whole tensor when sharded (NULL when not), weights or state j. */
 float *ph_eng_shard_whole(ph_engine *e, int l, int q, int state, int j);
 void ph_eng_shard_free(ph_engine *e);
+
+/* ---- engine-versions.c: weight versions -------------------------------- */
+
+/* The parameters a layer's forward and backward read: under a delayed
+ * update, in training, the previous version; else the weights. */
+float *const *ph_eng_versions_stashed(const ph_engine *e, int l, int mb);
+static inline float *const *compute_params(const ph_engine *e, int l, int mb)
+{
+	if (!e->training)
+		return e->params[l].pw;
+	return e->per_mb ? ph_eng_versions_stashed(e, l, mb) : e->params[l].fw;
+}
+
+/* The versions the schedule declares (after the parameters are made);
+ * their end. */
+int ph_eng_versions_alloc(ph_engine *e, ph_err *err);
+void ph_eng_versions_free(ph_engine *e);
+/* Before rank's optimizer step: its previous version becomes the weights. */
+int ph_eng_versions_advance(ph_engine *e, int rank, ph_err *err);
+/* Per-micro-batch updates: after chunk c's backward of micro-batch mb,
+ * its layers' update with that gradient, and the new version stashed. */
+int ph_eng_versions_update_mb(ph_engine *e, int c, int mb, ph_err *err);
+/* The previous versions as named tensors LAYER.PARAM.prev (their number,
+ * then into t[0..count)), pointing at the host copies. */
+int ph_eng_versions_count(const ph_engine *e);
+void ph_eng_versions_tensors(ph_engine *e, ph_tensor_ref *t);
+/* Host copies from and to the devices; a replica's from replica 0's. */
+int ph_eng_versions_download(ph_engine *e, ph_err *err);
+int ph_eng_versions_upload(ph_engine *e, ph_err *err);
+void ph_eng_versions_copy(ph_engine *dst, const ph_engine *src);
 
 /* ---- engine-trace.c: --trace ------------------------------------------ */
 

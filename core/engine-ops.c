@@ -26,7 +26,10 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 	/* ABI 1.5: the stage's replica group, and the loss scale for every
 	 * layer (an auxiliary loss scales as the objective does) */
 	ctx->group = ph_eng_group_of(e, ch->rank);
-	ctx->loss_scale = (float)(1.0 / ((double)e->mbsize * e->m * e->cfg->run.replicas * e->tps));
+	/* the step's mean loss; under per-micro-batch updates the
+	 * micro-batch's own */
+	ctx->loss_scale = e->per_mb ? (float)(1.0 / ((double)e->mbsize * e->tps))
+				    : (float)(1.0 / ((double)e->mbsize * e->m * e->cfg->run.replicas * e->tps));
 	if (layer == e->model->n - 1)
 		ctx->targets = e->d_data_y + (size_t)mb * e->mbsize * e->tps;
 }
@@ -50,7 +53,7 @@ static int forward_layers(ph_engine *e, int c, int mb, slot_t *sl, float *last_o
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
 		float *y = l == upto - 1 && last_out ? last_out : sl->y[l - ch->a];
-		int rc = ph_layer_forward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x, y, &e2);
+		int rc = ph_layer_forward(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb), x, y, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) forward, micro-batch %d: %s", L->cfg->name, L->ops->head.name, mb,
 				       e2.msg);
@@ -164,10 +167,10 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		ph_err e2 = { { 0 } };
 		int rc;
 		if (split && ph_layer_has_split_backward(L->ops))
-			rc = ph_layer_backward_input(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, x,
+			rc = ph_layer_backward_input(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb), x,
 						     sl->y[l - ch->a], dy, dx, &e2);
 		else
-			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw, e->params[l].pg,
+			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb), e->params[l].pg,
 					       x, sl->y[l - ch->a], dy, dx, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) backward, micro-batch %d: %s", L->cfg->name, L->ops->head.name,
@@ -210,7 +213,7 @@ static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
-		int rc = ph_layer_backward_weight(L->ops, L->state, e->model->max_batch, &ctx, e->params[l].pw,
+		int rc = ph_layer_backward_weight(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb),
 						  e->params[l].pg, x, sl->y[l - ch->a], dy, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) weight gradient, micro-batch %d: %s", L->cfg->name,
@@ -230,8 +233,11 @@ int ph_eng_run_op(ph_engine *e, const ph_op *o, ph_err *err)
 	switch (o->kind) {
 	case PH_OP_F:
 		return run_forward(e, c, mb, err);
-	case PH_OP_B:
-		return run_backward(e, c, mb, 0, err);
+	case PH_OP_B: {
+		int rc = run_backward(e, c, mb, 0, err);
+		/* pipedream: the update right after the backward */
+		return rc || !e->per_mb ? rc : ph_eng_versions_update_mb(e, c, mb, err);
+	}
 	case PH_OP_I:
 		return run_backward(e, c, mb, 1, err);
 	case PH_OP_W:

@@ -180,6 +180,7 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	for (; started < R && !rc; started++) {
 		ph_engine *q = e->rep[started];
 		size_t off = (size_t)q->replica * per;
+		q->lr = lr; /* per-micro-batch updates run inside the pass */
 		if ((rc = ph_eng_train_begin(q, step, x + off * e->in_numel, y + off * e->tps, err)))
 			break;
 	}
@@ -190,6 +191,8 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	}
 	if (rc || (rc = replica_stats(e, st, err)))
 		return rc;
+	if (e->per_mb) /* pipedream: every backward updated already */
+		return PH_OK;
 	if (e->cfg->run.replicas > 1 &&
 	    (rc = e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, err) : reduce_on_devices(e, err)))
 		return rc;
@@ -230,6 +233,8 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 		}
 	/* a sharded tensor's rows: each replica its own, from the whole */
 	ph_eng_shard_scatter(e);
+	for (int r = 1; r < e->nrep; r++)
+		ph_eng_versions_copy(e->rep[r], e);
 	for (int r = 0; r < e->nrep; r++) {
 		int rc = ph_eng_upload_one(e->rep[r], err);
 		if (rc)

@@ -39,6 +39,8 @@ int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err)
 	int rc = PH_OK, k = 0;
 	if (!w || !g || !s || !n || !decay)
 		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+	else /* a delayed update: keep W(t) before it becomes W(t+1) */
+		rc = ph_eng_versions_advance(e, rank, err);
 	for (int c = rank; !rc && c < e->plan->nchunks; c += e->plan->ranks)
 		for (int l = e->chunks[c].a; l < e->chunks[c].b; l++) {
 			const ph_layer *L = &e->model->layers[l];

@@ -260,7 +260,7 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		threads = (int)(cores / busy) > 0 ? (int)(cores / busy) : 1;
 	openblas_set_num_threads(threads);
 
-	if ((rc = alloc_params(e, err)))
+	if ((rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)))
 		return rc;
 	if ((rc = ph_eng_alloc_chunks(e, err))) {
 		if (e->err_set) {
@@ -282,6 +282,7 @@ void ph_eng_destroy_one(ph_engine *e)
 	ph_eng_trace_free(e);
 	ph_eng_free_chunks(e);
 	ph_eng_links_destroy(e);
+	ph_eng_versions_free(e);
 	free_params(e);
 	free_batch(e);
 	for (int k = 0; e->red_tmp && k < e->plan->ranks; k++)

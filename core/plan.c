@@ -437,11 +437,29 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 			snprintf(range, sizeof range, "%s (%d)", m->layers[a].cfg->name, a);
 		else
 			snprintf(range, sizeof range, "%s..%s (%d-%d)", m->layers[a].cfg->name, m->layers[b].cfg->name, a, b);
-		double mem = 4.0 * (double)params * (2 + spp) + ph_plan_activation_bytes(p, m, c, k) + scratch;
+		/* weights, gradients, optimizer state, and the older weight
+		 * versions an asynchronous schedule keeps (2bw: one) */
+		ph_schedule_shape shape = { p->ranks, p->v, p->m };
+		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
+		double mem = 4.0 * (double)params * (2 + spp + (versions > 1 ? versions - 1 : 0)) +
+			     ph_plan_activation_bytes(p, m, c, k) + scratch;
 		char dev[16];
 		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);
 		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10.1f\n", k, k % p->ranks, dev, range,
 			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], mem / (1024.0 * 1024.0));
+	}
+	/* an asynchronous schedule: the weight versions each rank holds */
+	ph_schedule_shape shape = { p->ranks, p->v, p->m };
+	int any = 0;
+	for (int r = 0; r < p->ranks; r++)
+		any |= ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, r) > 1;
+	if (any) {
+		fprintf(f, "weight versions per rank (in est. MiB):");
+		for (int r = 0; r < p->ranks; r++)
+			fprintf(f, " %d", ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, r));
+		uint32_t fl = ph_schedule_flags(c->schedule);
+		fprintf(f, "%s%s\n", fl & PH_SCHED_DELAYED_UPDATE ? "; update delayed one step, W(t+1) = W(t) - lr * grad f(W(t-1))" : "",
+			fl & PH_SCHED_NO_FLUSH ? "; no flush between steps" : "");
 	}
 }
 

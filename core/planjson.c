@@ -155,7 +155,11 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 			max_cost = share;
 		double pbytes = 4.0 * (double)params, act = ph_plan_activation_bytes(p, m, c, k);
 		(void)keep;
-		double mem = pbytes * (2 + spp) + act + scratch;
+		/* an asynchronous schedule's older weight versions (2bw: one) */
+		ph_schedule_shape shape = { p->ranks, p->v, p->m };
+		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
+		double older = versions > 1 ? pbytes * (versions - 1) : 0;
+		double mem = pbytes * (2 + spp) + older + act + scratch;
 		if (mem > peak)
 			peak = mem;
 		sum_mem += mem;
@@ -169,7 +173,10 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		cJSON *mj = ok ? cJSON_AddObjectToObject(st, "memory") : NULL;
 		ok = ok && mj && add_int(mj, "params", (int64_t)pbytes) && add_int(mj, "grads", (int64_t)pbytes) &&
 		     add_int(mj, "optimizer", (int64_t)(pbytes * spp)) && add_int(mj, "activations", (int64_t)act) &&
-		     add_int(mj, "scratch", (int64_t)scratch) && add_int(mj, "total", (int64_t)mem);
+		     add_int(mj, "scratch", (int64_t)scratch) &&
+		     (versions < 2 || (add_int(mj, "weight_versions", versions) &&
+				       add_int(mj, "older_versions", (int64_t)older))) &&
+		     add_int(mj, "total", (int64_t)mem);
 	}
 	cJSON *tot = ok ? cJSON_AddObjectToObject(root, "totals") : NULL;
 	ok = ok && tot && add_int(tot, "layers", m->n) && add_int(tot, "params", tparams) &&

@@ -222,6 +222,84 @@ static void time_unit(double scale, const char **unit, double *mult)
 		*unit = "ns", *mult = 1e9;
 }
 
+/* The plan of k consecutive steps run as one stream, for a schedule that
+ * declares no flush (PH_SCHED_NO_FLUSH): the schedule's order for k * m
+ * micro-batches, lowered as any plan.  Free with ph_plan_free. */
+static int stream_plan(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err)
+{
+	const ph_schedule_ops *s = c->schedule;
+	memset(out, 0, sizeof *out);
+	out->ranks = p->ranks;
+	out->v = p->v;
+	out->nchunks = p->nchunks;
+	out->m = k * p->m;
+	ph_schedule_shape shape = { p->ranks, p->v, out->m };
+	int cap = 4 * p->v * out->m, rc;
+	out->first = malloc(((size_t)p->nchunks + 1) * sizeof *out->first);
+	out->actions = calloc((size_t)p->ranks, sizeof *out->actions);
+	out->nactions = calloc((size_t)p->ranks, sizeof *out->nactions);
+	if (!out->first || !out->actions || !out->nactions)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	memcpy(out->first, p->first, ((size_t)p->nchunks + 1) * sizeof *out->first);
+	for (int r = 0; r < p->ranks; r++) {
+		if (!(out->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		if ((rc = s->generate(c->schedule_config, &shape, r, out->actions[r], cap, &out->nactions[r], err)))
+			return rc;
+		if (out->nactions[r] < 0 || out->nactions[r] > cap)
+			return ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d returned %d actions (room for %d)",
+				       s->head.name, r, out->nactions[r], cap);
+	}
+	return ph_plan_set_actions(out, out->actions, out->nactions, err);
+}
+
+/* Steps a no-flush schedule's steady state is measured over: the time of
+ * STREAM_STEPS steps less that of STREAM_STEPS - 1 is one step's. */
+#define STREAM_STEPS 4
+
+/* A no-flush schedule: simulate STREAM_STEPS and STREAM_STEPS - 1 steps as
+ * one stream; report the steady state's step time and bubble (one step's
+ * busy time over the steady step) beside one flushed step's (`one`), and
+ * leave the longer stream's events in *ev for the timeline. */
+static int report_stream(const ph_plan *p, const ph_config *c, const double *f, const double *b, const double *ci,
+			 const double *cw, const double *link, const double *keep, int conc, const ph_sim_result *one,
+			 double mult, const char *unit, ph_sim_result *ev, FILE *out, ph_err *err)
+{
+	ph_plan pk, pk1;
+	ph_sim_result rk1;
+	memset(&rk1, 0, sizeof rk1);
+	int rc = stream_plan(p, c, STREAM_STEPS, &pk, err);
+	if (!rc)
+		rc = stream_plan(p, c, STREAM_STEPS - 1, &pk1, err);
+	else
+		memset(&pk1, 0, sizeof pk1);
+	if (!rc)
+		rc = ph_simulate_shared(&pk, f, b, ci, cw, link, keep, conc, ev, err);
+	if (!rc)
+		rc = ph_simulate_shared(&pk1, f, b, ci, cw, link, keep, conc, &rk1, err);
+	if (!rc) {
+		double steady = ev->step_time - rk1.step_time, mean = 0;
+		fprintf(out, "  steady state, no flush (%d steps as one stream of %d micro-batches): %.4g %s a step, "
+			"%.3fx the throughput of a flush every step\n", STREAM_STEPS, pk.m, steady * mult, unit,
+			steady > 0 ? one->step_time / steady : 0.0);
+		fprintf(out, "  %-4s %12s %8s %15s\n", "rank", "busy", "bubble", "peak in-flight");
+		for (int k = 0; k < p->ranks; k++) {
+			char busy[32];
+			double bub = steady > 0 ? 1.0 - one->busy[k] / steady : 0.0;
+			if (bub < 0 && bub > -1e-9)
+				bub = 0;
+			snprintf(busy, sizeof busy, "%.4g %s", one->busy[k] * mult, unit);
+			fprintf(out, "  %-4d %12s %7.1f%% %15d\n", k, busy, 100.0 * bub, ev->peak_inflight[k]);
+			mean += bub / p->ranks;
+		}
+		fprintf(out, "  steady-state mean bubble %.1f%%\n", 100.0 * mean);
+	}
+	ph_sim_free(&rk1);
+	ph_plan_free(&pk);
+	ph_plan_free(&pk1);
+	return rc;
+}
+
 int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
 		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
 		       const char *trace_path, FILE *out, ph_err *err)
@@ -294,6 +372,18 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 		mean_bubble += r.bubble[k] / p->ranks;
 	}
 	fprintf(out, "  mean bubble %.1f%%\n", 100.0 * mean_bubble);
+	/* a schedule that runs across steps: its steady state, and the
+	 * timeline of several steps */
+	ph_sim_result rs;
+	memset(&rs, 0, sizeof rs);
+	if (ph_schedule_flags(c->schedule) & PH_SCHED_NO_FLUSH) {
+		if ((rc = report_stream(p, c, f, b, ci, cw, link, keep, units < p->ranks ? units : 0, &r, mult, unit,
+					&rs, out, err)))
+			goto done;
+		ph_sim_free(&r);
+		r = rs;
+		memset(&rs, 0, sizeof rs);
+	}
 	if (svg_path) {
 		char title[256];
 		snprintf(title, sizeof title, "%s: %d rank(s) x %d chunk(s), %d micro-batches; step %.4g %s, mean bubble %.1f%%",
@@ -308,6 +398,7 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 		fprintf(out, "  trace written to %s (open in https://ui.perfetto.dev)\n", trace_path);
 	}
 done:
+	ph_sim_free(&rs);
 	ph_sim_free(&r);
 	free(buf);
 	return rc;

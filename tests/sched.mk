@@ -15,3 +15,8 @@ tests_test_partitioners_SOURCES = tests/test-partitioners.c tests/plugin-harness
 tests_test_partitioners_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_partitioners_LDADD = $(CHECK_LIBS) -ldl -lm
 endif
+
+# schedule = 2bw and pipedream: the delayed update, the stash, its checkpoints and its simulation;
+# and against NumPy's delayed update (skips without NumPy)
+TESTS += tests/test-twobw.sh tests/test-twobw-reference.sh tests/test-pipedream.sh
+EXTRA_DIST += tests/test-twobw.sh tests/test-pipedream.sh tests/test-twobw-reference.sh tests/reference/twobw_reference.py

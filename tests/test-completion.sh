@@ -27,7 +27,7 @@ expect "a core section" "$PIPEHOST --set ru" "run."
 expect "a section's keys" "$PIPEHOST --set run.st" "run.stages= run.steps="
 expect "a choice's values" "$PIPEHOST --set run.recompute=" "no yes except_last"
 expect "a bool's values" "$PIPEHOST --set data.shuffle=" "yes no"
-expect "schedule plugins" "$PIPEHOST --set schedule.type=" "gpipe interleaved 1f1b table zb-h1"
+expect "schedule plugins" "$PIPEHOST --set schedule.type=" "gpipe interleaved 1f1b table zb-h1 2bw pipedream"
 expect "partitioner plugins" "$PIPEHOST --set partition.type=d" "dp"
 expect "the -c file's layers" "$PIPEHOST -c $ini --set layer\\ fc" 'layer\ fc1. layer\ fc2.'
 expect "a layer's keys and its plugin's options" "$PIPEHOST -c $ini --set layer\\ fc1.u" 'layer\ fc1.units='

@@ -50,7 +50,10 @@ extern "C" {
                        * 1.5: ph_ctx gains `group`, collectives over the
                        *      replicas of the layer's stage (ph_group);
                        *      ph_layer_meta gains sharded_params; loss_scale
-                       *      is set for every layer's backward */
+                       *      is set for every layer's backward
+                       * 1.5 (also): ph_schedule_ops gains flags and
+                       *      weight_versions, what an asynchronous
+                       *      schedule (2bw, pipedream) needs of the host */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -411,7 +414,55 @@ typedef struct {
 	/* Write rank's actions into out[0..cap) and their number into *n. */
 	int (*generate)(const void *config, const ph_schedule_shape *shape, int rank,
 			ph_action *out, int cap, int *n, ph_err *err);
+	/* ---- ABI 1.5: optional, what the schedule needs of the host ----
+	 * The host reads these (never the schedule's name); an older plugin
+	 * has neither and is a synchronous schedule: one weight version, a
+	 * flush at every step's end, gradients of a step taken on the weights
+	 * that step updates. */
+	uint32_t flags;            /* PH_SCHED_* */
+	/* Weight versions rank r keeps in memory (the live weights included)
+	 * for a shape; NULL = 1.  The host sizes its buffers and --plan's
+	 * memory from it. */
+	int (*weight_versions)(const void *config, const ph_schedule_shape *shape, int rank);
 } ph_schedule_ops;
+
+/* Flags in ph_schedule_ops.flags (ABI 1.5). */
+enum {
+	/* The order is meant to run across steps without a flush: step t+1's
+	 * first forwards overlap step t's last backwards.  --simulate runs
+	 * the order over several steps' micro-batches as one stream and
+	 * reports the steady state.  generate() must give, for m' = k * m
+	 * micro-batches, the order of k consecutive steps. */
+	PH_SCHED_NO_FLUSH = 1u << 0,
+	/* Delayed update (PipeDream-2BW): every micro-batch of step t runs its
+	 * forward and backward on W(t-1), and the update is W(t+1) = W(t) -
+	 * lr * grad f(W(t-1)), with W(-1) = W(0).  Needs weight_versions >= 2. */
+	PH_SCHED_DELAYED_UPDATE = 1u << 1,
+	/* Per-micro-batch updates with weight stashing (PipeDream): a rank
+	 * updates its weights after every backward, with that micro-batch's
+	 * gradient (of its own mean loss); counting micro-batches over the
+	 * steps, n = step * m + j, and with K = weight_versions(rank), the
+	 * forward of micro-batch n reads version max(0, n - K + 1) (the
+	 * weights after the updates of micro-batches 0 .. n - K) and its
+	 * backward reads the same one.  The order must run micro-batch n's
+	 * forward after micro-batch n - K's backward (1F1B with K = p - r). */
+	PH_SCHED_UPDATE_PER_MB = 1u << 2
+};
+
+/* A schedule's flags and weight versions, for a plugin of any 1.x minor. */
+static inline uint32_t ph_schedule_flags(const ph_schedule_ops *ops)
+{
+	return ops->head.struct_size >= offsetof(ph_schedule_ops, flags) + sizeof(uint32_t) ? ops->flags : 0u;
+}
+
+static inline int ph_schedule_weight_versions(const ph_schedule_ops *ops, const void *config,
+					      const ph_schedule_shape *shape, int rank)
+{
+	if (ops->head.struct_size < offsetof(ph_schedule_ops, weight_versions) + sizeof(void *) ||
+	    !ops->weight_versions)
+		return 1;
+	return ops->weight_versions(config, shape, rank);
+}
 
 /* ------------------------------------------------------------------ */
 /* The descriptor: the one symbol a plugin exports.                     */

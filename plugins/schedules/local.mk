@@ -21,3 +21,11 @@ plugins_schedules_zbh1_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 pkglib_LTLIBRARIES += plugins/schedules/table.la
 plugins_schedules_table_la_SOURCES = plugins/schedules/table.c
 plugins_schedules_table_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+
+pkglib_LTLIBRARIES += plugins/schedules/twobw.la
+plugins_schedules_twobw_la_SOURCES = plugins/schedules/twobw.c
+plugins_schedules_twobw_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+
+pkglib_LTLIBRARIES += plugins/schedules/pipedream.la
+plugins_schedules_pipedream_la_SOURCES = plugins/schedules/pipedream.c
+plugins_schedules_pipedream_la_LDFLAGS = $(PLUGIN_LDFLAGS)

@@ -1,0 +1,149 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# schedule = 2bw (PipeDream-2BW): the delayed update with two weight
+# versions.  Its first step equals 1f1b's bitwise (W(-1) = W(0)); later
+# steps differ (the update is delayed); the weights are byte-identical run
+# to run and across stage counts and partitions; a resume from a
+# checkpoint (which holds W(t-1) as LAYER.PARAM.prev) gives the bytes of
+# the uninterrupted run; --plan counts the versions; --simulate shows the
+# steady state without a flush.  tests/test-twobw-reference.sh compares
+# the weights with an independent NumPy implementation.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+ph() { "$PIPEHOST" -c "$tiny" --set schedule.type=2bw "$@"; }
+
+# --- the delay: step 0 is 1f1b's, step 1 on is not ------------------------
+"$PIPEHOST" -c "$tiny" --set run.steps=1 --save-weights "$tmp/f1.st" >/dev/null 2>&1
+ph --set run.steps=1 --save-weights "$tmp/b1.st" >"$tmp/out" 2>"$tmp/err" || not_ok "2bw, 1 step: $(cat "$tmp/err")"
+cmp -s "$tmp/f1.st" "$tmp/b1.st" && ok "one step: 2bw = 1f1b bitwise (W(-1) = W(0))" ||
+	not_ok "one step: 2bw differs from 1f1b"
+"$PIPEHOST" -c "$tiny" --save-weights "$tmp/f20.st" >/dev/null 2>&1
+ph --save-weights "$tmp/ref.st" >"$tmp/out" 2>"$tmp/err" || not_ok "2bw, 20 steps: $(cat "$tmp/err")"
+if [ -s "$tmp/ref.st" ] && ! cmp -s "$tmp/f20.st" "$tmp/ref.st"; then
+	ok "20 steps: 2bw's weights differ from 1f1b's (the update is delayed)"
+else
+	not_ok "20 steps: 2bw gives 1f1b's weights"
+fi
+
+# --- a second code path: the delayed update replayed by hand ---------------
+# Plain SGD, constant lr, no dropout, one batch that every step sees: then
+# lr * grad f(W) = W - (one 1f1b step from W), and 2bw must give
+#     W2 = W1 - (W0 - W1)          (step 1 uses grad f(W0), not f(W1))
+#     W3 = W2 - (W1 - S(W1))       (S: one 1f1b step, started from W1)
+# to fp32 rounding, where the synchronous update is far off.
+floats() { # the data of a safetensors file, one float a line
+	hlen=$(od -An -tu8 -N8 "$1" | tr -d ' ')
+	tail -c +$((8 + hlen + 1)) "$1" | od -An -v -f -w4 | tr -d ' '
+}
+# maxdiff A B C D: max |A - (B - (C - D))| over the largest |A|
+maxdiff() {
+	floats "$1" >"$tmp/fa"; floats "$2" >"$tmp/fb"; floats "$3" >"$tmp/fc"; floats "$4" >"$tmp/fd"
+	paste "$tmp/fa" "$tmp/fb" "$tmp/fc" "$tmp/fd" | awk '{ d = $1 - ($2 - ($3 - $4)); if (d < 0) d = -d; if (d > m) m = d
+		a = $1 < 0 ? -$1 : $1; if (a > s) s = a } END { printf "%.3g\n", m / s }'
+}
+sgd="--set optimizer.type=sgd --set optimizer.momentum=0 --set optimizer.weight_decay=0 --set optimizer.warmup=0
+--set optimizer.lr_schedule=constant --set optimizer.lr=0.05 --set layer.drop.rate=0 --set data.samples=32
+--set data.shuffle=no"
+# shellcheck disable=SC2086
+{
+	ph $sgd --set run.steps=1 --set optimizer.lr=0 --save-weights "$tmp/s0.st" >/dev/null 2>&1
+	for k in 1 2 3; do ph $sgd --set run.steps=$k --save-weights "$tmp/s$k.st" >/dev/null 2>"$tmp/err$k"; done
+	"$PIPEHOST" -c "$tiny" $sgd --set run.steps=1 --set "run.init=$tmp/s1.st" --save-weights "$tmp/t1.st" >/dev/null 2>&1
+	"$PIPEHOST" -c "$tiny" $sgd --set run.steps=2 --save-weights "$tmp/sync2.st" >/dev/null 2>&1
+}
+if [ -s "$tmp/s3.st" ] && [ -s "$tmp/t1.st" ] && [ -s "$tmp/sync2.st" ]; then
+	d2=$(maxdiff "$tmp/s2.st" "$tmp/s1.st" "$tmp/s0.st" "$tmp/s1.st")
+	d3=$(maxdiff "$tmp/s3.st" "$tmp/s2.st" "$tmp/s1.st" "$tmp/t1.st")
+	ds=$(maxdiff "$tmp/sync2.st" "$tmp/s1.st" "$tmp/s0.st" "$tmp/s1.st")
+	if awk -v a="$d2" -v b="$d3" -v s="$ds" 'BEGIN { exit !(a < 1e-6 && b < 1e-6 && s > 1e-4) }'; then
+		ok "replayed by hand: steps 2 and 3 are W(t) - lr grad f(W(t-1)) to $d2, $d3 (the synchronous update is $ds off)"
+	else
+		not_ok "replayed by hand: step 2 off by $d2, step 3 by $d3, the synchronous update by $ds"
+	fi
+else
+	not_ok "SGD runs for the replay failed: $(cat "$tmp/err3")"
+fi
+
+# --- reproducible across runs, stage counts, partitions -------------------
+ph --save-weights "$tmp/again.st" >/dev/null 2>&1
+cmp -s "$tmp/ref.st" "$tmp/again.st" && ok "run to run: byte-identical" || not_ok "run to run: weights differ"
+for stages in 1 3 4; do
+	for part in uniform parameters; do
+		w="$tmp/w-$stages-$part.st"
+		if ! ph --set run.stages=$stages --set partition.type=$part --save-weights "$w" >"$tmp/log" 2>&1; then
+			not_ok "$stages stages, $part: $(tail -1 "$tmp/log")"
+		elif cmp -s "$tmp/ref.st" "$w"; then
+			ok "$stages stages, $part: byte-identical to 2 stages"
+		else
+			not_ok "$stages stages, $part: weights differ from 2 stages"
+		fi
+	done
+done
+ph --set run.recompute=yes --save-weights "$tmp/rc.st" >/dev/null 2>&1
+cmp -s "$tmp/ref.st" "$tmp/rc.st" && ok "recompute = yes: byte-identical" || not_ok "recompute = yes: weights differ"
+
+# --- checkpoints hold the previous version; resume is exact ---------------
+if ph --set "checkpoint.dir=$tmp/ck" --set checkpoint.every=7 --save-weights "$tmp/ck.st" >"$tmp/out" 2>"$tmp/err" &&
+	cmp -s "$tmp/ref.st" "$tmp/ck.st" && grep -q '"fc1.weight.prev"' "$tmp/ck/step-00000014/optimizer.safetensors"; then
+	ok "checkpoints at 7 and 14 hold LAYER.PARAM.prev; the trajectory is unchanged"
+else
+	not_ok "checkpointing 2bw: $(cat "$tmp/err")"
+fi
+for at in 7 14; do
+	if ph --resume "$tmp/ck/step-000000$(printf %02d $at)" --save-weights "$tmp/r$at.st" >"$tmp/out" 2>"$tmp/err" &&
+		cmp -s "$tmp/ref.st" "$tmp/r$at.st"; then
+		ok "resume at step $at: byte-identical to the uninterrupted run"
+	else
+		not_ok "resume at step $at: $(cat "$tmp/err")"
+	fi
+done
+# ... under another stage count too
+if ph --set run.stages=4 --resume "$tmp/ck/step-00000007" --save-weights "$tmp/r4.st" >/dev/null 2>"$tmp/err" &&
+	cmp -s "$tmp/ref.st" "$tmp/r4.st"; then
+	ok "resume at step 7 on 4 stages: byte-identical"
+else
+	not_ok "resume on 4 stages: $(cat "$tmp/err")"
+fi
+# ... with 2 replicas (each keeps its own W(t-1)), against 1 stage
+r2="--set run.replicas=2 --set run.batch=64"
+# shellcheck disable=SC2086
+if ph $r2 --save-weights "$tmp/rep.st" >/dev/null 2>"$tmp/err" &&
+	ph $r2 --set run.stages=1 --save-weights "$tmp/rep1.st" >/dev/null 2>>"$tmp/err" &&
+	ph $r2 --set "checkpoint.dir=$tmp/ckr" --set checkpoint.every=7 >/dev/null 2>>"$tmp/err" &&
+	ph $r2 --resume "$tmp/ckr/step-00000014" --save-weights "$tmp/repr.st" >/dev/null 2>>"$tmp/err" &&
+	cmp -s "$tmp/rep.st" "$tmp/rep1.st" && cmp -s "$tmp/rep.st" "$tmp/repr.st"; then
+	ok "2 replicas: 2 stages = 1 stage, and a resume at 14 is byte-identical"
+else
+	not_ok "2 replicas: $(cat "$tmp/err")"
+fi
+# the check can fail: a resume that forgot W(t-1) (.prev = the weights) is another run
+"$PIPEHOST" -c "$tiny" --set run.steps=7 --set "checkpoint.dir=$tmp/ck1" --set checkpoint.every=7 >/dev/null 2>&1
+if ph --resume "$tmp/ck1/step-00000007" --save-weights "$tmp/bad.st" >/dev/null 2>"$tmp/err"; then
+	cmp -s "$tmp/ref.st" "$tmp/bad.st" && not_ok "a 1f1b checkpoint resumed under 2bw gives 2bw's bytes" ||
+		ok "a 1f1b checkpoint resumed under 2bw is another run (it has no W(t-1))"
+else
+	ok "a 1f1b checkpoint (no .prev) is refused under 2bw: $(cat "$tmp/err")"
+fi
+
+# --- plan and simulate ----------------------------------------------------
+if ph --set run.stages=4 --plan >"$tmp/plan" 2>"$tmp/err" &&
+	grep -q '^weight versions per rank (in est. MiB): 2 2 2 2; update delayed one step' "$tmp/plan"; then
+	ok "--plan: $(grep '^weight versions' "$tmp/plan")"
+else
+	not_ok "--plan: $(cat "$tmp/plan" "$tmp/err")"
+fi
+if ph --set run.stages=4 --set run.threads=1 --simulate --trace "$tmp/sim.json" >"$tmp/sim" 2>"$tmp/err" &&
+	grep -q '^  steady state, no flush (4 steps as one stream of 16 micro-batches)' "$tmp/sim" &&
+	grep -q '"F15"\|"name": *"F15"\|F15' "$tmp/sim.json"; then
+	ok "--simulate: $(grep 'steady-state mean bubble' "$tmp/sim"), trace of 4 steps"
+else
+	not_ok "--simulate: $(cat "$tmp/sim" "$tmp/err")"
+fi
+
+# --- refusals ----------------------------------------------------------------
+expect_error "2bw with fewer micro-batches than stages" \
+	"2bw: needs micro_batches >= stages \(got 2 micro-batches, 4 stages\)" \
+	-c "$tiny" --set schedule.type=2bw --set run.stages=4 --set run.micro_batches=2 --set run.batch=16
+expect_error "2bw with virtual chunks" "schedule 2bw runs at most 1 chunk\(s\) per rank; \[run\] chunks = 2" \
+	-c "$tiny" --set schedule.type=2bw --set run.chunks=2
+finish
