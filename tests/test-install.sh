@@ -75,9 +75,12 @@ for src in "$top_srcdir"/etc/*.ini; do
 		continue
 	fi
 	# 2 steps of one sample a micro-batch: the test stays fast
+	# (micro-batches times replicas samples)
 	mb=$(sed -n 's/^micro_batches *= *\([0-9]*\).*/\1/p' "$ex")
+	rep=$(sed -n 's/^replicas *= *\([0-9]*\).*/\1/p' "$ex")
+	[ "${rep:-0}" -gt 0 ] || rep=1
 	if (cd "$tmp" && ipipehost -c "$ex" --plugin-dir "$plugins" --set run.steps=2 --set run.eval=no \
-		--set "run.batch=${mb:-4}") \
+		--set "run.batch=$(( ${mb:-4} * rep ))") \
 		>"$tmp/ex.log" 2>&1 && grep -q "trained 2 steps" "$tmp/ex.log"; then
 		ok "example $name runs from the installed tree: $(grep 'trained 2 steps' "$tmp/ex.log")"
 	else
