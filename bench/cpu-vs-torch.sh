@@ -124,7 +124,12 @@ case " $jobs " in *" fashion "*)
 	verdict="$verdict$(awk -v a="$pa" 'BEGIN { printf("fashion-mnist: pipehost %.2f%% %s 91.0%%\n", a, (a >= 91.0 ? ">=" : "< (short of)")) }')
 "
 	if [ "${ONECORE:-0}" = 1 ]; then
-		run ph-fashion1 "$bin" -c "$fm_ini" --set run.stages=1 --set run.threads=1 --set run.epochs=1 \
+		# one rank: 1 stage, 1 replica, the INI's micro-batch size kept
+		fm_rep=$(sed -n 's/^replicas *= *\([0-9]*\).*/\1/p' "$fm_ini")
+		fm_mb=$(sed -n 's/^micro_batches *= *\([0-9]*\).*/\1/p' "$fm_ini")
+		[ "${fm_rep:-0}" -gt 0 ] || fm_rep=1
+		run ph-fashion1 "$bin" -c "$fm_ini" --set run.stages=1 --set run.replicas=1 \
+			--set run.micro_batches=$(( ${fm_mb:-4} * fm_rep )) --set run.threads=1 --set run.epochs=1 \
 			${fm_steps:+--set run.steps=$fm_steps}
 		tb="" ta=""
 		if [ -n "$torch" ]; then
