@@ -435,7 +435,8 @@ int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err)
 	pthread_mutex_unlock(&S->mu);
 	if (k && !r)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	qsort(r, (size_t)k, sizeof *r, by_name);
+	if (k)
+		qsort(r, (size_t)k, sizeof *r, by_name);
 	const ph_comm *cm = &e->cfg->comm;
 	if (cm->size > 1) {
 		/* every process reports the same keys (the same calls): add
