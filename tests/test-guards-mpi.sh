@@ -13,13 +13,14 @@ tiny="$fixtures/tiny.ini"
 
 # SIG WHO: start a 2-process run whose pipeline is split over both
 # processes (replicas = 1), wait for the metrics line of step 32 (the
-# evaluation of epoch 1 starts right after it, for seconds), then send SIG
-# to WHO: "mpirun", or the Nth pipehost process
+# evaluation of epoch 1 starts right after it, for about a second on 2
+# idle cores with the fast kernels: 200000 samples through 128 filters),
+# then send SIG to WHO: "mpirun", or the Nth pipehost process
 stop_test() {
 	sig=$1 who=$2 d="$tmp/ck-$1-$2"
 	rm -f "$tmp/m.jsonl"
 	ph_mpirun 2 "$PIPEHOST" -c "$tiny" --set run.replicas=1 --set run.steps=64 --set run.eval=yes \
-		--set data.test_samples=100000 --set "layer conv1.filters=32" --set "checkpoint.dir=$d" \
+		--set data.test_samples=200000 --set "layer conv1.filters=128" --set "checkpoint.dir=$d" \
 		--set run.log_every=1 --set "run.metrics=$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" &
 	sp=$!
 	i=0
