@@ -29,3 +29,10 @@ include $(srcdir)/tests/adopt.mk
 include $(srcdir)/tests/gpt2.mk
 # helpers for tests that run under mpirun (ph_mpirun, ph_have_mpi)
 EXTRA_DIST += tests/mpi-lib.sh
+
+# The tests' profile cache (XDG_CACHE_HOME above): `make clean` removes it,
+# so that distcheck's distcleancheck finds the build tree clean.
+test-cache-clean:
+	rm -rf tests/cache
+clean-local: test-cache-clean
+.PHONY: test-cache-clean
