@@ -29,6 +29,9 @@ const ph_option ph_run_options[] = {
 	PH_OPT_INT_(ph_run_cfg, threads, "threads", "0", 0, 256,
 		    "BLAS threads per rank; 0 = the cores over the ranks (printed at startup); results are bitwise "
 		    "reproducible for equal ranks x threads, so pin it to compare runs across machines"),
+	PH_OPT_INT_(ph_run_cfg, window, "window", "16", 1, 1024,
+		    "steps a no-flush schedule (2bw, pipedream) runs as one stream before the pipeline drains "
+		    "(evaluation, checkpoints and the run's end drain it too); 1 = drain every step; the bits are the same"),
 	PH_OPT_INT_(ph_run_cfg, log_every, "log_every", "100", 1, PH_NO_MAX, "steps between progress lines when not on a terminal"),
 	PH_OPT_STRING_(ph_run_cfg, metrics, "metrics", "", "write one JSON object per logged step and evaluation to this file"),
 	PH_OPT_BOOL_(ph_run_cfg, eval, "eval", "yes", "evaluate on the test split after each epoch"),

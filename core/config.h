@@ -25,6 +25,7 @@ typedef struct {
 				  * OpenBLAS results depend on its thread count, so runs
 				  * are bitwise comparable for equal ranks x threads:
 				  * tests that compare stage counts pin threads = 1 */
+	int64_t window;          /* no-flush schedules: steps run as one stream */
 	int64_t log_every;
 	char metrics[PH_STR_MAX];
 	int eval;                /* evaluate on the test split after each epoch and at the end */

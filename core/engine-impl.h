@@ -26,6 +26,8 @@
  *                      named tensors (checkpoints, --save-weights)
  *   engine-trace.c     --trace: every op's times, as Chrome trace JSON
  *   engine-versions.c  weight versions of an asynchronous schedule (2bw)
+ *   engine-stream.c    a no-flush schedule's steps run as one stream: its
+ *                      lists, each rank's delayed update inside them
  *
  * Every rank runs on a device (core/device.h): the CPU's ops are host
  * memory and plain loops, CUDA's a stream per rank.  The engine calls the
@@ -124,9 +126,15 @@ typedef struct {
 	int nring;
 	float *ring, *hring;
 	float *(*rw)[PH_MAX_PARAMS];
+	/* The stream of a delayed update (engine-stream.c): odd steps'
+	 * gradients go to g2, so that step t+1's backwards run while step
+	 * t's gradients wait for the rank's update */
+	float *g2;
+	float *pg2[PH_MAX_PARAMS];
+	int rank;            /* the rank that computes the layer */
 } lparams_t;
 
-enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_EXIT };
+enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_STREAM, JOB_EXIT };
 
 typedef struct worker worker_t;
 
@@ -217,6 +225,22 @@ struct ph_engine {
 	int per_mb;          /* the schedule's PH_SCHED_UPDATE_PER_MB */
 	int versions_follow; /* the next upload sets .prev = the weights
 			      * (weights read from a file, no state) */
+	int64_t *updated;    /* [ranks] under a delayed update: the rank's
+			      * weights w are W(updated), v is W(updated - 1) */
+
+	/* The stream of a no-flush schedule (engine-stream.c) */
+	int stream;          /* steps run as one stream (ph_engine_window > 1) */
+	const char *stream_why; /* a no-flush schedule without the stream: why */
+	int mcap;            /* micro-batches the per-micro-batch arrays hold:
+			      * m, or m * [run] window under a stream */
+	int sk;              /* steps of the stream the lists below run */
+	ph_op **sops;        /* [ranks] the stream's lists */
+	int *snops;
+	double *lrs;         /* [window] each step's learning rate */
+	int arrived[2];      /* ranks done with step t's backwards, by t's parity */
+	int64_t prepared;    /* steps whose gradients are ready: tie sums, clip */
+	double clip_scales[2]; /* by the step's parity */
+	pthread_cond_t cv_prep;
 
 	/* The batched clip norm (engine-update.c) */
 	double **ss_dev;     /* [ranks] each tensor's sum of squares, on the device */
@@ -365,11 +389,21 @@ int ph_eng_step_end_batched(const ph_engine *e);
 /* Everything the update job needs: tied copies summed, the clip scale. */
 int ph_eng_prepare_update(ph_engine *e, ph_err *err);
 
-/* The clip scale for a sum of squares `total` of every gradient. */
+/* The clip scale for a sum of squares `total` of every gradient: set, or
+ * returned. */
 void ph_eng_set_clip_scale(ph_engine *e, double total);
+double ph_eng_clip_scale_of(const ph_engine *e, double total);
 
 /* The update job of one rank: its tensors' optimizer step. */
 int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err);
+
+/* The same with the gradients in g (par 0) or g2 (par 1), optimizer step
+ * count t, and the given rate and clip scale (a stream's update). */
+int ph_eng_update_rank_at(ph_engine *e, int rank, int par, int64_t t, double lr, double clip_scale, ph_err *err);
+
+/* ph_eng_prepare_update on the gradients in g (par 0) or g2 (par 1),
+ * the clip scale into *clip_scale. */
+int ph_eng_prepare_grads(ph_engine *e, int par, double *clip_scale, ph_err *err);
 
 /* ---- engine-split.c: a pipeline split over processes ------------------ */
 
@@ -427,14 +461,42 @@ void ph_eng_shard_free(ph_engine *e);
 
 /* ---- engine-versions.c: weight versions -------------------------------- */
 
+/* Micro-batch mb of the current job: its step, and its index in the step
+ * (a stream's micro-batches count on over its steps). */
+static inline int64_t mb_step(const ph_engine *e, int mb)
+{
+	return e->step + mb / e->m;
+}
+
+static inline int mb_in_step(const ph_engine *e, int mb)
+{
+	return mb % e->m;
+}
+
 /* The parameters a layer's forward and backward read: under a delayed
- * update, in training, the previous version; else the weights. */
+ * update, in training, W(t-1) for a micro-batch of step t: the previous
+ * version v once the rank holds W(t), the weights w while it still holds
+ * W(t-1) (a stream, before the rank's update of step t-1); pipedream's
+ * stash; else the weights. */
 float *const *ph_eng_versions_stashed(const ph_engine *e, int l, int mb);
 static inline float *const *compute_params(const ph_engine *e, int l, int mb)
 {
+	const lparams_t *P = &e->params[l];
 	if (!e->training)
-		return e->params[l].pw;
-	return e->per_mb ? ph_eng_versions_stashed(e, l, mb) : e->params[l].fw;
+		return P->pw;
+	if (e->per_mb)
+		return ph_eng_versions_stashed(e, l, mb);
+	if (e->delayed && e->updated[P->rank] < mb_step(e, mb))
+		return P->pw;
+	return P->fw;
+}
+
+/* Where a layer's backward adds micro-batch mb's gradient: under a
+ * stream with a delayed update, g for even steps and g2 for odd ones. */
+static inline float *const *grad_params(const ph_engine *e, int l, int mb)
+{
+	const lparams_t *P = &e->params[l];
+	return P->g2 && (mb_step(e, mb) & 1) ? P->pg2 : P->pg;
 }
 
 /* The versions the schedule declares (after the parameters are made);
@@ -454,6 +516,18 @@ void ph_eng_versions_tensors(ph_engine *e, ph_tensor_ref *t);
 int ph_eng_versions_download(ph_engine *e, ph_err *err);
 int ph_eng_versions_upload(ph_engine *e, ph_err *err);
 void ph_eng_versions_copy(ph_engine *dst, const ph_engine *src);
+
+/* ---- engine-stream.c: a no-flush schedule's stream of steps ------------ */
+
+/* Does this engine run a no-flush schedule's steps as one stream?  Sets
+ * e->stream and e->mcap (before the per-micro-batch arrays are made). */
+int ph_eng_stream_mode(ph_engine *e, ph_err *err);
+/* Its arrays (after the parameters and versions); and their end. */
+int ph_eng_stream_alloc(ph_engine *e, ph_err *err);
+void ph_eng_stream_free(ph_engine *e);
+/* The ops PH_OP_STEP_DONE and PH_OP_UPDATE of rank for the stream's step s. */
+int ph_eng_stream_step_done(ph_engine *e, int rank, int s, ph_err *err);
+int ph_eng_stream_update(ph_engine *e, int rank, int s, ph_err *err);
 
 /* ---- engine-trace.c: --trace ------------------------------------------ */
 

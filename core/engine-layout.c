@@ -152,13 +152,13 @@ static int alloc_tables(ph_engine *e, chunk_t *ch, const ph_chunk_layout *lay)
 {
 	int nl = ch->b - ch->a;
 	ch->nslots = lay->nslots;
-	ch->mb_slot = malloc((size_t)e->m * sizeof *ch->mb_slot);
-	ch->mb_x = calloc((size_t)e->m, sizeof *ch->mb_x);
-	ch->mb_dx = calloc((size_t)e->m, sizeof *ch->mb_dx);
+	ch->mb_slot = malloc((size_t)e->mcap * sizeof *ch->mb_slot);
+	ch->mb_x = calloc((size_t)e->mcap, sizeof *ch->mb_x);
+	ch->mb_dx = calloc((size_t)e->mcap, sizeof *ch->mb_dx);
 	ch->slots = calloc((size_t)ch->nslots, sizeof *ch->slots);
 	if (!ch->mb_slot || !ch->mb_x || !ch->mb_dx || !ch->slots)
 		return PH_ENOMEM;
-	for (int mb = 0; mb < e->m; mb++)
+	for (int mb = 0; mb < e->mcap; mb++)
 		ch->mb_slot[mb] = -1;
 	if (lay->recompute != PH_RECOMPUTE_NO &&
 	    (!(ch->work_y = calloc((size_t)nl, sizeof *ch->work_y)) ||

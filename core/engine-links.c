@@ -35,16 +35,16 @@ int ph_eng_links_create(ph_engine *e, ph_err *err)
 		link_t *lk = &e->links[k];
 		pthread_mutex_init(&lk->mu, NULL);
 		pthread_cond_init(&lk->cv, NULL);
-		lk->y = calloc((size_t)e->m, sizeof *lk->y);
-		lk->dy = calloc((size_t)e->m, sizeof *lk->dy);
-		lk->act = calloc((size_t)e->m, 1);
-		lk->grad = calloc((size_t)e->m, 1);
-		lk->act_ev = calloc((size_t)e->m, sizeof *lk->act_ev);
-		lk->grad_ev = calloc((size_t)e->m, sizeof *lk->grad_ev);
+		lk->y = calloc((size_t)e->mcap, sizeof *lk->y);
+		lk->dy = calloc((size_t)e->mcap, sizeof *lk->dy);
+		lk->act = calloc((size_t)e->mcap, 1);
+		lk->grad = calloc((size_t)e->mcap, 1);
+		lk->act_ev = calloc((size_t)e->mcap, sizeof *lk->act_ev);
+		lk->grad_ev = calloc((size_t)e->mcap, sizeof *lk->grad_ev);
 		if (!lk->y || !lk->dy || !lk->act || !lk->grad || !lk->act_ev || !lk->grad_ev)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
 		/* recorded by the sender of each: chunk k sends activations, k+1 gradients */
-		for (int mb = 0; mb < e->m; mb++) {
+		for (int mb = 0; mb < e->mcap; mb++) {
 			int rc;
 			if ((rc = e->dev->event_create(e->rs[k % p->ranks], &lk->act_ev[mb], err)) ||
 			    (rc = e->dev->event_create(e->rs[(k + 1) % p->ranks], &lk->grad_ev[mb], err)))
@@ -58,7 +58,7 @@ void ph_eng_links_destroy(ph_engine *e)
 {
 	for (int k = 0; e->links && k + 1 < e->plan->nchunks; k++) {
 		link_t *lk = &e->links[k];
-		for (int mb = 0; mb < e->m; mb++) {
+		for (int mb = 0; mb < e->mcap; mb++) {
 			if (lk->act_ev)
 				e->dev->event_destroy(lk->act_ev[mb]);
 			if (lk->grad_ev)
@@ -78,8 +78,8 @@ void ph_eng_links_destroy(ph_engine *e)
 void ph_eng_links_reset(ph_engine *e)
 {
 	for (int c = 0; c + 1 < e->plan->nchunks; c++) {
-		memset(e->links[c].act, 0, (size_t)e->m);
-		memset(e->links[c].grad, 0, (size_t)e->m);
+		memset(e->links[c].act, 0, (size_t)e->mcap);
+		memset(e->links[c].grad, 0, (size_t)e->mcap);
 	}
 }
 

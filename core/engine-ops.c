@@ -15,10 +15,11 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 	ctx->batch = batch_of(e, mb);
 	ctx->training = e->training;
 	ctx->seed = (uint64_t)e->cfg->run.seed;
-	ctx->step = (uint64_t)e->step;
+	/* (a stream's micro-batch n is step n / m's n % m) */
+	ctx->step = (uint64_t)mb_step(e, mb);
 	/* replicas draw different dropout masks: their micro-batches are
 	 * numbered on after each other's, as one long pipeline's would be */
-	ctx->microbatch = (uint64_t)e->replica * (uint64_t)e->m + (uint64_t)mb;
+	ctx->microbatch = (uint64_t)e->replica * (uint64_t)e->m + (uint64_t)mb_in_step(e, mb);
 	ctx->layer = (uint64_t)layer;
 	ctx->scratch = ch->scratch;
 	ctx->saved = saved;
@@ -38,7 +39,7 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 static int recomputed(const ph_engine *e, int mb)
 {
 	int mode = e->cfg->run.recompute;
-	return mode == PH_RECOMPUTE_YES || (mode == PH_RECOMPUTE_EXCEPT_LAST && mb != e->m - 1);
+	return mode == PH_RECOMPUTE_YES || (mode == PH_RECOMPUTE_EXCEPT_LAST && mb_in_step(e, mb) != e->m - 1);
 }
 
 /* Forward through layers [a, upto) of chunk c into slot sl's buffers. */
@@ -170,8 +171,8 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 			rc = ph_layer_backward_input(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb), x,
 						     sl->y[l - ch->a], dy, dx, &e2);
 		else
-			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb), e->params[l].pg,
-					       x, sl->y[l - ch->a], dy, dx, &e2);
+			rc = ph_layer_backward(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb),
+					       grad_params(e, l, mb), x, sl->y[l - ch->a], dy, dx, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) backward, micro-batch %d: %s", L->cfg->name, L->ops->head.name,
 				       mb, e2.msg);
@@ -214,7 +215,7 @@ static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };
 		int rc = ph_layer_backward_weight(L->ops, L->state, e->model->max_batch, &ctx, compute_params(e, l, mb),
-						  e->params[l].pg, x, sl->y[l - ch->a], dy, &e2);
+						  grad_params(e, l, mb), x, sl->y[l - ch->a], dy, &e2);
 		if (rc)
 			return ph_fail(err, rc, "layer %s (%s) weight gradient, micro-batch %d: %s", L->cfg->name,
 				       L->ops->head.name, mb, e2.msg);
@@ -254,6 +255,10 @@ int ph_eng_run_op(ph_engine *e, const ph_op *o, ph_err *err)
 		return ph_link_send_grad(e, c, mb, err);
 	case PH_OP_RECV_GRAD:
 		return ph_link_recv_grad(e, c, mb, err);
+	case PH_OP_STEP_DONE:
+		return ph_eng_stream_step_done(e, ch->rank, mb, err);
+	case PH_OP_UPDATE:
+		return ph_eng_stream_update(e, ch->rank, mb, err);
 	}
 	return ph_fail(err, PH_EINTERNAL, "unknown op %d", o->kind);
 }

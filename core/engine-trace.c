@@ -19,6 +19,8 @@ double ph_eng_now(void)
 
 void ph_eng_trace_record(ph_engine *e, int rank, const ph_op *o, double t0, double t1)
 {
+	if (o->kind == PH_OP_STEP_DONE)
+		return; /* a counter, not work */
 	if (e->nev[rank] == e->ev_cap[rank]) {
 		int cap = e->ev_cap[rank] ? e->ev_cap[rank] * 2 : 1024;
 		if (cap > PH_TRACE_MAX_EVENTS)
@@ -29,8 +31,13 @@ void ph_eng_trace_record(ph_engine *e, int rank, const ph_op *o, double t0, doub
 		e->ev[rank] = n;
 		e->ev_cap[rank] = cap;
 	}
-	e->ev[rank][e->nev[rank]++] = (ph_trace_event){ t0 - e->t_origin, t1 - e->t_origin, rank, o->kind, o->chunk, o->mb,
-							e->training ? e->step : -1, e->cfg->comm.rank };
+	/* a stream's micro-batch n is step n / m's n % m; its update names
+	 * the step the gradients came from */
+	int upd = o->kind == PH_OP_UPDATE;
+	int64_t step = !e->training ? -1 : upd ? e->step + o->mb : mb_step(e, o->mb);
+	int mb = upd ? 0 : e->training ? mb_in_step(e, o->mb) : o->mb;
+	e->ev[rank][e->nev[rank]++] = (ph_trace_event){ t0 - e->t_origin, t1 - e->t_origin, rank, o->kind, o->chunk, mb,
+							step, e->cfg->comm.rank };
 }
 
 int ph_engine_trace(ph_engine *e, ph_err *err)

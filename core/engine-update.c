@@ -19,10 +19,21 @@ int ph_eng_step_end_batched(const ph_engine *e)
 	return e->dev->optim_update_many && e->dev->sumsq_many && !(v && !strcmp(v, "0"));
 }
 
+/* The gradients of layer l in g (par 0) or g2 (par 1). */
+static float *const *grads(const ph_engine *e, int l, int par)
+{
+	return par ? e->params[l].pg2 : e->params[l].pg;
+}
+
 /* A rank's optimizer step: its tensors in one launch, or one call each
  * when the step's end is not batched (ph_eng_step_end_batched).  The
  * update leaves the gradients zeroed for the next step. */
 int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err)
+{
+	return ph_eng_update_rank_at(e, rank, 0, e->t, e->lr, e->clip_scale, err);
+}
+
+int ph_eng_update_rank_at(ph_engine *e, int rank, int par, int64_t t, double lr, double clip_scale, ph_err *err)
 {
 	const ph_optim_config *oc = &e->cfg->optim;
 	const int spp = ph_optim_state_per_param(oc);
@@ -49,19 +60,18 @@ int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err)
 			for (int p = 0; p < L->meta.nparams; p++, k++) {
 				n[k] = ph_param_local_numel(L, p);
 				w[k] = P->pw[p];
-				g[k] = P->pg[p];
+				g[k] = grads(e, l, par)[p];
 				s[k] = P->s + off * spp;
 				decay[k] = !L->meta.params[p].no_decay;
 				off += n[k];
 			}
 		}
 	if (!rc && ph_eng_step_end_batched(e))
-		rc = e->dev->optim_update_many(e->rs[rank], oc, e->t, e->lr, e->clip_scale, w, g, s, n, decay, count,
-					       err);
+		rc = e->dev->optim_update_many(e->rs[rank], oc, t, lr, clip_scale, w, g, s, n, decay, count, err);
 	else
 		for (k = 0; !rc && k < count; k++)
-			rc = e->dev->optim_update(e->rs[rank], oc, e->t, e->lr, e->clip_scale, w[k], g[k], s[k], n[k],
-						  decay[k], err);
+			rc = e->dev->optim_update(e->rs[rank], oc, t, lr, clip_scale, w[k], g[k], s[k], n[k], decay[k],
+						  err);
 	free(w);
 	free(g);
 	free(s);
@@ -72,11 +82,15 @@ int ph_eng_update_rank(ph_engine *e, int rank, ph_err *err)
 
 /* Clipping: scale the gradients down when their norm, sqrt(total), passes
  * [optimizer] clip. */
-void ph_eng_set_clip_scale(ph_engine *e, double total)
+double ph_eng_clip_scale_of(const ph_engine *e, double total)
 {
 	double norm = sqrt(total);
-	if (norm > e->cfg->optim.clip)
-		e->clip_scale = e->cfg->optim.clip / (norm + 1e-6);
+	return norm > e->cfg->optim.clip ? e->cfg->optim.clip / (norm + 1e-6) : 1.0;
+}
+
+void ph_eng_set_clip_scale(ph_engine *e, double total)
+{
+	e->clip_scale = ph_eng_clip_scale_of(e, total);
 }
 
 /* Is tie k's source tied to another copy too?  Then the running sum left
@@ -115,7 +129,7 @@ static int alloc_sumsq_slots(ph_engine *e, ph_err *err)
 
 /* Rank r's tensors for the clip norm, in layer order, a tied copy not at
  * all, into one sumsq_many call: the slots sumsq_to would fill one by one. */
-static int sumsq_many_rank(ph_engine *e, int r, int *used, ph_err *err)
+static int sumsq_many_rank(ph_engine *e, int r, int par, int *used, ph_err *err)
 {
 	int count = 0, rc = PH_OK;
 	for (int l = 0; l < e->model->n; l++)
@@ -132,7 +146,7 @@ static int sumsq_many_rank(ph_engine *e, int r, int *used, ph_err *err)
 		if (layer_rank(e, l) == r)
 			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
 				if (!tied_copy(e->model, l, q)) {
-					g[k] = e->params[l].pg[q];
+					g[k] = grads(e, l, par)[q];
 					n[k++] = ph_param_local_numel(&e->model->layers[l], q);
 				}
 	if (!rc)
@@ -149,7 +163,7 @@ static int sumsq_many_rank(ph_engine *e, int r, int *used, ph_err *err)
  * rank, then the host adds them in layer order (a tied copy not at all):
  * the order and the numbers of one sumsq() per tensor, without a round
  * trip per tensor. */
-static int sumsq_batched(ph_engine *e, double *total, ph_err *err)
+static int sumsq_batched(ph_engine *e, int par, double *total, ph_err *err)
 {
 	const int P = e->plan->ranks;
 	int rc = PH_OK;
@@ -160,14 +174,14 @@ static int sumsq_batched(ph_engine *e, double *total, ph_err *err)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	if (ph_eng_step_end_batched(e)) {
 		for (int r = 0; r < P && !rc; r++)
-			rc = sumsq_many_rank(e, r, used, err);
+			rc = sumsq_many_rank(e, r, par, used, err);
 	} else {
 		for (int l = 0; l < e->model->n && !rc; l++) {
 			const ph_layer *L = &e->model->layers[l];
 			const int r = layer_rank(e, l);
 			for (int q = 0; q < L->meta.nparams && !rc; q++)
 				if (!tied_copy(e->model, l, q))
-					rc = e->dev->sumsq_to(e->rs[r], e->params[l].pg[q],
+					rc = e->dev->sumsq_to(e->rs[r], grads(e, l, par)[q],
 							      ph_param_local_numel(L, q), &e->ss_dev[r][used[r]++], err);
 		}
 	}
@@ -197,7 +211,7 @@ static int sumsq_batched(ph_engine *e, double *total, ph_err *err)
 
 /* The clip norm's sum over every tensor, one device call per tensor, in
  * layer order, a tied copy not at all. */
-static int sumsq_each(ph_engine *e, double *total, ph_err *err)
+static int sumsq_each(ph_engine *e, int par, double *total, ph_err *err)
 {
 	double t = 0, sh = 0;
 	for (int l = 0; l < e->model->n; l++) {
@@ -207,7 +221,7 @@ static int sumsq_each(ph_engine *e, double *total, ph_err *err)
 			int rc;
 			if (tied_copy(e->model, l, q))
 				continue;
-			if ((rc = e->dev->sumsq(e->rs[layer_rank(e, l)], e->params[l].pg[q],
+			if ((rc = e->dev->sumsq(e->rs[layer_rank(e, l)], grads(e, l, par)[q],
 						ph_param_local_numel(L, q), &ss, err)))
 				return rc;
 			if (L->meta.sharded_params >> q & 1u)
@@ -223,12 +237,12 @@ static int sumsq_each(ph_engine *e, double *total, ph_err *err)
 
 /* Tie k: a = a + b; b = a, on the source's rank.  A copy on another GPU is
  * brought over, summed and sent back. */
-static int tie_sum(ph_engine *e, int k, ph_err *err)
+static int tie_sum(ph_engine *e, int k, int par, ph_err *err)
 {
 	const ph_tie *t = &e->model->ties[k];
 	int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
 	void *rs = e->rs[layer_rank(e, t->src_layer)];
-	float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
+	float *gs = grads(e, t->src_layer, par)[t->src_param], *gd = grads(e, t->dst_layer, par)[t->dst_param];
 	size_t bytes = (size_t)n * sizeof(float);
 	int rc;
 	if (e->span > 1 && (rc = ph_eng_split_tie(e, k, err)))
@@ -243,23 +257,28 @@ static int tie_sum(ph_engine *e, int k, ph_err *err)
 
 int ph_eng_prepare_update(ph_engine *e, ph_err *err)
 {
+	return ph_eng_prepare_grads(e, 0, &e->clip_scale, err);
+}
+
+int ph_eng_prepare_grads(ph_engine *e, int par, double *clip_scale, ph_err *err)
+{
 	int rc;
 	/* Tied copies: all get the sum of their gradients (in one fixed order),
 	 * so the same update keeps them bitwise equal. */
 	for (int k = 0; k < e->model->nties; k++)
-		if ((rc = tie_sum(e, k, err)))
+		if ((rc = tie_sum(e, k, par, err)))
 			return rc;
 	/* with several copies of one tensor, the earlier ones hold a partial sum */
 	for (int k = 0; k < e->model->nties; k++) {
 		const ph_tie *t = &e->model->ties[k];
 		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
 		if (shares_source(e->model, k) &&
-		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], e->params[t->dst_layer].pg[t->dst_param],
-				       e->params[t->src_layer].pg[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
+		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], grads(e, t->dst_layer, par)[t->dst_param],
+				       grads(e, t->src_layer, par)[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
 				       err)))
 			return rc;
 	}
-	e->clip_scale = 1.0;
+	*clip_scale = 1.0;
 	if (e->cfg->optim.clip > 0) {
 		/* tensor by tensor in layer order (the same sum for every
 		 * partition); a tied copy counts once */
@@ -267,13 +286,13 @@ int ph_eng_prepare_update(ph_engine *e, ph_err *err)
 		if (e->span > 1)
 			rc = ph_eng_split_sumsq(e, &total, err);
 		else if (e->dev->sumsq_to)
-			rc = sumsq_batched(e, &total, err);
+			rc = sumsq_batched(e, par, &total, err);
 		else
-			rc = sumsq_each(e, &total, err);
+			rc = sumsq_each(e, par, &total, err);
 		if (rc)
 			return rc;
 		e->clip_total = total;
-		ph_eng_set_clip_scale(e, total + e->clip_shard);
+		*clip_scale = ph_eng_clip_scale_of(e, total + e->clip_shard);
 	}
 	/* the tie sums ran on the main thread's queue of one rank; the
 	 * update runs on every rank's own stream */

@@ -100,6 +100,7 @@ int ph_eng_versions_update_mb(ph_engine *e, int c, int mb, ph_err *err)
 	const ph_optim_config *oc = &e->cfg->optim;
 	const int spp = ph_optim_state_per_param(oc);
 	const int64_t n = e->step * e->m + mb; /* this micro-batch, over the run */
+	const double lr = e->stream ? e->lrs[mb / e->m] : e->lr; /* its step's rate */
 	void *rs = e->rs[e->chunks[c].rank];
 	for (int l = e->chunks[c].a; l < e->chunks[c].b; l++) {
 		const ph_layer *L = &e->model->layers[l];
@@ -108,7 +109,7 @@ int ph_eng_versions_update_mb(ph_engine *e, int c, int mb, ph_err *err)
 		int rc;
 		for (int q = 0; q < L->meta.nparams; q++) {
 			int64_t k = ph_shape_numel(&L->meta.params[q].shape);
-			if ((rc = e->dev->optim_update(rs, oc, n + 1, e->lr, 1.0, P->pw[q], P->pg[q], P->s + off * spp, k,
+			if ((rc = e->dev->optim_update(rs, oc, n + 1, lr, 1.0, P->pw[q], P->pg[q], P->s + off * spp, k,
 						       !L->meta.params[q].no_decay, err)))
 				return rc;
 			off += k;

@@ -16,6 +16,7 @@ void ph_eng_set_error(ph_engine *e, const ph_err *err)
 		e->err_set = 1;
 	}
 	__atomic_store_n(&e->abort, 1, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&e->cv_prep); /* a rank waiting for a stream's step */
 	pthread_mutex_unlock(&e->mu);
 	/* wake anyone waiting on a link so they see the abort */
 	ph_eng_links_wake(e);
@@ -27,8 +28,9 @@ static int run_job(ph_engine *e, int rank, int job, ph_err *err)
 {
 	if (job == JOB_UPDATE)
 		return ph_eng_update_rank(e, rank, err);
-	const ph_op *ops = job == JOB_TRAIN ? e->plan->ops[rank] : e->eval_ops[rank];
-	int n = job == JOB_TRAIN ? e->plan->nops[rank] : e->eval_nops[rank], rc = PH_OK;
+	const ph_op *ops = job == JOB_TRAIN ? e->plan->ops[rank] : job == JOB_STREAM ? e->sops[rank] : e->eval_ops[rank];
+	int n = job == JOB_TRAIN ? e->plan->nops[rank] : job == JOB_STREAM ? e->snops[rank] : e->eval_nops[rank];
+	int rc = PH_OK;
 	for (int k = 0; k < n && !rc && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE); k++) {
 		double t0 = e->tracing ? ph_eng_now() : 0;
 		rc = ph_eng_run_op(e, &ops[k], err);
@@ -197,6 +199,8 @@ int ph_eng_train_begin(ph_engine *e, int64_t step, const float *x, const int32_t
 	memcpy(e->data_y, y, B * e->tps * sizeof(int32_t));
 	e->training = 1;
 	e->step = step;
+	for (int r = 0; e->updated && r < e->plan->ranks; r++)
+		e->updated[r] = step; /* every update before this step is done */
 	e->active_mbs = e->m;
 	e->last_batch = e->mbsize;
 	int rc = ph_eng_upload_batch(e, B, err);

@@ -124,6 +124,7 @@ static int alloc_params(ph_engine *e, ph_err *err)
 		lparams_t *P = &e->params[l];
 		size_t n = (size_t)L->param_numel;
 		int r = layer_rank(e, l);
+		P->rank = r;
 		P->w = ph_eng_balloc(e, r, n * sizeof(float));
 		P->g = ph_eng_balloc(e, r, n * sizeof(float));
 		P->s = ph_eng_balloc(e, r, n * spp * sizeof(float));
@@ -193,10 +194,10 @@ static void free_params(ph_engine *e)
 static int alloc_batch(ph_engine *e, ph_err *err)
 {
 	const ph_plan *p = e->plan;
-	size_t B = (size_t)e->mbsize * e->m;
+	size_t B = (size_t)e->mbsize * e->mcap;
 	int last = (p->nchunks - 1) % p->ranks;
-	e->loss_mb = calloc((size_t)e->m, sizeof(double));
-	e->correct_mb = calloc((size_t)e->m, sizeof(double));
+	e->loss_mb = calloc((size_t)e->mcap, sizeof(double));
+	e->correct_mb = calloc((size_t)e->mcap, sizeof(double));
 	e->d_data_x = ph_eng_balloc(e, 0, B * e->in_numel * sizeof(float));
 	e->d_data_y = ph_eng_balloc(e, last, B * e->tps * sizeof(int32_t));
 	e->d_loss = ph_eng_balloc(e, last, B * 2 * sizeof(float));
@@ -248,8 +249,10 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv_job, NULL);
 	pthread_cond_init(&e->cv_done, NULL);
+	pthread_cond_init(&e->cv_prep, NULL);
+	e->mcap = e->m;
 	int rc;
-	if ((rc = open_device(e, err)))
+	if ((rc = open_device(e, err)) || (rc = ph_eng_stream_mode(e, err)))
 		return rc;
 
 	/* BLAS threads: share the cores among the ranks of every replica. */
@@ -260,7 +263,7 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		threads = (int)(cores / busy) > 0 ? (int)(cores / busy) : 1;
 	openblas_set_num_threads(threads);
 
-	if ((rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)))
+	if ((rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)) || (rc = ph_eng_stream_alloc(e, err)))
 		return rc;
 	if ((rc = ph_eng_alloc_chunks(e, err))) {
 		if (e->err_set) {
@@ -282,6 +285,7 @@ void ph_eng_destroy_one(ph_engine *e)
 	ph_eng_trace_free(e);
 	ph_eng_free_chunks(e);
 	ph_eng_links_destroy(e);
+	ph_eng_stream_free(e);
 	ph_eng_versions_free(e);
 	free_params(e);
 	free_batch(e);

@@ -27,6 +27,21 @@ int ph_engine_create(ph_engine **e, ph_model *m, ph_plan *p, const ph_config *c,
 int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32_t *y, double lr,
 			 ph_stats *st, ph_err *err);
 
+/* k steps from `step` on k batches one after the other in x and y, with
+ * their rates lr[k]; each step's figures into st[k].  A no-flush schedule
+ * (2bw, pipedream) runs them as one stream, its pipeline drained only at
+ * the end (engine-stream.c); any other runs them one by one.  The bits are
+ * those of k calls of ph_engine_train_step. */
+int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, const int32_t *y, const double *lr,
+			  ph_stats *st, ph_err *err);
+
+/* The most steps ph_engine_train_steps runs as one stream ([run] window),
+ * 1 where the schedule drains every step or the stream is not built for
+ * the run (GPUs, replicas, mpirun, a split backward). */
+int ph_engine_window(const ph_engine *e);
+/* For a no-flush schedule, one line saying which (nothing otherwise). */
+void ph_engine_print_window(const ph_engine *e, FILE *f);
+
 /* Forward-only pass over the first `count` samples of ds, through the
  * same pipeline. */
 int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *st, ph_err *err);

@@ -13,7 +13,7 @@ core_libphcore_la_SOURCES = \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-layout.c core/engine-layout.h \
 	core/engine-workers.c core/engine-ops.c core/engine-links.c core/engine-update.c core/engine-split.c \
 	core/engine-replicas.c core/engine-group.c core/engine-shard.c core/engine-eval.c core/engine-trace.c \
-	core/engine-versions.c \
+	core/engine-versions.c core/engine-stream.c \
 	core/optim.c core/optim.h \
 	core/data.c core/data.h core/data_source.h core/data_sources.c core/readfile.c core/readfile.h \
 	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/data_npy.c core/data_tokens.c \

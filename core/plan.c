@@ -463,6 +463,34 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	}
 }
 
+int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err)
+{
+	const ph_schedule_ops *s = c->schedule;
+	memset(out, 0, sizeof *out);
+	out->ranks = p->ranks;
+	out->v = p->v;
+	out->nchunks = p->nchunks;
+	out->m = k * p->m;
+	ph_schedule_shape shape = { p->ranks, p->v, out->m };
+	int cap = 4 * p->v * out->m, rc;
+	out->first = malloc(((size_t)p->nchunks + 1) * sizeof *out->first);
+	out->actions = calloc((size_t)p->ranks, sizeof *out->actions);
+	out->nactions = calloc((size_t)p->ranks, sizeof *out->nactions);
+	if (!out->first || !out->actions || !out->nactions)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	memcpy(out->first, p->first, ((size_t)p->nchunks + 1) * sizeof *out->first);
+	for (int r = 0; r < p->ranks; r++) {
+		if (!(out->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		if ((rc = s->generate(c->schedule_config, &shape, r, out->actions[r], cap, &out->nactions[r], err)))
+			return rc;
+		if (out->nactions[r] < 0 || out->nactions[r] > cap)
+			return ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d returned %d actions (room for %d)",
+				       s->head.name, r, out->nactions[r], cap);
+	}
+	return ph_plan_set_actions(out, out->actions, out->nactions, err);
+}
+
 void ph_plan_free(ph_plan *p)
 {
 	for (int r = 0; r < p->ranks; r++) {

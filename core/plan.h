@@ -16,7 +16,11 @@ typedef enum {
 	PH_OP_RECV_ACT,   /* before F of chunk c > 0: activation from chunk c-1 */
 	PH_OP_SEND_ACT,   /* after F of chunk c < last */
 	PH_OP_RECV_GRAD,  /* before B/I of chunk c < last: gradient from chunk c+1 */
-	PH_OP_SEND_GRAD   /* after B/I of chunk c > 0 */
+	PH_OP_SEND_GRAD,  /* after B/I of chunk c > 0 */
+	/* The engine's own, in the stream of a no-flush schedule's steps
+	 * (core/engine-stream.c); mb is the step within the stream: */
+	PH_OP_STEP_DONE,  /* after the rank's last backward of the step */
+	PH_OP_UPDATE      /* the rank's delayed update with that step's gradients */
 } ph_op_kind;
 
 typedef struct {
@@ -57,6 +61,14 @@ int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err
  * regions of the engine's own buffer table (core/engine-layout.h), so the
  * estimate is what the engine allocates; -1 when out of memory. */
 double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k);
+
+/* The plan of k consecutive steps run as one stream, for a schedule that
+ * declares no flush (PH_SCHED_NO_FLUSH): the schedule's order for k * m
+ * micro-batches (micro-batch n is step n / m's n % m), lowered as any plan;
+ * out->m is k * m.  --simulate runs it to show the steady state, and the
+ * engine runs it to train k steps without draining between them.  Free
+ * with ph_plan_free. */
+int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err);
 
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c);
 void ph_plan_free(ph_plan *p);

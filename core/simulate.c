@@ -222,37 +222,6 @@ static void time_unit(double scale, const char **unit, double *mult)
 		*unit = "ns", *mult = 1e9;
 }
 
-/* The plan of k consecutive steps run as one stream, for a schedule that
- * declares no flush (PH_SCHED_NO_FLUSH): the schedule's order for k * m
- * micro-batches, lowered as any plan.  Free with ph_plan_free. */
-static int stream_plan(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err)
-{
-	const ph_schedule_ops *s = c->schedule;
-	memset(out, 0, sizeof *out);
-	out->ranks = p->ranks;
-	out->v = p->v;
-	out->nchunks = p->nchunks;
-	out->m = k * p->m;
-	ph_schedule_shape shape = { p->ranks, p->v, out->m };
-	int cap = 4 * p->v * out->m, rc;
-	out->first = malloc(((size_t)p->nchunks + 1) * sizeof *out->first);
-	out->actions = calloc((size_t)p->ranks, sizeof *out->actions);
-	out->nactions = calloc((size_t)p->ranks, sizeof *out->nactions);
-	if (!out->first || !out->actions || !out->nactions)
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	memcpy(out->first, p->first, ((size_t)p->nchunks + 1) * sizeof *out->first);
-	for (int r = 0; r < p->ranks; r++) {
-		if (!(out->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
-			return ph_fail(err, PH_ENOMEM, "out of memory");
-		if ((rc = s->generate(c->schedule_config, &shape, r, out->actions[r], cap, &out->nactions[r], err)))
-			return rc;
-		if (out->nactions[r] < 0 || out->nactions[r] > cap)
-			return ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d returned %d actions (room for %d)",
-				       s->head.name, r, out->nactions[r], cap);
-	}
-	return ph_plan_set_actions(out, out->actions, out->nactions, err);
-}
-
 /* Steps a no-flush schedule's steady state is measured over: the time of
  * STREAM_STEPS steps less that of STREAM_STEPS - 1 is one step's. */
 #define STREAM_STEPS 4
@@ -268,9 +237,9 @@ static int report_stream(const ph_plan *p, const ph_config *c, const double *f, 
 	ph_plan pk, pk1;
 	ph_sim_result rk1;
 	memset(&rk1, 0, sizeof rk1);
-	int rc = stream_plan(p, c, STREAM_STEPS, &pk, err);
+	int rc = ph_plan_stream(p, c, STREAM_STEPS, &pk, err);
 	if (!rc)
-		rc = stream_plan(p, c, STREAM_STEPS - 1, &pk1, err);
+		rc = ph_plan_stream(p, c, STREAM_STEPS - 1, &pk1, err);
 	else
 		memset(&pk1, 0, sizeof pk1);
 	if (!rc)

@@ -42,6 +42,8 @@ static void event_name(const ph_trace_event *e, int v, char *buf, size_t len)
 		ph_action_str(&a, v, buf, len);
 	} else if (e->kind <= PH_OP_SEND_GRAD) {
 		snprintf(buf, len, "%s %d", comm[e->kind - PH_OP_RECV_ACT], e->mb);
+	} else if (e->kind == PH_OP_UPDATE) {
+		snprintf(buf, len, "update %lld", (long long)e->step); /* with step s's gradients */
 	} else {
 		snprintf(buf, len, "op%d %d", e->kind, e->mb);
 	}
@@ -125,7 +127,7 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 			micros(dur, sizeof dur, t1 - t0 - 1);
 		fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%s,\"dur\":%s,\"pid\":%d,\"tid\":%d,"
 			   "\"args\":{\"chunk\":%d,\"mb\":%d,\"step\":%lld}}",
-			name, e->kind <= PH_OP_W ? "compute" : "comm", ts, dur, e->proc, e->rank, e->chunk, e->mb,
+			name, e->kind <= PH_OP_W ? "compute" : e->kind == PH_OP_UPDATE ? "update" : "comm", ts, dur, e->proc, e->rank, e->chunk, e->mb,
 			(long long)e->step);
 	}
 	fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");

@@ -270,6 +270,9 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	float *x = NULL;
 	int32_t *y = NULL;
 	int64_t *perm = NULL;
+	ph_stats *wst = NULL; /* the window's steps' figures and rates */
+	double *wlr = NULL;
+	int64_t win_start = 0, win_end = 0;
 	FILE *metrics = NULL;
 	int rc = PH_OK;
 	/* under mpirun only process 0 writes checkpoints and metrics; the
@@ -311,10 +314,18 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	}
 	if (ckdir && writer && (rc = ph_checkpoint_claim(ckdir, id.run, !resume, c->checkpoint.overwrite, err)))
 		goto out;
-	x = malloc((size_t)(B * numel) * sizeof *x);
-	y = malloc((size_t)(B * tps) * sizeof *y);
+	/* a no-flush schedule's steps run in windows of up to W steps, its
+	 * pipeline drained only at a window's end (ph_engine_train_steps);
+	 * windows end where the loop needs the weights of that step: at an
+	 * evaluation (the epoch's end), a checkpoint and the run's end, and a
+	 * signal waits for the window's end */
+	const int W = ph_engine_window(e);
+	x = malloc((size_t)(B * numel) * W * sizeof *x);
+	y = malloc((size_t)(B * tps) * W * sizeof *y);
 	perm = malloc((size_t)n * sizeof *perm);
-	if (!x || !y || !perm) {
+	wst = calloc((size_t)W, sizeof *wst);
+	wlr = calloc((size_t)W, sizeof *wlr);
+	if (!x || !y || !perm || !wst || !wlr) {
 		rc = ph_fail(err, PH_ENOMEM, "out of memory for the batch");
 		goto out;
 	}
@@ -327,6 +338,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		ph_stop_catch();
 	double t0 = now_s(), last_print = 0;
 	int64_t epochs = (total + spe - 1) / spe;
+	win_start = win_end = start;
 	for (int64_t s = start; s < total; s++) {
 		int64_t epoch = s / spe, pos = s % spe;
 		if (pos == 0 || s == start) {
@@ -336,11 +348,26 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 				for (int64_t i = 0; i < n; i++)
 					perm[i] = i;
 		}
-		ph_data_gather(train, perm + pos * B, (int)B, x, y);
-		double lr = ph_lr_at(&oc, s);
-		ph_stats st;
-		if ((rc = ph_engine_train_step(e, s, x, y, lr, &st, err)))
-			goto out;
+		if (s == win_end) {
+			int64_t k = W;
+			if (k > total - s)
+				k = total - s;
+			if (k > spe - pos)
+				k = spe - pos; /* the epoch's end: evaluation, a new order */
+			if (every && k > every - s % every)
+				k = every - s % every;
+			for (int64_t i = 0; i < k; i++) {
+				ph_data_gather(train, perm + (pos + i) * B, (int)B, x + i * B * numel, y + i * B * tps);
+				wlr[i] = ph_lr_at(&oc, s + i);
+			}
+			if ((rc = ph_engine_train_steps(e, s, (int)k, x, y, wlr, wst, err)))
+				goto out;
+			win_start = s;
+			win_end = s + k;
+		}
+		double lr = wlr[s - win_start];
+		ph_stats st = wst[s - win_start];
+		int at_end = s + 1 == win_end; /* the engine's weights are this step's */
 		double loss = st.loss_sum / (double)st.targets;
 		if (!isfinite(loss)) {
 			/* the weights that gave it are not finite either (or will
@@ -367,7 +394,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		/* figures the layers reported this step (every process takes part) */
 		ph_report *rp = NULL;
 		int nrp = 0;
-		if ((rc = ph_engine_reports(e, &rp, &nrp, err)))
+		if (at_end && (rc = ph_engine_reports(e, &rp, &nrp, err)))
 			goto out;
 		for (int i = 0; i < nrp; i++) {
 			size_t a = strlen(tok_tty), b = strlen(tok_log);
@@ -404,6 +431,8 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		/* a signal stops every process at the same step (mpirun sends
 		 * it to all, but they may see it a step apart) */
 		int signalled = 0;
+		if (!at_end)
+			continue;
 		if (ckdir && (rc = ph_stop_agree(&c->comm, &signalled, err)))
 			goto out;
 		int stop = ckdir && signalled && !last;
@@ -462,6 +491,8 @@ out:
 	free(x);
 	free(y);
 	free(perm);
+	free(wst);
+	free(wlr);
 	return rc;
 }
 

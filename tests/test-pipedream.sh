@@ -35,6 +35,19 @@ other --set schedule.type=2bw --set run.stages=1 --set run.micro_batches=1 --set
 cmp -s "$tmp/p2.st" "$tmp/p1.st" && not_ok "2 stages: the stash changes nothing" ||
 	ok "2 stages: stale weights give other weights than 1 stage"
 
+# the stream (up to [run] window = 16 steps without a drain, the default)
+# against a drain every step: the same updates in the same order
+for p in 2 3; do
+	if pd --set run.stages=$p --save-weights "$tmp/st-a.st" >"$tmp/out" 2>&1 &&
+		grep -q '^pipedream: up to 16 steps run as one stream' "$tmp/out" &&
+		pd --set run.stages=$p --set run.window=1 --save-weights "$tmp/st-b.st" >/dev/null 2>&1 &&
+		cmp -s "$tmp/st-a.st" "$tmp/st-b.st"; then
+		ok "$p stages: the stream = a drain every step, byte-identical"
+	else
+		not_ok "$p stages: the stream differs from a drain every step: $(tail -2 "$tmp/out")"
+	fi
+done
+
 # run to run; resume
 pd --set run.stages=3 --save-weights "$tmp/ref.st" >/dev/null 2>"$tmp/err" || not_ok "3 stages: $(cat "$tmp/err")"
 pd --set run.stages=3 --save-weights "$tmp/again.st" >/dev/null 2>&1

@@ -82,6 +82,41 @@ done
 ph --set run.recompute=yes --save-weights "$tmp/rc.st" >/dev/null 2>&1
 cmp -s "$tmp/ref.st" "$tmp/rc.st" && ok "recompute = yes: byte-identical" || not_ok "recompute = yes: weights differ"
 
+# --- the stream: steps without a drain, the bits of one step a job --------
+# By default up to [run] window = 16 steps run as one stream: step t+1's
+# forwards run during step t's backwards, and each rank's delayed update
+# sits in its own list (core/engine-stream.c).  window = 1 drains every
+# step.  The arithmetic is the same, so the bytes must be.
+ph --set run.steps=2 >"$tmp/out" 2>&1
+grep -q '^2bw: up to 16 steps run as one stream' "$tmp/out" && ok "the default runs a stream: $(grep '^2bw:' "$tmp/out")" ||
+	not_ok "no stream: $(cat "$tmp/out")"
+for case in "tiny 2" "tiny 4 --set run.recompute=except_last" "tied3 3" "tied3 2" "tiny-lm 2"; do
+	# shellcheck disable=SC2086
+	set -- $case
+	f=$1 p=$2
+	shift 2
+	if "$PIPEHOST" -c "$fixtures/$f.ini" --set schedule.type=2bw --set run.stages="$p" --set run.threads=1 "$@" \
+		--save-weights "$tmp/s-a.st" >"$tmp/out" 2>&1 &&
+		grep -q '^2bw: up to 16 steps' "$tmp/out" &&
+		"$PIPEHOST" -c "$fixtures/$f.ini" --set schedule.type=2bw --set run.stages="$p" --set run.threads=1 "$@" \
+			--set run.window=1 --save-weights "$tmp/s-b.st" >"$tmp/out" 2>&1 &&
+		grep -q '^2bw: the pipeline drains every step: \[run\] window = 1' "$tmp/out" && cmp -s "$tmp/s-a.st" "$tmp/s-b.st"; then
+		ok "$f.ini on $p stages $*: the stream = a drain every step, byte-identical"
+	else
+		not_ok "$f.ini on $p stages $*: the stream differs from a drain every step: $(tail -2 "$tmp/out")"
+	fi
+done
+# no drain: on rank 0, step 1's first forward runs before step 0's last
+# backward, and the updates are in the trace
+if ph --set run.steps=3 --trace "$tmp/stream.json" >/dev/null 2>"$tmp/err" &&
+	awk '/"tid":0,/ && /"name":"[FB][0-9]/ { n++; match($0, /"step":[0-9]+/); st = substr($0, RSTART + 7, RLENGTH - 7)
+		k = substr($0, 10, 1); if (k == "F" && st == 1 && !f1) f1 = n; if (k == "B" && st == 0) b0 = n }
+		/"cat":"update"/ { u++ } END { exit !(f1 && f1 < b0 && u >= 3) }' "$tmp/stream.json"; then
+	ok "--trace: step 1's forwards start before step 0's backwards end; the updates are in the ranks' lists"
+else
+	not_ok "--trace shows a drain between steps: $(cat "$tmp/err")"
+fi
+
 # --- checkpoints hold the previous version; resume is exact ---------------
 if ph --set "checkpoint.dir=$tmp/ck" --set checkpoint.every=7 --save-weights "$tmp/ck.st" >"$tmp/out" 2>"$tmp/err" &&
 	cmp -s "$tmp/ref.st" "$tmp/ck.st" && grep -q '"fc1.weight.prev"' "$tmp/ck/step-00000014/optimizer.safetensors"; then

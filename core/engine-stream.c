@@ -1,0 +1,361 @@
+/* SPDX-License-Identifier: MIT */
+/* A no-flush schedule's steps run as one stream (PH_SCHED_NO_FLUSH with a
+ * delayed or per-micro-batch update: 2bw, pipedream).  The engine takes k
+ * steps' batches at once and runs the schedule's order for k * m
+ * micro-batches (ph_plan_stream) as one job: step t+1's forwards fill the
+ * bubble that step t's backwards would leave, and the pipeline drains
+ * only at the job's end, which the training loop puts at evaluation,
+ * checkpoints and the run's end ([run] window caps k).
+ *
+ * Micro-batch n of the stream is step n / m's micro-batch n % m
+ * (mb_step, mb_in_step): its data, RNG draws and loss are that step's, so
+ * a stream gives the bits of k jobs of one step each.
+ *
+ * Pipedream needs nothing more: each backward updates its rank's weights
+ * (engine-versions.c), in stream order.
+ *
+ * A delayed update (2bw) runs inside the ranks' lists, as two ops the
+ * engine adds to the schedule's:
+ *
+ *     STEP_DONE(t)  after the rank's last backward of step t (and the
+ *                   sends right after it): the rank's step-t gradients
+ *                   are whole.  The last rank to get there makes every
+ *                   rank's ready, as the step's end does (tie sums, the
+ *                   clip scale over every tensor), on its own thread.
+ *     UPDATE(t)     before the rank's first op of step t+2, or at the
+ *                   list's end: waits until step t's gradients are
+ *                   ready, then w -> v and w = W(t+1) with them.
+ *
+ * Step t+1's backwards run between the two, so they add into a second
+ * gradient buffer: step t's gradients are in g when t is even and in g2
+ * when it is odd (grad_params).  A micro-batch of step t reads W(t-1):
+ * v once its rank's update of step t-1 has run, w before (the same
+ * bytes; compute_params).  With m >= p every rank's STEP_DONE(t) comes
+ * before any rank waits in UPDATE(t) for it; the lists are checked for
+ * deadlock anyway, as the plan's are.
+ *
+ * Not built: a stream on GPUs (the ready step runs tie sums across
+ * ranks' devices from one thread), with replicas (their gradient sum
+ * needs every replica at the step's end) or across processes, or with a
+ * split backward.  Those run one step a job, with the same arithmetic. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine-impl.h"
+
+int ph_eng_stream_mode(ph_engine *e, ph_err *err)
+{
+	const ph_config *c = e->cfg;
+	uint32_t fl = ph_schedule_flags(c->schedule);
+	e->stream = 0;
+	e->mcap = e->m;
+	e->stream_why = NULL;
+	if (!(fl & PH_SCHED_NO_FLUSH) || !(fl & (PH_SCHED_DELAYED_UPDATE | PH_SCHED_UPDATE_PER_MB)))
+		return PH_OK;
+	e->stream_why = c->run.window < 2 ? "[run] window = 1"
+			: !e->dev->host_memory ? "the stream is built for the CPU only"
+			: c->run.replicas > 1  ? "replicas > 1 (their gradient sum waits for every replica's step)"
+			: c->comm.size > 1     ? "mpirun (the stream runs in one process)"
+			: e->plan->v != 1 || e->split ? "chunks or a split backward"
+						      : NULL;
+	if (e->stream_why)
+		return PH_OK;
+	/* a whole window's lists keep no more micro-batches in flight than
+	 * one step's, which the chunks' slots were made for */
+	ph_plan sp;
+	int rc = ph_plan_stream(e->plan, c, (int)c->run.window, &sp, err), fits = 1;
+	for (int k = 0; !rc && k < e->plan->nchunks; k++)
+		fits &= sp.slots[k] <= e->plan->slots[k];
+	ph_plan_free(&sp);
+	if (!rc && !fits)
+		e->stream_why = "a window keeps more micro-batches in flight than a step (micro_batches < stages)";
+	if (rc || !fits)
+		return rc;
+	e->stream = 1;
+	e->mcap = e->m * (int)c->run.window;
+	return PH_OK;
+}
+
+int ph_eng_stream_alloc(ph_engine *e, ph_err *err)
+{
+	const int P = e->plan->ranks;
+	if (e->delayed && !(e->updated = calloc((size_t)P, sizeof *e->updated)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	if (!e->stream)
+		return PH_OK;
+	e->lrs = calloc((size_t)e->cfg->run.window, sizeof *e->lrs);
+	e->sops = calloc((size_t)P, sizeof *e->sops);
+	e->snops = calloc((size_t)P, sizeof *e->snops);
+	if (!e->lrs || !e->sops || !e->snops)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int l = 0; e->delayed && l < e->model->n; l++) {
+		lparams_t *P2 = &e->params[l];
+		size_t n = (size_t)e->model->layers[l].param_numel;
+		if (!(P2->g2 = ph_eng_balloc(e, P2->rank, (n ? n : 1) * sizeof(float))))
+			return ph_fail(err, PH_ENOMEM, "out of memory for the second gradient buffer of layer %s (%.1f MiB)",
+				       e->model->layers[l].cfg->name, (double)n * sizeof(float) / (1024.0 * 1024.0));
+		for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
+			P2->pg2[q] = P2->g2 + (P2->pg[q] - P2->g);
+	}
+	return PH_OK;
+}
+
+static void free_lists(ph_engine *e)
+{
+	for (int r = 0; e->sops && r < e->plan->ranks; r++) {
+		free(e->sops[r]);
+		e->sops[r] = NULL;
+		e->snops[r] = 0;
+	}
+	e->sk = 0;
+}
+
+void ph_eng_stream_free(ph_engine *e)
+{
+	free_lists(e);
+	free(e->sops);
+	free(e->snops);
+	free(e->lrs);
+	free(e->updated);
+	for (int l = 0; e->params && l < e->model->n; l++) {
+		ph_eng_bfree(e, e->params[l].rank, e->params[l].g2);
+		e->params[l].g2 = NULL;
+	}
+}
+
+/* Does op o belong to a micro-batch of step s or later (k-step stream of
+ * m a step)? */
+static int from_step(const ph_op *o, int m, int s)
+{
+	return o->kind <= PH_OP_SEND_GRAD && o->mb >= s * m;
+}
+
+/* Rank r's list of the stream with its delayed updates: STEP_DONE(s)
+ * after the last backward of step s and the sends right after it,
+ * UPDATE(s) before the first op of step s+2 (or at the end). */
+static int add_updates(const ph_engine *e, int r, const ph_op *in, int n, int k, ph_op *out, int *nout, ph_err *err)
+{
+	const int m = e->m;
+	int *done_at = malloc((size_t)k * sizeof *done_at), *upd_at = malloc((size_t)k * sizeof *upd_at);
+	if (!done_at || !upd_at) {
+		free(done_at);
+		free(upd_at);
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	}
+	for (int s = 0; s < k; s++) {
+		done_at[s] = -1;
+		upd_at[s] = n;
+		for (int i = 0; i < n; i++)
+			if (in[i].kind == PH_OP_B && in[i].mb / m == s)
+				done_at[s] = i;
+		while (done_at[s] >= 0 && done_at[s] + 1 < n &&
+		       (in[done_at[s] + 1].kind == PH_OP_SEND_GRAD || in[done_at[s] + 1].kind == PH_OP_SEND_ACT))
+			done_at[s]++;
+		for (int i = 0; i < n; i++)
+			if (from_step(&in[i], m, s + 2)) {
+				upd_at[s] = i;
+				break;
+			}
+	}
+	int rc = PH_OK, j = 0;
+	for (int s = 0; s < k && !rc; s++)
+		if (done_at[s] < 0 || done_at[s] >= upd_at[s])
+			rc = ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d of a %d-step stream has %s of step %d before its "
+				     "last backward; a delayed update needs 1F1B's order", e->cfg->schedule->head.name, r, k,
+				     done_at[s] < 0 ? "no backward" : "an op", s + 2);
+	for (int i = 0; !rc && i <= n; i++) {
+		for (int s = 0; s < k; s++)
+			if (upd_at[s] == i)
+				out[j++] = (ph_op){ .kind = PH_OP_UPDATE, .chunk = r, .mb = s };
+		if (i == n)
+			break;
+		out[j++] = in[i];
+		for (int s = 0; s < k; s++)
+			if (done_at[s] == i)
+				out[j++] = (ph_op){ .kind = PH_OP_STEP_DONE, .chunk = r, .mb = s };
+	}
+	*nout = j;
+	free(done_at);
+	free(upd_at);
+	return rc;
+}
+
+/* Run every rank's list in the abstract: a receive waits for its send,
+ * an UPDATE(s) for every rank's STEP_DONE(s).  All must finish. */
+static int check_lists(const ph_engine *e, int k, ph_err *err)
+{
+	const int P = e->plan->ranks, C = e->plan->nchunks, M = k * e->m;
+	int *pos = calloc((size_t)P, sizeof *pos), *done = calloc((size_t)k, sizeof *done);
+	uint8_t *act = calloc((size_t)C * M, 1), *grad = calloc((size_t)C * M, 1);
+	int rc = PH_OK;
+	if (!pos || !done || !act || !grad) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int moved = 1; moved;) {
+		moved = 0;
+		for (int r = 0; r < P; r++)
+			for (; pos[r] < e->snops[r]; pos[r]++) {
+				const ph_op *o = &e->sops[r][pos[r]];
+				if ((o->kind == PH_OP_RECV_ACT && !act[(size_t)(o->chunk - 1) * M + o->mb]) ||
+				    (o->kind == PH_OP_RECV_GRAD && !grad[(size_t)(o->chunk + 1) * M + o->mb]) ||
+				    (o->kind == PH_OP_UPDATE && done[o->mb] < P))
+					break;
+				if (o->kind == PH_OP_SEND_ACT)
+					act[(size_t)o->chunk * M + o->mb] = 1;
+				else if (o->kind == PH_OP_SEND_GRAD)
+					grad[(size_t)o->chunk * M + o->mb] = 1;
+				else if (o->kind == PH_OP_STEP_DONE)
+					done[o->mb]++;
+				moved = 1;
+			}
+	}
+	for (int r = 0; r < P && !rc; r++)
+		if (pos[r] < e->snops[r])
+			rc = ph_fail(err, PH_EINTERNAL, "schedule %s: a %d-step stream would wait forever on rank %d at op %d "
+				     "of %d", e->cfg->schedule->head.name, k, r, pos[r], e->snops[r]);
+out:
+	free(pos);
+	free(done);
+	free(act);
+	free(grad);
+	return rc;
+}
+
+/* The lists of a k-step stream (kept until another k is asked for). */
+static int build_lists(ph_engine *e, int k, ph_err *err)
+{
+	if (e->sk == k)
+		return PH_OK;
+	free_lists(e);
+	ph_plan sp;
+	int rc = ph_plan_stream(e->plan, e->cfg, k, &sp, err);
+	for (int r = 0; !rc && r < e->plan->ranks; r++) {
+		int n = sp.nops[r];
+		if (!(e->sops[r] = malloc(((size_t)n + 2 * (size_t)k) * sizeof(ph_op)))) {
+			rc = ph_fail(err, PH_ENOMEM, "out of memory");
+			break;
+		}
+		if (e->delayed)
+			rc = add_updates(e, r, sp.ops[r], n, k, e->sops[r], &e->snops[r], err);
+		else {
+			memcpy(e->sops[r], sp.ops[r], (size_t)n * sizeof(ph_op));
+			e->snops[r] = n;
+		}
+	}
+	ph_plan_free(&sp);
+	if (!rc && e->delayed)
+		rc = check_lists(e, k, err);
+	if (rc) {
+		free_lists(e);
+		return rc;
+	}
+	e->sk = k;
+	return PH_OK;
+}
+
+int ph_eng_stream_step_done(ph_engine *e, int rank, int s, ph_err *err)
+{
+	(void)rank;
+	int64_t t = e->step + s;
+	pthread_mutex_lock(&e->mu);
+	int last = ++e->arrived[t & 1] == e->plan->ranks;
+	if (last)
+		e->arrived[t & 1] = 0;
+	pthread_mutex_unlock(&e->mu);
+	if (!last)
+		return PH_OK;
+	/* every rank's step-t gradients are whole, and no one writes them
+	 * (step t+1's go to the other buffer) */
+	double scale;
+	int rc = ph_eng_prepare_grads(e, (int)(t & 1), &scale, err);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&e->mu);
+	e->clip_scales[t & 1] = scale;
+	e->prepared = t + 1;
+	pthread_cond_broadcast(&e->cv_prep);
+	pthread_mutex_unlock(&e->mu);
+	return PH_OK;
+}
+
+int ph_eng_stream_update(ph_engine *e, int rank, int s, ph_err *err)
+{
+	int64_t t = e->step + s;
+	pthread_mutex_lock(&e->mu);
+	while (e->prepared <= t && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE))
+		pthread_cond_wait(&e->cv_prep, &e->mu);
+	double scale = e->clip_scales[t & 1];
+	pthread_mutex_unlock(&e->mu);
+	if (e->prepared <= t)
+		return PH_EINTERNAL; /* another rank failed and said why */
+	int rc = ph_eng_update_rank_at(e, rank, (int)(t & 1), t + 1, e->lrs[s], scale, err);
+	e->updated[rank] = t + 1;
+	return rc;
+}
+
+int ph_engine_window(const ph_engine *e)
+{
+	return e->stream ? (int)e->cfg->run.window : 1;
+}
+
+void ph_engine_print_window(const ph_engine *e, FILE *f)
+{
+	const char *name = e->cfg->schedule->head.name;
+	if (e->stream)
+		fprintf(f, "%s: up to %d steps run as one stream; the pipeline drains only at evaluation, checkpoints and the "
+			   "end ([run] window)\n", name, ph_engine_window(e));
+	else if (e->stream_why)
+		fprintf(f, "%s: the pipeline drains every step: %s; the arithmetic is the same\n", name, e->stream_why);
+}
+
+int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, const int32_t *y, const double *lr,
+			  ph_stats *st, ph_err *err)
+{
+	const size_t B = (size_t)e->mbsize * e->m * e->cfg->run.replicas; /* samples a step */
+	if (!e->stream) {
+		for (int i = 0; i < k; i++) {
+			int rc = ph_engine_train_step(e, step + i, x + i * B * e->in_numel, y + i * B * e->tps, lr[i], &st[i],
+						      err);
+			if (rc)
+				return rc;
+		}
+		return PH_OK;
+	}
+	if (k < 1 || k > e->cfg->run.window)
+		return ph_fail(err, PH_EINTERNAL, "a stream of %d steps (window %lld)", k, (long long)e->cfg->run.window);
+	int rc = build_lists(e, k, err);
+	if (rc)
+		return rc;
+	memcpy(e->data_x, x, (size_t)k * B * e->in_numel * sizeof(float));
+	memcpy(e->data_y, y, (size_t)k * B * e->tps * sizeof(int32_t));
+	e->training = 1;
+	e->step = step;
+	e->active_mbs = k * e->m;
+	e->last_batch = e->mbsize;
+	e->lr = lr[0];
+	memcpy(e->lrs, lr, (size_t)k * sizeof *lr);
+	for (int r = 0; e->updated && r < e->plan->ranks; r++)
+		e->updated[r] = step;
+	e->arrived[0] = e->arrived[1] = 0;
+	e->prepared = step;
+	if ((rc = ph_eng_upload_batch(e, (size_t)k * B, err)))
+		return rc;
+	ph_eng_dispatch_start(e, JOB_STREAM);
+	if ((rc = ph_eng_dispatch_wait(e, err)) || (rc = ph_eng_gather_losses(e, k * e->m, err)))
+		return rc;
+	/* each step's figures, summed in micro-batch order as one step's job
+	 * sums them */
+	for (int i = 0; i < k; i++) {
+		memset(&st[i], 0, sizeof st[i]);
+		double loss = 0, correct = 0;
+		for (int j = i * e->m; j < (i + 1) * e->m; j++) {
+			loss += e->loss_mb[j];
+			correct += e->correct_mb[j];
+			st[i].targets += (int64_t)batch_of(e, j) * e->tps;
+		}
+		st[i].loss_sum = loss;
+		st[i].correct = correct;
+	}
+	return PH_OK;
+}
