@@ -303,8 +303,13 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 			link[k] = 4.0 * (double)ph_shape_numel(&L->meta.out) * m->max_batch / link_bytes_per_s;
 		}
 	}
-	/* Ranks on the CPU share its cores: each runs `threads` BLAS threads. */
+	/* Ranks on the CPU share its cores: each runs `threads` BLAS threads.
+	 * PIPEHOST_SIM_CORES asks what another machine's cores would do with
+	 * these costs (a rank's op costs what it measured here). */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *sim_cores = getenv("PIPEHOST_SIM_CORES");
+	if (sim_cores && atol(sim_cores) > 0 && atol(sim_cores) <= 65536)
+		cores = atol(sim_cores);
 	int threads = c->run.threads > 0 ? (int)c->run.threads : (int)(cores / p->ranks > 0 ? cores / p->ranks : 1);
 	int units = (int)(cores / threads) > 0 ? (int)(cores / threads) : 1;
 	if ((rc = ph_simulate_shared(p, f, b, ci, cw, link, keep, units < p->ranks ? units : 0, &r, err)))

@@ -175,6 +175,18 @@ else
 	not_ok "--simulate: $(cat "$tmp/sim" "$tmp/err")"
 fi
 
+# with a core per rank, the steady state has no flush bubble: a step takes
+# the busiest rank's compute (1f1b's takes about (m + p - 1) / m of it)
+if PIPEHOST_SIM_CORES=8 "$PIPEHOST" -c "$top_srcdir/etc/gpt-fortunes.ini" --set schedule.type=2bw --set run.stages=4 \
+	--set run.micro_batches=8 --set run.threads=1 --set partition.cost=flops --simulate >"$tmp/sim8" 2>&1 &&
+	awk '/^  step time/ { one = $3 } /busiest rank computes/ { sub(/.*computes /, ""); busy = $1 }
+		/steady state, no flush/ { sub(/.*\): /, ""); st = $1 }
+		END { exit !(busy > 0 && st <= busy * 1.001 && one > busy * 1.2) }' "$tmp/sim8"; then
+	ok "--simulate on 8 cores, 4 stages: $(sed -n 's/^  steady state, no flush (.*): //p' "$tmp/sim8") (the busiest rank's compute)"
+else
+	not_ok "--simulate on 8 cores: a bubble in the steady state: $(cat "$tmp/sim8")"
+fi
+
 # --- refusals ----------------------------------------------------------------
 expect_error "2bw with fewer micro-batches than stages" \
 	"2bw: needs micro_batches >= stages \(got 2 micro-batches, 4 stages\)" \
