@@ -45,34 +45,9 @@
 
 int ph_eng_stream_mode(ph_engine *e, ph_err *err)
 {
-	const ph_config *c = e->cfg;
-	uint32_t fl = ph_schedule_flags(c->schedule);
-	e->stream = 0;
-	e->mcap = e->m;
-	e->stream_why = NULL;
-	if (!(fl & PH_SCHED_NO_FLUSH) || !(fl & (PH_SCHED_DELAYED_UPDATE | PH_SCHED_UPDATE_PER_MB)))
-		return PH_OK;
-	e->stream_why = c->run.window < 2 ? "[run] window = 1"
-			: !e->dev->host_memory ? "the stream is built for the CPU only"
-			: c->run.replicas > 1  ? "replicas > 1 (their gradient sum waits for every replica's step)"
-			: c->comm.size > 1     ? "mpirun (the stream runs in one process)"
-			: e->plan->v != 1 || e->split ? "chunks or a split backward"
-						      : NULL;
-	if (e->stream_why)
-		return PH_OK;
-	/* a whole window's lists keep no more micro-batches in flight than
-	 * one step's, which the chunks' slots were made for */
-	ph_plan sp;
-	int rc = ph_plan_stream(e->plan, c, (int)c->run.window, &sp, err), fits = 1;
-	for (int k = 0; !rc && k < e->plan->nchunks; k++)
-		fits &= sp.slots[k] <= e->plan->slots[k];
-	ph_plan_free(&sp);
-	if (!rc && !fits)
-		e->stream_why = "a window keeps more micro-batches in flight than a step (micro_batches < stages)";
-	if (rc || !fits)
-		return rc;
-	e->stream = 1;
-	e->mcap = e->m * (int)c->run.window;
+	(void)err;
+	e->stream = ph_plan_streams(e->plan, e->cfg, &e->stream_why);
+	e->mcap = e->stream ? e->m * (int)e->cfg->run.window : e->m;
 	return PH_OK;
 }
 

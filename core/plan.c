@@ -408,6 +408,9 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	for (int i = 0; i < m->n; i++)
 		total += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;
 	int spp = ph_optim_state_per_param(&c->optim);
+	/* a stream's delayed update keeps a second gradient buffer */
+	const char *why;
+	int stream_grads = ph_plan_streams(p, c, &why) && (ph_schedule_flags(c->schedule) & PH_SCHED_DELAYED_UPDATE);
 	fprintf(f, "plan: %d layers, %d rank(s) x %d chunk(s), %d micro-batches of %d, schedule %s, partitioner %s\n",
 		m->n, p->ranks, p->v, p->m, m->max_batch, c->schedule->head.name, c->partitioner->head.name);
 	int span = c->comm.size > 1 ? ph_config_split(c) : 1;
@@ -441,7 +444,7 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 		 * versions an asynchronous schedule keeps (2bw: one) */
 		ph_schedule_shape shape = { p->ranks, p->v, p->m };
 		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
-		double mem = 4.0 * (double)params * (2 + spp + (versions > 1 ? versions - 1 : 0)) +
+		double mem = 4.0 * (double)params * (2 + spp + (versions > 1 ? versions - 1 : 0) + stream_grads) +
 			     ph_plan_activation_bytes(p, m, c, k) + scratch;
 		char dev[16];
 		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);
@@ -458,9 +461,41 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 		for (int r = 0; r < p->ranks; r++)
 			fprintf(f, " %d", ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, r));
 		uint32_t fl = ph_schedule_flags(c->schedule);
-		fprintf(f, "%s%s\n", fl & PH_SCHED_DELAYED_UPDATE ? "; update delayed one step, W(t+1) = W(t) - lr * grad f(W(t-1))" : "",
-			fl & PH_SCHED_NO_FLUSH ? "; no flush between steps" : "");
+		fprintf(f, "%s%s%s\n", fl & PH_SCHED_DELAYED_UPDATE ? "; update delayed one step, W(t+1) = W(t) - lr * grad f(W(t-1))" : "",
+			fl & PH_SCHED_NO_FLUSH ? "; no flush between steps" : "",
+			stream_grads ? " (a second gradient buffer, for the next step's backwards)" : "");
 	}
+}
+
+int ph_plan_streams(const ph_plan *p, const ph_config *c, const char **why)
+{
+	uint32_t fl = ph_schedule_flags(c->schedule);
+	int split = 0;
+	*why = NULL;
+	if (!(fl & PH_SCHED_NO_FLUSH) || !(fl & (PH_SCHED_DELAYED_UPDATE | PH_SCHED_UPDATE_PER_MB)))
+		return 0;
+	for (int r = 0; r < p->ranks; r++)
+		for (int k = 0; k < p->nops[r]; k++)
+			split |= p->ops[r][k].kind == PH_OP_I;
+	*why = c->run.window < 2   ? "[run] window = 1"
+	       : c->place.cuda	   ? "the stream is built for the CPU only"
+	       : c->run.replicas > 1 ? "replicas > 1 (their gradient sum waits for every replica's step)"
+	       : c->comm.size > 1  ? "mpirun (the stream runs in one process)"
+	       : p->v != 1 || split ? "chunks or a split backward"
+				    : NULL;
+	if (*why)
+		return 0;
+	/* a whole window's lists keep no more micro-batches in flight than
+	 * one step's, which the chunks' slots are made for */
+	ph_plan sp;
+	ph_err ignored;
+	int fits = !ph_plan_stream(p, c, (int)c->run.window, &sp, &ignored);
+	for (int k = 0; fits && k < p->nchunks; k++)
+		fits = sp.slots[k] <= p->slots[k];
+	ph_plan_free(&sp);
+	if (!fits)
+		*why = "a window would keep more micro-batches in flight than a step (micro_batches < stages)";
+	return fits;
 }
 
 int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err)
