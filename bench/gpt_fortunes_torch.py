@@ -23,8 +23,11 @@ writes; the same mean loss as pipehost's micro-batches); --micro-batches M
 accumulates over M passes instead.  Hyper-parameters come from the INI (a
 key the INI leaves out takes pipehost's default).
 
+--delayed is PipeDream-2BW's delayed update: each step's gradient is taken at
+the previous weights, W(t+1) = W(t) - lr * AdamW(clip(grad f(W(t-1)))), W(-1) = W(0).
+
     python3 bench/gpt_fortunes_torch.py [--ini etc/gpt-fortunes.ini]
-        [--threads N] [--steps N] [--micro-batches M]
+        [--threads N] [--steps N] [--micro-batches M] [--delayed] [--log-every N]
 
 The last line: "RESULT job=gpt-fortunes val_loss=1.8419 steps=1194
 train_s=... wall_s=... threads=2 torch=2.x".
@@ -81,6 +84,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=0, help="override the INI's [run] epochs")
     ap.add_argument("--steps", type=int, default=0, help="optimizer steps in all (as [run] steps); 0 = epochs")
     ap.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation over this many passes")
+    ap.add_argument("--delayed", action="store_true",
+                    help="PipeDream-2BW: gradient at W(t-1), applied to W(t) (W(-1) = W(0))")
+    ap.add_argument("--log-every", type=int, default=100, help="print the training loss every N steps")
     ap.add_argument("--eval-batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=-1, help="default: the INI's [run] seed")
     args = ap.parse_args()
@@ -138,6 +144,8 @@ def main():
     params = list(model.parameters())
     gen = torch.Generator().manual_seed(seed)
     mb = B // m
+    # --delayed: W(t-1), the weights the next forward and backward run at
+    prev = [p.detach().clone() for p in params] if args.delayed else None
 
     def validate():
         model.eval()
@@ -163,15 +171,23 @@ def main():
             g["lr"] = lr_at(s, lr, warmup, min_lr, total, cosine)
         opt.zero_grad(set_to_none=True)
         lsum = 0.0
+        if prev is not None:  # run at W(t-1): swap it in (the tied head shares tokens.weight)
+            cur = [p.data for p in params]
+            for p, w in zip(params, prev):
+                p.data = w
         for i in range(m):
             loss = model(x[i * mb:(i + 1) * mb], y[i * mb:(i + 1) * mb]) / m
             loss.backward()
             lsum += loss.item()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(params, clip)
+        if prev is not None:  # back to W(t); W(t) becomes the next step's W(t-1)
+            for p, w in zip(params, cur):
+                p.data = w
+            prev = [w.clone() for w in cur]
         opt.step()
         last = s + 1 == total
-        if (s + 1) % 100 == 0 or last:
+        if (s + 1) % args.log_every == 0 or last:
             print("step %d/%d loss %.4f lr %.3g" % (s + 1, total, lsum, opt.param_groups[0]["lr"]), flush=True)
         if do_eval and (pos == spe - 1 or last):
             vloss = validate()
@@ -179,7 +195,8 @@ def main():
                   % (epoch + 1, vloss, vloss / 0.6931471805599453, len(xva)), flush=True)
     train_s = time.time() - t0
     print("RESULT job=gpt-fortunes val_loss=%.4f steps=%d train_s=%.1f wall_s=%.1f threads=%d micro_batches=%d "
-          "torch=%s" % (vloss, total, train_s, time.time() - T_START, torch.get_num_threads(), m, torch.__version__))
+          "delayed=%d torch=%s" % (vloss, total, train_s, time.time() - T_START, torch.get_num_threads(), m,
+                                   int(args.delayed), torch.__version__))
 
 
 if __name__ == "__main__":
