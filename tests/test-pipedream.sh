@@ -60,6 +60,28 @@ if pd --set run.stages=3 --set "checkpoint.dir=$tmp/ck" --set checkpoint.every=7
 else
 	not_ok "3 stages, resume: $(cat "$tmp/err")"
 fi
+# SIGKILL in the middle of a window (as soon as a random checkpoint of
+# every 5 steps appears), then a resume: the uninterrupted run's bytes
+# shellcheck disable=SC2086
+kargs="$nodrop --set schedule.type=pipedream --set run.stages=3 --set run.steps=200 --set checkpoint.every=5"
+# shellcheck disable=SC2086
+"$PIPEHOST" -c "$tiny" $kargs --save-weights "$tmp/k-ref.st" >/dev/null 2>&1
+r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+at=$(printf 'step-%08d' $((5 * (2 + r % 30))))
+# shellcheck disable=SC2086
+"$PIPEHOST" -c "$tiny" $kargs --set "checkpoint.dir=$tmp/kill" >/dev/null 2>&1 &
+pid=$!
+w=0
+while [ ! -d "$tmp/kill/$at" ] && [ $w -lt 3000 ]; do sleep 0.005; w=$((w + 1)); done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+# shellcheck disable=SC2086
+if "$PIPEHOST" -c "$tiny" $kargs --resume "$tmp/kill" --save-weights "$tmp/k.st" >"$tmp/out" 2>"$tmp/err" &&
+	! grep -q '^resumed from .* at step 200 of 200' "$tmp/out" && cmp -s "$tmp/k-ref.st" "$tmp/k.st"; then
+	ok "SIGKILL once $at was written, $(sed -n 's/^resumed from .*\(step-[0-9]*\).*/resumed from \1/p' "$tmp/out"): byte-identical"
+else
+	not_ok "SIGKILL once $at was written, resume: $(grep -v '^epoch' "$tmp/out" "$tmp/err" | tail -3)"
+fi
 if pd --set run.stages=3 --plan >"$tmp/plan" 2>&1 && grep -q '^weight versions per rank (in est. MiB): 3 2 1' "$tmp/plan"; then
 	ok "--plan: $(grep '^weight versions' "$tmp/plan")"
 else

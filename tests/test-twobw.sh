@@ -160,6 +160,33 @@ else
 	ok "a 1f1b checkpoint (no .prev) is refused under 2bw: $(cat "$tmp/err")"
 fi
 
+# ... and after a SIGKILL in the middle of a window (windows of 5 steps,
+# as checkpoint.every = 5 ends them; the reference ran windows of 16):
+# the kill comes as soon as a random checkpoint appears
+kargs="--set run.steps=200 --set run.stages=3 --set checkpoint.every=5"
+# shellcheck disable=SC2086
+ph $kargs --save-weights "$tmp/k-ref.st" >/dev/null 2>&1
+for i in 1 2; do
+	d="$tmp/kill$i"
+	r=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+	at=$(printf 'step-%08d' $((5 * (2 + r % 30))))
+	# (not through ph: the kill must reach pipehost itself)
+	# shellcheck disable=SC2086
+	"$PIPEHOST" -c "$tiny" --set schedule.type=2bw $kargs --set "checkpoint.dir=$d" >/dev/null 2>&1 &
+	pid=$!
+	w=0
+	while [ ! -d "$d/$at" ] && [ $w -lt 3000 ]; do sleep 0.005; w=$((w + 1)); done
+	kill -KILL "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	# shellcheck disable=SC2086
+	if ph $kargs --resume "$d" --save-weights "$tmp/k$i.st" >"$tmp/out" 2>"$tmp/err" &&
+		! grep -q '^resumed from .* at step 200 of 200' "$tmp/out" && cmp -s "$tmp/k-ref.st" "$tmp/k$i.st"; then
+		ok "SIGKILL once $at was written, $(sed -n 's/^resumed from .*\(step-[0-9]*\).*/resumed from \1/p' "$tmp/out"): byte-identical"
+	else
+		not_ok "SIGKILL once $at was written, resume: $(grep -v '^epoch' "$tmp/out" "$tmp/err" | tail -3)"
+	fi
+done
+
 # --- plan and simulate ----------------------------------------------------
 if ph --set run.stages=4 --plan >"$tmp/plan" 2>"$tmp/err" &&
 	grep -q '^weight versions per rank (in est. MiB): 2 2 2 2; update delayed one step' "$tmp/plan"; then
