@@ -7,7 +7,7 @@ plugins_schedules_gpipe_la_SOURCES = plugins/schedules/gpipe.c
 plugins_schedules_gpipe_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/schedules/onef1b.la
-plugins_schedules_onef1b_la_SOURCES = plugins/schedules/onef1b.c
+plugins_schedules_onef1b_la_SOURCES = plugins/schedules/onef1b.c plugins/schedules/order-1f1b.h
 plugins_schedules_onef1b_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/schedules/interleaved.la
@@ -23,9 +23,9 @@ plugins_schedules_table_la_SOURCES = plugins/schedules/table.c
 plugins_schedules_table_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/schedules/twobw.la
-plugins_schedules_twobw_la_SOURCES = plugins/schedules/twobw.c
+plugins_schedules_twobw_la_SOURCES = plugins/schedules/twobw.c plugins/schedules/order-1f1b.h
 plugins_schedules_twobw_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 
 pkglib_LTLIBRARIES += plugins/schedules/pipedream.la
-plugins_schedules_pipedream_la_SOURCES = plugins/schedules/pipedream.c
+plugins_schedules_pipedream_la_SOURCES = plugins/schedules/pipedream.c plugins/schedules/order-1f1b.h
 plugins_schedules_pipedream_la_LDFLAGS = $(PLUGIN_LDFLAGS)

@@ -14,51 +14,20 @@
  * The plugin only orders and declares (flags, weight_versions); the host
  * keeps the versions (core/engine-versions.c).
  */
-#include <pipehost/plugin.h>
+#include "order-1f1b.h"
 
 static int pipedream_check(const void *config, const ph_schedule_shape *sh, ph_err *err)
 {
 	(void)config;
-	if (sh->ranks < 1 || sh->microbatches < 1)
-		return ph_fail(err, PH_EINVAL, "pipedream: need at least 1 rank and 1 micro-batch (got %d ranks, %d "
-			       "micro-batches)", sh->ranks, sh->microbatches);
-	if (sh->ranks > 65535)
-		return ph_fail(err, PH_EINVAL, "pipedream: %d ranks is more than the 65535 chunk indices an action can name",
-			       sh->ranks);
-	if (sh->chunks_per_rank != 1)
-		return ph_fail(err, PH_EINVAL, "pipedream: runs one chunk per rank, not %d; set [run] chunks = 1",
-			       sh->chunks_per_rank);
-	if (sh->microbatches > 0x3fffffff)
-		return ph_fail(err, PH_EINVAL, "pipedream: %d micro-batches is too many actions to list", sh->microbatches);
-	return PH_OK;
+	return order_1f1b_check("pipedream", "set [run] chunks = 1", sh, err);
 }
 
+/* 1F1B: F(n) after B(n - (p - r)), as the versions assume */
 static int pipedream_generate(const void *config, const ph_schedule_shape *sh, int rank, ph_action *out, int cap,
 			      int *n, ph_err *err)
 {
 	int rc = pipedream_check(config, sh, err);
-	if (rc)
-		return rc;
-	int p = sh->ranks, m = sh->microbatches;
-	if (rank < 0 || rank >= p)
-		return ph_fail(err, PH_EINVAL, "pipedream: rank %d is outside 0..%d", rank, p - 1);
-	*n = 2 * m;
-	if (cap < 2 * m)
-		return ph_fail(err, PH_EINVAL, "pipedream: rank %d needs room for %d actions, got %d", rank, 2 * m, cap);
-	/* 1F1B: F(n) after B(n - (p - r)), as the versions assume */
-	int warmup = p - rank - 1 < m ? p - rank - 1 : m;
-	int k = 0, f = 0, b = 0;
-#define EMIT(kind_, mb_) (out[k++] = (ph_action){ .kind = (kind_), .chunk = (uint16_t)rank, .mb = (mb_) })
-	while (f < warmup)
-		EMIT(PH_ACT_F, f++);
-	while (f < m) {
-		EMIT(PH_ACT_F, f++);
-		EMIT(PH_ACT_B, b++);
-	}
-	while (b < m)
-		EMIT(PH_ACT_B, b++);
-#undef EMIT
-	return PH_OK;
+	return rc ? rc : order_1f1b_list("pipedream", sh, rank, out, cap, n, err);
 }
 
 static int pipedream_versions(const void *config, const ph_schedule_shape *sh, int rank)

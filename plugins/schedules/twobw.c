@@ -21,62 +21,32 @@
  * is done) before step t+1's first forward, and step t's last backward is
  * done before W(t+1) overwrites W(t-1).
  *
- * The plugin only orders and declares (flags, weight_versions); the host
- * keeps the versions (core/engine-versions.c).  For one step (the plan the
- * engine runs) the order is 1f1b's; for k * m micro-batches it is k steps
- * without a flush, which --simulate runs to show the steady state.
+ * The plugin only orders (order-1f1b.h) and declares (flags,
+ * weight_versions); the host keeps the versions (core/engine-versions.c).
+ * For one step the order is 1f1b's; for k * m micro-batches it is k steps
+ * without a flush, which the engine runs as one stream
+ * (core/engine-stream.c) and --simulate runs to show the steady state.
  */
-#include <pipehost/plugin.h>
+#include "order-1f1b.h"
 
 static int twobw_check(const void *config, const ph_schedule_shape *sh, ph_err *err)
 {
 	(void)config;
-	if (sh->ranks < 1 || sh->microbatches < 1)
-		return ph_fail(err, PH_EINVAL, "2bw: need at least 1 rank and 1 micro-batch (got %d ranks, %d micro-batches)",
-			       sh->ranks, sh->microbatches);
-	if (sh->ranks > 65535)
-		return ph_fail(err, PH_EINVAL, "2bw: %d ranks is more than the 65535 chunk indices an action can name",
-			       sh->ranks);
-	if (sh->chunks_per_rank != 1)
-		return ph_fail(err, PH_EINVAL, "2bw: runs one chunk per rank, not %d; set [run] chunks = 1",
-			       sh->chunks_per_rank);
-	if (sh->microbatches < sh->ranks)
+	int rc = order_1f1b_check("2bw", "set [run] chunks = 1", sh, err);
+	if (!rc && sh->microbatches < sh->ranks)
 		return ph_fail(err, PH_EINVAL, "2bw: needs micro_batches >= stages (got %d micro-batches, %d stages): "
 			       "with fewer, two weight versions cannot cover the micro-batches in flight; raise "
 			       "[run] micro_batches", sh->microbatches, sh->ranks);
-	if (sh->microbatches > 0x3fffffff)
-		return ph_fail(err, PH_EINVAL, "2bw: %d micro-batches is too many actions to list", sh->microbatches);
-	return PH_OK;
+	return rc;
 }
 
+/* 1F1B over the stream; for one step the last step's drain ends the list
+ * (the next step's forwards fill it when the engine runs a stream) */
 static int twobw_generate(const void *config, const ph_schedule_shape *sh, int rank, ph_action *out, int cap,
 			  int *n, ph_err *err)
 {
 	int rc = twobw_check(config, sh, err);
-	if (rc)
-		return rc;
-	int p = sh->ranks, m = sh->microbatches;
-	if (rank < 0 || rank >= p)
-		return ph_fail(err, PH_EINVAL, "2bw: rank %d is outside 0..%d", rank, p - 1);
-	*n = 2 * m;
-	if (cap < 2 * m)
-		return ph_fail(err, PH_EINVAL, "2bw: rank %d needs room for %d actions, got %d", rank, 2 * m, cap);
-	/* 1F1B over the stream: warm-up, one forward one backward, and the
-	 * drain of the last step listed (the next step's forwards would fill
-	 * it; --simulate shows that with several steps) */
-	int warmup = p - rank - 1;
-	int k = 0, f = 0, b = 0;
-#define EMIT(kind_, mb_) (out[k++] = (ph_action){ .kind = (kind_), .chunk = (uint16_t)rank, .mb = (mb_) })
-	while (f < warmup)
-		EMIT(PH_ACT_F, f++);
-	while (f < m) {
-		EMIT(PH_ACT_F, f++);
-		EMIT(PH_ACT_B, b++);
-	}
-	while (b < m)
-		EMIT(PH_ACT_B, b++);
-#undef EMIT
-	return PH_OK;
+	return rc ? rc : order_1f1b_list("2bw", sh, rank, out, cap, n, err);
 }
 
 static int twobw_versions(const void *config, const ph_schedule_shape *sh, int rank)
