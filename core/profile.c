@@ -445,6 +445,15 @@ static void evict_caches(void)
 	__asm__ __volatile__("" ::"r"(evict_buf) : "memory");
 }
 
+/* Measuring is done: the buffer (up to 256 MiB, written) is not training's
+ * to carry. */
+static void evict_release(void)
+{
+	free(evict_buf);
+	evict_buf = NULL;
+	evict_n = 0;
+}
+
 /* Read n floats into the caches, as the neighbour's write leaves them. */
 static void touch(const float *p, size_t n)
 {
@@ -730,6 +739,7 @@ static int costs_on(const ph_model *m, const char *cache_dir, const ph_profile_g
 			err->msg[0] = 0;
 			rc = measure_all(&pl, m, NULL, fwd_s, bwd_s, err);
 		}
+		evict_release();
 	}
 	if (rc)
 		return rc;
