@@ -428,6 +428,12 @@ void ph_eng_eval_lists_free(ph_engine *e);
 /* The host copies of the weights and optimizer state to the devices. */
 int ph_eng_upload_one(ph_engine *e, ph_err *err);
 
+/* ---- engine-replicas.c: replicas ------------------------------------- */
+
+/* The replicas' gradient sum of one process (e is replica 0), over the
+ * gradients in g (par 0) or g2 (par 1): a stream's step end. */
+int ph_eng_replicas_sum(ph_engine *e, int par, ph_err *err);
+
 /* ---- engine-group.c: replica groups ----------------------------------- */
 
 /* Every local replica's group of every stage (after the replicas exist;

@@ -132,11 +132,17 @@ static int reduce_gathered(ph_engine *e, ph_err *err)
 	return rc;
 }
 
+/* Layer l's gradient block: g, or under a stream's odd step g2. */
+static float *grad_block(const ph_engine *e, int l, int par)
+{
+	return par ? e->params[l].g2 : e->params[l].g;
+}
+
 /* The same sum with the device's ops, queued on replica 0's stream of each
  * rank: another replica's gradient is copied over (a peer copy when it is
  * on another GPU) and added; across processes NCCL adds the processes'
  * sums; then every replica gets the result back. */
-static int reduce_on_devices(ph_engine *e, ph_err *err)
+static int reduce_on_devices(ph_engine *e, int par, ph_err *err)
 {
 	int rc;
 	for (int l = 0; l < e->model->n; l++) {
@@ -148,17 +154,17 @@ static int reduce_on_devices(ph_engine *e, ph_err *err)
 		int64_t o;
 		/* the tensors every replica holds, not a sharded one's rows */
 		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &n); run++) {
-			float *g0 = e->params[l].g + o;
+			float *g0 = grad_block(e, l, par) + o;
 			size_t bytes = (size_t)n * sizeof(float);
 			for (int r = 1; r < e->nrep; r++)
-				if ((rc = e->dev->copy(rs, e->red_tmp[k], e->rep[r]->params[l].g + o, bytes, PH_COPY_D2D,
+				if ((rc = e->dev->copy(rs, e->red_tmp[k], grad_block(e->rep[r], l, par) + o, bytes, PH_COPY_D2D,
 						       err)) ||
 				    (rc = e->dev->tie_sum(rs, g0, e->red_tmp[k], n, err)))
 					return rc;
 			if (e->nccl && (rc = e->dev->nccl_sum(rs, e->nccl[k], g0, n, err)))
 				return rc;
 			for (int r = 1; r < e->nrep; r++)
-				if ((rc = e->dev->copy(rs, e->rep[r]->params[l].g + o, g0, bytes, PH_COPY_D2D, err)))
+				if ((rc = e->dev->copy(rs, grad_block(e->rep[r], l, par) + o, g0, bytes, PH_COPY_D2D, err)))
 					return rc;
 		}
 	}
@@ -194,7 +200,7 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	if (e->per_mb) /* pipedream: every backward updated already */
 		return PH_OK;
 	if (e->cfg->run.replicas > 1 &&
-	    (rc = e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, err) : reduce_on_devices(e, err)))
+	    (rc = e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, err) : reduce_on_devices(e, 0, err)))
 		return rc;
 	for (int r = 0; r < R; r++) {
 		ph_engine *q = e->rep[r];
@@ -214,6 +220,11 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 			rc = rc2;
 	}
 	return rc;
+}
+
+int ph_eng_replicas_sum(ph_engine *e, int par, ph_err *err)
+{
+	return reduce_on_devices(e, par, err);
 }
 
 int ph_engine_upload_tensors(ph_engine *e, ph_err *err)

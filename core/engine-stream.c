@@ -34,19 +34,24 @@
  * before any rank waits in UPDATE(t) for it; the lists are checked for
  * deadlock anyway, as the plan's are.
  *
+ * Replicas in one process share the counting: the last of every
+ * replica's ranks to get to STEP_DONE(t) also sums the replicas' step-t
+ * gradients first (the driver's counters, replica 0's).
+ *
  * Not built: a stream on GPUs (the ready step runs tie sums across
- * ranks' devices from one thread), with replicas (their gradient sum
- * needs every replica at the step's end) or across processes, or with a
- * split backward.  Those run one step a job, with the same arithmetic. */
+ * ranks' devices from one thread), across processes, with a split
+ * backward, or with parameters sharded over replicas.  Those run one step
+ * a job, with the same arithmetic. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine-impl.h"
 
 int ph_eng_stream_mode(ph_engine *e, ph_err *err)
 {
 	(void)err;
-	e->stream = ph_plan_streams(e->plan, e->cfg, &e->stream_why);
+	e->stream = ph_plan_streams(e->plan, e->model, e->cfg, &e->stream_why);
 	e->mcap = e->stream ? e->m * (int)e->cfg->run.window : e->m;
 	return PH_OK;
 }
@@ -229,41 +234,73 @@ static int build_lists(ph_engine *e, int k, ph_err *err)
 	return PH_OK;
 }
 
+/* The replica whose counters every replica of this process shares. */
+static ph_engine *driver(ph_engine *e)
+{
+	return e->rep0 ? e->rep0 : e;
+}
+
+static int any_abort(const ph_engine *d)
+{
+	for (int r = 0; r < d->nrep; r++)
+		if (__atomic_load_n(&d->rep[r]->abort, __ATOMIC_ACQUIRE))
+			return 1;
+	return 0;
+}
+
+static const char stopped_msg[] = "another replica's pipeline stopped";
+
 int ph_eng_stream_step_done(ph_engine *e, int rank, int s, ph_err *err)
 {
 	(void)rank;
-	int64_t t = e->step + s;
-	pthread_mutex_lock(&e->mu);
-	int last = ++e->arrived[t & 1] == e->plan->ranks;
+	ph_engine *d = driver(e);
+	const int64_t t = e->step + s;
+	const int par = (int)(t & 1);
+	pthread_mutex_lock(&d->mu);
+	int last = ++d->arrived[par] == d->plan->ranks * d->nrep;
 	if (last)
-		e->arrived[t & 1] = 0;
-	pthread_mutex_unlock(&e->mu);
+		d->arrived[par] = 0;
+	pthread_mutex_unlock(&d->mu);
 	if (!last)
 		return PH_OK;
-	/* every rank's step-t gradients are whole, and no one writes them
-	 * (step t+1's go to the other buffer) */
-	double scale;
-	int rc = ph_eng_prepare_grads(e, (int)(t & 1), &scale, err);
+	/* every rank's step-t gradients are whole, in every replica, and no
+	 * one writes them (step t+1's go to the other buffer): the step's
+	 * end, as ph_engine_train_step does it */
+	double scale = 1.0, one;
+	int rc = d->nrep > 1 ? ph_eng_replicas_sum(d, par, err) : PH_OK;
+	for (int r = 0; !rc && r < d->nrep; r++)
+		if (!(rc = ph_eng_prepare_grads(d->rep[r], par, &one, err)) && r == 0)
+			scale = one; /* (the replicas' sums are equal, so are their scales) */
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&e->mu);
-	e->clip_scales[t & 1] = scale;
-	e->prepared = t + 1;
-	pthread_cond_broadcast(&e->cv_prep);
-	pthread_mutex_unlock(&e->mu);
+	pthread_mutex_lock(&d->mu);
+	d->clip_scales[par] = scale;
+	d->prepared = t + 1;
+	pthread_cond_broadcast(&d->cv_prep);
+	pthread_mutex_unlock(&d->mu);
 	return PH_OK;
 }
 
 int ph_eng_stream_update(ph_engine *e, int rank, int s, ph_err *err)
 {
-	int64_t t = e->step + s;
-	pthread_mutex_lock(&e->mu);
-	while (e->prepared <= t && !__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE))
-		pthread_cond_wait(&e->cv_prep, &e->mu);
-	double scale = e->clip_scales[t & 1];
-	pthread_mutex_unlock(&e->mu);
-	if (e->prepared <= t)
-		return PH_EINTERNAL; /* another rank failed and said why */
+	ph_engine *d = driver(e);
+	const int64_t t = e->step + s;
+	pthread_mutex_lock(&d->mu);
+	while (d->prepared <= t && !any_abort(d)) {
+		/* a replica that fails wakes its own; look at the others
+		 * now and then */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L)
+			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+		pthread_cond_timedwait(&d->cv_prep, &d->mu, &ts);
+	}
+	int ready = d->prepared > t;
+	double scale = d->clip_scales[t & 1];
+	pthread_mutex_unlock(&d->mu);
+	if (!ready)
+		return ph_fail(err, PH_EINTERNAL, "%s", stopped_msg);
 	int rc = ph_eng_update_rank_at(e, rank, (int)(t & 1), t + 1, e->lrs[s], scale, err);
 	e->updated[rank] = t + 1;
 	return rc;
@@ -287,7 +324,7 @@ void ph_engine_print_window(const ph_engine *e, FILE *f)
 int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, const int32_t *y, const double *lr,
 			  ph_stats *st, ph_err *err)
 {
-	const size_t B = (size_t)e->mbsize * e->m * e->cfg->run.replicas; /* samples a step */
+	const size_t per = (size_t)e->mbsize * e->m, B = per * (size_t)e->cfg->run.replicas; /* samples a step */
 	if (!e->stream) {
 		for (int i = 0; i < k; i++) {
 			int rc = ph_engine_train_step(e, step + i, x + i * B * e->in_numel, y + i * B * e->tps, lr[i], &st[i],
@@ -299,38 +336,70 @@ int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, con
 	}
 	if (k < 1 || k > e->cfg->run.window)
 		return ph_fail(err, PH_EINTERNAL, "a stream of %d steps (window %lld)", k, (long long)e->cfg->run.window);
-	int rc = build_lists(e, k, err);
+	int rc = PH_OK, started = 0;
+	/* each replica's share of each step, one step after the other */
+	for (int r = 0; r < e->nrep && !rc; r++) {
+		ph_engine *q = e->rep[r];
+		if ((rc = build_lists(q, k, err)))
+			break;
+		for (int i = 0; i < k; i++) {
+			size_t from = (size_t)i * B + (size_t)q->replica * per;
+			memcpy(q->data_x + (size_t)i * per * e->in_numel, x + from * e->in_numel,
+			       per * e->in_numel * sizeof(float));
+			memcpy(q->data_y + (size_t)i * per * e->tps, y + from * e->tps, per * e->tps * sizeof(int32_t));
+		}
+		q->training = 1;
+		q->step = step;
+		q->active_mbs = k * e->m;
+		q->last_batch = e->mbsize;
+		q->lr = lr[0];
+		memcpy(q->lrs, lr, (size_t)k * sizeof *lr);
+		for (int j = 0; q->updated && j < e->plan->ranks; j++)
+			q->updated[j] = step;
+		rc = ph_eng_upload_batch(q, (size_t)k * per, err);
+	}
 	if (rc)
 		return rc;
-	memcpy(e->data_x, x, (size_t)k * B * e->in_numel * sizeof(float));
-	memcpy(e->data_y, y, (size_t)k * B * e->tps * sizeof(int32_t));
-	e->training = 1;
-	e->step = step;
-	e->active_mbs = k * e->m;
-	e->last_batch = e->mbsize;
-	e->lr = lr[0];
-	memcpy(e->lrs, lr, (size_t)k * sizeof *lr);
-	for (int r = 0; e->updated && r < e->plan->ranks; r++)
-		e->updated[r] = step;
 	e->arrived[0] = e->arrived[1] = 0;
 	e->prepared = step;
-	if ((rc = ph_eng_upload_batch(e, (size_t)k * B, err)))
+	for (; started < e->nrep; started++)
+		ph_eng_dispatch_start(e->rep[started], JOB_STREAM);
+	/* every replica's end; the first failure in replica order that is
+	 * not another's echo is the one to tell */
+	int echo = 0;
+	for (int r = 0; r < started; r++) {
+		ph_err one = { { 0 } };
+		int rc2 = ph_eng_dispatch_wait(e->rep[r], &one);
+		if (!rc2)
+			rc2 = ph_eng_gather_losses(e->rep[r], k * e->m, &one);
+		if (rc2 && (!rc || echo)) {
+			int is_echo = !strcmp(one.msg, stopped_msg);
+			if (!rc || !is_echo) {
+				rc = rc2;
+				*err = one;
+				echo = is_echo;
+			}
+		}
+	}
+	if (rc)
 		return rc;
-	ph_eng_dispatch_start(e, JOB_STREAM);
-	if ((rc = ph_eng_dispatch_wait(e, err)) || (rc = ph_eng_gather_losses(e, k * e->m, err)))
-		return rc;
-	/* each step's figures, summed in micro-batch order as one step's job
-	 * sums them */
+	/* each step's figures: per replica in micro-batch order, then over
+	 * the replicas in replica order, as ph_engine_train_step sums them */
 	for (int i = 0; i < k; i++) {
 		memset(&st[i], 0, sizeof st[i]);
-		double loss = 0, correct = 0;
-		for (int j = i * e->m; j < (i + 1) * e->m; j++) {
-			loss += e->loss_mb[j];
-			correct += e->correct_mb[j];
-			st[i].targets += (int64_t)batch_of(e, j) * e->tps;
+		for (int r = 0; r < e->nrep; r++) {
+			const ph_engine *q = e->rep[r];
+			double loss = 0, correct = 0;
+			int64_t targets = 0;
+			for (int j = i * e->m; j < (i + 1) * e->m; j++) {
+				loss += q->loss_mb[j];
+				correct += q->correct_mb[j];
+				targets += (int64_t)batch_of(q, j) * e->tps;
+			}
+			st[i].loss_sum += loss;
+			st[i].correct += correct;
+			st[i].targets += targets;
 		}
-		st[i].loss_sum = loss;
-		st[i].correct = correct;
 	}
 	return PH_OK;
 }

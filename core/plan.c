@@ -410,7 +410,7 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	int spp = ph_optim_state_per_param(&c->optim);
 	/* a stream's delayed update keeps a second gradient buffer */
 	const char *why;
-	int stream_grads = ph_plan_streams(p, c, &why) && (ph_schedule_flags(c->schedule) & PH_SCHED_DELAYED_UPDATE);
+	int stream_grads = ph_plan_streams(p, m, c, &why) && (ph_schedule_flags(c->schedule) & PH_SCHED_DELAYED_UPDATE);
 	fprintf(f, "plan: %d layers, %d rank(s) x %d chunk(s), %d micro-batches of %d, schedule %s, partitioner %s\n",
 		m->n, p->ranks, p->v, p->m, m->max_batch, c->schedule->head.name, c->partitioner->head.name);
 	int span = c->comm.size > 1 ? ph_config_split(c) : 1;
@@ -467,22 +467,25 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	}
 }
 
-int ph_plan_streams(const ph_plan *p, const ph_config *c, const char **why)
+int ph_plan_streams(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why)
 {
 	uint32_t fl = ph_schedule_flags(c->schedule);
 	int split = 0;
 	*why = NULL;
 	if (!(fl & PH_SCHED_NO_FLUSH) || !(fl & (PH_SCHED_DELAYED_UPDATE | PH_SCHED_UPDATE_PER_MB)))
 		return 0;
+	uint32_t shards = 0;
 	for (int r = 0; r < p->ranks; r++)
 		for (int k = 0; k < p->nops[r]; k++)
 			split |= p->ops[r][k].kind == PH_OP_I;
+	for (int l = 0; l < m->n; l++)
+		shards |= m->layers[l].meta.sharded_params;
 	*why = c->run.window < 2   ? "[run] window = 1"
 	       : c->place.cuda	   ? "the stream is built for the CPU only"
-	       : c->run.replicas > 1 ? "replicas > 1 (their gradient sum waits for every replica's step)"
 	       : c->comm.size > 1  ? "mpirun (the stream runs in one process)"
 	       : p->v != 1 || split ? "chunks or a split backward"
-				    : NULL;
+	       : shards && c->run.replicas > 1 ? "parameters sharded over replicas (their clip norm is not in the stream)"
+					       : NULL;
 	if (*why)
 		return 0;
 	/* a whole window's lists keep no more micro-batches in flight than

@@ -71,10 +71,10 @@ double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_co
 int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err);
 
 /* Will the engine run this plan's steps as streams of [run] window steps
- * (a no-flush schedule on the CPU, one pipeline, one process, a window's
- * lists within one step's slots)?  When not, and the schedule is a
+ * (a no-flush schedule on the CPU in one process, replicas without
+ * sharded parameters, a window's lists within one step's slots)?  When not, and the schedule is a
  * no-flush one, *why says what stops it. */
-int ph_plan_streams(const ph_plan *p, const ph_config *c, const char **why);
+int ph_plan_streams(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why);
 
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c);
 void ph_plan_free(ph_plan *p);

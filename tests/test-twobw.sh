@@ -86,11 +86,13 @@ cmp -s "$tmp/ref.st" "$tmp/rc.st" && ok "recompute = yes: byte-identical" || not
 # By default up to [run] window = 16 steps run as one stream: step t+1's
 # forwards run during step t's backwards, and each rank's delayed update
 # sits in its own list (core/engine-stream.c).  window = 1 drains every
-# step.  The arithmetic is the same, so the bytes must be.
+# step.  The arithmetic is the same, so the bytes must be; with replicas
+# too (the last of every replica's ranks sums their gradients).
 ph --set run.steps=2 >"$tmp/out" 2>&1
 grep -q '^2bw: up to 16 steps run as one stream' "$tmp/out" && ok "the default runs a stream: $(grep '^2bw:' "$tmp/out")" ||
 	not_ok "no stream: $(cat "$tmp/out")"
-for case in "tiny 2" "tiny 4 --set run.recompute=except_last" "tied3 3" "tied3 2" "tiny-lm 2"; do
+for case in "tiny 2" "tiny 4 --set run.recompute=except_last" "tied3 3" "tied3 2" "tiny-lm 2" \
+	"tiny 2 --set run.replicas=2 --set run.batch=64" "tiny-lm 2 --set run.replicas=2 --set run.batch=16"; do
 	# shellcheck disable=SC2086
 	set -- $case
 	f=$1 p=$2
