@@ -26,8 +26,15 @@ key the INI leaves out takes pipehost's default).
 --delayed is PipeDream-2BW's delayed update: each step's gradient is taken at
 the previous weights, W(t+1) = W(t) - lr * AdamW(clip(grad f(W(t-1)))), W(-1) = W(0).
 
+--optimizer muon: Muon (Keller Jordan's reference) on every 2-D weight matrix
+inside the blocks (qkv, proj, fc, fc_proj): B = mu*B + G, U = G + mu*B
+(Nesterov, mu 0.95), X = 5 quintic Newton-Schulz steps on U/(|U|_F + 1e-7),
+W -= lr_m * wd * W, W -= lr_m * X * max(1, rows/cols)**0.5; lr_m has the
+INI's schedule scaled to peak --muon-lr.  Everything else keeps AdamW.
+
     python3 bench/gpt_fortunes_torch.py [--ini etc/gpt-fortunes.ini]
         [--threads N] [--steps N] [--micro-batches M] [--delayed] [--log-every N]
+        [--optimizer adamw|muon] [--muon-lr 0.02]
 
 The last line: "RESULT job=gpt-fortunes val_loss=1.8419 steps=1194
 train_s=... wall_s=... threads=2 torch=2.x".
@@ -71,6 +78,44 @@ def read_corpus(path):
     return bytes(out)
 
 
+def newton_schulz5(G, steps=5, eps=1e-7):
+    """Keller Jordan's quintic Newton-Schulz orthogonalisation (in float32 here)."""
+    a, b, c = (3.4445, -4.7750, 2.0315)
+    X = G / (G.norm() + eps)
+    tr = G.size(0) > G.size(1)
+    if tr:
+        X = X.T
+    for _ in range(steps):
+        A = X @ X.T
+        Bm = b * A + c * A @ A
+        X = a * X + Bm @ X
+    return X.T if tr else X
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon with Nesterov momentum and decoupled weight decay (2-D weights only)."""
+
+    def __init__(self, params, lr=0.02, momentum=0.95, weight_decay=0.0, ns_steps=5):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, ns_steps=ns_steps))
+
+    @torch.no_grad()
+    def step(self):
+        for g in self.param_groups:
+            lr, mu, wd = g["lr"], g["momentum"], g["weight_decay"]
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                st = self.state[p]
+                if "buf" not in st:
+                    st["buf"] = torch.zeros_like(p)
+                buf = st["buf"]
+                buf.mul_(mu).add_(p.grad)
+                u = p.grad.add(buf, alpha=mu)
+                x = newton_schulz5(u, g["ns_steps"])
+                p.mul_(1.0 - lr * wd)
+                p.add_(x, alpha=-lr * max(1.0, p.size(0) / p.size(1)) ** 0.5)
+
+
 def sequences(buf, a, b, T):
     n = (b - a - 1) // T if b - a > T else 0
     t = torch.frombuffer(bytearray(buf[a:a + n * T + 1]), dtype=torch.uint8).long()
@@ -86,6 +131,9 @@ def main():
     ap.add_argument("--micro-batches", type=int, default=1, help="gradient accumulation over this many passes")
     ap.add_argument("--delayed", action="store_true",
                     help="PipeDream-2BW: gradient at W(t-1), applied to W(t) (W(-1) = W(0))")
+    ap.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+                    help="muon: Muon on the blocks' 2-D weights, AdamW on the rest")
+    ap.add_argument("--muon-lr", type=float, default=0.02, help="Muon's peak learning rate (the INI's schedule)")
     ap.add_argument("--log-every", type=int, default=100, help="print the training loss every N steps")
     ap.add_argument("--eval-batch", type=int, default=64)
     ap.add_argument("--seed", type=int, default=-1, help="default: the INI's [run] seed")
@@ -138,9 +186,20 @@ def main():
             nn.init.zeros_(mod.bias)
     # pipehost's no-decay set: biases and layernorm gains (gpt_cpu_torch.optimizer's rule)
     nd = [p for nm, p in model.named_parameters() if nm.endswith("bias") or ".ln" in nm or nm.startswith("lnf")]
-    dec = [p for p in model.parameters() if not any(p is q for q in nd)]
+    # --optimizer muon: the blocks' matrices (blocks.N.{qkv,proj,fc,fc_proj}.weight)
+    mu_named = [(nm, p) for nm, p in model.named_parameters()
+                if args.optimizer == "muon" and nm.startswith("blocks.") and p.dim() == 2]
+    mu = [p for _, p in mu_named]
+    dec = [p for p in model.parameters() if not any(p is q for q in nd) and not any(p is q for q in mu)]
     opt = torch.optim.AdamW([{"params": dec, "weight_decay": wd}, {"params": nd, "weight_decay": 0.0}],
                             lr=lr, betas=(b1, b2), eps=eps)
+    muon = Muon(mu, lr=args.muon_lr, momentum=0.95, weight_decay=wd) if mu else None
+    if muon is not None:
+        cnt = lambda ps: "%d tensors / %d values" % (len(ps), sum(p.numel() for p in ps))  # noqa: E731
+        print("optimizer groups: muon %s (%s); adamw decay %s; adamw no-decay %s"
+              % (cnt(mu), ", ".join(sorted({nm.split(".", 2)[2] for nm, _ in mu_named})), cnt(dec), cnt(nd)),
+              flush=True)
+    assert sum(p.numel() for p in dec + nd + mu) == sum(p.numel() for p in model.parameters())
     params = list(model.parameters())
     gen = torch.Generator().manual_seed(seed)
     mb = B // m
@@ -169,7 +228,12 @@ def main():
         x, y = xtr[idx], ytr[idx]
         for g in opt.param_groups:
             g["lr"] = lr_at(s, lr, warmup, min_lr, total, cosine)
+        if muon is not None:  # the same shape, peak --muon-lr
+            for g in muon.param_groups:
+                g["lr"] = lr_at(s, lr, warmup, min_lr, total, cosine) * args.muon_lr / lr
         opt.zero_grad(set_to_none=True)
+        if muon is not None:
+            muon.zero_grad(set_to_none=True)
         lsum = 0.0
         if prev is not None:  # run at W(t-1): swap it in (the tied head shares tokens.weight)
             cur = [p.data for p in params]
@@ -186,6 +250,8 @@ def main():
                 p.data = w
             prev = [w.clone() for w in cur]
         opt.step()
+        if muon is not None:
+            muon.step()
         last = s + 1 == total
         if (s + 1) % args.log_every == 0 or last:
             print("step %d/%d loss %.4f lr %.3g" % (s + 1, total, lsum, opt.param_groups[0]["lr"]), flush=True)
@@ -195,8 +261,9 @@ def main():
                   % (epoch + 1, vloss, vloss / 0.6931471805599453, len(xva)), flush=True)
     train_s = time.time() - t0
     print("RESULT job=gpt-fortunes val_loss=%.4f steps=%d train_s=%.1f wall_s=%.1f threads=%d micro_batches=%d "
-          "delayed=%d torch=%s" % (vloss, total, train_s, time.time() - T_START, torch.get_num_threads(), m,
-                                   int(args.delayed), torch.__version__))
+          "delayed=%d optimizer=%s%s torch=%s" % (vloss, total, train_s, time.time() - T_START, torch.get_num_threads(), m,
+                                   int(args.delayed), args.optimizer,
+                                   " muon_lr=%g" % args.muon_lr if muon is not None else "", torch.__version__))
 
 
 if __name__ == "__main__":
