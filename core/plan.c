@@ -485,6 +485,7 @@ int ph_plan_streams(const ph_plan *p, const ph_model *m, const ph_config *c, con
 	       : c->comm.size > 1  ? "mpirun (the stream runs in one process)"
 	       : p->v != 1 || split ? "chunks or a split backward"
 	       : shards && c->run.replicas > 1 ? "parameters sharded over replicas (their clip norm is not in the stream)"
+	       : (int64_t)p->m * c->run.window > (1 << 20) ? "micro_batches x window is over 1048576; lower [run] window"
 					       : NULL;
 	if (*why)
 		return 0;
