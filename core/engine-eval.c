@@ -125,7 +125,7 @@ static int eval_all_replicas(ph_engine *e, int64_t n, ph_err *err)
 			chunk_t *ch = &q->chunks[c];
 			for (int s = 0; s < ch->nslots; s++)
 				ch->slots[s].mb = -1;
-			for (int mb = 0; ch->mb_slot && mb < q->m; mb++)
+			for (int mb = 0; ch->mb_slot && mb < q->mcap; mb++)
 				ch->mb_slot[mb] = -1;
 		}
 	}
@@ -168,7 +168,7 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 			chunk_t *ch = &e->chunks[c];
 			for (int s = 0; s < ch->nslots; s++)
 				ch->slots[s].mb = -1;
-			for (int mb = 0; ch->mb_slot && mb < e->m; mb++)
+			for (int mb = 0; ch->mb_slot && mb < e->mcap; mb++)
 				ch->mb_slot[mb] = -1;
 		}
 		if (!rc)
