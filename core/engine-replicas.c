@@ -61,6 +61,12 @@ out:
 	return rc;
 }
 
+/* Layer l's gradient block: g, or under a stream's odd step g2. */
+static float *grad_block(const ph_engine *e, int l, int par)
+{
+	return par ? e->params[l].g2 : e->params[l].g;
+}
+
 static int64_t largest_layer(const ph_engine *e)
 {
 	int64_t n = 0;
@@ -73,7 +79,7 @@ static int64_t largest_layer(const ph_engine *e)
 /* Across processes in host memory: g = g_0 + g_1 + ... + g_{R-1}, element
  * by element over every replica of every process, into every replica of
  * this process. */
-static int reduce_gathered(ph_engine *e, ph_err *err)
+static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 {
 	const ph_comm *cm = &e->cfg->comm;
 	int R = e->nrep, total = (int)e->cfg->run.replicas, from = R * cm->size;
@@ -100,10 +106,10 @@ static int reduce_gathered(ph_engine *e, ph_err *err)
 			continue;
 		if (cm->size == 1) {
 			for (int r = 0; r < R; r++)
-				src[r] = e->rep[r]->params[l].g;
+				src[r] = grad_block(e->rep[r], l, par);
 		} else {
 			for (int r = 0; r < R; r++)
-				memcpy(pack + (size_t)r * n, e->rep[r]->params[l].g, n * sizeof(float));
+				memcpy(pack + (size_t)r * n, grad_block(e->rep[r], l, par), n * sizeof(float));
 			if ((rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
 				break;
 			/* whole pipelines: process-major is replica order; split
@@ -116,7 +122,7 @@ static int reduce_gathered(ph_engine *e, ph_err *err)
 		 * one replica's own (engine-shard.c) */
 		int64_t o, k;
 		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &k); run++) {
-			float *dst = e->params[l].g + o;
+			float *dst = grad_block(e, l, par) + o;
 			if (dst != src[0] + o)
 				memcpy(dst, src[0] + o, (size_t)k * sizeof(float));
 			for (int r = 1; r < total; r++) {
@@ -125,17 +131,11 @@ static int reduce_gathered(ph_engine *e, ph_err *err)
 					dst[i] = dst[i] + g[i];
 			}
 			for (int r = 1; r < R; r++)
-				memcpy(e->rep[r]->params[l].g + o, dst, (size_t)k * sizeof(float));
+				memcpy(grad_block(e->rep[r], l, par) + o, dst, (size_t)k * sizeof(float));
 		}
 	}
 	free(src);
 	return rc;
-}
-
-/* Layer l's gradient block: g, or under a stream's odd step g2. */
-static float *grad_block(const ph_engine *e, int l, int par)
-{
-	return par ? e->params[l].g2 : e->params[l].g;
 }
 
 /* The same sum with the device's ops, queued on replica 0's stream of each
@@ -200,7 +200,7 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 	if (e->per_mb) /* pipedream: every backward updated already */
 		return PH_OK;
 	if (e->cfg->run.replicas > 1 &&
-	    (rc = e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, err) : reduce_on_devices(e, 0, err)))
+	    (rc = e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, 0, err) : reduce_on_devices(e, 0, err)))
 		return rc;
 	for (int r = 0; r < R; r++) {
 		ph_engine *q = e->rep[r];
@@ -224,7 +224,8 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 
 int ph_eng_replicas_sum(ph_engine *e, int par, ph_err *err)
 {
-	return reduce_on_devices(e, par, err);
+	return e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, par, err)
+							     : reduce_on_devices(e, par, err);
 }
 
 int ph_engine_upload_tensors(ph_engine *e, ph_err *err)

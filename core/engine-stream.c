@@ -38,9 +38,13 @@
  * replica's ranks to get to STEP_DONE(t) also sums the replicas' step-t
  * gradients first (the driver's counters, replica 0's).
  *
+ * Under mpirun with whole pipelines per process, that thread sums every
+ * process's gradients too (an allgather from a worker: MPI gives
+ * MPI_THREAD_MULTIPLE there), once a step, in step order in every process.
+ *
  * Not built: a stream on GPUs (the ready step runs tie sums across
- * ranks' devices from one thread), across processes, with a split
- * backward, or with parameters sharded over replicas.  Those run one step
+ * ranks' devices from one thread), a pipeline split over processes, a
+ * split backward, or parameters sharded over replicas.  Those run one step
  * a job, with the same arithmetic. */
 #include <stdlib.h>
 #include <string.h>
@@ -267,7 +271,7 @@ int ph_eng_stream_step_done(ph_engine *e, int rank, int s, ph_err *err)
 	 * one writes them (step t+1's go to the other buffer): the step's
 	 * end, as ph_engine_train_step does it */
 	double scale = 1.0, one;
-	int rc = d->nrep > 1 ? ph_eng_replicas_sum(d, par, err) : PH_OK;
+	int rc = d->cfg->run.replicas > 1 ? ph_eng_replicas_sum(d, par, err) : PH_OK;
 	for (int r = 0; !rc && r < d->nrep; r++)
 		if (!(rc = ph_eng_prepare_grads(d->rep[r], par, &one, err)) && r == 0)
 			scale = one; /* (the replicas' sums are equal, so are their scales) */
@@ -384,22 +388,41 @@ int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, con
 	if (rc)
 		return rc;
 	/* each step's figures: per replica in micro-batch order, then over
-	 * the replicas in replica order, as ph_engine_train_step sums them */
-	for (int i = 0; i < k; i++) {
-		memset(&st[i], 0, sizeof st[i]);
-		for (int r = 0; r < e->nrep; r++) {
-			const ph_engine *q = e->rep[r];
-			double loss = 0, correct = 0;
-			int64_t targets = 0;
-			for (int j = i * e->m; j < (i + 1) * e->m; j++) {
-				loss += q->loss_mb[j];
-				correct += q->correct_mb[j];
-				targets += (int64_t)batch_of(q, j) * e->tps;
-			}
-			st[i].loss_sum += loss;
-			st[i].correct += correct;
-			st[i].targets += targets;
-		}
+	 * every replica of every process in replica order, as
+	 * ph_engine_train_step sums them (process-major is replica order) */
+	const ph_comm *cm = &e->cfg->comm;
+	const int R = e->nrep, total = R * cm->size;
+	double *mine = calloc((size_t)k * R * 3, sizeof *mine), *all = calloc((size_t)k * total * 3, sizeof *all);
+	if (!mine || !all) {
+		free(mine);
+		free(all);
+		return ph_fail(err, PH_ENOMEM, "out of memory");
 	}
-	return PH_OK;
+	for (int i = 0; i < k; i++)
+		for (int r = 0; r < R; r++) {
+			const ph_engine *q = e->rep[r];
+			double *v = mine + ((size_t)i * R + r) * 3;
+			for (int j = i * e->m; j < (i + 1) * e->m; j++) {
+				v[0] += q->loss_mb[j];
+				v[1] += q->correct_mb[j];
+				v[2] += (double)batch_of(q, j) * e->tps;
+			}
+		}
+	if (cm->size > 1)
+		rc = cm->ops->allgather(mine, all, (size_t)k * R * 3 * sizeof *mine, err);
+	else
+		memcpy(all, mine, (size_t)k * R * 3 * sizeof *mine);
+	for (int i = 0; !rc && i < k; i++) {
+		memset(&st[i], 0, sizeof st[i]);
+		for (int p = 0; p < cm->size; p++)
+			for (int r = 0; r < R; r++) {
+				const double *v = all + (((size_t)p * k + i) * R + r) * 3;
+				st[i].loss_sum += v[0];
+				st[i].correct += v[1];
+				st[i].targets += (int64_t)v[2];
+			}
+	}
+	free(mine);
+	free(all);
+	return rc;
 }

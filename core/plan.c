@@ -482,7 +482,8 @@ int ph_plan_streams(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		shards |= m->layers[l].meta.sharded_params;
 	*why = c->run.window < 2   ? "[run] window = 1"
 	       : c->place.cuda	   ? "the stream is built for the CPU only"
-	       : c->comm.size > 1  ? "mpirun (the stream runs in one process)"
+	       : c->comm.size > 1 && ph_config_split(c) > 1 ? "a pipeline split over processes"
+	       : c->comm.size > 1 && !c->comm.threads ? "this MPI has no MPI_THREAD_MULTIPLE"
 	       : p->v != 1 || split ? "chunks or a split backward"
 	       : shards && c->run.replicas > 1 ? "parameters sharded over replicas (their clip norm is not in the stream)"
 	       : (int64_t)p->m * c->run.window > (1 << 20) ? "micro_batches x window is over 1048576; lower [run] window"

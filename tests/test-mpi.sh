@@ -48,6 +48,21 @@ else
 	not_ok "mpirun -np 2, 4 replicas: differs or failed: $(tail -3 "$tmp/m4.err")"
 fi
 
+# 2bw's stream under mpirun (whole pipelines per process): each process's
+# last rank to finish a step sums every process's gradients from its
+# worker thread; the bytes are those of the replicas in one process, and
+# of a drain every step
+lm="$fixtures/tiny-lm.ini"
+"$PIPEHOST" -c "$lm" --set schedule.type=2bw --set run.replicas=4 --set run.batch=16 --set run.window=1 \
+	--save-weights "$tmp/b4.st" >/dev/null 2>&1
+if mp 2 "$PIPEHOST" -c "$lm" --set schedule.type=2bw --set run.replicas=4 --set run.batch=16 \
+	--save-weights "$tmp/mb4.st" >"$tmp/mb4.out" 2>"$tmp/mb4.err" && grep -q '^2bw: up to 16 steps run as one stream' "$tmp/mb4.out" &&
+	cmp -s "$tmp/b4.st" "$tmp/mb4.st"; then
+	ok "mpirun -np 2, 2bw on 4 replicas (tie, clip): the stream's bytes = 4 replicas in one process, drained every step"
+else
+	not_ok "mpirun -np 2, 2bw stream: differs or failed: $(grep '^2bw:' "$tmp/mb4.out") $(tail -3 "$tmp/mb4.err")"
+fi
+
 # checkpoints: written once, by process 0; a resumed mpirun continues exactly
 ck="$tmp/ck"
 if mp 2 "$PIPEHOST" -c "$tiny" --set checkpoint.dir="$ck" --set checkpoint.every=10 --set checkpoint.keep=0 \
