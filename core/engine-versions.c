@@ -28,9 +28,11 @@
  * micro-batch n was the last to read.  The ring goes into checkpoints as
  * LAYER.PARAM.stashK (slot K).
  *
- * The engine still ends each step with every rank idle (the update job is
- * a barrier); the versions make the arithmetic that of a pipeline that
- * never drains, so an engine that overlaps steps would give the same bits. */
+ * Neither rule depends on when a rank runs what, so the engine runs these
+ * schedules' steps as one stream (engine-stream.c) with the bits of a
+ * drain every step.  Under the stream a micro-batch of step t reads W(t-1)
+ * from w until its rank's update of step t-1 ran, from v after it
+ * (compute_params), and odd steps' gradients go to g2. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -429,10 +429,12 @@ typedef struct {
 /* Flags in ph_schedule_ops.flags (ABI 1.5). */
 enum {
 	/* The order is meant to run across steps without a flush: step t+1's
-	 * first forwards overlap step t's last backwards.  --simulate runs
-	 * the order over several steps' micro-batches as one stream and
-	 * reports the steady state.  generate() must give, for m' = k * m
-	 * micro-batches, the order of k consecutive steps. */
+	 * first forwards overlap step t's last backwards.  The engine runs
+	 * the order over several steps' micro-batches as one stream ([run]
+	 * window), and --simulate reports its steady state.  generate() must
+	 * give, for m' = k * m micro-batches, the order of k consecutive
+	 * steps; under a delayed update each rank's backwards of step t must
+	 * come before its first op of step t+2 (the engine checks). */
 	PH_SCHED_NO_FLUSH = 1u << 0,
 	/* Delayed update (PipeDream-2BW): every micro-batch of step t runs its
 	 * forward and backward on W(t-1), and the update is W(t+1) = W(t) -
