@@ -107,13 +107,6 @@ void ph_eng_stream_free(ph_engine *e)
 	}
 }
 
-/* Does op o belong to a micro-batch of step s or later (k-step stream of
- * m a step)? */
-static int from_step(const ph_op *o, int m, int s)
-{
-	return o->kind <= PH_OP_SEND_GRAD && o->mb >= s * m;
-}
-
 /* Rank r's list of the stream with its delayed updates: STEP_DONE(s)
  * after the last backward of step s and the sends right after it,
  * UPDATE(s) before the first op of step s+2 (or at the end). */
@@ -126,38 +119,46 @@ static int add_updates(const ph_engine *e, int r, const ph_op *in, int n, int k,
 		free(upd_at);
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	}
-	for (int s = 0; s < k; s++) {
-		done_at[s] = -1;
-		upd_at[s] = n;
-		for (int i = 0; i < n; i++)
-			if (in[i].kind == PH_OP_B && in[i].mb / m == s)
-				done_at[s] = i;
+	/* one pass: the last backward of each step, the first op of each */
+	for (int s = 0; s < k; s++)
+		done_at[s] = -1, upd_at[s] = n;
+	for (int i = 0; i < n; i++) {
+		if (in[i].kind > PH_OP_SEND_GRAD)
+			continue;
+		int s = in[i].mb / m;
+		if (in[i].kind == PH_OP_B)
+			done_at[s] = i;
+		if (s >= 2 && upd_at[s - 2] == n)
+			upd_at[s - 2] = i; /* (first op of step s, for now) */
+	}
+	/* UPDATE(s) before the first op of any later step than s + 1 */
+	for (int s = k - 2; s >= 0; s--)
+		if (s + 1 < k && upd_at[s + 1] < upd_at[s])
+			upd_at[s] = upd_at[s + 1];
+	for (int s = 0; s < k; s++)
 		while (done_at[s] >= 0 && done_at[s] + 1 < n &&
 		       (in[done_at[s] + 1].kind == PH_OP_SEND_GRAD || in[done_at[s] + 1].kind == PH_OP_SEND_ACT))
 			done_at[s]++;
-		for (int i = 0; i < n; i++)
-			if (from_step(&in[i], m, s + 2)) {
-				upd_at[s] = i;
-				break;
-			}
-	}
 	int rc = PH_OK, j = 0;
 	for (int s = 0; s < k && !rc; s++)
 		if (done_at[s] < 0 || done_at[s] >= upd_at[s])
 			rc = ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d of a %d-step stream has %s of step %d before its "
 				     "last backward; a delayed update needs 1F1B's order", e->cfg->schedule->head.name, r, k,
 				     done_at[s] < 0 ? "no backward" : "an op", s + 2);
-	for (int i = 0; !rc && i <= n; i++) {
-		for (int s = 0; s < k; s++)
-			if (upd_at[s] == i)
-				out[j++] = (ph_op){ .kind = PH_OP_UPDATE, .chunk = r, .mb = s };
+	/* both positions grow with s (backwards in order, and upd_at is a
+	 * suffix minimum), so one walk places them */
+	for (int i = 0, su = 0, sd = 0; !rc && i <= n; i++) {
+		for (; su < k && upd_at[su] == i; su++)
+			out[j++] = (ph_op){ .kind = PH_OP_UPDATE, .chunk = r, .mb = su };
 		if (i == n)
 			break;
 		out[j++] = in[i];
-		for (int s = 0; s < k; s++)
-			if (done_at[s] == i)
-				out[j++] = (ph_op){ .kind = PH_OP_STEP_DONE, .chunk = r, .mb = s };
+		for (; sd < k && done_at[sd] == i; sd++)
+			out[j++] = (ph_op){ .kind = PH_OP_STEP_DONE, .chunk = r, .mb = sd };
 	}
+	if (!rc && j != n + 2 * k)
+		rc = ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d's %d-step stream placed %d of its %d update ops",
+			     e->cfg->schedule->head.name, r, k, j - n, 2 * k);
 	*nout = j;
 	free(done_at);
 	free(upd_at);
