@@ -21,8 +21,10 @@
 #endif
 
 /* The workers' point-to-point messages (a pipeline split over processes)
- * travel on a copy of MPI_COMM_WORLD, apart from the main thread's
- * collectives. */
+ * travel on a copy of MPI_COMM_WORLD, apart from the collectives: the main
+ * thread's, and during a stream of steps (core/engine-stream.c) the
+ * gradient sum that one worker at a time runs while the main thread
+ * waits; never two at once in a process. */
 static MPI_Comm links = MPI_COMM_NULL;
 
 /* One line for a failed MPI call: what failed and MPI's words for it. */
