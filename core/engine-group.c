@@ -142,12 +142,7 @@ static int barrier(stage_t *sh, ph_err *err)
 			cpu_relax();
 		pthread_mutex_lock(&sh->mu);
 		while (sh->gen == gen) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 20 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000L)
-				ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-			pthread_cond_timedwait(&sh->cv, &sh->mu, &ts);
+			ph_eng_wait_ms(&sh->cv, &sh->mu, 20);
 			if (sh->gen == gen && any_abort(sh)) {
 				rc = stopped(err);
 				break;

@@ -61,6 +61,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "device.h"
 #include "engine-layout.h"
@@ -252,6 +253,19 @@ struct worker {
 	int rank;
 };
 
+/* Wait on cv (mu held) for at most ms milliseconds: for a waiter that
+ * must also look at flags nobody signals it for (another replica's
+ * abort). */
+static inline void ph_eng_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000L)
+		ts.tv_sec += ts.tv_nsec / 1000000000L, ts.tv_nsec %= 1000000000L;
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
 /* ---- Where things run: short questions every file asks ---------------- */
 
 /* Samples in micro-batch mb of the current job. */
@@ -430,8 +444,9 @@ int ph_eng_upload_one(ph_engine *e, ph_err *err);
 
 /* ---- engine-replicas.c: replicas ------------------------------------- */
 
-/* The replicas' gradient sum of one process (e is replica 0), over the
- * gradients in g (par 0) or g2 (par 1): a stream's step end. */
+/* The replicas' gradient sum (e is replica 0; across processes too), over
+ * the gradients in g (par 0) or g2 (par 1): the step's end, a stream's
+ * and ph_engine_train_step's. */
 int ph_eng_replicas_sum(ph_engine *e, int par, ph_err *err);
 
 /* ---- engine-group.c: replica groups ----------------------------------- */
@@ -497,12 +512,23 @@ static inline float *const *compute_params(const ph_engine *e, int l, int mb)
 	return P->fw;
 }
 
+/* Layer l's gradients in g (par 0) or in a stream's g2 (par 1): the
+ * block, and each tensor's pointer. */
+static inline float *grad_block(const ph_engine *e, int l, int par)
+{
+	return par ? e->params[l].g2 : e->params[l].g;
+}
+
+static inline float *const *grad_tensors(const ph_engine *e, int l, int par)
+{
+	return par ? e->params[l].pg2 : e->params[l].pg;
+}
+
 /* Where a layer's backward adds micro-batch mb's gradient: under a
  * stream with a delayed update, g for even steps and g2 for odd ones. */
 static inline float *const *grad_params(const ph_engine *e, int l, int mb)
 {
-	const lparams_t *P = &e->params[l];
-	return P->g2 && (mb_step(e, mb) & 1) ? P->pg2 : P->pg;
+	return grad_tensors(e, l, e->params[l].g2 && (mb_step(e, mb) & 1));
 }
 
 /* The versions the schedule declares (after the parameters are made);
@@ -527,7 +553,7 @@ void ph_eng_versions_copy(ph_engine *dst, const ph_engine *src);
 
 /* Does this engine run a no-flush schedule's steps as one stream?  Sets
  * e->stream and e->mcap (before the per-micro-batch arrays are made). */
-int ph_eng_stream_mode(ph_engine *e, ph_err *err);
+void ph_eng_stream_mode(ph_engine *e);
 /* Its arrays (after the parameters and versions); and their end. */
 int ph_eng_stream_alloc(ph_engine *e, ph_err *err);
 void ph_eng_stream_free(ph_engine *e);

@@ -61,12 +61,6 @@ out:
 	return rc;
 }
 
-/* Layer l's gradient block: g, or under a stream's odd step g2. */
-static float *grad_block(const ph_engine *e, int l, int par)
-{
-	return par ? e->params[l].g2 : e->params[l].g;
-}
-
 static int64_t largest_layer(const ph_engine *e)
 {
 	int64_t n = 0;
@@ -199,8 +193,7 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 		return rc;
 	if (e->per_mb) /* pipedream: every backward updated already */
 		return PH_OK;
-	if (e->cfg->run.replicas > 1 &&
-	    (rc = e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, 0, err) : reduce_on_devices(e, 0, err)))
+	if (e->cfg->run.replicas > 1 && (rc = ph_eng_replicas_sum(e, 0, err)))
 		return rc;
 	for (int r = 0; r < R; r++) {
 		ph_engine *q = e->rep[r];

@@ -48,16 +48,13 @@
  * a job, with the same arithmetic. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "engine-impl.h"
 
-int ph_eng_stream_mode(ph_engine *e, ph_err *err)
+void ph_eng_stream_mode(ph_engine *e)
 {
-	(void)err;
 	e->stream = ph_plan_streams(e->plan, e->model, e->cfg, &e->stream_why);
 	e->mcap = e->stream ? e->m * (int)e->cfg->run.window : e->m;
-	return PH_OK;
 }
 
 int ph_eng_stream_alloc(ph_engine *e, ph_err *err)
@@ -291,16 +288,9 @@ int ph_eng_stream_update(ph_engine *e, int rank, int s, ph_err *err)
 	ph_engine *d = driver(e);
 	const int64_t t = e->step + s;
 	pthread_mutex_lock(&d->mu);
-	while (d->prepared <= t && !any_abort(d)) {
-		/* a replica that fails wakes its own; look at the others
-		 * now and then */
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000L)
-			ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-		pthread_cond_timedwait(&d->cv_prep, &d->mu, &ts);
-	}
+	/* a replica that fails wakes its own; look at the others now and then */
+	while (d->prepared <= t && !any_abort(d))
+		ph_eng_wait_ms(&d->cv_prep, &d->mu, 20);
 	int ready = d->prepared > t;
 	double scale = d->clip_scales[t & 1];
 	pthread_mutex_unlock(&d->mu);

@@ -19,12 +19,6 @@ int ph_eng_step_end_batched(const ph_engine *e)
 	return e->dev->optim_update_many && e->dev->sumsq_many && !(v && !strcmp(v, "0"));
 }
 
-/* The gradients of layer l in g (par 0) or g2 (par 1). */
-static float *const *grads(const ph_engine *e, int l, int par)
-{
-	return par ? e->params[l].pg2 : e->params[l].pg;
-}
-
 /* A rank's optimizer step: its tensors in one launch, or one call each
  * when the step's end is not batched (ph_eng_step_end_batched).  The
  * update leaves the gradients zeroed for the next step. */
@@ -60,7 +54,7 @@ int ph_eng_update_rank_at(ph_engine *e, int rank, int par, int64_t t, double lr,
 			for (int p = 0; p < L->meta.nparams; p++, k++) {
 				n[k] = ph_param_local_numel(L, p);
 				w[k] = P->pw[p];
-				g[k] = grads(e, l, par)[p];
+				g[k] = grad_tensors(e, l, par)[p];
 				s[k] = P->s + off * spp;
 				decay[k] = !L->meta.params[p].no_decay;
 				off += n[k];
@@ -146,7 +140,7 @@ static int sumsq_many_rank(ph_engine *e, int r, int par, int *used, ph_err *err)
 		if (layer_rank(e, l) == r)
 			for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
 				if (!tied_copy(e->model, l, q)) {
-					g[k] = grads(e, l, par)[q];
+					g[k] = grad_tensors(e, l, par)[q];
 					n[k++] = ph_param_local_numel(&e->model->layers[l], q);
 				}
 	if (!rc)
@@ -181,7 +175,7 @@ static int sumsq_batched(ph_engine *e, int par, double *total, ph_err *err)
 			const int r = layer_rank(e, l);
 			for (int q = 0; q < L->meta.nparams && !rc; q++)
 				if (!tied_copy(e->model, l, q))
-					rc = e->dev->sumsq_to(e->rs[r], grads(e, l, par)[q],
+					rc = e->dev->sumsq_to(e->rs[r], grad_tensors(e, l, par)[q],
 							      ph_param_local_numel(L, q), &e->ss_dev[r][used[r]++], err);
 		}
 	}
@@ -221,7 +215,7 @@ static int sumsq_each(ph_engine *e, int par, double *total, ph_err *err)
 			int rc;
 			if (tied_copy(e->model, l, q))
 				continue;
-			if ((rc = e->dev->sumsq(e->rs[layer_rank(e, l)], grads(e, l, par)[q],
+			if ((rc = e->dev->sumsq(e->rs[layer_rank(e, l)], grad_tensors(e, l, par)[q],
 						ph_param_local_numel(L, q), &ss, err)))
 				return rc;
 			if (L->meta.sharded_params >> q & 1u)
@@ -242,7 +236,7 @@ static int tie_sum(ph_engine *e, int k, int par, ph_err *err)
 	const ph_tie *t = &e->model->ties[k];
 	int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
 	void *rs = e->rs[layer_rank(e, t->src_layer)];
-	float *gs = grads(e, t->src_layer, par)[t->src_param], *gd = grads(e, t->dst_layer, par)[t->dst_param];
+	float *gs = grad_tensors(e, t->src_layer, par)[t->src_param], *gd = grad_tensors(e, t->dst_layer, par)[t->dst_param];
 	size_t bytes = (size_t)n * sizeof(float);
 	int rc;
 	if (e->span > 1 && (rc = ph_eng_split_tie(e, k, err)))
@@ -273,8 +267,8 @@ int ph_eng_prepare_grads(ph_engine *e, int par, double *clip_scale, ph_err *err)
 		const ph_tie *t = &e->model->ties[k];
 		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
 		if (shares_source(e->model, k) &&
-		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], grads(e, t->dst_layer, par)[t->dst_param],
-				       grads(e, t->src_layer, par)[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
+		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], grad_tensors(e, t->dst_layer, par)[t->dst_param],
+				       grad_tensors(e, t->src_layer, par)[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
 				       err)))
 			return rc;
 	}

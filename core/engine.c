@@ -252,8 +252,9 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 	pthread_cond_init(&e->cv_prep, NULL);
 	e->mcap = e->m;
 	int rc;
-	if ((rc = open_device(e, err)) || (rc = ph_eng_stream_mode(e, err)))
+	if ((rc = open_device(e, err)))
 		return rc;
+	ph_eng_stream_mode(e);
 
 	/* BLAS threads: share the cores among the ranks of every replica. */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN),
