@@ -21,4 +21,4 @@ tests/plugins/ep-linear_cuda.lo: tests/plugins/ep-linear_cuda.cu $(top_srcdir)/t
 endif
 TESTS += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/test-moe-ep.sh
 EXTRA_DIST += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/fixtures/ep.ini tests/st-diff.py \
-	tests/test-moe-ep.sh tests/fixtures/moe-lm.ini
+	tests/test-moe-ep.sh tests/fixtures/moe-lm.ini tests/ep-lib.sh

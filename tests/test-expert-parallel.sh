@@ -14,36 +14,18 @@
 #  - the layer's figures in the progress line and the metrics file;
 #  - R not dividing the experts: one line naming the layer.
 . "$top_srcdir/tests/lib.sh"
+. "$top_srcdir/tests/ep-lib.sh"
 ini="$fixtures/ep.ini"
+ep_ini=$ini
+ep_args="--set optimizer.clip=0.05"
 PIPEHOST_PLUGIN_PATH="$TEST_PLUGIN_DIR:${PIPEHOST_PLUGIN_PATH:-}"
 export PIPEHOST_PLUGIN_PATH
-if ! command -v python3 >/dev/null 2>&1; then
-	echo "SKIP: no python3 to compare safetensors files"
-	exit 77
-fi
-
-run() { # run NAME R ARGS...: weights $tmp/NAME.st, metrics $tmp/NAME.jsonl, log $tmp/NAME.log
-	name=$1 R=$2
-	shift 2
-	"$PIPEHOST" -c "$ini" --set run.replicas="$R" --set run.micro_batches=$((4 / R)) --set optimizer.clip=0.05 \
-		--set run.metrics="$tmp/$name.jsonl" --save-weights "$tmp/$name.st" "$@" >"$tmp/$name.log" 2>&1
-}
-losses() { sed -n 's/.*"loss":\([-0-9.e]*\).*/\1/p' "$tmp/$1.jsonl"; }
+ep_need_python
 
 for R in 1 2 4; do
-	run "r$R" "$R" --set run.log_every=1 || not_ok "R = $R: run failed: $(tail -2 "$tmp/r$R.log")"
+	ep_run "r$R" "$R" || not_ok "R = $R: run failed: $(tail -2 "$tmp/r$R.log")"
 done
-for R in 2 4; do
-	w=$(python3 "$top_srcdir/tests/st-diff.py" "$tmp/r1.st" "$tmp/r$R.st")
-	l=$(losses r1 | paste - "$(losses "r$R" >"$tmp/l$R"; echo "$tmp/l$R")" |
-		awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.3g %d", m, NR }')
-	set -- $w $l
-	if [ "$4" = 20 ] && awk "BEGIN { exit !($1 <= 1e-4 && $3 <= 1e-6) }"; then
-		ok "R = $R (experts 4/$R each) against R = 1: weights $1 relative ($2), losses $3 apart over 20 steps"
-	else
-		not_ok "R = $R against R = 1: weights '$1' ($2), losses '$3' over '$4' steps"
-	fi
-done
+ep_against_r1 ""
 if cmp -s "$tmp/r1.st" "$tmp/r2.st"; then
 	not_ok "R = 2 gave R = 1's bits: the check cannot see a difference"
 else

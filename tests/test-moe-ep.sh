@@ -11,36 +11,16 @@
 #  - one process and mpirun give the same bits for R = 2 (skipped without
 #    Open MPI).
 . "$top_srcdir/tests/lib.sh"
-ini="$fixtures/moe-lm.ini"
-if ! command -v python3 >/dev/null 2>&1; then
-	echo "SKIP: no python3 to compare safetensors files"
-	exit 77
-fi
-
-run() { # run NAME R ARGS...: weights $tmp/NAME.st, metrics $tmp/NAME.jsonl, log $tmp/NAME.log
-	name=$1 R=$2
-	shift 2
-	"$PIPEHOST" -c "$ini" --set run.replicas="$R" --set run.micro_batches=$((4 / R)) --set run.log_every=1 \
-		--set run.metrics="$tmp/$name.jsonl" --save-weights "$tmp/$name.st" "$@" >"$tmp/$name.log" 2>&1
-}
-losses() { sed -n 's/.*"loss":\([-0-9.e]*\).*/\1/p' "$tmp/$1.jsonl"; }
+. "$top_srcdir/tests/ep-lib.sh"
+ep_ini="$fixtures/moe-lm.ini"
+ep_args=
+ep_need_python
 figures() { sed -n 's/.*"elapsed_s":[0-9.e]*,//p' "$tmp/$1.jsonl"; }
 
 for R in 1 2 4; do
-	run "r$R" "$R" || not_ok "R = $R: run failed: $(tail -2 "$tmp/r$R.log")"
+	ep_run "r$R" "$R" || not_ok "R = $R: run failed: $(tail -2 "$tmp/r$R.log")"
 done
-for R in 2 4; do
-	w=$(python3 "$top_srcdir/tests/st-diff.py" "$tmp/r1.st" "$tmp/r$R.st")
-	losses "r$R" >"$tmp/l$R"
-	l=$(losses r1 | paste - "$tmp/l$R" |
-		awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.3g %d", m, NR }')
-	set -- $w $l
-	if [ "$4" = 20 ] && awk "BEGIN { exit !($1 <= 1e-4 && $3 <= 1e-6) }"; then
-		ok "moe, R = $R (experts 4/$R each) against R = 1: weights $1 relative ($2), losses $3 apart over 20 steps"
-	else
-		not_ok "moe, R = $R against R = 1: weights '$1' ($2), losses '$3' over '$4' steps"
-	fi
-done
+ep_against_r1 "moe, "
 
 # The router's figures: present, and the same routing gives the same
 # figures for every R (printed to 6 digits, so compared as printed).
@@ -64,7 +44,7 @@ done
 
 . "$top_srcdir/tests/mpi-lib.sh"
 if ph_have_mpi; then
-	if ph_mpirun 2 "$PIPEHOST" -c "$ini" --set run.replicas=2 --set run.micro_batches=2 --set run.log_every=1 \
+	if ph_mpirun 2 "$PIPEHOST" -c "$ep_ini" --set run.replicas=2 --set run.micro_batches=2 --set run.log_every=1 \
 		--save-weights "$tmp/m2.st" >"$tmp/m2.log" 2>&1 && cmp -s "$tmp/r2.st" "$tmp/m2.st"; then
 		ok "moe, mpirun -np 2 with R = 2: weights byte-identical to one process"
 	else
