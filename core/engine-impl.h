@@ -230,8 +230,7 @@ struct ph_engine {
 			      * weights w are W(updated), v is W(updated - 1) */
 
 	/* The stream of a no-flush schedule (engine-stream.c) */
-	int stream;          /* steps run as one stream (ph_engine_window > 1) */
-	const char *stream_why; /* a no-flush schedule without the stream: why */
+	int stream;          /* steps run as one stream (the plan's streams) */
 	int mcap;            /* micro-batches the per-micro-batch arrays hold:
 			      * m, or m * [run] window under a stream */
 	int sk;              /* steps of the stream the lists below run */

@@ -53,7 +53,7 @@
 
 void ph_eng_stream_mode(ph_engine *e)
 {
-	e->stream = ph_plan_streams(e->plan, e->model, e->cfg, &e->stream_why);
+	e->stream = e->plan->streams;
 	e->mcap = e->stream ? e->m * (int)e->cfg->run.window : e->m;
 }
 
@@ -312,8 +312,8 @@ void ph_engine_print_window(const ph_engine *e, FILE *f)
 	if (e->stream)
 		fprintf(f, "%s: up to %d steps run as one stream; the pipeline drains only at evaluation, checkpoints and the "
 			   "end ([run] window)\n", name, ph_engine_window(e));
-	else if (e->stream_why)
-		fprintf(f, "%s: the pipeline drains every step: %s; the arithmetic is the same\n", name, e->stream_why);
+	else if (e->plan->stream_why)
+		fprintf(f, "%s: the pipeline drains every step: %s; the arithmetic is the same\n", name, e->plan->stream_why);
 }
 
 int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, const int32_t *y, const double *lr,

@@ -375,6 +375,45 @@ int ph_plan_check_bounds(const char *partitioner, const ph_partition_problem *pb
 	return PH_OK;
 }
 
+/* Will the engine run this plan's steps as streams of [run] window steps?
+ * When not, and the schedule is a no-flush one, *why says what stops it.
+ * (ph_plan_stream is below; the check builds a whole window's lists.) */
+static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why)
+{
+	uint32_t fl = ph_schedule_flags(c->schedule);
+	int split = 0;
+	*why = NULL;
+	if (!(fl & PH_SCHED_NO_FLUSH) || !(fl & (PH_SCHED_DELAYED_UPDATE | PH_SCHED_UPDATE_PER_MB)))
+		return 0;
+	uint32_t shards = 0;
+	for (int r = 0; r < p->ranks; r++)
+		for (int k = 0; k < p->nops[r]; k++)
+			split |= p->ops[r][k].kind == PH_OP_I;
+	for (int l = 0; l < m->n; l++)
+		shards |= m->layers[l].meta.sharded_params;
+	*why = c->run.window < 2   ? "[run] window = 1"
+	       : c->place.cuda	   ? "the stream is built for the CPU only"
+	       : c->comm.size > 1 && ph_config_split(c) > 1 ? "a pipeline split over processes"
+	       : c->comm.size > 1 && !c->comm.threads ? "this MPI has no MPI_THREAD_MULTIPLE"
+	       : p->v != 1 || split ? "chunks or a split backward"
+	       : shards && c->run.replicas > 1 ? "parameters sharded over replicas (their clip norm is not in the stream)"
+	       : (int64_t)p->m * c->run.window > (1 << 20) ? "micro_batches x window is over 1048576; lower [run] window"
+					       : NULL;
+	if (*why)
+		return 0;
+	/* a whole window's lists keep no more micro-batches in flight than
+	 * one step's, which the chunks' slots are made for */
+	ph_plan sp;
+	ph_err ignored;
+	int fits = !ph_plan_stream(p, c, (int)c->run.window, &sp, &ignored);
+	for (int k = 0; fits && k < p->nchunks; k++)
+		fits = sp.slots[k] <= p->slots[k];
+	ph_plan_free(&sp);
+	if (!fits)
+		*why = "a window would keep more micro-batches in flight than a step (micro_batches < stages)";
+	return fits;
+}
+
 int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
 		  const double *cost_bwd, ph_err *err)
 {
@@ -384,9 +423,11 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const doubl
 	p->nchunks = p->ranks * p->v;
 	p->m = (int)c->run.micro_batches;
 	int rc = make_actions(p, c, err);
-	if (rc)
+	if (rc || (rc = make_partition(p, m, c, cost_fwd, cost_bwd, err)))
 		return rc;
-	return make_partition(p, m, c, cost_fwd, cost_bwd, err);
+	/* once, for --plan and for every replica's engine */
+	p->streams = decide_stream(p, m, c, &p->stream_why);
+	return PH_OK;
 }
 
 double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k)
@@ -409,8 +450,7 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 		total += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;
 	int spp = ph_optim_state_per_param(&c->optim);
 	/* a stream's delayed update keeps a second gradient buffer */
-	const char *why;
-	int stream_grads = ph_plan_streams(p, m, c, &why) && (ph_schedule_flags(c->schedule) & PH_SCHED_DELAYED_UPDATE);
+	int stream_grads = p->streams && (ph_schedule_flags(c->schedule) & PH_SCHED_DELAYED_UPDATE);
 	fprintf(f, "plan: %d layers, %d rank(s) x %d chunk(s), %d micro-batches of %d, schedule %s, partitioner %s\n",
 		m->n, p->ranks, p->v, p->m, m->max_batch, c->schedule->head.name, c->partitioner->head.name);
 	int span = c->comm.size > 1 ? ph_config_split(c) : 1;
@@ -465,42 +505,6 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 			fl & PH_SCHED_NO_FLUSH ? "; no flush between steps" : "",
 			stream_grads ? " (a second gradient buffer, for the next step's backwards)" : "");
 	}
-}
-
-int ph_plan_streams(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why)
-{
-	uint32_t fl = ph_schedule_flags(c->schedule);
-	int split = 0;
-	*why = NULL;
-	if (!(fl & PH_SCHED_NO_FLUSH) || !(fl & (PH_SCHED_DELAYED_UPDATE | PH_SCHED_UPDATE_PER_MB)))
-		return 0;
-	uint32_t shards = 0;
-	for (int r = 0; r < p->ranks; r++)
-		for (int k = 0; k < p->nops[r]; k++)
-			split |= p->ops[r][k].kind == PH_OP_I;
-	for (int l = 0; l < m->n; l++)
-		shards |= m->layers[l].meta.sharded_params;
-	*why = c->run.window < 2   ? "[run] window = 1"
-	       : c->place.cuda	   ? "the stream is built for the CPU only"
-	       : c->comm.size > 1 && ph_config_split(c) > 1 ? "a pipeline split over processes"
-	       : c->comm.size > 1 && !c->comm.threads ? "this MPI has no MPI_THREAD_MULTIPLE"
-	       : p->v != 1 || split ? "chunks or a split backward"
-	       : shards && c->run.replicas > 1 ? "parameters sharded over replicas (their clip norm is not in the stream)"
-	       : (int64_t)p->m * c->run.window > (1 << 20) ? "micro_batches x window is over 1048576; lower [run] window"
-					       : NULL;
-	if (*why)
-		return 0;
-	/* a whole window's lists keep no more micro-batches in flight than
-	 * one step's, which the chunks' slots are made for */
-	ph_plan sp;
-	ph_err ignored;
-	int fits = !ph_plan_stream(p, c, (int)c->run.window, &sp, &ignored);
-	for (int k = 0; fits && k < p->nchunks; k++)
-		fits = sp.slots[k] <= p->slots[k];
-	ph_plan_free(&sp);
-	if (!fits)
-		*why = "a window would keep more micro-batches in flight than a step (micro_batches < stages)";
-	return fits;
 }
 
 int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err)

@@ -37,6 +37,12 @@ typedef struct {
 	ph_op **ops;             /* [ranks]: lowered lists */
 	int *nops;
 	int *slots;              /* [nchunks]: peak micro-batches in flight */
+	/* ph_plan_build: will the engine run the steps as streams of [run]
+	 * window steps (a no-flush schedule on the CPU, replicas and mpirun
+	 * with whole pipelines included, a window's lists within one step's
+	 * slots)?  When not, for a no-flush schedule, stream_why says why. */
+	int streams;
+	const char *stream_why;
 } ph_plan;
 
 /* Generate, partition, lower, validate.  Errors name the rule, the rank and
@@ -69,12 +75,6 @@ double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_co
  * engine runs it to train k steps without draining between them.  Free
  * with ph_plan_free. */
 int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph_err *err);
-
-/* Will the engine run this plan's steps as streams of [run] window steps
- * (a no-flush schedule on the CPU in one process, replicas without
- * sharded parameters, a window's lists within one step's slots)?  When not, and the schedule is a
- * no-flush one, *why says what stops it. */
-int ph_plan_streams(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why);
 
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c);
 void ph_plan_free(ph_plan *p);
