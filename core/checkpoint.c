@@ -890,6 +890,25 @@ typedef struct {
 	} f[8];
 } manifest;
 
+/* The optimizer state, with pipedream's stash explained: its tensors are
+ * named slot J of K (core/engine-versions.c), so a run that keeps another
+ * number of versions for a layer finds none of its names. */
+static int read_state_tensors(const char *path, ph_tensor_ref *s, int ns, ph_err *err)
+{
+	int rc = ph_safetensors_read(path, s, ns, err);
+	const char *name = rc ? strstr(err->msg, "tensor ") : NULL; /* "tensor LAYER.PARAM.stashJofK missing" */
+	const char *stash = name ? strstr(name, ".stash") : NULL;
+	int j, k, used = 0;
+	if (!stash || sscanf(stash, ".stash%dof%d missing%n", &j, &k, &used) != 2 || !used)
+		return rc;
+	name += strlen("tensor ");
+	char layer[96];
+	snprintf(layer, sizeof layer, "%.*s", (int)strcspn(name, "."), name);
+	return ph_fail(err, rc, "%s: holds another number of pipedream weight versions of layer %s than the %d this "
+		       "run keeps; resume with the stages and partition that wrote it, or its [schedule] delay", path,
+		       layer, k);
+}
+
 /* Read and check sdir/manifest.txt.  *missing is set (and PH_EIO returned)
  * when there is none at all. */
 static int read_manifest(const char *sdir, manifest *m, int *missing, ph_err *err)
@@ -1094,7 +1113,7 @@ static int load_step(const char *sdir, ph_engine *e, const ph_ckpt_id *id, int64
 		if ((size_t)snprintf(wf, sizeof wf, "%s/" WEIGHTS_FILE, sdir) >= sizeof wf ||
 		    (size_t)snprintf(of, sizeof of, "%s/" OPTIM_FILE, sdir) >= sizeof of)
 			rc = ph_fail(err, PH_EINVAL, "checkpoint path too long");
-		else if (!(rc = ph_safetensors_read(wf, w, nw, err)) && !(rc = ph_safetensors_read(of, s, ns, err))) {
+		else if (!(rc = ph_safetensors_read(wf, w, nw, err)) && !(rc = read_state_tensors(of, s, ns, err))) {
 			if (mrc && !missing)
 				rc = ph_fail(err, mrc, "%s", merr.msg);
 			else

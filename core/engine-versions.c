@@ -26,7 +26,8 @@
  * updates P->w with that micro-batch's gradient (optimizer step n + 1)
  * and copies it into slot (n + 1) mod K, over version n + 1 - K, which
  * micro-batch n was the last to read.  The ring goes into checkpoints as
- * LAYER.PARAM.stashK (slot K).
+ * LAYER.PARAM.stashJofK (slot J of K): a resume must keep the same K per
+ * layer, since slot J holds version u with u mod K = J.
  *
  * Neither rule depends on when a rank runs what, so the engine runs these
  * schedules' steps as one stream (engine-stream.c) with the bits of a
@@ -211,7 +212,10 @@ void ph_eng_versions_tensors(ph_engine *e, ph_tensor_ref *t)
 		const lparams_t *P = &e->params[l];
 		for (int q = 0; q < L->meta.nparams; q++)
 			for (int j = 0; j < P->nring; j++, k++) {
-				snprintf(t[k].name, sizeof t[k].name, "%s.%s.stash%d", L->cfg->name, L->meta.params[q].name, j);
+				/* slot j of K: a run that keeps another K finds no such
+				 * name and is refused (core/checkpoint.c says why) */
+				snprintf(t[k].name, sizeof t[k].name, "%s.%s.stash%dof%d", L->cfg->name,
+					 L->meta.params[q].name, j, P->nring);
 				t[k].shape = L->meta.params[q].shape;
 				t[k].data = P->hring + (size_t)j * L->param_numel + (P->pw[q] - P->w);
 			}

@@ -53,7 +53,7 @@ pd --set run.stages=3 --save-weights "$tmp/ref.st" >/dev/null 2>"$tmp/err" || no
 pd --set run.stages=3 --save-weights "$tmp/again.st" >/dev/null 2>&1
 cmp -s "$tmp/ref.st" "$tmp/again.st" && ok "3 stages, run to run: byte-identical" || not_ok "3 stages: run to run differs"
 if pd --set run.stages=3 --set "checkpoint.dir=$tmp/ck" --set checkpoint.every=7 >/dev/null 2>"$tmp/err" &&
-	grep -q '"conv1.weight.stash2"' "$tmp/ck/step-00000007/optimizer.safetensors" &&
+	grep -q '"conv1.weight.stash2of3"' "$tmp/ck/step-00000007/optimizer.safetensors" &&
 	pd --set run.stages=3 --resume "$tmp/ck/step-00000007" --save-weights "$tmp/r.st" >/dev/null 2>>"$tmp/err" &&
 	cmp -s "$tmp/ref.st" "$tmp/r.st"; then
 	ok "3 stages: checkpoints hold the stash (conv1: 3 versions on rank 0); resume at 7 is byte-identical"
@@ -82,6 +82,53 @@ if "$PIPEHOST" -c "$tiny" $kargs --resume "$tmp/kill" --save-weights "$tmp/k.st"
 else
 	not_ok "SIGKILL once $at was written, resume: $(grep -v '^epoch' "$tmp/out" "$tmp/err" | tail -3)"
 fi
+# another stage count keeps other versions: refused, never read wrongly
+# shellcheck disable=SC2086
+expect_error "a 3-stage stash resumed on 2 stages" \
+	"holds another number of pipedream weight versions of layer conv1 than the 2 this run keeps; resume with the stages and partition that wrote it, or its \[schedule\] delay" \
+	-c "$tiny" $nodrop --set schedule.type=pipedream --set run.stages=2 --resume "$tmp/ck/step-00000007"
+
+# vertical sync ([schedule] delay = D): every rank runs micro-batch n on
+# the weights after n - D updates, so the partition no longer matters
+vs_ok=1
+for cut in "1 uniform" "2 uniform" "3 uniform" "4 uniform" "2 parameters" "3 parameters"; do
+	# shellcheck disable=SC2086
+	set -- $cut
+	pd --set schedule.delay=3 --set run.stages="$1" --set partition.type="$2" --save-weights "$tmp/vs-$1-$2.st" \
+		>/dev/null 2>"$tmp/err" || { vs_ok=0; not_ok "delay = 3 on $1 stages ($2): $(cat "$tmp/err")"; }
+	[ -s "$tmp/vs-$1-$2.st" ] && cmp -s "$tmp/vs-1-uniform.st" "$tmp/vs-$1-$2.st" || vs_ok=0
+done
+[ $vs_ok = 1 ] && ok "delay = 3 (vertical sync): 1, 2, 3, 4 stages, uniform and parameter cuts, byte-identical" ||
+	not_ok "delay = 3 (vertical sync): the weights depend on the partition"
+cmp -s "$tmp/vs-1-uniform.st" "$tmp/p1.st" && not_ok "delay = 3 gives the weights of no delay" ||
+	ok "delay = 3: other weights than no delay"
+# a second code path: delay = 1 is W(n+1) = W(n) - lr grad f_n(W(n-1)),
+# 2bw with one micro-batch a step, on 1 and on 2 stages
+for p in 1 2; do
+	pd --set schedule.delay=1 --set run.stages=$p --save-weights "$tmp/d1-$p.st" >/dev/null 2>"$tmp/err"
+	cmp -s "$tmp/d1-$p.st" "$tmp/b1.st" && ok "delay = 1 on $p stage(s): = 2bw with 1 micro-batch a step, bitwise" ||
+		not_ok "delay = 1 on $p stage(s) differs from 2bw per micro-batch: $(cat "$tmp/err")"
+done
+# the same versions on every stage count: a resume may change it
+if pd --set schedule.delay=3 --set run.stages=3 --set "checkpoint.dir=$tmp/ckv" --set checkpoint.every=7 \
+	>/dev/null 2>"$tmp/err" &&
+	grep -q '"conv1.weight.stash3of4"' "$tmp/ckv/step-00000007/optimizer.safetensors" &&
+	pd --set schedule.delay=3 --set run.stages=2 --resume "$tmp/ckv/step-00000007" --save-weights "$tmp/vr.st" \
+		>/dev/null 2>>"$tmp/err" && cmp -s "$tmp/vs-1-uniform.st" "$tmp/vr.st"; then
+	ok "delay = 3: written on 3 stages, resumed at 7 on 2: byte-identical"
+else
+	not_ok "delay = 3, resume on another stage count: $(cat "$tmp/err")"
+fi
+if pd --set schedule.delay=3 --set run.stages=3 --plan >"$tmp/plan" 2>&1 &&
+	grep -q '^weight versions per rank (in est. MiB): 4 4 4' "$tmp/plan"; then
+	ok "delay = 3, --plan: $(grep '^weight versions' "$tmp/plan")"
+else
+	not_ok "delay = 3, --plan: $(tail -2 "$tmp/plan")"
+fi
+expect_error "delay below stages - 1" \
+	"pipedream: delay = 1 is less than stages - 1 = 2: rank 0 runs micro-batch n's forward before version n - 1 \(the weights after n - 1 updates\) exists; set \[schedule\] delay >= 2 \(vertical sync\) or 0 \(weight stashing\)" \
+	-c "$tiny" --set schedule.type=pipedream --set schedule.delay=1 --set run.stages=3 --set optimizer.clip=0
+
 if pd --set run.stages=3 --plan >"$tmp/plan" 2>&1 && grep -q '^weight versions per rank (in est. MiB): 3 2 1' "$tmp/plan"; then
 	ok "--plan: $(grep '^weight versions' "$tmp/plan")"
 else
