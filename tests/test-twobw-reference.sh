@@ -4,9 +4,17 @@
 # update in NumPy (tests/reference/twobw_reference.py); skips without
 # Python or NumPy.  Set PYTHON to choose the interpreter.
 . "$top_srcdir/tests/lib.sh"
-py=${PYTHON:-python3}
-if ! "$py" -c 'import numpy' 2>/dev/null; then
-	echo "SKIP: no Python with NumPy ($py)"
+# the first of $PYTHON, python3 and the system's python3 (where apt puts
+# python3-numpy, which a python3 earlier in PATH may not see) with NumPy
+py=
+for c in ${PYTHON:-} python3 /usr/bin/python3; do
+	if "$c" -c 'import numpy' 2>/dev/null; then
+		py=$c
+		break
+	fi
+done
+if [ -z "$py" ]; then
+	echo "SKIP: no Python with NumPy (${PYTHON:-python3}, /usr/bin/python3)"
 	exit 77
 fi
 "$py" "$top_srcdir/tests/reference/twobw_reference.py" "$PIPEHOST" "$tmp"

@@ -15,7 +15,9 @@ fp32 rounding (max relative difference < 1e-5) and the synchronous update
 W(t+1) = W(t) - lr * grad f(W(t)) does NOT agree (so the comparison can
 tell the two apart).  Then the same for schedule = pipedream: an update
 after every micro-batch, the layer on rank r running micro-batch n on the
-weights after n - (p - r) + 1 updates.  Exit 77 (skip) without NumPy.
+weights after n - (p - r) + 1 updates; and for its vertical sync
+(delay = 2): every layer on the weights after n - 2 updates, on 1, 2 and
+3 stages alike.  Exit 77 (skip) without NumPy.
 """
 import json
 import os
@@ -79,11 +81,12 @@ def train(w0, x, y, delayed):
     return w
 
 
-def pipedream(w0, x, y, ranks, stash=True):
+def pipedream(w0, x, y, ranks, stash=True, delay=0):
     """PipeDream with weight stashing, micro-batch by micro-batch: the layer
     on rank r runs micro-batch n on version max(0, n - (p - r) + 1) of its
     weights, and updates after every micro-batch.  ranks: fc1's and fc2's
-    rank and p.  stash=False: every micro-batch on the newest weights."""
+    rank and p.  stash=False: every micro-batch on the newest weights.
+    delay=D (vertical sync): every layer on version max(0, n - D)."""
     r1, r2, p = ranks
     mbs = BATCH // MB
     hist = {k: [v.astype(np.float64)] for k, v in w0.items()}
@@ -94,7 +97,7 @@ def pipedream(w0, x, y, ranks, stash=True):
         w = {}
         for k, v in hist.items():
             r = r1 if k.startswith("fc1") else r2
-            u = max(0, n - (p - r) + 1) if stash else n
+            u = max(0, n - delay) if delay else max(0, n - (p - r) + 1) if stash else n
             w[k] = v[u]
         g = grad(w, xb, yb)
         for k in hist:
@@ -177,6 +180,16 @@ type = softmax_xent
         fails += not good
         print(f"{'ok' if good else 'not ok'} - pipedream, {stages} stages, {STEPS * MB} updates: max relative "
               f"difference {d:.2e} from NumPy's weight stashing, {ds:.2e} from updates without stale weights")
+    # vertical sync: one staleness for both layers, whatever the stage count
+    ref = pipedream(w0, x, y, (0, 1, 3), delay=2)
+    stashed = pipedream(w0, x, y, (0, 1, 3))
+    for stages in (1, 2, 3):
+        got = run("--set", f"run.stages={stages}", "--set", "schedule.type=pipedream", "--set", "schedule.delay=2")
+        d, ds = maxrel(got, ref), maxrel(got, stashed)
+        good = d < 1e-5 and ds > 1e-3
+        fails += not good
+        print(f"{'ok' if good else 'not ok'} - pipedream delay = 2, {stages} stage(s), {STEPS * MB} updates: max "
+              f"relative difference {d:.2e} from NumPy's vertical sync, {ds:.2e} from weight stashing on 3 stages")
     sys.exit(1 if fails else 0)
 
 
