@@ -10,7 +10,8 @@ pipehost's micro-batches).  --update picks where each step's gradient is
 taken and what the optimizer is given:
 
   plain     grad f_t(W(t))                                  (1f1b)
-  delayed   grad f_t(W(t-1))                                (2bw)
+  delayed   grad f_t(W(t-1))                                (2bw); --only
+            names the tensors to delay, the rest fresh
   predict   grad f_t(W(t-1) + c (W(t-1) - W(t-2)))          weight prediction
                                                             (SpecTrain/PipeOptim-like), c = --coef
   secant    delayed, plus h * (W(t) - W(t-1)), with h a per-weight secant
@@ -76,9 +77,13 @@ def main():
                     default="delayed")
     ap.add_argument("--coef", type=float, default=-1, help="predict/gradx: c (default 1); secant: EMA rate (0.99)")
     ap.add_argument("--stale", type=int, default=1, help="partial: stale micro-batches of 2 sequences")
+    ap.add_argument("--only", default="", help="delayed: take only the tensors whose names hold one of these "
+                    "comma-separated strings at W(t-1), the rest at W(t)")
     ap.add_argument("--stop", type=int, default=0, help="stop after N steps of the full schedule (0: all)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--cos", action="store_true",
+                    help="at each log step, the cosine between the gradients at W(t) and W(t-1) on the same batch")
     ap.add_argument("--stability", action="store_true", help="print the quadratic's stability limits and exit")
     args = ap.parse_args()
     if args.stability:
@@ -152,6 +157,19 @@ def main():
             g["lr"] = lr_at(s, lr, warmup, min_lr, total, cosine)
         opt.zero_grad(set_to_none=True)
         cur = [p.data for p in params]
+        if args.cos and (s + 1) % args.log_every == 0:
+            gs = []
+            for ws in (prev, cur):
+                at(ws)
+                model.zero_grad(set_to_none=True)
+                model(x, y).backward()
+                gs.append([p.grad.clone() for p in params])
+            dot = sum(float((a * b).sum()) for a, b in zip(*gs))
+            n0, n1 = (math.sqrt(sum(float((a * a).sum()) for a in g)) for g in gs)
+            print("step %d cos(grad at W(t), grad at W(t-1)) %.3f |grad at W(t)| %.3f" % (s + 1, dot / (n0 * n1), n1),
+                  flush=True)
+            model.zero_grad(set_to_none=True)
+            at(cur)
         if args.update == "partial":
             ns = 2 * args.stale
             at(prev)
@@ -164,6 +182,10 @@ def main():
         else:
             if args.update == "predict":
                 at([w + coef * (w - w2) for w, w2 in zip(prev, prev2)])
+            elif args.update == "delayed" and args.only:
+                keys = args.only.split(",")
+                at([w if any(k in nm for k in keys) else c
+                    for (nm, _), w, c in zip(model.named_parameters(), prev, cur)])
             elif args.update != "plain":
                 at(prev)
             ept = [p.data for p in params]
