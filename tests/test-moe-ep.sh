@@ -5,7 +5,7 @@
 # with GShard's random second expert and a capacity that drops tokens.
 #  - R = 1 holding all 4 experts, R = 2 and R = 4 holding 4/R each, at the
 #    same micro-batch size: every token routed the same way, so the same
-#    losses to 1e-6 and weights to 1e-4 relative after 20 steps;
+#    losses to 1e-6 and weights to 5e-4 relative after 20 steps;
 #  - the router's figures (drop fraction, load, auxiliary loss) are the
 #    same for every R, and reach the progress line and the metrics file;
 #  - one process and mpirun give the same bits for R = 2 (skipped without
@@ -14,6 +14,13 @@
 . "$top_srcdir/tests/ep-lib.sh"
 ep_ini="$fixtures/moe-lm.ini"
 ep_args=
+# The sums run in another order for each R, and AdamW carries the last
+# bits for 20 steps.  The worst tensor is block1.biases, whose scale (the
+# max |b| st-diff.py divides by) is small: 5.3e-5 and 7.3e-5 on a CPU
+# with AVX-512, 1.25e-4 and 1.04e-4 on an AMD EPYC with AVX2 (where
+# 1e-4 failed).  The losses (1e-6) and the router's figures (equal) are
+# what pin the routing; this bound keeps the weights to the sums' order.
+ep_wtol=5e-4
 ep_need_python
 figures() { sed -n 's/.*"elapsed_s":[0-9.e]*,//p' "$tmp/$1.jsonl"; }
 
