@@ -91,17 +91,18 @@ def main():
         return 0
 
     import torch
-    import torch.nn as nn
     sys.path.insert(0, HERE)
     from fashion_mnist_torch import ini_get, lr_at, read_ini
     from gpt_cpu_torch import GPT
-    from gpt_fortunes_torch import FORTUNES, read_corpus, sequences
+    from gpt_fortunes_torch import (FORTUNES, batch_at, init_like_pipehost, no_decay, read_corpus, sequences,
+                                    validation_loss)
 
     cp = read_ini(args.ini)
     B, T = ini_get(cp, "run", "batch", 32, int), ini_get(cp, "data", "seq_len", 128, int)
     seed, epochs = ini_get(cp, "run", "seed", 1, int), ini_get(cp, "run", "epochs", 1, int)
     lr, wd = ini_get(cp, "optimizer", "lr", 0.01, float), ini_get(cp, "optimizer", "weight_decay", 0.0, float)
     b1, b2 = ini_get(cp, "optimizer", "beta1", 0.9, float), ini_get(cp, "optimizer", "beta2", 0.999, float)
+    eps = ini_get(cp, "optimizer", "eps", 1e-8, float)
     warmup, min_lr = ini_get(cp, "optimizer", "warmup", 0, int), ini_get(cp, "optimizer", "min_lr", 0.0, float)
     cosine = ini_get(cp, "optimizer", "lr_schedule", "constant") == "cosine"
     clip, holdout = ini_get(cp, "optimizer", "clip", 0.0, float), ini_get(cp, "data", "holdout", 0.1, float)
@@ -118,29 +119,16 @@ def main():
     stop = args.stop or total
     model = GPT(ini_get(cp, "layer embed", "vocab", 256, int), T, ini_get(cp, "layer embed", "dim", 128, int),
                 ini_get(cp, "layer block", "heads", 4, int), ini_get(cp, "layer block", "repeat", 1, int))
-    for mod in model.modules():
-        if isinstance(mod, nn.Linear):
-            nn.init.normal_(mod.weight, std=0.02)
-            nn.init.zeros_(mod.bias)
-    nd = [p for nm, p in model.named_parameters() if nm.endswith("bias") or ".ln" in nm or nm.startswith("lnf")]
+    init_like_pipehost(model)
+    nd = no_decay(model)
     dec = [p for p in model.parameters() if not any(p is q for q in nd)]
     opt = torch.optim.AdamW([{"params": dec, "weight_decay": wd}, {"params": nd, "weight_decay": 0.0}],
-                            lr=lr, betas=(b1, b2), eps=1e-8)
+                            lr=lr, betas=(b1, b2), eps=eps)
     params = list(model.parameters())
     gen = torch.Generator().manual_seed(seed)
     prev = [p.detach().clone() for p in params]   # W(t-1)
     prev2 = [p.detach().clone() for p in params]  # W(t-2)
-    g_prev = e_prev = num = den = None
-
-    def validate():
-        model.eval()
-        tot = 0.0
-        with torch.no_grad():
-            for i in range(0, len(xva), 64):
-                k = min(64, len(xva) - i)
-                tot += model(xva[i:i + k], yva[i:i + k]).item() * k * T
-        model.train()
-        return tot / (len(xva) * T)
+    g_prev = e_prev = num = den = perm = None
 
     def at(ws):  # run the model at these weights (the tied head shares the token table)
         for p, w in zip(params, ws):
@@ -148,11 +136,7 @@ def main():
 
     t0 = time.time()
     for s in range(stop):
-        pos = s % spe
-        if pos == 0:
-            perm = torch.randperm(len(xtr), generator=gen)
-        idx = perm[pos * B:(pos + 1) * B]
-        x, y = xtr[idx], ytr[idx]
+        x, y, perm = batch_at(s, spe, B, xtr, ytr, gen, perm)
         for g in opt.param_groups:
             g["lr"] = lr_at(s, lr, warmup, min_lr, total, cosine)
         opt.zero_grad(set_to_none=True)
@@ -219,7 +203,7 @@ def main():
         opt.step()
         if (s + 1) % args.log_every == 0:
             print("step %d loss %.4f" % (s + 1, loss.item()), flush=True)
-    v = validate()
+    v = validation_loss(model, xva, yva, T, 64)
     print("RESULT update=%s coef=%g stale=%d stop=%d of %d val_loss=%.4f train_s=%.0f threads=%d torch=%s"
           % (args.update, coef, args.stale if args.update == "partial" else 0, stop, total, v, time.time() - t0,
              torch.get_num_threads(), torch.__version__), flush=True)

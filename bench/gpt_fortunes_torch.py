@@ -122,6 +122,41 @@ def sequences(buf, a, b, T):
     return t[:n * T].view(n, T), t[1:n * T + 1].view(n, T)
 
 
+def init_like_pipehost(model):
+    """gpt_block's init: linear weights N(0, 0.02), biases 0 (GPT() draws the tables)."""
+    for mod in model.modules():
+        if isinstance(mod, nn.Linear):
+            nn.init.normal_(mod.weight, std=0.02)
+            nn.init.zeros_(mod.bias)
+
+
+def no_decay(model):
+    """pipehost's no-decay set: biases and layernorm gains (gpt_cpu_torch.optimizer's rule)."""
+    return [p for nm, p in model.named_parameters() if nm.endswith("bias") or ".ln" in nm or nm.startswith("lnf")]
+
+
+def batch_at(s, spe, B, xtr, ytr, gen, perm):
+    """Step s's batch: a fresh random order each epoch (perm carries it over)."""
+    pos = s % spe
+    if pos == 0:
+        perm = torch.randperm(len(xtr), generator=gen)
+    idx = perm[pos * B:(pos + 1) * B]
+    return xtr[idx], ytr[idx], perm
+
+
+def validation_loss(model, xva, yva, T, eval_batch):
+    """The mean cross-entropy over every held-out byte, in nats."""
+    model.eval()
+    tot = 0.0
+    with torch.no_grad():
+        for i in range(0, len(xva), eval_batch):
+            # model() gives the mean over the slice; weight it by its bytes
+            k = min(eval_batch, len(xva) - i)
+            tot += model(xva[i:i + k], yva[i:i + k]).item() * k * T
+    model.train()
+    return tot / (len(xva) * T)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ini", default=os.path.join(HERE, "..", "etc", "gpt-fortunes.ini"))
@@ -180,12 +215,8 @@ def main():
     total = args.steps or epochs * spe
 
     model = GPT(V, T, d, heads, nblocks)
-    for mod in model.modules():
-        if isinstance(mod, nn.Linear):
-            nn.init.normal_(mod.weight, std=0.02)
-            nn.init.zeros_(mod.bias)
-    # pipehost's no-decay set: biases and layernorm gains (gpt_cpu_torch.optimizer's rule)
-    nd = [p for nm, p in model.named_parameters() if nm.endswith("bias") or ".ln" in nm or nm.startswith("lnf")]
+    init_like_pipehost(model)
+    nd = no_decay(model)
     # --optimizer muon: the blocks' matrices (blocks.N.{qkv,proj,fc,fc_proj}.weight)
     mu_named = [(nm, p) for nm, p in model.named_parameters()
                 if args.optimizer == "muon" and nm.startswith("blocks.") and p.dim() == 2]
@@ -206,26 +237,12 @@ def main():
     # --delayed: W(t-1), the weights the next forward and backward run at
     prev = [p.detach().clone() for p in params] if args.delayed else None
 
-    def validate():
-        model.eval()
-        tot = 0.0
-        with torch.no_grad():
-            for i in range(0, len(xva), args.eval_batch):
-                # model() gives the mean over the slice; weight it by its bytes
-                k = min(args.eval_batch, len(xva) - i)
-                tot += model(xva[i:i + k], yva[i:i + k]).item() * k * T
-        model.train()
-        return tot / (len(xva) * T)
-
     t0 = time.time()
     vloss = float("nan")
     perm = None
     for s in range(total):
         epoch, pos = divmod(s, spe)
-        if pos == 0:
-            perm = torch.randperm(len(xtr), generator=gen)
-        idx = perm[pos * B:(pos + 1) * B]
-        x, y = xtr[idx], ytr[idx]
+        x, y, perm = batch_at(s, spe, B, xtr, ytr, gen, perm)
         for g in opt.param_groups:
             g["lr"] = lr_at(s, lr, warmup, min_lr, total, cosine)
         if muon is not None:  # the same shape, peak --muon-lr
@@ -256,7 +273,7 @@ def main():
         if (s + 1) % args.log_every == 0 or last:
             print("step %d/%d loss %.4f lr %.3g" % (s + 1, total, lsum, opt.param_groups[0]["lr"]), flush=True)
         if do_eval and (pos == spe - 1 or last):
-            vloss = validate()
+            vloss = validation_loss(model, xva, yva, T, args.eval_batch)
             print("epoch %d: validation loss %.4f nats/byte (%.4f bits/byte) (%d sequences)"
                   % (epoch + 1, vloss, vloss / 0.6931471805599453, len(xva)), flush=True)
     train_s = time.time() - t0
