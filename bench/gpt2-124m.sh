@@ -27,7 +27,7 @@
 # with one fast path turned off, to see what each is worth; default
 # "PIPEHOST_ATTN_FLASH=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0
 # PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0", empty
-# for none), WHOLE (default 1: also pipehost on 1 rank and PyTorch eager
+# for none), COMPILE (default 1; 0: no torch.compile row), WHOLE (default 1: also pipehost on 1 rank and PyTorch eager
 # with the batch as one micro-batch; 0: not).  Exits 77 with one line
 # when there is no GPU; without torch it still times pipehost.
 set -eu
@@ -131,7 +131,8 @@ if [ "${WHOLE:-1}" = 1 ] && [ "$m" != 1 ]; then
 	r=$(ph_run 1 "" 1) && w1=${r% *} w1ms=${r#* }
 	r=$(pt_run eager 1) && we=${r% *} wems=${r#* }
 fi
-r=$(pt_run compile) && tc=${r% *} tcms=${r#* }
+tc=skipped tcms=
+[ "${COMPILE:-1}" = 1 ] && r=$(pt_run compile) && tc=${r% *} tcms=${r#* }
 
 # row NAME TOKENS/S STEP_MS: tokens/s, TFLOP/s, ms and the ratio to pipehost's 1 rank
 row() {
@@ -162,3 +163,15 @@ echo "pipehost / PyTorch eager:   $(ratio "$p1" "$te")"
 echo "pipehost / torch.compile:   $(ratio "$p1" "$tc")"
 [ -n "${w1:-}" ] && echo "pipehost / PyTorch eager, batch as 1 micro-batch: $(ratio "$w1" "$we")"
 echo "4 ranks / 1 rank (one GPU): $(ratio "$p4" "$p1")"
+echo
+# Peak device memory, context excluded, the same measure on both sides:
+# pipehost's 'peak GPU memory' line (core/cuda/backend.cu mem_held) and
+# PyTorch's held_mib, with its caching allocator's own peaks beside.
+echo "peak GPU memory, MiB beyond the CUDA context (same batch, $m micro-batches):"
+for tag in 1-$m 4-$m; do
+	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph$tag.log" 2>/dev/null)
+	echo "  pipehost ${tag%%-*} rank(s): ${l:-n/a}"
+done
+l=$(sed -n 's/.*peak_reserved_mib=\([0-9.]*\) peak_allocated_mib=\([0-9.]*\) held_mib=\([0-9.]*\).*/held \3 (reserved \1, allocated \2)/p' \
+	"$tmp/pt-eager-$tmb.log" 2>/dev/null)
+echo "  PyTorch eager: ${l:-n/a}"

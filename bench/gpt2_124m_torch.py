@@ -38,7 +38,10 @@ T = 1024: 855,383,040 FLOPs per token.
     python3 bench/gpt2_124m_torch.py --mode eager|compile [--micro-batches 8] [--steps 20] [--kernels N]
 
 prints one line:
-    torch-eager tokens/s=... tflops=... step_ms=... (and the settings)
+    torch-eager tokens/s=... tflops=... step_ms=... (and the settings), then
+    peak_reserved_mib and peak_allocated_mib (its caching allocator's
+    peaks) and held_mib: device memory in use at the end beyond what the
+    context took, pipehost's measure (its 'peak GPU memory' line)
 and with --kernels N, then one more step under torch.profiler and where
 its GPU time went: the N heaviest kernel names with their launches,
 milliseconds and share of the summed kernel time (bench/kernel_table.py's
@@ -145,6 +148,12 @@ def main():
     mb = B // m
     dev = torch.device("cuda", 0)
     torch.manual_seed(0)
+    # device memory in use once the context exists: the zero of held_mib,
+    # pipehost's measure (device.h mem_held)
+    torch.cuda.init()
+    torch.zeros(1, device=dev)
+    free0, total = torch.cuda.mem_get_info(dev)
+    used0 = total - free0 - torch.cuda.memory_reserved(dev)
 
     model = GPT().to(dev)
     n_all = sum(p.numel() for p in model.parameters())  # the tied table once
@@ -179,10 +188,13 @@ def main():
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     tok_s = args.steps * B * T / dt
+    free1, _ = torch.cuda.mem_get_info(dev)
     print("torch-%s tokens/s=%.0f tflops=%.1f step_ms=%.1f params=%d flops_per_token=%d batch=%d "
-          "micro_batches=%d steps=%d torch=%s gpu=%s"
+          "micro_batches=%d steps=%d torch=%s gpu=%s peak_reserved_mib=%.1f peak_allocated_mib=%.1f held_mib=%.1f"
           % (args.mode, tok_s, tok_s * fpt / 1e12, 1000 * dt / args.steps, n_all, fpt, B, m, args.steps,
-             torch.__version__, torch.cuda.get_device_name(dev).replace(" ", "_")), flush=True)
+             torch.__version__, torch.cuda.get_device_name(dev).replace(" ", "_"),
+             torch.cuda.max_memory_reserved(dev) / 2**20, torch.cuda.max_memory_allocated(dev) / 2**20,
+             (total - free1 - used0) / 2**20), flush=True)
     if args.kernels > 0:
         kernel_table("torch-%s" % args.mode, step, args.kernels)
 

@@ -132,6 +132,15 @@ typedef struct ph_device_ops {
 	 * process, which ncclAllReduce's order would not give). */
 	int (*nccl_all_to_all)(void *rs, void *comm, const float *send, float *recv, size_t count, ph_err *err);
 	int (*nccl_all_gather)(void *rs, void *comm, const float *send, float *recv, size_t count, ph_err *err);
+
+	/* Device memory this process holds on the rank's GPU beyond what it
+	 * held when its first rank opened there (after the CUDA context was
+	 * made): pipehost's buffers, the libraries' handles and workspaces.
+	 * The engine allocates its arenas up front and frees nothing until it
+	 * is destroyed, so at the end of training this is the run's peak.
+	 * The same measure as PyTorch's memory reserved, context excluded
+	 * (bench/gpt2_124m_torch.py prints both).  NULL on the CPU. */
+	int (*mem_held)(void *rs, int *ordinal, size_t *bytes, ph_err *err);
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128

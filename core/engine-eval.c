@@ -247,6 +247,31 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 	return PH_OK;
 }
 
+int ph_engine_gpu_memory(const ph_engine *e, int *ordinal, size_t *bytes, int max, int *n, ph_err *err)
+{
+	*n = 0;
+	if (!e->dev->mem_held || e->dev->struct_size < sizeof(ph_device_ops))
+		return PH_OK;
+	for (int q = 0; q < (e->rep ? e->nrep : 1); q++) {
+		const ph_engine *c = e->rep ? e->rep[q] : e;
+		for (int r = 0; r < c->plan->ranks; r++) {
+			if (!owns(c, r) || !c->rs[r])
+				continue;
+			int o, seen = 0, rc;
+			size_t b;
+			if ((rc = c->dev->mem_held(c->rs[r], &o, &b, err)))
+				return rc;
+			for (int k = 0; k < *n; k++)
+				seen |= ordinal[k] == o;
+			if (!seen && *n < max) {
+				ordinal[*n] = o;
+				bytes[(*n)++] = b;
+			}
+		}
+	}
+	return PH_OK;
+}
+
 double ph_engine_activation_bytes(const ph_engine *e, int rank)
 {
 	if (!owns(e, rank))

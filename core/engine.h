@@ -71,6 +71,12 @@ int ph_engine_gather(ph_engine *e, ph_err *err);
  * work buffers; -1 when another process runs the rank. */
 double ph_engine_activation_bytes(const ph_engine *e, int rank);
 
+/* The GPUs this process's ranks (replicas included) run on, each once, in
+ * rank order, and the device memory the process holds on each (the
+ * device's mem_held: at the end of training, the run's peak).  *n = 0 on
+ * the CPU.  At most `max` entries. */
+int ph_engine_gpu_memory(const ph_engine *e, int *ordinal, size_t *bytes, int max, int *n, ph_err *err);
+
 /* --trace: record every op (compute, send, receive) of every rank with real
  * timestamps from now on, and write them as Chrome trace JSON. */
 int ph_engine_trace(ph_engine *e, ph_err *err);

@@ -523,6 +523,13 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 			printf(" %d: %.2f MiB%s", r, b / (1024.0 * 1024.0), r + 1 < plan.ranks ? "," : "");
 	}
 	printf("%s\n", cfg.run.recompute ? " (recompute on)" : "");
+	int gpu_ord[64], ngpu = 0;
+	size_t gpu_bytes[64];
+	if ((rc = ph_engine_gpu_memory(engine, gpu_ord, gpu_bytes, 64, &ngpu, err)))
+		goto out;
+	for (int k = 0; k < ngpu; k++)
+		printf("%s cuda:%d %.1f MiB%s", k ? "," : "peak GPU memory (held beyond the CUDA context):", gpu_ord[k],
+		       gpu_bytes[k] / 1048576.0, k + 1 == ngpu ? "\n" : "");
 	rc = ph_train_write_outputs(&cfg, engine, &res, cli->trace, wpath, err);
 out:
 	free(cost_f);

@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include "layer_call.h"
+#include "memcheck.h"
 #include "profile.h"
 #include "readfile.h"
 
@@ -463,6 +464,14 @@ static void touch(const float *p, size_t n)
 	__asm__ __volatile__("" ::"r"(acc));
 }
 
+/* Bytes measure() allocates for a layer besides its parameters: y, dy,
+ * dx, saved and scratch at micro-batch B. */
+static double layer_buffer_bytes(const ph_layer *l, size_t B, size_t scratch)
+{
+	double in_n = (double)ph_shape_numel(&l->in) * B, out_n = (double)ph_shape_numel(&l->meta.out) * B;
+	return (2 * out_n + in_n) * sizeof(float) + (double)l->meta.saved_bytes * B + (double)scratch;
+}
+
 /* Time layer i; x is its input (batch B, in the place's memory), y comes
  * back in b->y. */
 static int measure(const place *pl, const ph_model *m, int i, const float *x, bufs *b, double *fwd, double *bwd,
@@ -481,15 +490,16 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 		size_t n = (size_t)ph_shape_numel(&mt->params[p].shape);
 		float *h = malloc((n ? n : 1) * sizeof *h);
 		if (!h)
-			return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s's parameters", name);
+			return ph_fail(err, PH_ENOMEM, "profile: out of memory for the parameters of layer %s (%.1f MiB asked)",
+				       name, (double)n * sizeof *h / 1048576.0);
 		init_param(h, n, &mt->params[p], (uint64_t)i * 16 + (uint64_t)p + 1);
 		ph_err e2 = { { 0 } };
 		b->params[p] = p_floats(pl, h, n, &e2);
 		free(h);
 		b->grads[p] = p_alloc(pl, n * sizeof(float));
 		if (!b->params[p] || !b->grads[p])
-			return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s's parameters%s%s", name,
-				       e2.msg[0] ? ": " : "", e2.msg);
+			return ph_fail(err, PH_ENOMEM, "profile: out of memory for the parameters of layer %s (%.1f MiB asked)%s%s",
+				       name, (double)n * sizeof(float) / 1048576.0, e2.msg[0] ? ": " : "", e2.msg);
 		/* as the engine registers weights: under bf16 the products read
 		 * a bf16 copy made once, which the timing should see too */
 		int rc;
@@ -514,7 +524,8 @@ static int measure(const place *pl, const ph_model *m, int i, const float *x, bu
 		}
 	}
 	if (!b->y || !b->dx || !b->saved || !b->scratch || (is_loss ? !b->targets : !b->dy))
-		return ph_fail(err, PH_ENOMEM, "profile: out of memory for layer %s (micro-batch %d)", name, m->max_batch);
+		return ph_fail(err, PH_ENOMEM, "profile: out of memory for the %.1f MiB of activations and buffers of layer %s "
+			       "(micro-batch %d)", layer_buffer_bytes(l, B, scratch) / 1048576.0, name, m->max_batch);
 	/* Warm buffers: every page of the outputs and the layer's own bytes
 	 * touched before the first call (calloc's pages are mapped on first
 	 * write), then the warm-up calls below bring them into the caches. */
@@ -802,6 +813,25 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 		/* one chunk: nothing to cut, nothing to measure */
 		if (c->run.stages * c->run.chunks <= 1)
 			return PH_OK;
+		/* measuring a layer in host memory that does not fit: the FLOPs
+		 * instead, so that the run's own memory check (memcheck.h)
+		 * refuses it with both figures, not the profiler's allocation */
+		double need = 0, have;
+		char which[96];
+		const char *off = getenv("PIPEHOST_MEMCHECK");
+		for (int i = 0; !c->place.cuda && i < m->n; i++) {
+			const ph_layer *l = &m->layers[i];
+			double b = layer_buffer_bytes(l, (size_t)m->max_batch, l->meta.scratch_bytes);
+			for (int p = 0; p < l->meta.nparams; p++)
+				b += 2.0 * sizeof(float) * (double)ph_shape_numel(&l->meta.params[p].shape);
+			need = b > need ? b : need;
+		}
+		if (need > 0 && !(off && !strcmp(off, "0")) && ph_mem_available(&have, which, sizeof which) && need > have) {
+			if (out)
+				fprintf(out, "cost: flops ([partition] cost = auto: measuring a layer needs ~%.1f MiB but %s "
+					"leaves %.1f MiB)\n", need / 1048576.0, which, have / 1048576.0);
+			return PH_OK;
+		}
 		double flops = 0;
 		for (int i = 0; i < m->n; i++)
 			flops += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;

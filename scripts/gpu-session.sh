@@ -1067,7 +1067,7 @@ bench_gpt2() {
 			say "bench gpt2-124m (STEPS=${STEPS:-5} WARMUP=${WARMUP:-2}): OK ($(since) s)"
 		fi
 		sed -n '/^=== bench\/gpt2/,$p' "$OUT/bench.txt" |
-			grep -E '^\||^pipehost|^4 ranks|^GPU:|^\(|failed|Error|error' | grep -v '^|---' | say_block "    "
+			grep -E '^\||^pipehost|^4 ranks|^GPU:|^\(|^peak|^  pipehost|^  PyTorch|failed|Error|error' | grep -v '^|---' | say_block "    "
 		;;
 	77) say "bench gpt2-124m: SKIP: $(sed -n '/^=== bench\/gpt2/,$p' "$OUT/bench.txt" | grep -m1 'gpt2-124m.sh:')" ;;
 	124 | 137)

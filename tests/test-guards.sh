@@ -27,6 +27,36 @@ if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
 	else
 		not_ok "a run over ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
 	fi
+	# cost = auto measures the layers when that looks quick (many BLAS
+	# threads): a layer too big to measure must not fail in the profiler
+	# but fall back to the FLOPs, and the run be refused as above (it was
+	# refused by the profiler's allocation on a 16-core machine)
+	(
+		ulimit -v 3000000
+		"$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 --set run.threads=64 \
+			>"$tmp/uv.out" 2>"$tmp/uv.err"
+		echo $? >"$tmp/uv.rc"
+	)
+	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
+		grep -Eq "run needs ~2[0-9.]+ GiB in this process \(--plan's estimate\) but ulimit -v leaves" "$tmp/uv.err" &&
+		grep -q "^cost: flops (\[partition\] cost = auto: measuring a layer needs ~[0-9.]* MiB but ulimit -v leaves" "$tmp/uv.out"; then
+		ok "cost = auto with a layer too big to measure: $(grep '^cost:' "$tmp/uv.out"); $(cat "$tmp/uv.err")"
+	else
+		not_ok "cost = auto with a layer too big to measure: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
+	fi
+	# cost = profile, asked for: the profiler's failed allocation names its size
+	(
+		ulimit -v 3000000
+		PIPEHOST_MEMCHECK=0 "$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 \
+			--set run.threads=1 --set partition.cost=profile >/dev/null 2>"$tmp/uv.err"
+		echo $? >"$tmp/uv.rc"
+	)
+	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
+		grep -Eq "^pipehost: profile: out of memory for the parameters of layer fc1 \(4882\.8 MiB asked\)$" "$tmp/uv.err"; then
+		ok "cost = profile under ulimit -v: $(cat "$tmp/uv.err")"
+	else
+		not_ok "cost = profile under ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
+	fi
 	# the check skipped: the allocation that fails names its size
 	(
 		ulimit -v 3000000

@@ -90,6 +90,23 @@ static void op_close(void *v)
 	free(r);
 }
 
+/* Per GPU, the device memory in use when this process's first rank opened
+ * there, its context made: op_mem_held's zero.  Ranks open one after
+ * another on the main thread (engine.c). */
+#define MEM_BASE_GPUS 64
+static size_t mem_base[MEM_BASE_GPUS];
+static int mem_base_set[MEM_BASE_GPUS];
+
+static size_t mem_in_use(void)
+{
+	size_t freeb = 0, total = 0;
+	if (cudaMemGetInfo(&freeb, &total) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return total - freeb;
+}
+
 static int op_open(int ordinal, int precision, void **out, ph_err *err)
 {
 	rank_state *r = (rank_state *)calloc(1, sizeof *r);
@@ -99,6 +116,13 @@ static int op_open(int ordinal, int precision, void **out, ph_err *err)
 	r->ordinal = ordinal;
 	r->precision = precision;
 	cudaError_t e;
+	/* cudaFree(NULL) makes the context without allocating */
+	if (ordinal >= 0 && ordinal < MEM_BASE_GPUS && !mem_base_set[ordinal] && cudaSetDevice(ordinal) == cudaSuccess &&
+	    cudaFree(NULL) == cudaSuccess) {
+		mem_base[ordinal] = mem_in_use();
+		mem_base_set[ordinal] = 1;
+	}
+	(void)cudaGetLastError();
 	if ((e = cudaSetDevice(ordinal)) != cudaSuccess ||
 	    (e = cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (e = cudaMalloc(&r->partial, PH_K_SUMSQ_BLOCKS * sizeof(double))) != cudaSuccess ||
@@ -448,6 +472,19 @@ static int op_nccl_all_gather(void *v, void *cv, const float *send, float *recv,
 #define NCCL_GROUP_OPS NULL, NULL
 #endif
 
+static int op_mem_held(void *v, int *ordinal, size_t *bytes, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	*ordinal = r->ordinal;
+	*bytes = 0;
+	ON_DEVICE(err, r);
+	TRY(err, cudaStreamSynchronize(r->stream));
+	size_t used = mem_in_use();
+	size_t base = r->ordinal >= 0 && r->ordinal < MEM_BASE_GPUS ? mem_base[r->ordinal] : 0;
+	*bytes = used > base ? used - base : 0;
+	return PH_OK;
+}
+
 static const ph_device_ops cuda_ops = {
 	sizeof(ph_device_ops),
 	op_count,
@@ -476,6 +513,7 @@ static const ph_device_ops cuda_ops = {
 	PH_DEV_CUDA,
 	0, /* GPU memory: the host keeps mirrors */
 	NCCL_GROUP_OPS,
+	op_mem_held,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)
