@@ -247,7 +247,8 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 	return PH_OK;
 }
 
-int ph_engine_gpu_memory(const ph_engine *e, int *ordinal, size_t *bytes, int max, int *n, ph_err *err)
+int ph_engine_gpu_memory(const ph_engine *e, int *ordinal, size_t *bytes, size_t (*phase)[3], int max, int *n,
+			 ph_err *err)
 {
 	*n = 0;
 	if (!e->dev->mem_held || e->dev->struct_size < sizeof(ph_device_ops))
@@ -265,6 +266,9 @@ int ph_engine_gpu_memory(const ph_engine *e, int *ordinal, size_t *bytes, int ma
 				seen |= ordinal[k] == o;
 			if (!seen && *n < max) {
 				ordinal[*n] = o;
+				if (phase)
+					for (int k = 0; k < 3; k++)
+						phase[*n][k] = c->mem_phase ? c->mem_phase[r][k] : 0;
 				bytes[(*n)++] = b;
 			}
 		}

@@ -156,6 +156,9 @@ struct ph_engine {
 	void **rs;           /* [ranks] rank states */
 	const int *ordinal;  /* [ranks] this copy's devices, from cfg->place;
 			      * NULL = every rank on the CPU */
+	/* [ranks][PH_ENG_MEM_PHASES] the device's mem_held on the rank's GPU
+	 * after each phase of ph_eng_create_one; NULL on the CPU */
+	size_t (*mem_phase)[3];
 
 	/* Memory (engine.c, engine-layout.c) */
 	chunk_t *chunks;     /* [nchunks] */

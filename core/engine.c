@@ -224,6 +224,24 @@ static void free_batch(ph_engine *e)
 	free(e->correct_mb);
 }
 
+/* The device memory held on each of this process's ranks' GPUs after
+ * phase `ph` of creation (0: ranks opened, 1: parameters and optimizer
+ * state, 2: activations, links and batch): where a GPU's memory goes,
+ * for the peak line (ph_engine_gpu_memory). */
+static int note_memory(ph_engine *e, int ph, ph_err *err)
+{
+	if (!e->dev->mem_held || e->dev->struct_size < sizeof(ph_device_ops))
+		return PH_OK;
+	if (!e->mem_phase && !(e->mem_phase = calloc((size_t)e->plan->ranks, sizeof *e->mem_phase)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int r = 0; r < e->plan->ranks; r++) {
+		int o, rc;
+		if (owns(e, r) && e->rs[r] && (rc = e->dev->mem_held(e->rs[r], &o, &e->mem_phase[r][ph], err)))
+			return rc;
+	}
+	return PH_OK;
+}
+
 int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, int local, ph_err *err)
 {
 	ph_engine *e = calloc(1, sizeof *e);
@@ -264,7 +282,8 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		threads = (int)(cores / busy) > 0 ? (int)(cores / busy) : 1;
 	openblas_set_num_threads(threads);
 
-	if ((rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)) || (rc = ph_eng_stream_alloc(e, err)))
+	if ((rc = note_memory(e, 0, err)) || (rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)) ||
+	    (rc = ph_eng_stream_alloc(e, err)) || (rc = note_memory(e, 1, err)))
 		return rc;
 	if ((rc = ph_eng_alloc_chunks(e, err))) {
 		if (e->err_set) {
@@ -275,13 +294,15 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		}
 		return rc;
 	}
-	if ((rc = ph_eng_links_create(e, err)) || (rc = alloc_batch(e, err)) || (rc = ph_eng_eval_lists(e, err)))
+	if ((rc = ph_eng_links_create(e, err)) || (rc = alloc_batch(e, err)) || (rc = ph_eng_eval_lists(e, err)) ||
+	    (rc = note_memory(e, 2, err)))
 		return rc;
 	return ph_eng_start_workers(e, err);
 }
 
 void ph_eng_destroy_one(ph_engine *e)
 {
+	free(e->mem_phase);
 	ph_eng_stop_workers(e);
 	ph_eng_trace_free(e);
 	ph_eng_free_chunks(e);

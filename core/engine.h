@@ -73,9 +73,12 @@ double ph_engine_activation_bytes(const ph_engine *e, int rank);
 
 /* The GPUs this process's ranks (replicas included) run on, each once, in
  * rank order, and the device memory the process holds on each (the
- * device's mem_held: at the end of training, the run's peak).  *n = 0 on
- * the CPU.  At most `max` entries. */
-int ph_engine_gpu_memory(const ph_engine *e, int *ordinal, size_t *bytes, int max, int *n, ph_err *err);
+ * device's mem_held: at the end of training, the run's peak).  phase[k]
+ * (may be NULL): what it held after the first engine on that GPU opened
+ * its ranks [0], made its parameters and optimizer state [1], and its
+ * activations, links and batch [2].  *n = 0 on the CPU.  At most `max`. */
+int ph_engine_gpu_memory(const ph_engine *e, int *ordinal, size_t *bytes, size_t (*phase)[3], int max, int *n,
+			 ph_err *err);
 
 /* --trace: record every op (compute, send, receive) of every rank with real
  * timestamps from now on, and write them as Chrome trace JSON. */

@@ -524,12 +524,19 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	}
 	printf("%s\n", cfg.run.recompute ? " (recompute on)" : "");
 	int gpu_ord[64], ngpu = 0;
-	size_t gpu_bytes[64];
-	if ((rc = ph_engine_gpu_memory(engine, gpu_ord, gpu_bytes, 64, &ngpu, err)))
+	size_t gpu_bytes[64], gpu_phase[64][3];
+	if ((rc = ph_engine_gpu_memory(engine, gpu_ord, gpu_bytes, gpu_phase, 64, &ngpu, err)))
 		goto out;
-	for (int k = 0; k < ngpu; k++)
-		printf("%s cuda:%d %.1f MiB%s", k ? "," : "peak GPU memory (held beyond the CUDA context):", gpu_ord[k],
-		       gpu_bytes[k] / 1048576.0, k + 1 == ngpu ? "\n" : "");
+	for (int k = 0; k < ngpu; k++) {
+		/* each phase's growth: where the peak comes from */
+		const double M = 1048576.0;
+		const size_t *ph = gpu_phase[k];
+		printf("%s cuda:%d %.1f MiB (ranks opened %.1f, parameters and optimizer state %+.1f, activations and "
+		       "buffers %+.1f, training %+.1f)%s",
+		       k ? "," : "peak GPU memory (held beyond the CUDA context):", gpu_ord[k], gpu_bytes[k] / M, ph[0] / M,
+		       ((double)ph[1] - (double)ph[0]) / M, ((double)ph[2] - (double)ph[1]) / M,
+		       ((double)gpu_bytes[k] - (double)ph[2]) / M, k + 1 == ngpu ? "\n" : "");
+	}
 	rc = ph_train_write_outputs(&cfg, engine, &res, cli->trace, wpath, err);
 out:
 	free(cost_f);

@@ -31,7 +31,9 @@
 #  - GPT blocks (tiny-lm.ini at d = 32): 4 ranks against 1 byte-identical,
 #    fp32 and bf16 (flash attention, cuBLASLt epilogues);
 #  - [partition] cost = profile measures on the GPU, with a cache of its own;
-#  - a device the machine lacks is refused with one line.
+#  - a device the machine lacks is refused with one line;
+#  - the peak GPU memory line shows the parameters' bytes, its phases
+#    adding up to the peak.
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
 # without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
 # test: bench/fashion-mnist-gpu.sh runs it.
@@ -48,6 +50,29 @@ if train g1 $gpu --set run.stages=1 --set schedule.type=1f1b; then
 	ok "reference: 1 rank on cuda:0, 8 micro-batches (loss $(loss_at g1 1) -> $(loss_at g1 last))"
 else
 	not_ok "1 rank on cuda:0: run failed: $(tail -3 "$tmp/g1.log")"
+fi
+
+# The peak GPU memory line (issue 21): fc1 of 20000 units makes the
+# parameters 1,481,250 floats; weights, gradients and Adam's two moments
+# are 16 bytes each, 22.6 MiB, which the parameters' phase must show (a
+# real GPU rounds allocations up, hence the 1.5x), and the phases must
+# add up to the peak.
+# shellcheck disable=SC2086 # $gpu is a list of options
+if train pm $gpu --set run.stages=1 --set "layer fc1.units=20000" --set run.steps=2; then
+	line=$(grep '^peak GPU memory' "$tmp/pm.log")
+	if echo "$line" | awk '{
+		if (!match($0, /cuda:0 [0-9.]+ MiB \(ranks opened [0-9.]+, parameters and optimizer state [-+][0-9.]+, activations and buffers [-+][0-9.]+, training [-+][0-9.]+\)$/)) exit 1
+		s = substr($0, RSTART); gsub(/[^0-9.+-]+/, " ", s); n = split(s, v, " ")
+		# v: 0 (of cuda:0), peak, opened, params, buffers, training
+		if (v[4] < 22.6 * 0.999 || v[4] > 22.6 * 1.5) exit 1
+		d = v[3] + v[4] + v[5] + v[6] - v[2]; if (d < -0.3 || d > 0.3) exit 1
+	}'; then
+		ok "the peak GPU memory line: ${line#*: }"
+	else
+		not_ok "the peak GPU memory line, want the parameters' 22.6 MiB and phases adding up: '$line'"
+	fi
+else
+	not_ok "the memory run failed: $(tail -3 "$tmp/pm.log")"
 fi
 
 # name, description, options: each must give g1's weights
