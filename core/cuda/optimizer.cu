@@ -77,20 +77,33 @@ __device__ static inline void sgd_elem(const sgd_args &a, float wd, double clip,
 	w[i] = __fsub_rn(w[i], __fmul_rn(a.lr, step));
 }
 
-/* optim.c adamw(): decoupled decay, then the moments, then the step. */
+/* The clip of take_grad on a value already loaded. */
+__device__ static inline float clip_grad(float gi, double clip)
+{
+	return clip != 1.0 ? __double2float_rn(__dmul_rn((double)gi, clip)) : gi;
+}
+
+/* optim.c adamw() on one element's values: decoupled decay, then the
+ * moments, then the step; gi is the gradient as take_grad gives it. */
+__device__ static inline void adamw_vals(const adamw_args &a, float keep, float gi, float &wi, float &mi, float &vi)
+{
+	if (keep != 1.f)
+		wi = __fmul_rn(wi, keep);
+	mi = __fadd_rn(__fmul_rn(a.b1, mi), __fmul_rn(a.one_b1, gi));
+	vi = __fadd_rn(__fmul_rn(a.b2, vi), __fmul_rn(__fmul_rn(a.one_b2, gi), gi));
+	float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
+	wi = __fsub_rn(wi, __fmul_rn(a.step_size, __fdiv_rn(mi, denom)));
+}
+
 __device__ static inline void adamw_elem(const adamw_args &a, float keep, double clip, float *w, float *g, float *m,
 					 float *v, int64_t i)
 {
-	float wi = w[i];
-	if (keep != 1.f)
-		wi = __fmul_rn(wi, keep);
+	float wi = w[i], mi = m[i], vi = v[i];
 	float gi = take_grad(g, i, clip);
-	float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(a.one_b1, gi));
-	float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(a.one_b2, gi), gi));
+	adamw_vals(a, keep, gi, wi, mi, vi);
 	m[i] = mi;
 	v[i] = vi;
-	float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2_sqrt), a.eps);
-	w[i] = __fsub_rn(wi, __fmul_rn(a.step_size, __fdiv_rn(mi, denom)));
+	w[i] = wi;
 }
 
 __global__ static void k_sgd(sgd_args a, float wd, double clip, float *w, float *g, float *s, int64_t n)
@@ -153,14 +166,42 @@ __global__ static void k_update_many(int adam, adamw_args a, sgd_args sg, double
 	}
 	const tensor_desc d = T[lo];
 	const int64_t base = (int64_t)(b - d.first_block) * blockDim.x * PER_THREAD + threadIdx.x;
+	if (adam) {
+		/* every load of the thread's elements first, so that 4 x 4 are in
+		 * flight at once rather than 4 (the stores of one element could
+		 * alias the loads of the next, which the compiler would not move
+		 * past them); then the same arithmetic as adamw_elem */
+		const float keep = d.decay ? a.keep : 1.f;
+		float *__restrict__ w = d.w, *__restrict__ g = d.g, *__restrict__ m = d.s, *__restrict__ v = d.s + d.n;
+		float wv[PER_THREAD], gv[PER_THREAD], mv[PER_THREAD], vv[PER_THREAD];
+#pragma unroll
+		for (int k = 0; k < PER_THREAD; k++) {
+			const int64_t i = base + (int64_t)k * blockDim.x;
+			if (i < d.n) {
+				wv[k] = w[i];
+				gv[k] = g[i];
+				mv[k] = m[i];
+				vv[k] = v[i];
+			}
+		}
+#pragma unroll
+		for (int k = 0; k < PER_THREAD; k++) {
+			const int64_t i = base + (int64_t)k * blockDim.x;
+			if (i < d.n) {
+				adamw_vals(a, keep, clip_grad(gv[k], clip), wv[k], mv[k], vv[k]);
+				g[i] = 0.f;
+				m[i] = mv[k];
+				v[i] = vv[k];
+				w[i] = wv[k];
+			}
+		}
+		return;
+	}
 	for (int k = 0; k < PER_THREAD; k++) {
 		const int64_t i = base + (int64_t)k * blockDim.x;
 		if (i >= d.n)
 			break;
-		if (adam)
-			adamw_elem(a, d.decay ? a.keep : 1.f, clip, d.w, d.g, d.s, d.s + d.n, i);
-		else
-			sgd_elem(sg, d.decay ? sg.wd : 0.f, clip, d.w, d.g, d.s, i);
+		sgd_elem(sg, d.decay ? sg.wd : 0.f, clip, d.w, d.g, d.s, i);
 	}
 }
 
