@@ -133,6 +133,11 @@ typedef struct {
 	float *g2;
 	float *pg2[PH_MAX_PARAMS];
 	int rank;            /* the rank that computes the layer */
+	/* A tied copy on its source's rank (ph_plan_shared_tie): w, s and their
+	 * host copies are the source tensor's own, so the copy costs no
+	 * weights or optimizer state and gets no update of its own; g stays
+	 * its own, summed into the source's as for any tie. */
+	int alias;
 } lparams_t;
 
 enum { JOB_NONE, JOB_TRAIN, JOB_EVAL, JOB_UPDATE, JOB_STREAM, JOB_EXIT };

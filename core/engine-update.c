@@ -47,10 +47,18 @@ int ph_eng_update_rank_at(ph_engine *e, int rank, int par, int64_t t, double lr,
 	else /* a delayed update: keep W(t) before it becomes W(t+1) */
 		rc = ph_eng_versions_advance(e, rank, err);
 	for (int c = rank; !rc && c < e->plan->nchunks; c += e->plan->ranks)
-		for (int l = e->chunks[c].a; l < e->chunks[c].b; l++) {
+		for (int l = e->chunks[c].a; l < e->chunks[c].b && !rc; l++) {
 			const ph_layer *L = &e->model->layers[l];
 			lparams_t *P = &e->params[l];
 			int64_t off = 0;
+			if (P->alias) {
+				/* its weights are the source's, which the update below
+				 * moves; its gradient (summed into the source's) is
+				 * zeroed for the next step as the update would */
+				rc = e->dev->zero(e->rs[rank], grad_tensors(e, l, par)[0],
+						  (size_t)L->param_numel * sizeof(float), err);
+				continue;
+			}
 			for (int p = 0; p < L->meta.nparams; p++, k++) {
 				n[k] = ph_param_local_numel(L, p);
 				w[k] = P->pw[p];
@@ -60,6 +68,7 @@ int ph_eng_update_rank_at(ph_engine *e, int rank, int par, int64_t t, double lr,
 				off += n[k];
 			}
 		}
+	count = k; /* less the shared tied copies */
 	if (!rc && ph_eng_step_end_batched(e))
 		rc = e->dev->optim_update_many(e->rs[rank], oc, t, lr, clip_scale, w, g, s, n, decay, count, err);
 	else

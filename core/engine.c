@@ -107,10 +107,41 @@ static void init_tensor(float *w, int64_t first, int64_t n, const ph_param_desc 
 	}
 }
 
+/* $NAME=0 (a switch for comparisons, like PIPEHOST_OPTIM_MANY). */
+static int getenv_is_zero(const char *name)
+{
+	const char *v = getenv(name);
+	return v && !strcmp(v, "0");
+}
+
+/* Layer l as tie k's copy: the source tensor's weights, state and host
+ * copies, a gradient of its own. */
+static int alias_params(ph_engine *e, int l, int k, ph_err *err)
+{
+	const ph_tie *t = &e->model->ties[k];
+	const ph_layer *L = &e->model->layers[l];
+	lparams_t *P = &e->params[l], *S = &e->params[t->src_layer];
+	int spp = ph_optim_state_per_param(&e->cfg->optim);
+	int64_t off = S->pw[t->src_param] - S->w;
+	P->alias = 1;
+	P->w = S->w + off;
+	P->s = S->s + off * spp;
+	P->hw = S->hw + off;
+	P->hs = S->hs + off * spp;
+	P->g = ph_eng_balloc(e, P->rank, (size_t)L->param_numel * sizeof(float));
+	if (!P->g)
+		return ph_fail(err, PH_ENOMEM, "out of memory for the gradient of layer %s (%.1f MiB asked)%s%s",
+			       L->cfg->name, (double)L->param_numel * sizeof(float) / (1024.0 * 1024.0), why_sep(e),
+			       why(e));
+	P->pw[0] = P->w;
+	P->pg[0] = P->g;
+	return PH_OK;
+}
+
 /* Every layer's parameters, gradients and optimizer state on its rank's
  * device, initialised in the host copies and uploaded; tied copies start
- * equal, and a copy on another GPU than its source gets room there for
- * the gradient sum. */
+ * equal (a copy on its source's rank is the source's memory), and a copy
+ * on another GPU than its source gets room there for the gradient sum. */
 static int alloc_params(ph_engine *e, ph_err *err)
 {
 	const ph_config *c = e->cfg;
@@ -123,8 +154,13 @@ static int alloc_params(ph_engine *e, ph_err *err)
 		ph_layer *L = &m->layers[l];
 		lparams_t *P = &e->params[l];
 		size_t n = (size_t)L->param_numel;
-		int r = layer_rank(e, l);
+		int r = layer_rank(e, l), k = ph_plan_shared_tie(e->plan, m, l);
 		P->rank = r;
+		if (k >= 0 && !getenv_is_zero("PIPEHOST_TIE_SHARE")) {
+			if ((rc = alias_params(e, l, k, err)))
+				return rc;
+			continue;
+		}
 		P->w = ph_eng_balloc(e, r, n * sizeof(float));
 		P->g = ph_eng_balloc(e, r, n * sizeof(float));
 		P->s = ph_eng_balloc(e, r, n * spp * sizeof(float));
@@ -152,6 +188,8 @@ static int alloc_params(ph_engine *e, ph_err *err)
 	for (int k = 0; k < m->nties; k++) {
 		const ph_tie *t = &m->ties[k];
 		lparams_t *S = &e->params[t->src_layer], *D = &e->params[t->dst_layer];
+		if (D->alias)
+			continue; /* the same memory */
 		memcpy(D->hw + (D->pw[t->dst_param] - D->w), S->hw + (S->pw[t->src_param] - S->w),
 		       (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape) * sizeof(float));
 	}
@@ -177,10 +215,12 @@ static void free_params(ph_engine *e)
 	for (int l = 0; e->params && l < e->model->n; l++) {
 		lparams_t *P = &e->params[l];
 		int r = layer_rank(e, l);
+		ph_eng_bfree(e, r, P->g);
+		if (P->alias)
+			continue; /* the source's */
 		free_host_copy(P->hw, P->w);
 		free_host_copy(P->hs, P->s);
 		ph_eng_bfree(e, r, P->w);
-		ph_eng_bfree(e, r, P->g);
 		ph_eng_bfree(e, r, P->s);
 	}
 	free(e->params);

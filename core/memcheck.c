@@ -137,10 +137,12 @@ double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c)
 					scratch = (double)m->layers[i].meta.scratch_bytes;
 			}
 			int gpu = c->place.ordinal && r < c->place.ranks && c->place.ordinal[r] >= 0;
+			/* a tied copy sharing its source's memory keeps its gradient alone */
+			double shared = 4.0 * (double)ph_plan_shared_numel(p, m, k) * (1 + spp);
 			if (gpu) /* the host keeps a copy of the weights and optimizer state */
-				sum += 4.0 * params * (1 + spp);
+				sum += 4.0 * params * (1 + spp) - shared;
 			else
-				sum += 4.0 * params * (2 + spp) + ph_plan_activation_bytes(p, m, c, k) + scratch;
+				sum += 4.0 * params * (2 + spp) - shared + ph_plan_activation_bytes(p, m, c, k) + scratch;
 		}
 		if (least < 0 || sum < least)
 			least = sum;

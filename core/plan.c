@@ -443,6 +443,38 @@ double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_co
 	return bytes;
 }
 
+static int rank_of_layer(const ph_plan *p, int l)
+{
+	for (int c = 0; c < p->nchunks; c++)
+		if (l >= p->first[c] && l < p->first[c + 1])
+			return c % p->ranks;
+	return 0;
+}
+
+int ph_plan_shared_tie(const ph_plan *p, const ph_model *m, int l)
+{
+	const ph_layer *L = &m->layers[l];
+	if (L->meta.nparams != 1 || L->meta.sharded_params)
+		return -1;
+	for (int k = 0; k < m->nties; k++) {
+		const ph_tie *t = &m->ties[k];
+		if (t->dst_layer == l && t->dst_param == 0 && t->src_layer < l &&
+		    !(m->layers[t->src_layer].meta.sharded_params >> t->src_param & 1u) &&
+		    rank_of_layer(p, t->src_layer) == rank_of_layer(p, l))
+			return k;
+	}
+	return -1;
+}
+
+int64_t ph_plan_shared_numel(const ph_plan *p, const ph_model *m, int k)
+{
+	int64_t n = 0;
+	for (int i = p->first[k]; i < p->first[k + 1]; i++)
+		if (ph_plan_shared_tie(p, m, i) >= 0)
+			n += m->layers[i].param_numel;
+	return n;
+}
+
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c)
 {
 	double total = 0;
@@ -484,7 +516,9 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 		 * versions an asynchronous schedule keeps (2bw: one) */
 		ph_schedule_shape shape = { p->ranks, p->v, p->m };
 		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
-		double mem = 4.0 * (double)params * (2 + spp + (versions > 1 ? versions - 1 : 0) + stream_grads) +
+		/* a tied copy sharing its source's memory: its gradient alone */
+		double mem = 4.0 * (double)params * (2 + spp + (versions > 1 ? versions - 1 : 0) + stream_grads) -
+			     4.0 * (double)ph_plan_shared_numel(p, m, k) * (1 + spp) +
 			     ph_plan_activation_bytes(p, m, c, k) + scratch;
 		char dev[16];
 		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);

@@ -68,6 +68,16 @@ int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err
  * estimate is what the engine allocates; -1 when out of memory. */
 double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k);
 
+/* Does layer l, a tied copy, share its source's memory?  When the copy is
+ * the layer's one tensor and the source an earlier layer's on the same
+ * rank, neither sharded, the engine gives the copy the source's weights
+ * and optimizer state and keeps only its gradient (engine.c).  The tie's
+ * index in m->ties, or -1. */
+int ph_plan_shared_tie(const ph_plan *p, const ph_model *m, int l);
+/* The parameters of chunk k that are such shared copies: what the memory
+ * estimates count without weights and optimizer state. */
+int64_t ph_plan_shared_numel(const ph_plan *p, const ph_model *m, int k);
+
 /* The plan of k consecutive steps run as one stream, for a schedule that
  * declares no flush (PH_SCHED_NO_FLUSH): the schedule's order for k * m
  * micro-batches (micro-batch n is step n / m's n % m), lowered as any plan;
