@@ -33,7 +33,8 @@
 #  - [partition] cost = profile measures on the GPU, with a cache of its own;
 #  - a device the machine lacks is refused with one line;
 #  - the peak GPU memory line shows the parameters' bytes, its phases
-#    adding up to the peak.
+#    adding up to the peak; a tied head on its table's rank shares the
+#    table's memory (6.0 MiB less than two copies, the same weights).
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
 # without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
 # test: bench/fashion-mnist-gpu.sh runs it.
@@ -239,6 +240,24 @@ if [ -n "${PH_CUEMU:-}" ]; then
 fi
 if [ -f "$tmp/l1fp32.st" ] && cmp -s "$tmp/l1fp32.st" "$tmp/l1bf16.st"; then
 	not_ok "GPT blocks: bf16 weights byte-identical to fp32's: the precision never reached the GPU"
+fi
+# The tied head on its source's rank shares the token table's weights
+# and Adam state: at vocab 16384 x d 32 that is 524,288 floats x 12 bytes,
+# 6.0 MiB less in the parameters' phase of the peak line than with
+# PIPEHOST_TIE_SHARE=0 (two copies), and the same weights.
+params_mib() { sed -n 's/^peak GPU memory.*parameters and optimizer state +\([0-9.]*\),.*/\1/p' "$tmp/$1.log"; }
+if lm tshare --set run.stages=1 --set "layer embed.vocab=16384" --set "layer head.units=16384" --set run.steps=2 &&
+	PIPEHOST_TIE_SHARE=0 lm tcopy --set run.stages=1 --set "layer embed.vocab=16384" --set "layer head.units=16384" \
+		--set run.steps=2; then
+	a=$(params_mib tshare) b=$(params_mib tcopy)
+	if cmp -s "$tmp/tshare.st" "$tmp/tcopy.st" &&
+		awk -v a="$a" -v b="$b" 'BEGIN { d = b - a; exit !(a != "" && d > 4.5 && d < 8) }'; then
+		ok "the tied head shares the table: parameters +$a MiB against +$b MiB with two copies; weights byte-identical"
+	else
+		not_ok "the tied head sharing the table: parameters +$a MiB against +$b MiB (want 6.0 less), or weights differ"
+	fi
+else
+	not_ok "the tied head sharing the table: run failed: $(tail -2 "$tmp/tshare.log") $(tail -2 "$tmp/tcopy.log")"
 fi
 
 # [partition] cost = profile with the ranks on a GPU measures there: the
