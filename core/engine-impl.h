@@ -61,6 +61,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "device.h"
@@ -304,13 +306,17 @@ static inline int remote_link(const ph_engine *e, int c)
 	return e->span > 1 && owns(e, c % e->plan->ranks) != owns(e, (c + 1) % e->plan->ranks);
 }
 
+/* $NAME=0: a switch for comparisons (PIPEHOST_OPTIM_MANY, PIPEHOST_TIE_SHARE). */
+static inline int env_is_zero(const char *name)
+{
+	const char *v = getenv(name);
+	return v && !strcmp(v, "0");
+}
+
 /* The rank that computes layer l. */
 static inline int layer_rank(const ph_engine *e, int l)
 {
-	for (int c = 0; c < e->plan->nchunks; c++)
-		if (l >= e->plan->first[c] && l < e->plan->first[c + 1])
-			return c % e->plan->ranks;
-	return 0;
+	return ph_plan_layer_rank(e->plan, l);
 }
 
 /* Is tensor q of layer l a tied copy (`tie =`)?  The clip norm counts each

@@ -15,8 +15,7 @@
 
 int ph_eng_step_end_batched(const ph_engine *e)
 {
-	const char *v = getenv("PIPEHOST_OPTIM_MANY");
-	return e->dev->optim_update_many && e->dev->sumsq_many && !(v && !strcmp(v, "0"));
+	return e->dev->optim_update_many && e->dev->sumsq_many && !env_is_zero("PIPEHOST_OPTIM_MANY");
 }
 
 /* A rank's optimizer step: its tensors in one launch, or one call each

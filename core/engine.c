@@ -107,13 +107,6 @@ static void init_tensor(float *w, int64_t first, int64_t n, const ph_param_desc 
 	}
 }
 
-/* $NAME=0 (a switch for comparisons, like PIPEHOST_OPTIM_MANY). */
-static int getenv_is_zero(const char *name)
-{
-	const char *v = getenv(name);
-	return v && !strcmp(v, "0");
-}
-
 /* Layer l as tie k's copy: the source tensor's weights, state and host
  * copies, a gradient of its own. */
 static int alias_params(ph_engine *e, int l, int k, ph_err *err)
@@ -156,7 +149,7 @@ static int alloc_params(ph_engine *e, ph_err *err)
 		size_t n = (size_t)L->param_numel;
 		int r = layer_rank(e, l), k = ph_plan_shared_tie(e->plan, m, l);
 		P->rank = r;
-		if (k >= 0 && !getenv_is_zero("PIPEHOST_TIE_SHARE")) {
+		if (k >= 0 && !env_is_zero("PIPEHOST_TIE_SHARE")) {
 			if ((rc = alias_params(e, l, k, err)))
 				return rc;
 			continue;

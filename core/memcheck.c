@@ -138,7 +138,7 @@ double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c)
 			}
 			int gpu = c->place.ordinal && r < c->place.ranks && c->place.ordinal[r] >= 0;
 			/* a tied copy sharing its source's memory keeps its gradient alone */
-			double shared = 4.0 * (double)ph_plan_shared_numel(p, m, k) * (1 + spp);
+			double shared = ph_plan_shared_bytes(p, m, c, k);
 			if (gpu) /* the host keeps a copy of the weights and optimizer state */
 				sum += 4.0 * params * (1 + spp) - shared;
 			else
@@ -158,10 +158,15 @@ static void human(double b, char *buf, size_t len)
 		snprintf(buf, len, "%.1f MiB", b / (1024.0 * 1024));
 }
 
-int ph_memcheck_run(const ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err)
+int ph_memcheck_enabled(void)
 {
 	const char *off = getenv("PIPEHOST_MEMCHECK");
-	if (off && !strcmp(off, "0"))
+	return !(off && !strcmp(off, "0"));
+}
+
+int ph_memcheck_run(const ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err)
+{
+	if (!ph_memcheck_enabled())
 		return PH_OK;
 	double have, need = ph_mem_estimate(p, m, c);
 	char which[96];

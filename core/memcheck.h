@@ -17,6 +17,10 @@ int ph_mem_available(double *bytes, char *which, size_t len);
  * for its replicas and its share of a split pipeline). */
 double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c);
 
+/* 0 under PIPEHOST_MEMCHECK=0: no check before allocating (here, nor
+ * cost = auto's fit check before measuring, profile.c). */
+int ph_memcheck_enabled(void);
+
 /* Refuse a run whose estimate exceeds what this process may use, naming
  * both and what to change.  PIPEHOST_MEMCHECK=0 skips it. */
 int ph_memcheck_run(const ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err);

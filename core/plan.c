@@ -443,7 +443,7 @@ double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_co
 	return bytes;
 }
 
-static int rank_of_layer(const ph_plan *p, int l)
+int ph_plan_layer_rank(const ph_plan *p, int l)
 {
 	for (int c = 0; c < p->nchunks; c++)
 		if (l >= p->first[c] && l < p->first[c + 1])
@@ -460,19 +460,19 @@ int ph_plan_shared_tie(const ph_plan *p, const ph_model *m, int l)
 		const ph_tie *t = &m->ties[k];
 		if (t->dst_layer == l && t->dst_param == 0 && t->src_layer < l &&
 		    !(m->layers[t->src_layer].meta.sharded_params >> t->src_param & 1u) &&
-		    rank_of_layer(p, t->src_layer) == rank_of_layer(p, l))
+		    ph_plan_layer_rank(p, t->src_layer) == ph_plan_layer_rank(p, l))
 			return k;
 	}
 	return -1;
 }
 
-int64_t ph_plan_shared_numel(const ph_plan *p, const ph_model *m, int k)
+double ph_plan_shared_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k)
 {
-	int64_t n = 0;
+	double n = 0;
 	for (int i = p->first[k]; i < p->first[k + 1]; i++)
 		if (ph_plan_shared_tie(p, m, i) >= 0)
-			n += m->layers[i].param_numel;
-	return n;
+			n += (double)m->layers[i].param_numel;
+	return 4.0 * n * (1 + ph_optim_state_per_param(&c->optim));
 }
 
 void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config *c)
@@ -518,7 +518,7 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
 		/* a tied copy sharing its source's memory: its gradient alone */
 		double mem = 4.0 * (double)params * (2 + spp + (versions > 1 ? versions - 1 : 0) + stream_grads) -
-			     4.0 * (double)ph_plan_shared_numel(p, m, k) * (1 + spp) +
+			     ph_plan_shared_bytes(p, m, c, k) +
 			     ph_plan_activation_bytes(p, m, c, k) + scratch;
 		char dev[16];
 		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);

@@ -74,9 +74,11 @@ double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_co
  * and optimizer state and keeps only its gradient (engine.c).  The tie's
  * index in m->ties, or -1. */
 int ph_plan_shared_tie(const ph_plan *p, const ph_model *m, int l);
-/* The parameters of chunk k that are such shared copies: what the memory
- * estimates count without weights and optimizer state. */
-int64_t ph_plan_shared_numel(const ph_plan *p, const ph_model *m, int k);
+/* The bytes of weights and optimizer state chunk k's shared copies do not
+ * hold: what the memory estimates take off. */
+double ph_plan_shared_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k);
+/* The rank that computes layer l (chunk c runs on rank c mod ranks). */
+int ph_plan_layer_rank(const ph_plan *p, int l);
 
 /* The plan of k consecutive steps run as one stream, for a schedule that
  * declares no flush (PH_SCHED_NO_FLUSH): the schedule's order for k * m

@@ -159,8 +159,7 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		ph_schedule_shape shape = { p->ranks, p->v, p->m };
 		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
 		double older = versions > 1 ? pbytes * (versions - 1) : 0;
-		double mem = pbytes * (2 + spp) - 4.0 * (double)ph_plan_shared_numel(p, m, k) * (1 + spp) + older + act +
-			     scratch;
+		double mem = pbytes * (2 + spp) - ph_plan_shared_bytes(p, m, c, k) + older + act + scratch;
 		if (mem > peak)
 			peak = mem;
 		sum_mem += mem;

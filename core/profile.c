@@ -818,7 +818,6 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 		 * refuses it with both figures, not the profiler's allocation */
 		double need = 0, have;
 		char which[96];
-		const char *off = getenv("PIPEHOST_MEMCHECK");
 		for (int i = 0; !c->place.cuda && i < m->n; i++) {
 			const ph_layer *l = &m->layers[i];
 			double b = layer_buffer_bytes(l, (size_t)m->max_batch, l->meta.scratch_bytes);
@@ -826,7 +825,7 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 				b += 2.0 * sizeof(float) * (double)ph_shape_numel(&l->meta.params[p].shape);
 			need = b > need ? b : need;
 		}
-		if (need > 0 && !(off && !strcmp(off, "0")) && ph_mem_available(&have, which, sizeof which) && need > have) {
+		if (need > 0 && ph_memcheck_enabled() && ph_mem_available(&have, which, sizeof which) && need > have) {
 			if (out)
 				fprintf(out, "cost: flops ([partition] cost = auto: measuring a layer needs ~%.1f MiB but %s "
 					"leaves %.1f MiB)\n", need / 1048576.0, which, have / 1048576.0);

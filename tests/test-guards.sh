@@ -16,13 +16,25 @@ expect_error "a model larger than the machine" \
 # RLIMIT_AS (ulimit -v, in KiB): 3 GiB for a 26 GB run.  ASan reserves
 # terabytes of address space and cannot run under it.
 if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
-	(
-		ulimit -v 3000000
-		"$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 >/dev/null 2>"$tmp/uv.err"
-		echo $? >"$tmp/uv.rc"
-	)
-	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
-		grep -Eq "run needs ~2[0-9.]+ GiB in this process \(--plan's estimate\) but ulimit -v leaves [0-9.]+ [MG]iB" "$tmp/uv.err"; then
+	# uv_run MEMCHECK OPTIONS...: the 26 GB run (fc1 of 20M units) under
+	# ulimit -v with PIPEHOST_MEMCHECK=MEMCHECK, its output, errors and
+	# exit in $tmp/uv.out, uv.err and uv.rc
+	uv_run() {
+		(
+			ulimit -v 3000000
+			mc=$1
+			shift
+			PIPEHOST_MEMCHECK=$mc "$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 "$@" \
+				>"$tmp/uv.out" 2>"$tmp/uv.err"
+			echo $? >"$tmp/uv.rc"
+		)
+	}
+	# uv_one_line PATTERN: exit 1 and one line of errors matching PATTERN
+	uv_one_line() {
+		[ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] && grep -Eq "$1" "$tmp/uv.err"
+	}
+	uv_run 1
+	if uv_one_line "run needs ~2[0-9.]+ GiB in this process \(--plan's estimate\) but ulimit -v leaves [0-9.]+ [MG]iB"; then
 		ok "a run over ulimit -v: $(cat "$tmp/uv.err")"
 	else
 		not_ok "a run over ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
@@ -31,41 +43,23 @@ if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
 	# threads): a layer too big to measure must not fail in the profiler
 	# but fall back to the FLOPs, and the run be refused as above (it was
 	# refused by the profiler's allocation on a 16-core machine)
-	(
-		ulimit -v 3000000
-		"$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 --set run.threads=64 \
-			>"$tmp/uv.out" 2>"$tmp/uv.err"
-		echo $? >"$tmp/uv.rc"
-	)
-	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
-		grep -Eq "run needs ~2[0-9.]+ GiB in this process \(--plan's estimate\) but ulimit -v leaves" "$tmp/uv.err" &&
+	uv_run 1 --set run.threads=64
+	if uv_one_line "run needs ~2[0-9.]+ GiB in this process \(--plan's estimate\) but ulimit -v leaves" &&
 		grep -q "^cost: flops (\[partition\] cost = auto: measuring a layer needs ~[0-9.]* MiB but ulimit -v leaves" "$tmp/uv.out"; then
 		ok "cost = auto with a layer too big to measure: $(grep '^cost:' "$tmp/uv.out"); $(cat "$tmp/uv.err")"
 	else
 		not_ok "cost = auto with a layer too big to measure: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
 	fi
 	# cost = profile, asked for: the profiler's failed allocation names its size
-	(
-		ulimit -v 3000000
-		PIPEHOST_MEMCHECK=0 "$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 \
-			--set run.threads=1 --set partition.cost=profile >/dev/null 2>"$tmp/uv.err"
-		echo $? >"$tmp/uv.rc"
-	)
-	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
-		grep -Eq "^pipehost: profile: out of memory for the parameters of layer fc1 \(4882\.8 MiB asked\)$" "$tmp/uv.err"; then
+	uv_run 0 --set run.threads=1 --set partition.cost=profile
+	if uv_one_line "^pipehost: profile: out of memory for the parameters of layer fc1 \(4882\.8 MiB asked\)$"; then
 		ok "cost = profile under ulimit -v: $(cat "$tmp/uv.err")"
 	else
 		not_ok "cost = profile under ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
 	fi
 	# the check skipped: the allocation that fails names its size
-	(
-		ulimit -v 3000000
-		PIPEHOST_MEMCHECK=0 "$PIPEHOST" -c "$tiny" --set "layer fc1.units=20000000" --set run.steps=1 \
-			>/dev/null 2>"$tmp/uv.err"
-		echo $? >"$tmp/uv.rc"
-	)
-	if [ "$(cat "$tmp/uv.rc")" = 1 ] && [ "$(wc -l <"$tmp/uv.err")" -eq 1 ] &&
-		grep -Eq "out of memory for (the parameters of layer [a-z0-9]+ \([0-9.]+ MiB asked\)|the [0-9.]+ MiB of activations and buffers of chunk [0-9]+)" "$tmp/uv.err"; then
+	uv_run 0
+	if uv_one_line "out of memory for (the parameters of layer [a-z0-9]+ \([0-9.]+ MiB asked\)|the [0-9.]+ MiB of activations and buffers of chunk [0-9]+)"; then
 		ok "PIPEHOST_MEMCHECK=0 under ulimit -v: the failed allocation names its size: $(cat "$tmp/uv.err")"
 	else
 		not_ok "PIPEHOST_MEMCHECK=0 under ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
