@@ -567,12 +567,12 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, local,
 					     c->comm.local_rank * local * (int)c->run.stages, &e2)))
 			return where_fail(c, e ? e->line : 0, rc, err, "[run] %s", e2.msg);
-		if (R < N && c->place.cuda)
-			return where_fail(c, e ? e->line : 0, PH_EUNSUPPORTED, err,
-					  "[run] devices = %s: a pipeline split over processes (replicas = %lld on %lld "
-					  "processes) runs on the CPU only for now; on GPUs give each process whole "
-					  "pipelines (replicas = %lld) with their ranks on the node's GPUs",
-					  c->run.devices, (long long)R, (long long)N, (long long)N);
+		if (R < N && R > 1 && c->place.cuda)
+			return where_fail(c, re ? re->line : 0, PH_EUNSUPPORTED, err,
+					  "[run] replicas = %lld on %lld processes with devices = %s: on GPUs a pipeline "
+					  "split over processes runs as one replica for now; use replicas = 1 (one "
+					  "pipeline over all %lld processes) or replicas = %lld (a whole pipeline each)",
+					  (long long)R, (long long)N, c->run.devices, (long long)N, (long long)N);
 		if (c->run.precision == PH_PREC_BF16 && !c->place.cuda) {
 			ph_ini_entry *pe = ph_ini_find(&c->ini, "run", "precision");
 			return where_fail(c, pe ? pe->line : 0, PH_EINVAL, err,

@@ -87,6 +87,9 @@ typedef struct {
 	void *act_req, *grad_req; /* a pipeline split over processes: the
 			      * sends of this slot's output and input gradient,
 			      * finished before the slot is taken again */
+	void *h_out, *h_in;  /* ... on GPUs: host copies the messages carry,
+			      * of the output and its gradient (h_out), and of
+			      * the input and its gradient (h_in) */
 } slot_t;
 
 typedef struct {

@@ -147,6 +147,29 @@ static int check_messages(ph_engine *e, int c, ph_err *err)
 	return PH_OK;
 }
 
+/* A GPU chunk whose link to another process carries messages: host
+ * buffers for them in each slot, since the process group (MPI) may not
+ * read device memory.  The bytes go GPU -> host -> MPI -> host -> GPU:
+ * two copies over PCIe per hand-off, small beside the network between
+ * nodes that this link exists for. */
+static int alloc_staging(ph_engine *e, int c, ph_err *err)
+{
+	const ph_plan *p = e->plan;
+	chunk_t *ch = &e->chunks[c];
+	int remote_in = c > 0 && remote_link(e, c - 1), remote_out = c + 1 < p->nchunks && remote_link(e, c);
+	if (e->dev->host_memory || (!remote_in && !remote_out))
+		return PH_OK;
+	size_t in = (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * e->mbsize * sizeof(float);
+	size_t out = (size_t)ph_shape_numel(&e->model->layers[ch->b - 1].meta.out) * e->mbsize * sizeof(float);
+	for (int s = 0; s < ch->nslots; s++) {
+		slot_t *sl = &ch->slots[s];
+		if ((remote_out && !(sl->h_out = malloc(out ? out : 1))) || (remote_in && !(sl->h_in = malloc(in ? in : 1))))
+			return ph_fail(err, PH_ENOMEM, "out of host memory for the messages of chunk %d (%.1f MiB a slot)",
+				       c, (double)(in + out) / 1048576.0);
+	}
+	return PH_OK;
+}
+
 /* The pointer tables of chunk c for its layout (the buffers come after). */
 static int alloc_tables(ph_engine *e, chunk_t *ch, const ph_chunk_layout *lay)
 {
@@ -240,6 +263,8 @@ int ph_eng_alloc_chunks(ph_engine *e, ph_err *err)
 		carve(ch, &lay);
 		ch->act_bytes = lay.activation_bytes;
 		ph_chunk_layout_free(&lay);
+		if ((rc = alloc_staging(e, c, err)))
+			return rc;
 	}
 	return PH_OK;
 }
@@ -252,6 +277,8 @@ void ph_eng_free_chunks(ph_engine *e)
 			free(ch->slots[s].y);
 			free(ch->slots[s].saved);
 			free(ch->slots[s].dy);
+			free(ch->slots[s].h_out);
+			free(ch->slots[s].h_in);
 		}
 		free(ch->slots);
 		free(ch->work_y);

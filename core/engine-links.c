@@ -9,8 +9,9 @@
  * events are nothing: the post orders it).
  *
  * Where chunk c runs in this process and c+1 in another, or the other way
- * round (remote_link; mpirun, a pipeline split over processes, CPU), the
- * link sends and receives through the process group (core/comm.h).  The
+ * round (remote_link; mpirun, a pipeline split over processes), the link
+ * sends and receives through the process group (core/comm.h); on GPUs by
+ * way of host copies (to_host, to_device).  The
  * sender starts a send and goes on, so, as in-process, only receivers wait;
  * the buffers are the slots' own and stay untouched until the send is done
  * (ph_link_slot_sends_done, before a slot is taken again, and the end of
@@ -182,14 +183,33 @@ int ph_link_rank_sends_done(ph_engine *e, int rank, ph_err *err)
 	return PH_OK;
 }
 
+/* On GPUs a message leaves from and lands in the slot's host copy
+ * (h_out, h_in; engine-layout.c): the device to host copy waits for the
+ * kernels that wrote the buffer, the host to device one is queued on the
+ * rank's stream before the kernels that read it. */
+static int to_host(ph_engine *e, const chunk_t *ch, void *dst, const void *src, size_t bytes, ph_err *err)
+{
+	return e->dev->copy(e->rs[ch->rank], dst, src, bytes, PH_COPY_D2H, err);
+}
+
+static int to_device(ph_engine *e, const chunk_t *ch, void *dst, const void *src, size_t bytes, ph_err *err)
+{
+	return e->dev->copy(e->rs[ch->rank], dst, src, bytes, PH_COPY_H2D, err);
+}
+
 /* ---- The four link ops ------------------------------------------------ */
 
 int ph_link_send_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
 {
 	chunk_t *ch = &e->chunks[c];
-	if (remote_link(e, c))
-		return e->cfg->comm.ops->isend(sl->y[ch->b - 1 - ch->a], out_bytes(e, c, mb),
+	if (remote_link(e, c)) {
+		const void *buf = sl->y[ch->b - 1 - ch->a];
+		int rc;
+		if (sl->h_out && (rc = to_host(e, ch, sl->h_out, buf, out_bytes(e, c, mb), err)))
+			return rc;
+		return e->cfg->comm.ops->isend(sl->h_out ? sl->h_out : buf, out_bytes(e, c, mb),
 					       owner(e, (c + 1) % e->plan->ranks), link_tag(e, c, mb, 0), &sl->act_req, err);
+	}
 	link_t *lk = &e->links[c];
 	lk->y[mb] = sl->y[ch->b - 1 - ch->a];
 	lk->dy[mb] = sl->dy_out;
@@ -205,10 +225,11 @@ int ph_link_recv_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
 	chunk_t *ch = &e->chunks[c];
 	if (remote_link(e, c - 1)) {
 		void *req = NULL;
+		size_t bytes = out_bytes(e, c - 1, mb);
 		int rc;
-		if ((rc = e->cfg->comm.ops->irecv(sl->x_own, out_bytes(e, c - 1, mb), owner(e, (c - 1) % e->plan->ranks),
-						  link_tag(e, c - 1, mb, 0), &req, err)) ||
-		    (rc = msg_wait(e, &req, err)))
+		if ((rc = e->cfg->comm.ops->irecv(sl->h_in ? sl->h_in : (void *)sl->x_own, bytes,
+						  owner(e, (c - 1) % e->plan->ranks), link_tag(e, c - 1, mb, 0), &req, err)) ||
+		    (rc = msg_wait(e, &req, err)) || (sl->h_in && (rc = to_device(e, ch, sl->x_own, sl->h_in, bytes, err))))
 			return rc;
 		ch->mb_x[mb] = sl->x_own;
 		ch->mb_dx[mb] = sl->dx_own; /* the backward writes the gradient there */
@@ -230,8 +251,12 @@ int ph_link_send_grad(ph_engine *e, int c, int mb, ph_err *err)
 		if (!sl)
 			return ph_fail(err, PH_EINTERNAL, "chunk %d: no slot holds the input gradient of micro-batch %d", c,
 				       mb);
-		return e->cfg->comm.ops->isend(sl->dx_own, out_bytes(e, c - 1, mb), owner(e, (c - 1) % e->plan->ranks),
-					       link_tag(e, c - 1, mb, 1), &sl->grad_req, err);
+		size_t bytes = out_bytes(e, c - 1, mb);
+		int rc;
+		if (sl->h_in && (rc = to_host(e, ch, sl->h_in, sl->dx_own, bytes, err)))
+			return rc;
+		return e->cfg->comm.ops->isend(sl->h_in ? sl->h_in : (void *)sl->dx_own, bytes,
+					       owner(e, (c - 1) % e->plan->ranks), link_tag(e, c - 1, mb, 1), &sl->grad_req, err);
 	}
 	link_t *lk = &e->links[c - 1];
 	int rc = e->dev->event_record(e->rs[ch->rank], lk->grad_ev[mb], err);
@@ -247,9 +272,18 @@ int ph_link_recv_grad(ph_engine *e, int c, int mb, ph_err *err)
 	if (remote_link(e, c)) {
 		slot_t *sl = &ch->slots[ch->mb_slot[mb]];
 		void *req = NULL;
-		int rc = e->cfg->comm.ops->irecv(sl->dy_out, out_bytes(e, c, mb), owner(e, (c + 1) % e->plan->ranks),
-						 link_tag(e, c, mb, 1), &req, err);
-		return rc ? rc : msg_wait(e, &req, err);
+		size_t bytes = out_bytes(e, c, mb);
+		int rc;
+		/* h_out carried this slot's output: that send must be over
+		 * before the gradient lands there (the receiver has it, but MPI
+		 * owns the buffer until the request completes) */
+		if (sl->h_out && (rc = msg_wait(e, &sl->act_req, err)))
+			return rc;
+		if ((rc = e->cfg->comm.ops->irecv(sl->h_out ? sl->h_out : (void *)sl->dy_out, bytes,
+						  owner(e, (c + 1) % e->plan->ranks), link_tag(e, c, mb, 1), &req, err)) ||
+		    (rc = msg_wait(e, &req, err)))
+			return rc;
+		return sl->h_out ? to_device(e, ch, sl->dy_out, sl->h_out, bytes, err) : PH_OK;
 	}
 	link_t *lk = &e->links[c];
 	if (link_wait(e, lk, lk->grad, mb))

@@ -269,6 +269,8 @@ static int open_reduction(ph_engine *e, ph_err *err)
 	}
 	if (cm->size == 1 || e->dev->host_memory)
 		return PH_OK; /* reduce_gathered */
+	if (e->span > 1 && e->cfg->run.replicas == 1)
+		return PH_OK; /* one pipeline over the processes: nothing to sum */
 	if (!e->dev->nccl_open)
 		return ph_fail(err, PH_EUNSUPPORTED,
 			       "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend was built "

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* A pipeline split over processes (mpirun, replicas < processes; the CPU
- * only, for now): which ranks this process runs, and the collectives the
+/* A pipeline split over processes (mpirun, replicas < processes; on the
+ * CPU or on GPUs): which ranks this process runs, and the collectives the
  * split needs besides the links' messages (engine-links.c): the clip norm
  * over every process's tensors, tied copies in two processes, evaluation
  * figures, and every layer to every process before saving.  Which process
@@ -75,6 +75,24 @@ out:
 	return rc;
 }
 
+/* `bytes` of rank `rank`'s memory at p from process root to every process.
+ * On GPUs by way of the host: the process group (MPI) reads host memory. */
+static int bcast_tensor(ph_engine *e, int rank, void *p, size_t bytes, int root, ph_err *err)
+{
+	const ph_comm *cm = &e->cfg->comm;
+	if (e->dev->host_memory)
+		return cm->ops->bcast(p, bytes, root, err);
+	void *h = malloc(bytes ? bytes : 1);
+	if (!h)
+		return ph_fail(err, PH_ENOMEM, "out of host memory for a tied copy's gradient (%.1f MiB)",
+			       (double)bytes / 1048576.0);
+	int rc = cm->rank == root ? e->dev->copy(e->rs[rank], h, p, bytes, PH_COPY_D2H, err) : PH_OK;
+	if (!rc && !(rc = cm->ops->bcast(h, bytes, root, err)) && cm->rank != root)
+		rc = e->dev->copy(e->rs[rank], p, h, bytes, PH_COPY_H2D, err);
+	free(h);
+	return rc;
+}
+
 int ph_eng_split_tie(ph_engine *e, int k, ph_err *err)
 {
 	const ph_tie *t = &e->model->ties[k];
@@ -86,7 +104,8 @@ int ph_eng_split_tie(ph_engine *e, int k, ph_err *err)
 		return PH_OK;
 	/* every process gets both copies (the replicas' sums are equal, so
 	 * replica 0's will do) and sums them alike */
-	if ((rc = e->cfg->comm.ops->bcast(gd, bytes, pd, err)) || (rc = e->cfg->comm.ops->bcast(gs, bytes, ps, err)))
+	if ((rc = bcast_tensor(e, layer_rank(e, t->dst_layer), gd, bytes, pd, err)) ||
+	    (rc = bcast_tensor(e, layer_rank(e, t->src_layer), gs, bytes, ps, err)))
 		return rc;
 	return PH_OK;
 }
@@ -117,10 +136,24 @@ int ph_engine_gather(ph_engine *e, ph_err *err)
 		return ph_eng_shard_gather_all(e, err); /* sharded tensors' rows */
 	int spp = ph_optim_state_per_param(&e->cfg->optim);
 	for (int l = 0; l < e->model->n; l++) {
+		lparams_t *P = &e->params[l];
 		size_t n = (size_t)e->model->layers[l].param_numel;
-		int root = owner0(e, layer_rank(e, l)), rc;
-		if ((rc = e->cfg->comm.ops->bcast(e->params[l].hw, n * sizeof(float), root, err)) ||
-		    (rc = e->cfg->comm.ops->bcast(e->params[l].hs, n * spp * sizeof(float), root, err)))
+		int k = layer_rank(e, l), root = owner0(e, k), rc;
+		if (P->alias)
+			continue; /* a tied copy sharing its source's memory */
+		/* on GPUs the host copies go through the device: the root's are
+		 * brought up to date first, and the others' device tensors get
+		 * the root's values, which saving then downloads */
+		if (!e->dev->host_memory && e->cfg->comm.rank == root &&
+		    ((rc = e->dev->copy(e->rs[k], P->hw, P->w, n * sizeof(float), PH_COPY_D2H, err)) ||
+		     (rc = e->dev->copy(e->rs[k], P->hs, P->s, n * spp * sizeof(float), PH_COPY_D2H, err))))
+			return rc;
+		if ((rc = e->cfg->comm.ops->bcast(P->hw, n * sizeof(float), root, err)) ||
+		    (rc = e->cfg->comm.ops->bcast(P->hs, n * spp * sizeof(float), root, err)))
+			return rc;
+		if (!e->dev->host_memory && e->cfg->comm.rank != root &&
+		    ((rc = e->dev->copy(e->rs[k], P->w, P->hw, n * sizeof(float), PH_COPY_H2D, err)) ||
+		     (rc = e->dev->copy(e->rs[k], P->s, P->hs, n * spp * sizeof(float), PH_COPY_H2D, err))))
 			return rc;
 	}
 	return PH_OK;

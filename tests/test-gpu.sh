@@ -286,4 +286,61 @@ fi
 
 expect_error "a GPU the machine lacks" 'asks for cuda:63' -c "$fixtures/tiny.ini" --set run.stages=1 \
 	--set run.devices=cuda:63
+
+# One pipeline split over two processes (mpirun, replicas = 1), its ranks
+# on GPUs: the links carry activations and gradients as MPI messages by way
+# of host copies, and change no arithmetic, so the weights are
+# byte-identical to the same ranks in one process.  Both processes may
+# share cuda:0 (a machine with one GPU).  tiny.ini (1F1B, 8 micro-batches,
+# 2 and 4 ranks, with a checkpoint and resume), then the GPT blocks, whose
+# tied head lands in the other process than the token table.
+# shellcheck source=tests/mpi-lib.sh
+. "$top_srcdir/tests/mpi-lib.sh"
+split() { # NAME OPTIONS...: tiny.ini on 2 processes, one pipeline
+	sname=$1
+	shift
+	ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" \
+		--set run.replicas=1 --set run.devices=cuda:0 --set run.micro_batches=8 --set schedule.type=1f1b \
+		--save-weights "$tmp/$sname.st" "$@" </dev/null >"$tmp/$sname.log" 2>&1
+}
+if ! ph_have_mpi; then
+	ok "a pipeline split over processes on GPUs # SKIP $ph_mpi_why"
+else
+	for st in 2 4; do
+		# shellcheck disable=SC2086 # $common-like options
+		if train "sp1r$st" --set run.stages=$st --set run.devices=cuda:0 --set run.micro_batches=8 \
+			--set schedule.type=1f1b && split "sp2r$st" --set run.stages=$st; then
+			same_weights "mpirun -np 2, one pipeline of $st ranks on cuda:0 split over the processes" \
+				"sp1r$st" "sp2r$st"
+		else
+			not_ok "mpirun -np 2, split pipeline of $st ranks on cuda:0: run failed: $(tail -3 "$tmp/sp2r$st.log")"
+		fi
+	done
+	ck="$tmp/split-ck"
+	if split spck --set run.stages=2 --set checkpoint.dir="$ck" --set checkpoint.every=10 &&
+		split spres --set run.stages=2 --resume "$ck/step-00000010"; then
+		same_weights "mpirun -np 2, split pipeline on cuda:0 resumed at step 10" sp1r2 spres
+	else
+		not_ok "mpirun -np 2, split pipeline on cuda:0, checkpoint and resume: $(tail -2 "$tmp/spck.log") $(tail -2 "$tmp/spres.log")"
+	fi
+	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny-lm.ini" \
+		--set "data.path=$tmp/corpus.txt" --set "layer embed.dim=32" --set run.devices=cuda:0 \
+		--set run.micro_batches=8 --set run.steps=4 --set schedule.type=1f1b --set run.stages=2 \
+		--set run.replicas=1 --save-weights "$tmp/lmsplit.st" </dev/null >"$tmp/lmsplit.log" 2>&1 &&
+		lm lm1p2 --set run.stages=2; then
+		same_weights "mpirun -np 2, GPT blocks on cuda:0 split over the processes (the tie between them)" \
+			lm1p2 lmsplit
+	else
+		not_ok "mpirun -np 2, GPT blocks split over the processes: $(tail -3 "$tmp/lmsplit.log")"
+	fi
+	# two replicas each split over two processes: not on GPUs yet, said so
+	if ph_mpirun 4 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" \
+		--set run.replicas=2 --set run.devices=cuda:0 </dev/null >"$tmp/sp22.log" 2>&1; then
+		not_ok "2 replicas each split over 2 processes on GPUs: mpirun exited 0"
+	elif grep -q 'replicas = 2 on 4 processes with devices = cuda:0: on GPUs a pipeline split over processes runs as one replica' "$tmp/sp22.log"; then
+		ok "2 replicas each split over 2 processes on GPUs: refused in one line"
+	else
+		not_ok "2 replicas each split over 2 processes on GPUs: $(grep -v '^-\|^\s*$' "$tmp/sp22.log" | head -2)"
+	fi
+fi
 finish
