@@ -564,9 +564,27 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		int local = ph_config_local_replicas(c);
 		ph_ini_entry *e = ph_ini_find(&c->ini, "run", "devices");
 		ph_err e2 = { { 0 } };
-		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, local,
-					     c->comm.local_rank * local * (int)c->run.stages, &e2)))
+		/* auto counts GPUs from the process's place on its node times
+		 * the ranks it runs: whole pipelines' ranks, or its share of a
+		 * split one's, whose first rank is lo */
+		int span = (int)(R < N ? N / R : 1), per = (int)c->run.stages / span, lo = (c->comm.rank % span) * per;
+		int first = R < N ? c->comm.local_rank * per - lo : c->comm.local_rank * local * (int)c->run.stages;
+		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, local, first, &e2)))
 			return where_fail(c, e ? e->line : 0, rc, err, "[run] %s", e2.msg);
+		if (R < N && c->place.cuda && c->place.ordinal) {
+			/* a split pipeline: the ranks another process runs sit on
+			 * this process's first GPU, so that it makes no CUDA
+			 * context on the other processes' GPUs (each process
+			 * still holds every layer's weights; docs/design.md) */
+			if (!(c->place.process = malloc((size_t)c->run.stages * sizeof *c->place.process)))
+				return ph_fail(err, PH_ENOMEM, "out of memory");
+			for (int r = 0; r < (int)c->run.stages; r++) {
+				int mine = r >= lo && r < lo + per;
+				c->place.process[r] = mine ? -1 : (c->comm.rank / span) * span + r / per;
+				if (!mine)
+					c->place.ordinal[r] = c->place.ordinal[lo];
+			}
+		}
 		if (R < N && R > 1 && c->place.cuda)
 			return where_fail(c, re ? re->line : 0, PH_EUNSUPPORTED, err,
 					  "[run] replicas = %lld on %lld processes with devices = %s: on GPUs a pipeline "

@@ -65,7 +65,9 @@ const ph_device_ops *ph_cuda_backend(ph_err *err)
 void ph_placement_free(ph_placement *pl)
 {
 	free(pl->ordinal);
+	free(pl->process);
 	pl->ordinal = NULL;
+	pl->process = NULL;
 }
 
 /* "cuda" or "cuda:N" -> N (0 for bare "cuda"); -1 if it is neither. */
@@ -116,7 +118,7 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, int replic
 		if (gpu_count(&n, &quiet) || n <= 0)
 			n = 0;
 		for (int r = 0; r < ranks; r++)
-			pl->ordinal[r] = n ? (first + r) % n : -1;
+			pl->ordinal[r] = n ? ((first + r) % n + n) % n : -1; /* first may be < 0 */
 		pl->cuda = n > 0;
 		return PH_OK;
 	}
@@ -199,7 +201,9 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, int replic
 void ph_placement_name(const ph_placement *pl, int rank, char *buf, size_t len)
 {
 	int d = pl->ordinal && rank < pl->ranks ? pl->ordinal[rank] : -1;
-	if (d < 0)
+	if (pl->process && rank < pl->ranks && pl->process[rank] >= 0)
+		snprintf(buf, len, "proc:%d", pl->process[rank]);
+	else if (d < 0)
 		snprintf(buf, len, "cpu");
 	else
 		snprintf(buf, len, "cuda:%d", d);

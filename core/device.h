@@ -152,6 +152,9 @@ typedef struct {
 	int ranks;       /* pipeline ranks times this process's replicas */
 	int cuda;        /* any rank on a GPU */
 	int *ordinal;    /* [replica][rank]: -1 = CPU, else the CUDA device */
+	int *process;    /* a pipeline split over processes on GPUs: [rank]
+			  * the process that runs it, -1 for this one; NULL
+			  * otherwise */
 } ph_placement;
 
 /* Parse `[run] devices` for `ranks` ranks in each of this process's
@@ -168,7 +171,8 @@ typedef struct {
  * cannot serve fails with one line saying what to do. */
 int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, int replicas, int first, ph_err *err);
 void ph_placement_free(ph_placement *pl);
-/* Rank r's device as placed: "cpu" or "cuda:N" (for the plan). */
+/* Rank r's device as placed: "cpu", "cuda:N", or "proc:P" for a rank
+ * that process P runs (for the plan). */
 void ph_placement_name(const ph_placement *pl, int rank, char *buf, size_t len);
 
 /* The CPU: the ops above over host memory, with the arithmetic the CPU

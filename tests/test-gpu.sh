@@ -306,14 +306,17 @@ split() { # NAME OPTIONS...: tiny.ini on 2 processes, one pipeline
 if ! ph_have_mpi; then
 	ok "a pipeline split over processes on GPUs # SKIP $ph_mpi_why"
 else
+	# 4 ranks with devices = auto: each process's ranks on the GPU of its
+	# place on the node (cuda:0 and cuda:1 where there are two)
 	for st in 2 4; do
-		# shellcheck disable=SC2086 # $common-like options
+		devs=cuda:0
+		[ "$st" = 4 ] && devs=auto
 		if train "sp1r$st" --set run.stages=$st --set run.devices=cuda:0 --set run.micro_batches=8 \
-			--set schedule.type=1f1b && split "sp2r$st" --set run.stages=$st; then
-			same_weights "mpirun -np 2, one pipeline of $st ranks on cuda:0 split over the processes" \
+			--set schedule.type=1f1b && split "sp2r$st" --set run.stages=$st --set run.devices=$devs; then
+			same_weights "mpirun -np 2, one pipeline of $st ranks (devices = $devs) split over the processes" \
 				"sp1r$st" "sp2r$st"
 		else
-			not_ok "mpirun -np 2, split pipeline of $st ranks on cuda:0: run failed: $(tail -3 "$tmp/sp2r$st.log")"
+			not_ok "mpirun -np 2, split pipeline of $st ranks (devices = $devs): run failed: $(tail -3 "$tmp/sp2r$st.log")"
 		fi
 	done
 	ck="$tmp/split-ck"
