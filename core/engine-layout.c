@@ -70,21 +70,27 @@ int ph_chunk_layout_make(ph_chunk_layout *lay, const ph_plan *p, const ph_model 
 		for (int l = a; l < b && !rc; l++) {
 			const ph_layer *L = &m->layers[l];
 			if (!(rc = add(lay, &cap, PH_REG_WORK_Y, -1, l - a, 1, (size_t)ph_shape_numel(&L->meta.out) * mb * f, err)))
-				rc = add(lay, &cap, PH_REG_WORK_SAVED, -1, l - a, 1, L->meta.saved_bytes * mb, err);
+				rc = add(lay, &cap, PH_REG_WORK_SAVED, -1, l - a, 1, ph_layer_saved_bytes(L) * mb, err);
 		}
-	size_t scratch = 0, gmax = 0;
+	size_t scratch = 0, gmax[2] = { 0, 0 };
 	for (int l = a; l < b; l++) {
 		const ph_layer *L = &m->layers[l];
 		/* on a GPU a layer may ask for another amount (ABI 1.2) */
 		size_t need = on_gpu && L->meta.device_scratch_bytes ? L->meta.device_scratch_bytes : L->meta.scratch_bytes;
 		if (need > scratch)
 			scratch = need;
-		if ((size_t)ph_shape_numel(&L->in) > gmax)
-			gmax = (size_t)ph_shape_numel(&L->in);
+		/* the backward hands each inner layer's input gradient to the
+		 * layer before in gbuf[0] and gbuf[1] by turns, from the last
+		 * layer (engine-ops.c run_backward): each buffer as large as
+		 * the inputs of its own turns.  A GPT's loss takes the logits
+		 * [T, vocab], its head's input is [T, d]: one buffer is 197 MiB
+		 * at GPT-2's size, the other 3 */
+		if (l > a && (size_t)ph_shape_numel(&L->in) > gmax[(b - 1 - l) & 1])
+			gmax[(b - 1 - l) & 1] = (size_t)ph_shape_numel(&L->in);
 	}
 	if (!rc && !(rc = add(lay, &cap, PH_REG_SCRATCH, -1, 0, 0, scratch, err)) &&
-	    !(rc = add(lay, &cap, PH_REG_GBUF, -1, 0, 0, gmax * mb * f, err)))
-		rc = add(lay, &cap, PH_REG_GBUF, -1, 1, 0, gmax * mb * f, err);
+	    !(rc = add(lay, &cap, PH_REG_GBUF, -1, 0, 1, gmax[0] * mb * f, err)))
+		rc = add(lay, &cap, PH_REG_GBUF, -1, 1, 1, gmax[1] * mb * f, err);
 	for (int s = 0; s < lay->nslots && !rc; s++) {
 		int lean = ph_chunk_layout_lean(lay, s);
 		for (int l = a; l < b && !rc; l++) {
@@ -94,7 +100,7 @@ int ph_chunk_layout_make(ph_chunk_layout *lay, const ph_plan *p, const ph_model 
 			rc = add(lay, &cap, PH_REG_Y, s, l - a, 1, (size_t)ph_shape_numel(&L->meta.out) * mb * f, err);
 			/* a lean slot's last layer keeps its output, not its saved bytes */
 			if (!rc && !lean)
-				rc = add(lay, &cap, PH_REG_SAVED, s, l - a, 1, L->meta.saved_bytes * mb, err);
+				rc = add(lay, &cap, PH_REG_SAVED, s, l - a, 1, ph_layer_saved_bytes(L) * mb, err);
 		}
 		for (int l = a; split && l + 1 < b && !rc; l++)
 			rc = add(lay, &cap, PH_REG_DY, s, l - a, 1, (size_t)ph_shape_numel(&m->layers[l].meta.out) * mb * f,

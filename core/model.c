@@ -54,6 +54,17 @@ static int batch_bytes_ok(uint64_t per_sample, int max_batch)
 
 /* The meta of layer l is sane: shapes, element counts and byte counts all
  * within PH_MAX_LAYER_BYTES for this micro-batch. */
+/* What the layer saves per sample on the run's GPU, where its CUDA twin
+ * keeps another amount than meta says (ABI 1.6); 0 = meta's. */
+static size_t gpu_saved_bytes(const ph_layer *l, const ph_config *c)
+{
+	const ph_layer_device_ops *cu = ph_layer_cuda_ops(l->ops);
+	if (!c->place.cuda || !cu || cu->struct_size < offsetof(ph_layer_device_ops, saved_bytes) + sizeof(void *) ||
+	    !cu->saved_bytes)
+		return 0;
+	return cu->saved_bytes(l->state, (int)c->run.precision);
+}
+
 static int check_meta(const ph_layer *l, int max_batch, ph_err *err)
 {
 	const ph_layer_meta *mt = &l->meta;
@@ -224,6 +235,7 @@ int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int m
 			return ph_fail(err, rc, "layer %s (%s): %s", lc->name, l->ops->head.name, e2.msg);
 		if ((rc = check_meta(l, max_batch, err)))
 			return rc;
+		l->gpu_saved_bytes = gpu_saved_bytes(l, c);
 		if ((rc = shard_rows(l, c, err)))
 			return rc;
 		for (int p = 0; p < l->meta.nparams; p++)

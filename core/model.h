@@ -18,7 +18,16 @@ typedef struct {
 				    * tensor's rows / R) */
 	int shards;                /* R for its sharded tensors
 				    * (meta.sharded_params), else 1 */
+	size_t gpu_saved_bytes;    /* on a GPU: what its CUDA twin saves per
+				    * sample there (ABI 1.6 saved_bytes); 0 =
+				    * meta's (ph_layer_saved_bytes) */
 } ph_layer;
+
+/* Saved bytes per sample where the run places the layer. */
+static inline size_t ph_layer_saved_bytes(const ph_layer *L)
+{
+	return L->gpu_saved_bytes ? L->gpu_saved_bytes : L->meta.saved_bytes;
+}
 
 /* Floats of parameter tensor q of L that one replica holds: the whole
  * tensor, or its d[0] / R rows when sharded. */

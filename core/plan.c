@@ -302,7 +302,7 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 		}
 		pb[i] = 4.0 * (double)l->param_numel;
 		ab[i] = out_bytes;
-		kb[i] = out_bytes + (double)l->meta.saved_bytes * m->max_batch;
+		kb[i] = out_bytes + (double)ph_layer_saved_bytes(l) * m->max_batch;
 		names[i] = l->cfg->name;
 		types[i] = l->ops->head.name;
 		cut[i] = i + 1 < n ? (uint8_t)ph_plan_can_cut(c, l->cfg) : 0;

@@ -127,7 +127,7 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 			params += l->param_numel;
 			f += l->meta.fwd_flops;
 			bw += l->meta.bwd_flops;
-			keep += (4.0 * (double)ph_shape_numel(&l->meta.out) + (double)l->meta.saved_bytes) * m->max_batch;
+			keep += (4.0 * (double)ph_shape_numel(&l->meta.out) + (double)ph_layer_saved_bytes(l)) * m->max_batch;
 			if ((double)l->meta.scratch_bytes > scratch)
 				scratch = (double)l->meta.scratch_bytes;
 			cJSON *lj = cJSON_CreateObject();
@@ -139,7 +139,7 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 			     add_str(lj, "type", l->ops->head.name) && add_shape(lj, "in", &l->in) &&
 			     add_shape(lj, "out", &l->meta.out) && add_int(lj, "params", l->param_numel) &&
 			     add_num(lj, "fwd_flops", l->meta.fwd_flops) && add_num(lj, "bwd_flops", l->meta.bwd_flops) &&
-			     add_int(lj, "saved_bytes", (int64_t)l->meta.saved_bytes) &&
+			     add_int(lj, "saved_bytes", (int64_t)ph_layer_saved_bytes(l)) &&
 			     add_int(lj, "scratch_bytes", (int64_t)l->meta.scratch_bytes) &&
 			     cJSON_AddBoolToObject(lj, "cut_after", i + 1 < m->n && ph_plan_can_cut(c, l->cfg)) != NULL;
 			if (ok && fwd_s && bwd_s) {

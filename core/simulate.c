@@ -296,7 +296,7 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 			} else {
 				ci[k] += lb;
 			}
-			keep[k] += (4.0 * (double)ph_shape_numel(&L->meta.out) + (double)L->meta.saved_bytes) * m->max_batch;
+			keep[k] += (4.0 * (double)ph_shape_numel(&L->meta.out) + (double)ph_layer_saved_bytes(L)) * m->max_batch;
 		}
 		if (k + 1 < C && link_bytes_per_s > 0) {
 			const ph_layer *L = &m->layers[p->first[k + 1] - 1];

@@ -19,13 +19,15 @@
  *    gradients alone and backward_input + backward_weight give bitwise the
  *    dx and gradients of backward;
  *  - nothing is written past the end of any buffer (256 canary bytes after
- *    each: y, dx, gradients, and saved and scratch at the sizes meta gave);
+ *    each: y, dx, gradients, and saved and scratch at the sizes meta gave,
+ *    saved at the twin's own saved_bytes where it has the hook, ABI 1.6,
+ *    with 4096 sentinel floats after it);
  *  - under bf16 the linear layer's y shows bf16 rounding (the precision
  *    reached the GEMM), and every layer has CUDA hooks (ph_layer_devices);
  *  - the attention cases marked .flash ran the fused core under bf16
- *    (flash_attention.cuh: it saves L2 [B, H, T] and leaves the rest of
- *    the P region alone) and the materialised one under fp32 (it writes
- *    all of saved);
+ *    (flash_attention.cuh: it saves L2 [B, H, T] where the materialised
+ *    core keeps P [B, H, T, T], and the twin asks for exactly that much
+ *    less) and the materialised one under fp32 (it writes all of saved);
  *  - in the CUDA emulator (tests/cuemu, which counts them), the forwards
  *    of linear, attention and gpt_block put their biases in the products'
  *    epilogues (cuBLASLt), and gpt_block under bf16 its GELU too, and its
@@ -478,7 +480,12 @@ typedef struct {
 	float *x, *y, *dy, *dx;
 	float *params[PH_MAX_PARAMS], *grads[PH_MAX_PARAMS];
 	ph_ctx ctx;
+	size_t saved_bytes;  /* per sample on the GPU: the twin's (ABI 1.6) or meta's */
 } dev_inst;
+
+/* Floats past the saved region, filled with a sentinel: a twin that
+ * writes beyond what its saved_bytes hook asked for overwrites them. */
+#define SAVED_GUARD 4096
 
 static void dev_open(dev_inst *D, const ph_layer_ops *ops, const gpu_case *c, const inst *H, int loss)
 {
@@ -513,7 +520,16 @@ static void dev_open(dev_inst *D, const ph_layer_ops *ops, const gpu_case *c, co
 	D->ctx = base_ctx(c);
 	size_t scratch = m.device_scratch_bytes ? m.device_scratch_bytes : m.scratch_bytes;
 	D->ctx.scratch = dalloc(scratch, "scratch (meta's device_scratch_bytes or scratch_bytes)");
-	D->ctx.saved = dalloc(m.saved_bytes * c->batch, "saved (meta's saved_bytes x batch)");
+	/* the twin's own figure on the GPU (ABI 1.6), as the host allocates */
+	const ph_layer_device_ops *cu = ph_layer_cuda_ops(ops);
+	size_t own = cu && cu->struct_size >= offsetof(ph_layer_device_ops, saved_bytes) + sizeof(void *) && cu->saved_bytes
+			     ? cu->saved_bytes(D->state, precision)
+			     : 0;
+	ck_assert_msg(own <= m.saved_bytes, "%s: the twin saves %zu bytes a sample on the GPU, more than meta's %zu",
+		      c->type, own, m.saved_bytes);
+	D->saved_bytes = own ? own : m.saved_bytes;
+	D->ctx.saved = dalloc(D->saved_bytes * c->batch + SAVED_GUARD * sizeof(float),
+			      "saved (the twin's saved_bytes x batch, and a guard)");
 	if (H->nt) {
 		int32_t *t = dalloc((size_t)H->nt * sizeof(int32_t), "targets");
 		h2d(t, H->targets, (size_t)H->nt * sizeof(int32_t));
@@ -770,27 +786,43 @@ static void free_grad_bufs(float **g)
 	free(g);
 }
 
-/* Which core ran: the fused one (bf16) saves only L2 [B, H, T] in the
- * P region [B, H, T, T] and leaves the rest as it was; the materialised
- * one (fp32) writes all of saved. */
-static void expect_flash(const char *label, const dev_inst *D, const gpu_case *c, int64_t nsaved, float sentinel,
-			 int bf16)
+/* The guard past the saved region: still the sentinel. */
+static void expect_guard(const char *label, const char *call, const dev_inst *D, int64_t nsaved, float sentinel)
 {
+	float *h = malloc(SAVED_GUARD * sizeof(float));
+	d2h(h, (float *)D->ctx.saved + nsaved, SAVED_GUARD * sizeof(float));
+	int64_t hit = -1;
+	for (int64_t i = 0; i < SAVED_GUARD && hit < 0; i++)
+		if (memcmp(&h[i], &sentinel, sizeof sentinel))
+			hit = i;
+	free(h);
+	ck_assert_msg(hit < 0, "%s: the %s wrote float %lld past its saved region (%zu bytes a sample)", label, call,
+		      (long long)hit, D->saved_bytes);
+}
+
+/* The fused core keeps L2 [H, T] where fp32 keeps P [H, T, T]: under bf16
+ * the twin asks for exactly H T (T - 1) floats a sample less than meta
+ * (ABI 1.6), and fp32 writes all of what it keeps. */
+static void expect_flash(const char *label, const dev_inst *D, const gpu_case *c, const ph_layer_meta *m,
+			 int64_t nsaved, float sentinel, int bf16)
+{
+	const int64_t T = c->in.d[0], fewer = (int64_t)c->flash * T * (T - 1) * (int64_t)sizeof(float);
+	if (bf16) {
+		ck_assert_msg((int64_t)m->saved_bytes - (int64_t)D->saved_bytes == fewer,
+			      "%s: the twin saves %zu bytes a sample on the GPU against meta's %zu: not the fused "
+			      "core's %lld fewer (L2 [H, T] for P [H, T, T])",
+			      label, D->saved_bytes, m->saved_bytes, (long long)fewer);
+		return;
+	}
 	float *h = malloc((size_t)nsaved * sizeof(float));
 	d2h(h, D->ctx.saved, (size_t)nsaved * sizeof(float));
 	int64_t untouched = 0;
 	for (int64_t i = 0; i < nsaved; i++)
 		untouched += memcmp(&h[i], &sentinel, sizeof sentinel) == 0;
 	free(h);
-	const int64_t T = c->in.d[0], left = (int64_t)c->batch * c->flash * T * (T - 1);
-	if (bf16)
-		ck_assert_msg(untouched >= left,
-			      "%s: the forward wrote all but %lld floats of saved: not the fused core, which leaves "
-			      "%lld of the P region alone",
-			      label, (long long)untouched, (long long)left);
-	else
-		ck_assert_msg(untouched == 0, "%s: the fp32 forward left %lld floats of saved unwritten", label,
-			      (long long)untouched);
+	ck_assert_msg(untouched == 0 && D->saved_bytes == m->saved_bytes,
+		      "%s: the fp32 forward left %lld floats of saved unwritten (%zu bytes a sample against meta's %zu)",
+		      label, (long long)untouched, D->saved_bytes, m->saved_bytes);
 }
 
 static void run_case(int idx)
@@ -828,13 +860,11 @@ static void run_case(int idx)
 
 	/* forward: y overwritten (it starts as NaN) and close to the CPU's */
 	fill_const(D.y, H.ny, NAN);
-	const int64_t nsaved = (int64_t)(H.meta.saved_bytes * c->batch / sizeof(float));
+	const int64_t nsaved = (int64_t)(D.saved_bytes * c->batch / sizeof(float));
 	float sentinel;
-	if (c->flash) {
-		const uint32_t bits = 0x7fa5a5a5u; /* a NaN no arithmetic makes */
-		memcpy(&sentinel, &bits, sizeof sentinel);
-		fill_const(D.ctx.saved, nsaved, sentinel);
-	}
+	const uint32_t bits = 0x7fa5a5a5u; /* a NaN no arithmetic makes */
+	memcpy(&sentinel, &bits, sizeof sentinel);
+	fill_const(D.ctx.saved, nsaved + SAVED_GUARD, sentinel);
 	lt_counter_fn lt_count = (lt_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_lt_matmuls");
 	bf16_counter_fn bf16_count = (bf16_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_bf16_products");
 	launch_counter_fn launches = (launch_counter_fn)dlsym(RTLD_DEFAULT, "cuemu_launches");
@@ -858,8 +888,9 @@ static void run_case(int idx)
 			      "%s: the forward made %lu products from bf16 copies, expected %s (PIPEHOST_GEMM_CAST=%s)",
 			      label, got, want ? "some" : "none", gemm_casts() ? "1" : "0");
 	}
+	expect_guard(label, "forward", &D, nsaved, sentinel);
 	if (c->flash)
-		expect_flash(label, &D, c, nsaved, sentinel, bf16);
+		expect_flash(label, &D, c, &H.meta, nsaved, sentinel, bf16);
 	d2h(gy, D.y, (size_t)H.ny * sizeof(float));
 	double ynorm = expect_close(label, "y", gy, H.y, H.ny, tol);
 	if (bf16 && c->bf16_shows)
@@ -895,6 +926,7 @@ static void run_case(int idx)
 	/* a second backward, dx over 12345s: dx the same bits, gradients 2x */
 	fill_const(D.dx, H.nx, 12345.0f);
 	gpu_bwd(label, ops, &D, D.dx);
+	expect_guard(label, "backward", &D, nsaved, sentinel);
 	d2h(gdx2, D.dx, (size_t)H.nx * sizeof(float));
 	expect_bitwise(label, "a second backward gives another dx (not deterministic, or dx accumulates)", gdx,
 		       gdx2, H.nx);

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 5 /* 1.1: optional split backward (backward_input/weight)
+#define PH_ABI_MINOR 6 /* 1.1: optional split backward (backward_input/weight)
                        * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
                        *      gains device_scratch_bytes (see device.h)
                        * 1.3: ph_gpu_api gains reuse_operand (device.h)
@@ -53,7 +53,9 @@ extern "C" {
                        *      is set for every layer's backward
                        * 1.5 (also): ph_schedule_ops gains flags and
                        *      weight_versions, what an asynchronous
-                       *      schedule (2bw, pipedream) needs of the host */
+                       *      schedule (2bw, pipedream) needs of the host
+                       * 1.6: ph_layer_device_ops gains saved_bytes, what
+                       *      a twin keeps on the GPU when less than meta's */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -275,6 +277,12 @@ typedef struct ph_layer_device_ops {
 	 * device buffers made on a first call).  The host calls it just before
 	 * the layer's destroy(), from any thread, whether or not the device ran. */
 	void (*release)(void *state);
+	/* ABI 1.6, optional: bytes saved per sample on the GPU at `precision`
+	 * (PH_PREC_*), where the twin keeps less than meta's saved_bytes (a
+	 * fused kernel's statistics instead of a materialised matrix); 0 =
+	 * meta's.  The host sizes ctx->saved by it on the GPU, and plans and
+	 * checks memory with it; host code, called without a GPU. */
+	size_t (*saved_bytes)(const void *state, int precision);
 } ph_layer_device_ops;
 
 typedef struct {

@@ -11,8 +11,9 @@
  * Saved, as the CPU layer lays it out: qkv [B, T, 3d], P [B, H, T, T]
  * (pre-dropout), att [B, T, d], region after region.  Under bf16, where
  * flash_attention.cuh takes the shape (ph_flash_usable), the core is fused
- * and the P region holds only L2 [B, H, T] (each row's log2 softmax
- * denominator) at its start; fp32 keeps the materialised core.
+ * and the P region is L2 [B, H, T] alone (each row's log2 softmax
+ * denominator), att right after it: the host allocates saved by
+ * attention_cuda_saved_bytes (ABI 1.6); fp32 keeps the materialised core.
  *
  * Device scratch (meta.device_scratch_bytes, set by attention.c):
  *   forward:  Pd [H, T, T]                         (dropout only)
@@ -42,6 +43,14 @@ static ph_attn_geom make_geom(const attention_state *s)
 	return g;
 }
 
+/* Floats of the P region per sample: the materialised [H, T, T], or,
+ * where the core is fused, L2 [H, T] alone (the host allocates that much
+ * less: attention_cuda_saved_bytes, ABI 1.6). */
+static size_t p_floats(const ph_attn_geom *g, int fused)
+{
+	return (size_t)g->H * g->T * (fused ? 1 : (size_t)g->T);
+}
+
 static int attention_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
 				  ph_err *err)
 {
@@ -49,12 +58,12 @@ static int attention_cuda_forward(void *state, const ph_ctx *ctx, float *const *
 	if (rc || ctx->batch == 0)
 		return rc;
 	const ph_attn_geom g = make_geom((const attention_state *)state);
-	const int T = g.T, d = g.d, H = g.H;
+	const int T = g.T, d = g.d;
 	const float rate = g.rate;
 	const int B = ctx->batch, R = B * T;
 	float *qkv = (float *)ctx->saved;             /* [R, 3d] */
-	float *P = qkv + (size_t)R * 3 * d;           /* [B, H, T, T] */
-	float *att = P + (size_t)B * H * T * T;       /* [R, d] */
+	float *P = qkv + (size_t)R * 3 * d;           /* [B, H, T, T], or fused L2 [B, H, T] */
+	float *att = P + (size_t)B * p_floats(&g, ph_flash_usable(ctx, &g)); /* [R, d] */
 	const int drop = ctx->training && rate > 0.0f;
 	const uint64_t key = ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer);
 
@@ -88,12 +97,12 @@ static int attention_bwd(const attention_state *s, const ph_ctx *ctx, float *con
 	if (rc || ctx->batch == 0 || (!grads && !dx))
 		return rc;
 	const ph_attn_geom g = make_geom(s);
-	const int T = g.T, d = g.d, H = g.H;
+	const int T = g.T, d = g.d;
 	const float rate = g.rate;
 	const int B = ctx->batch, R = B * T;
 	const float *qkv = (const float *)ctx->saved;
 	const float *P = qkv + (size_t)R * 3 * d;
-	const float *att = P + (size_t)B * H * T * T;
+	const float *att = P + (size_t)B * p_floats(&g, ph_flash_usable(ctx, &g));
 	const int drop = ctx->training && rate > 0.0f;
 	const uint64_t key = ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer);
 	float *datt = (float *)ctx->scratch;          /* [R, d] */
@@ -145,8 +154,21 @@ static int attention_cuda_backward_weight(void *state, const ph_ctx *ctx, float 
 	return attention_bwd((const attention_state *)state, ctx, params, grads, x, dy, NULL, err);
 }
 
+/* Bytes saved per sample on the GPU (ABI 1.6): qkv, P as laid out above,
+ * att; 0 (meta's) where the core is not fused. */
+static size_t attention_cuda_saved_bytes(const void *state, int precision)
+{
+	const ph_attn_geom g = make_geom((const attention_state *)state);
+	if (!ph_flash_usable_at(precision, &g))
+		return 0;
+	const size_t T = g.T, d = g.d;
+	return (T * 3 * d + p_floats(&g, 1) + T * d) * sizeof(float);
+}
+
 PH_LAYER_CUDA_OPS(attention_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
 					  .forward = attention_cuda_forward,
 					  .backward = attention_cuda_backward,
 					  .backward_input = attention_cuda_backward_input,
-					  .backward_weight = attention_cuda_backward_weight };
+					  .backward_weight = attention_cuda_backward_weight,
+					  .release = NULL,
+					  .saved_bytes = attention_cuda_saved_bytes };

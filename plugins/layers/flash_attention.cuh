@@ -734,12 +734,19 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 /* Host side.                                                          */
 
 /* Whether this attention takes the fused path (see the top). */
-static inline int ph_flash_usable(const ph_ctx *ctx, const ph_attn_geom *g)
+static inline int ph_flash_usable_at(int precision, const ph_attn_geom *g)
 {
 	/* PIPEHOST_ATTN_FLASH=0: the materialised path under bf16 too; read
 	 * once (C++ makes that thread-safe) */
 	static const int off = ph_env_off("PIPEHOST_ATTN_FLASH");
-	return !off && ctx->precision == PH_PREC_BF16 && g->hd % 16 == 0 && g->hd >= 16 && g->hd <= 128 && g->T > 0;
+	return !off && precision == PH_PREC_BF16 && g->hd % 16 == 0 && g->hd >= 16 && g->hd <= 128 && g->T > 0;
+}
+
+/* The same, for a call: a twin's saved_bytes hook (ABI 1.6) asks the
+ * first, with the run's precision, and sizes the P region by it. */
+static inline int ph_flash_usable(const ph_ctx *ctx, const ph_attn_geom *g)
+{
+	return ph_flash_usable_at(ctx->precision, g);
 }
 
 static inline int ph_fa_aligned(const void *a, const void *b, const void *c)

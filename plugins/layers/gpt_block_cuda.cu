@@ -18,8 +18,9 @@
  * the biases (and, under bf16, the GELU) in its epilogue; without dropout
  * the two residual additions ride in the projections' products too.
  * Under bf16, where flash_attention.cuh takes the shape (ph_flash_usable),
- * the attention core is fused: the saved P region then holds only L2
- * [B, H, T] at its start; fp32 keeps the materialised core.  Under bf16,
+ * the attention core is fused: the saved P region is then L2 [B, H, T]
+ * alone, the later regions moved up (gpt_block_cuda_saved_bytes tells the
+ * host, ABI 1.6); fp32 keeps the materialised core.  Under bf16,
  * h1, h2 and g are saved in bf16 too (act16), and so, where the core is
  * fused, are att and the backward's dqkv (att16); the backward's other
  * gradients that feed products it rounds itself (grad16): every product
@@ -62,22 +63,35 @@ static int check_call(const ph_ctx *ctx, ph_err *err)
 	return PH_OK;
 }
 
-/* The saved regions of this micro-batch, gpt_block.c's saved_views(). */
+/* The saved regions of this micro-batch, gpt_block.c's saved_views(),
+ * except that where the fused core runs the P region holds L2 [B, H, T]
+ * alone: gpt_block_cuda_saved_bytes tells the host so (ABI 1.6), and it
+ * allocates that much less. */
 typedef struct {
 	float *h1, *mean1, *rstd1, *qkv, *P, *att, *x1, *h2, *mean2, *rstd2, *u, *g;
 } gpt_saved;
 
+/* Floats of the P region per sample: the materialised [H, T, T], or the
+ * fused core's L2 [H, T]. */
+static size_t p_floats(const gpt_block_dims *g, int fused)
+{
+	return (size_t)g->H * g->T * (fused ? 1 : (size_t)g->T);
+}
+
+static ph_attn_geom attn_geom(const gpt_block_dims *g);
+
 static gpt_saved saved_views(const gpt_block_dims *g, const ph_ctx *ctx)
 {
-	const size_t B = (size_t)ctx->batch, T = g->T, d = g->d, H = g->H, r = g->r;
+	const size_t B = (size_t)ctx->batch, T = g->T, d = g->d, r = g->r;
 	const size_t R = B * T;
+	const ph_attn_geom ag = attn_geom(g);
 	gpt_saved v;
 	v.h1 = (float *)ctx->saved;
 	v.mean1 = v.h1 + R * d;
 	v.rstd1 = v.mean1 + R;
 	v.qkv = v.rstd1 + R;
 	v.P = v.qkv + R * 3 * d;
-	v.att = v.P + B * H * T * T;
+	v.att = v.P + B * p_floats(g, ph_flash_usable(ctx, &ag));
 	v.x1 = v.att + R * d;
 	v.h2 = v.x1 + R * d;
 	v.mean2 = v.h2 + R * d;
@@ -417,8 +431,26 @@ static int gpt_block_cuda_backward_weight(void *state, const ph_ctx *ctx, float 
 	return gpt_block_bwd(&g, ctx, params, grads, x, dy, NULL, err);
 }
 
+/* Bytes saved per sample on the GPU (ABI 1.6): gpt_block.c's saved_floats
+ * with the P region as saved_views lays it out; 0 (meta's) where nothing
+ * changes. */
+static size_t gpt_block_cuda_saved_bytes(const void *state, int precision)
+{
+	const gpt_state *s = (const gpt_state *)state;
+	if (s->moe)
+		return 0;
+	const gpt_block_dims g = dims_of(state);
+	const ph_attn_geom ag = attn_geom(&g);
+	if (!ph_flash_usable_at(precision, &ag))
+		return 0;
+	const size_t T = g.T, d = g.d, r = g.r;
+	return (T * d * 7 + T * 4 + p_floats(&g, 1) + 2 * T * r * d) * sizeof(float);
+}
+
 PH_LAYER_CUDA_OPS(gpt_block_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
 					  .forward = gpt_block_cuda_forward,
 					  .backward = gpt_block_cuda_backward,
 					  .backward_input = gpt_block_cuda_backward_input,
-					  .backward_weight = gpt_block_cuda_backward_weight };
+					  .backward_weight = gpt_block_cuda_backward_weight,
+					  .release = NULL,
+					  .saved_bytes = gpt_block_cuda_saved_bytes };
