@@ -54,19 +54,31 @@ static gpt_block_dims dims_of(const void *state)
 
 enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS };
 
+static int layout16(int precision);
+
 static int check_call(const ph_ctx *ctx, ph_err *err)
 {
 	if (ctx->batch > 0 && (!ctx->saved || !ctx->scratch))
 		return ph_fail(err, PH_EINTERNAL, "gpt_block: called without saved or scratch space");
 	if (ctx->batch > 0 && !ctx->gpu)
 		return ph_fail(err, PH_EINTERNAL, "gpt_block: no GPU services in the call context");
+	/* the saved layout packs h1, h2 and g as bf16 (layout16), which only
+	 * a host with bf16 products fills that way */
+	if (ctx->batch > 0 && layout16(ctx->precision) && !ph_gpu_has_gemm_bf16(ctx))
+		return ph_fail(err, PH_EUNSUPPORTED, "gpt_block: under bf16 this host offers no bf16 products "
+			       "(ph_gpu_api gemm_bf16); set PIPEHOST_BF16_ACT=0 or use a newer pipehost");
 	return PH_OK;
 }
 
 /* The saved regions of this micro-batch, gpt_block.c's saved_views(),
- * except that where the fused core runs the P region holds L2 [B, H, T]
- * alone: gpt_block_cuda_saved_bytes tells the host so (ABI 1.6), and it
- * allocates that much less. */
+ * packed where the GPU keeps less (ABI 1.6: gpt_block_cuda_saved_bytes
+ * tells the host, which allocates that much less):
+ *  - where the fused core runs, the P region is L2 [B, H, T] alone;
+ *  - under bf16, h1, h2 and g (act16), and att where the core is fused
+ *    (att16), are bf16: regions of half the floats, each rounded up to 16
+ *    bytes so that every region stays aligned for cuBLASLt.
+ * The layout follows the run's precision and switches alone
+ * (layout16, ph_flash_usable_at), so the hook computes it without a call. */
 typedef struct {
 	float *h1, *mean1, *rstd1, *qkv, *P, *att, *x1, *h2, *mean2, *rstd2, *u, *g;
 } gpt_saved;
@@ -78,26 +90,51 @@ static size_t p_floats(const gpt_block_dims *g, int fused)
 	return (size_t)g->H * g->T * (fused ? 1 : (size_t)g->T);
 }
 
+/* Floats that hold n values: n in fp32, or n bf16 (n/2 floats, to 4). */
+static size_t held(size_t n, int bf16)
+{
+	return bf16 ? (n + 7) / 8 * 4 : n;
+}
+
+/* Whether h1, h2 and g are saved in bf16 (act16 without the call's host
+ * check): PIPEHOST_BF16_ACT=0 keeps them fp32, to time one against the
+ * other. */
+static int layout16(int precision)
+{
+	static const int off = ph_env_off("PIPEHOST_BF16_ACT"); /* read once (C++ makes that thread-safe) */
+	return !off && precision == PH_PREC_BF16;
+}
+
 static ph_attn_geom attn_geom(const gpt_block_dims *g);
+
+/* The layout for B samples: the views from base, and the floats in all. */
+static size_t saved_layout(const gpt_block_dims *g, size_t B, int precision, float *base, gpt_saved *v)
+{
+	const size_t T = g->T, d = g->d, r = g->r, R = B * T;
+	const ph_attn_geom ag = attn_geom(g);
+	const int fused = ph_flash_usable_at(precision, &ag), a16 = layout16(precision), o16 = a16 && fused;
+	size_t at = 0;
+#define REGION(field, n)                   	do {                               		if (v)                     			v->field = base + at; 		at += (n);                 	} while (0)
+	REGION(h1, held(R * d, a16));
+	REGION(mean1, R);
+	REGION(rstd1, R);
+	REGION(qkv, R * 3 * d);
+	REGION(P, B * p_floats(g, fused));
+	REGION(att, held(R * d, o16));
+	REGION(x1, R * d);
+	REGION(h2, held(R * d, a16));
+	REGION(mean2, R);
+	REGION(rstd2, R);
+	REGION(u, R * r * d);
+	REGION(g, held(R * r * d, a16));
+#undef REGION
+	return at;
+}
 
 static gpt_saved saved_views(const gpt_block_dims *g, const ph_ctx *ctx)
 {
-	const size_t B = (size_t)ctx->batch, T = g->T, d = g->d, r = g->r;
-	const size_t R = B * T;
-	const ph_attn_geom ag = attn_geom(g);
 	gpt_saved v;
-	v.h1 = (float *)ctx->saved;
-	v.mean1 = v.h1 + R * d;
-	v.rstd1 = v.mean1 + R;
-	v.qkv = v.rstd1 + R;
-	v.P = v.qkv + R * 3 * d;
-	v.att = v.P + B * p_floats(g, ph_flash_usable(ctx, &ag));
-	v.x1 = v.att + R * d;
-	v.h2 = v.x1 + R * d;
-	v.mean2 = v.h2 + R * d;
-	v.rstd2 = v.mean2 + R;
-	v.u = v.rstd2 + R;
-	v.g = v.u + R * r * d;
+	saved_layout(g, (size_t)ctx->batch, ctx->precision, (float *)ctx->saved, &v);
 	return v;
 }
 
@@ -135,8 +172,7 @@ static int gelu_fused(const ph_ctx *ctx)
  * to time one against the other. */
 static int act16(const ph_ctx *ctx)
 {
-	static const int off = ph_env_off("PIPEHOST_BF16_ACT");
-	return !off && ctx->precision == PH_PREC_BF16 && ph_gpu_has_gemm_bf16(ctx);
+	return layout16(ctx->precision) && ph_gpu_has_gemm_bf16(ctx);
 }
 
 /* With act16, where the fused core runs, it writes its output att (the
@@ -431,20 +467,16 @@ static int gpt_block_cuda_backward_weight(void *state, const ph_ctx *ctx, float 
 	return gpt_block_bwd(&g, ctx, params, grads, x, dy, NULL, err);
 }
 
-/* Bytes saved per sample on the GPU (ABI 1.6): gpt_block.c's saved_floats
- * with the P region as saved_views lays it out; 0 (meta's) where nothing
- * changes. */
+/* Bytes saved per sample on the GPU (ABI 1.6): saved_layout's for one
+ * sample, which bounds B samples' by B times (each region's rounding is
+ * at most one sample's); fp32 keeps gpt_block.c's figure exactly. */
 static size_t gpt_block_cuda_saved_bytes(const void *state, int precision)
 {
 	const gpt_state *s = (const gpt_state *)state;
 	if (s->moe)
 		return 0;
 	const gpt_block_dims g = dims_of(state);
-	const ph_attn_geom ag = attn_geom(&g);
-	if (!ph_flash_usable_at(precision, &ag))
-		return 0;
-	const size_t T = g.T, d = g.d, r = g.r;
-	return (T * d * 7 + T * 4 + p_floats(&g, 1) + 2 * T * r * d) * sizeof(float);
+	return saved_layout(&g, 1, precision, NULL, NULL) * sizeof(float);
 }
 
 PH_LAYER_CUDA_OPS(gpt_block_cuda_ops) = { .struct_size = sizeof(ph_layer_device_ops),
