@@ -55,8 +55,7 @@ void ph_eng_eval_lists_free(ph_engine *e)
 /* The host copy of parameter tensor q of layer l. */
 static float *host_param(ph_engine *e, int l, int q)
 {
-	lparams_t *P = &e->params[l];
-	return P->hw + (P->pw[q] - P->w);
+	return e->params[l].hw + param_off(e, l, q);
 }
 
 int ph_eng_upload_one(ph_engine *e, ph_err *err)
@@ -67,6 +66,8 @@ int ph_eng_upload_one(ph_engine *e, ph_err *err)
 		size_t n = (size_t)e->model->layers[l].param_numel;
 		void *rs = e->rs[layer_rank(e, l)];
 		int rc;
+		if (!here(e, layer_rank(e, l)))
+			continue; /* its host copies are all there is */
 		if ((rc = e->dev->copy(rs, P->w, P->hw, n * sizeof(float), PH_COPY_H2D, err)) ||
 		    (rc = e->dev->copy(rs, P->s, P->hs, n * spp * sizeof(float), PH_COPY_H2D, err)))
 			return rc;
@@ -82,6 +83,8 @@ static int download_tensors(ph_engine *e, int state, ph_err *err)
 		lparams_t *P = &e->params[l];
 		size_t n = (size_t)e->model->layers[l].param_numel;
 		void *rs = e->rs[layer_rank(e, l)];
+		if (!here(e, layer_rank(e, l)))
+			continue; /* ph_engine_gather filled its host copies */
 		int rc = state ? e->dev->copy(rs, P->hs, P->s, n * spp * sizeof(float), PH_COPY_D2H, err)
 			       : e->dev->copy(rs, P->hw, P->w, n * sizeof(float), PH_COPY_D2H, err);
 		if (rc)

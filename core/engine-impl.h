@@ -303,6 +303,24 @@ static inline int owner0(const ph_engine *e, int rank)
 	return rank / (e->plan->ranks / e->span);
 }
 
+/* Does this process keep rank r's tensors on its device?  Every rank's,
+ * except on GPUs in a pipeline split over processes: there its own ranks'
+ * alone, and the others' weights and state live in their host copies
+ * (hw, hs), which ph_engine_gather fills before a save. */
+static inline int here(const ph_engine *e, int rank)
+{
+	return e->span == 1 || e->dev->host_memory || owns(e, rank);
+}
+
+/* Floats before tensor q in layer l's block (w, g; s has spp times). */
+static inline int64_t param_off(const ph_engine *e, int l, int q)
+{
+	int64_t o = 0;
+	for (int i = 0; i < q; i++)
+		o += ph_param_local_numel(&e->model->layers[l], i);
+	return o;
+}
+
 /* Does the link after chunk c cross to another process? */
 static inline int remote_link(const ph_engine *e, int c)
 {
@@ -444,7 +462,7 @@ void ph_eng_split_init(ph_engine *e, int local);
 int ph_eng_split_sumsq(ph_engine *e, double *total, ph_err *err);
 
 /* Tie k with its copies in two processes: both gradients to every one. */
-int ph_eng_split_tie(ph_engine *e, int k, ph_err *err);
+int ph_eng_split_tie(ph_engine *e, int k, int *done, ph_err *err);
 
 /* Evaluation figures: the loss layer's process has them, all get them. */
 int ph_eng_split_eval_stats(ph_engine *e, ph_stats *st, ph_err *err);

@@ -75,37 +75,72 @@ out:
 	return rc;
 }
 
-/* `bytes` of rank `rank`'s memory at p from process root to every process.
- * On GPUs by way of the host: the process group (MPI) reads host memory. */
-static int bcast_tensor(ph_engine *e, int rank, void *p, size_t bytes, int root, ph_err *err)
+/* On GPUs each process holds its own ranks' tensors alone (here()): the
+ * holder of each copy gets the other's gradient as host bytes, puts it in
+ * a device buffer of its rank and adds it to its own, a + b where one
+ * process holds everything adds a = src + dst: the same float either way
+ * round, so both copies stay bitwise equal and equal to one process's. */
+static int split_tie_gpu(ph_engine *e, int k, ph_err *err)
 {
+	const ph_tie *t = &e->model->ties[k];
+	const int rs = layer_rank(e, t->src_layer), rd = layer_rank(e, t->dst_layer);
+	const int ps = owner0(e, rs), pd = owner0(e, rd);
+	const int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
+	const size_t bytes = (size_t)n * sizeof(float);
 	const ph_comm *cm = &e->cfg->comm;
-	if (e->dev->host_memory)
-		return cm->ops->bcast(p, bytes, root, err);
-	void *h = malloc(bytes ? bytes : 1);
-	if (!h)
-		return ph_fail(err, PH_ENOMEM, "out of host memory for a tied copy's gradient (%.1f MiB)",
-			       (double)bytes / 1048576.0);
-	int rc = cm->rank == root ? e->dev->copy(e->rs[rank], h, p, bytes, PH_COPY_D2H, err) : PH_OK;
-	if (!rc && !(rc = cm->ops->bcast(h, bytes, root, err)) && cm->rank != root)
-		rc = e->dev->copy(e->rs[rank], p, h, bytes, PH_COPY_H2D, err);
-	free(h);
+	float *hs = malloc(bytes ? bytes : 1), *hd = malloc(bytes ? bytes : 1);
+	int rc = PH_OK;
+	if (!hs || !hd) {
+		rc = ph_fail(err, PH_ENOMEM, "out of host memory for a tied copy's gradient (%.1f MiB)",
+			     (double)bytes / 1048576.0);
+		goto out;
+	}
+	/* both copies as they are, to every process (a collective: all call it) */
+	if ((cm->rank == pd && (rc = e->dev->copy(e->rs[rd], hd, e->params[t->dst_layer].pg[t->dst_param], bytes,
+						  PH_COPY_D2H, err))) ||
+	    (rc = cm->ops->bcast(hd, bytes, pd, err)) ||
+	    (cm->rank == ps && (rc = e->dev->copy(e->rs[rs], hs, e->params[t->src_layer].pg[t->src_param], bytes,
+						  PH_COPY_D2H, err))) ||
+	    (rc = cm->ops->bcast(hs, bytes, ps, err)))
+		goto out;
+	for (int side = 0; side < 2 && !rc; side++) {
+		int r = side ? rd : rs;
+		if (!here(e, r))
+			continue;
+		float *mine = side ? e->params[t->dst_layer].pg[t->dst_param] : e->params[t->src_layer].pg[t->src_param];
+		if (!e->tie_tmp[k] && !(e->tie_tmp[k] = ph_eng_balloc(e, r, bytes)))
+			rc = ph_fail(err, PH_ENOMEM, "out of GPU memory for the tied copy in layer %s%s%s",
+				     e->model->layers[t->dst_layer].cfg->name, e->err_set ? ": " : "",
+				     e->err_set ? e->err.msg : "");
+		else if (!(rc = e->dev->copy(e->rs[r], e->tie_tmp[k], side ? hs : hd, bytes, PH_COPY_H2D, err)))
+			rc = e->dev->tie_sum(e->rs[r], mine, e->tie_tmp[k], n, err);
+	}
+out:
+	free(hs);
+	free(hd);
 	return rc;
 }
 
-int ph_eng_split_tie(ph_engine *e, int k, ph_err *err)
+int ph_eng_split_tie(ph_engine *e, int k, int *done, ph_err *err)
 {
 	const ph_tie *t = &e->model->ties[k];
 	float *gs = e->params[t->src_layer].pg[t->src_param], *gd = e->params[t->dst_layer].pg[t->dst_param];
 	size_t bytes = (size_t)ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape) *
 		       sizeof(float);
 	int ps = owner0(e, layer_rank(e, t->src_layer)), pd = owner0(e, layer_rank(e, t->dst_layer)), rc;
-	if (ps == pd)
+	*done = 0;
+	if (ps == pd) {
+		/* one process sums them (tie_sum); the others hold neither */
+		*done = !here(e, layer_rank(e, t->src_layer));
 		return PH_OK;
+	}
+	if (!e->dev->host_memory) {
+		*done = 1;
+		return split_tie_gpu(e, k, err);
+	}
 	/* every process gets both copies (the replicas' sums are equal, so
 	 * replica 0's will do) and sums them alike */
-	if ((rc = bcast_tensor(e, layer_rank(e, t->dst_layer), gd, bytes, pd, err)) ||
-	    (rc = bcast_tensor(e, layer_rank(e, t->src_layer), gs, bytes, ps, err)))
+	if ((rc = e->cfg->comm.ops->bcast(gd, bytes, pd, err)) || (rc = e->cfg->comm.ops->bcast(gs, bytes, ps, err)))
 		return rc;
 	return PH_OK;
 }
@@ -151,7 +186,7 @@ int ph_engine_gather(ph_engine *e, ph_err *err)
 		if ((rc = e->cfg->comm.ops->bcast(P->hw, n * sizeof(float), root, err)) ||
 		    (rc = e->cfg->comm.ops->bcast(P->hs, n * spp * sizeof(float), root, err)))
 			return rc;
-		if (!e->dev->host_memory && e->cfg->comm.rank != root &&
+		if (!e->dev->host_memory && e->cfg->comm.rank != root && here(e, k) &&
 		    ((rc = e->dev->copy(e->rs[k], P->w, P->hw, n * sizeof(float), PH_COPY_H2D, err)) ||
 		     (rc = e->dev->copy(e->rs[k], P->s, P->hs, n * spp * sizeof(float), PH_COPY_H2D, err))))
 			return rc;

@@ -246,8 +246,8 @@ static int tie_sum(ph_engine *e, int k, int par, ph_err *err)
 	void *rs = e->rs[layer_rank(e, t->src_layer)];
 	float *gs = grad_tensors(e, t->src_layer, par)[t->src_param], *gd = grad_tensors(e, t->dst_layer, par)[t->dst_param];
 	size_t bytes = (size_t)n * sizeof(float);
-	int rc;
-	if (e->span > 1 && (rc = ph_eng_split_tie(e, k, err)))
+	int rc, done = 0;
+	if (e->span > 1 && ((rc = ph_eng_split_tie(e, k, &done, err)) || done))
 		return rc;
 	if (!e->tie_tmp || !e->tie_tmp[k])
 		return e->dev->tie_sum(rs, gs, gd, n, err);
@@ -274,7 +274,7 @@ int ph_eng_prepare_grads(ph_engine *e, int par, double *clip_scale, ph_err *err)
 	for (int k = 0; k < e->model->nties; k++) {
 		const ph_tie *t = &e->model->ties[k];
 		int64_t n = ph_shape_numel(&e->model->layers[t->src_layer].meta.params[t->src_param].shape);
-		if (shares_source(e->model, k) &&
+		if (shares_source(e->model, k) && here(e, layer_rank(e, t->src_layer)) && here(e, layer_rank(e, t->dst_layer)) &&
 		    (rc = e->dev->copy(e->rs[layer_rank(e, t->src_layer)], grad_tensors(e, t->dst_layer, par)[t->dst_param],
 				       grad_tensors(e, t->src_layer, par)[t->src_param], (size_t)n * sizeof(float), PH_COPY_D2D,
 				       err)))

@@ -149,6 +149,12 @@ int ph_eng_versions_alloc(ph_engine *e, ph_err *err)
 		lparams_t *P = &e->params[l];
 		size_t n = (size_t)e->model->layers[l].param_numel;
 		int r = layer_rank(e, l), rc;
+		if (!here(e, r)) {
+			/* another process runs it: W(t-1)'s host copy alone */
+			if (!(P->hv = calloc(n ? n : 1, sizeof(float))))
+				return ph_fail(err, PH_ENOMEM, "out of memory");
+			continue;
+		}
 		if (!(P->v = ph_eng_balloc(e, r, n * sizeof(float))))
 			return ph_fail(err, PH_ENOMEM, "out of memory for the second weight version of layer %s (%.1f MiB)",
 				       e->model->layers[l].cfg->name, (double)n * sizeof(float) / (1024.0 * 1024.0));
@@ -159,7 +165,7 @@ int ph_eng_versions_alloc(ph_engine *e, ph_err *err)
 		if (n && (rc = e->dev->copy(e->rs[r], P->v, P->w, n * sizeof(float), PH_COPY_D2D, err)))
 			return rc;
 		for (int q = 0; q < e->model->layers[l].meta.nparams; q++)
-			P->fw[q] = P->v + (P->pw[q] - P->w);
+			P->fw[q] = P->v + param_off(e, l, q);
 	}
 	return PH_OK;
 }
@@ -228,7 +234,7 @@ void ph_eng_versions_tensors(ph_engine *e, ph_tensor_ref *t)
 		for (int q = 0; q < L->meta.nparams; q++, k++) {
 			snprintf(t[k].name, sizeof t[k].name, "%s.%s.prev", L->cfg->name, L->meta.params[q].name);
 			t[k].shape = L->meta.params[q].shape;
-			t[k].data = e->params[l].hv + (e->params[l].pw[q] - e->params[l].w);
+			t[k].data = e->params[l].hv + param_off(e, l, q);
 		}
 	}
 	/* whoever asked for the state will write or read it: an upload
@@ -248,7 +254,8 @@ int ph_eng_versions_download(ph_engine *e, ph_err *err)
 	for (int l = 0; e->delayed && l < e->model->n; l++) {
 		size_t n = (size_t)e->model->layers[l].param_numel;
 		int rc;
-		if ((rc = e->dev->copy(e->rs[layer_rank(e, l)], e->params[l].hv, e->params[l].v, n * sizeof(float),
+		if (here(e, layer_rank(e, l)) &&
+		    (rc = e->dev->copy(e->rs[layer_rank(e, l)], e->params[l].hv, e->params[l].v, n * sizeof(float),
 				       PH_COPY_D2H, err)))
 			return rc;
 	}
@@ -275,7 +282,8 @@ int ph_eng_versions_upload(ph_engine *e, ph_err *err)
 		/* weights from a file without the state: W(-1) = W(0) again */
 		if (e->versions_follow && n)
 			memcpy(P->hv, P->hw, n * sizeof(float));
-		if ((rc = e->dev->copy(e->rs[layer_rank(e, l)], P->v, P->hv, n * sizeof(float), PH_COPY_H2D, err)))
+		if (here(e, layer_rank(e, l)) &&
+		    (rc = e->dev->copy(e->rs[layer_rank(e, l)], P->v, P->hv, n * sizeof(float), PH_COPY_H2D, err)))
 			return rc;
 	}
 	e->versions_follow = 0;

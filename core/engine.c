@@ -115,12 +115,14 @@ static int alias_params(ph_engine *e, int l, int k, ph_err *err)
 	const ph_layer *L = &e->model->layers[l];
 	lparams_t *P = &e->params[l], *S = &e->params[t->src_layer];
 	int spp = ph_optim_state_per_param(&e->cfg->optim);
-	int64_t off = S->pw[t->src_param] - S->w;
+	int64_t off = param_off(e, t->src_layer, t->src_param);
 	P->alias = 1;
-	P->w = S->w + off;
-	P->s = S->s + off * spp;
 	P->hw = S->hw + off;
 	P->hs = S->hs + off * spp;
+	if (!here(e, P->rank))
+		return PH_OK; /* another process runs it: the host copies alone */
+	P->w = S->w + off;
+	P->s = S->s + off * spp;
 	P->g = ph_eng_balloc(e, P->rank, (size_t)L->param_numel * sizeof(float));
 	if (!P->g)
 		return ph_fail(err, PH_ENOMEM, "out of memory for the gradient of layer %s (%.1f MiB asked)%s%s",
@@ -143,6 +145,24 @@ static int alloc_params(ph_engine *e, ph_err *err)
 	e->params = calloc((size_t)m->n, sizeof *e->params);
 	if (!e->params)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	/* a tensor tied to several copies sums them into partial sums on its
+	 * source's device: across processes on GPUs, where each holds its
+	 * own ranks' tensors alone, only one copy is summed that way */
+	for (int k = 0; k < m->nties; k++)
+		for (int j = 0; j < k; j++) {
+			const ph_tie *a = &m->ties[j], *b = &m->ties[k];
+			if (a->src_layer != b->src_layer || a->src_param != b->src_param)
+				continue;
+			int rs = layer_rank(e, b->src_layer);
+			if (here(e, rs) != here(e, layer_rank(e, a->dst_layer)) || here(e, rs) != here(e, layer_rank(e, b->dst_layer)))
+				return ph_fail(err, PH_EUNSUPPORTED,
+					       "layers %s and %s both tie %s.%s, and a pipeline split over processes on GPUs "
+					       "sums one copy in another process only; keep those layers in the source's "
+					       "process (partition) or tie one of them",
+					       m->layers[a->dst_layer].cfg->name, m->layers[b->dst_layer].cfg->name,
+					       m->layers[b->src_layer].cfg->name,
+					       m->layers[b->src_layer].meta.params[b->src_param].name);
+		}
 	for (int l = 0; l < m->n; l++) {
 		ph_layer *L = &m->layers[l];
 		lparams_t *P = &e->params[l];
@@ -152,6 +172,18 @@ static int alloc_params(ph_engine *e, ph_err *err)
 		if (k >= 0 && !env_is_zero("PIPEHOST_TIE_SHARE")) {
 			if ((rc = alias_params(e, l, k, err)))
 				return rc;
+			continue;
+		}
+		if (!here(e, r)) {
+			/* another process runs it (a split pipeline on GPUs):
+			 * host copies alone, for saving */
+			P->hw = calloc(n ? n : 1, sizeof(float));
+			P->hs = calloc(n * spp > 0 ? n * spp : 1, sizeof(float));
+			if (!P->hw || !P->hs)
+				return ph_fail(err, PH_ENOMEM, "out of memory for the host copy of layer %s", L->cfg->name);
+			for (int q = 0; q < L->meta.nparams; q++)
+				init_tensor(P->hw + param_off(e, l, q), 0, ph_param_local_numel(L, q), &L->meta.params[q],
+					    (uint64_t)c->run.seed, l, q);
 			continue;
 		}
 		P->w = ph_eng_balloc(e, r, n * sizeof(float));
@@ -183,7 +215,7 @@ static int alloc_params(ph_engine *e, ph_err *err)
 		lparams_t *S = &e->params[t->src_layer], *D = &e->params[t->dst_layer];
 		if (D->alias)
 			continue; /* the same memory */
-		memcpy(D->hw + (D->pw[t->dst_param] - D->w), S->hw + (S->pw[t->src_param] - S->w),
+		memcpy(D->hw + param_off(e, t->dst_layer, t->dst_param), S->hw + param_off(e, t->src_layer, t->src_param),
 		       (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape) * sizeof(float));
 	}
 	if ((rc = ph_eng_upload_one(e, err)))
@@ -193,8 +225,8 @@ static int alloc_params(ph_engine *e, ph_err *err)
 	for (int k = 0; k < m->nties; k++) {
 		const ph_tie *t = &m->ties[k];
 		int rs = layer_rank(e, t->src_layer), rd = layer_rank(e, t->dst_layer);
-		if (!e->ordinal || e->ordinal[rs] == e->ordinal[rd])
-			continue; /* tie_sum works in place */
+		if (!e->ordinal || e->ordinal[rs] == e->ordinal[rd] || !here(e, rs) || !here(e, rd))
+			continue; /* tie_sum works in place, or across processes (engine-split.c) */
 		size_t n = (size_t)ph_shape_numel(&m->layers[t->src_layer].meta.params[t->src_param].shape);
 		if (!(e->tie_tmp[k] = ph_eng_balloc(e, rs, n * sizeof(float))))
 			return ph_fail(err, PH_ENOMEM, "out of GPU memory for the tied copy in layer %s%s%s",
@@ -217,8 +249,12 @@ static void free_params(ph_engine *e)
 		ph_eng_bfree(e, r, P->s);
 	}
 	free(e->params);
-	for (int k = 0; e->tie_tmp && k < e->model->nties; k++)
-		ph_eng_bfree(e, layer_rank(e, e->model->ties[k].src_layer), e->tie_tmp[k]);
+	for (int k = 0; e->tie_tmp && k < e->model->nties; k++) {
+		const ph_tie *t = &e->model->ties[k];
+		/* on the source's rank, or the copy's where only it is here */
+		int r = layer_rank(e, t->src_layer);
+		ph_eng_bfree(e, here(e, r) ? r : layer_rank(e, t->dst_layer), e->tie_tmp[k]);
+	}
 	free(e->tie_tmp);
 }
 

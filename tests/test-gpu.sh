@@ -357,6 +357,28 @@ else
 	else
 		not_ok "mpirun -np 2, GPT blocks split over the processes: $(tail -3 "$tmp/lmsplit.log")"
 	fi
+	# each process holds its own ranks' tensors alone: at vocab 16384 the
+	# head's copy of the token table (524,288 floats: weights, gradient
+	# and Adam's two, 8.0 MiB) is in process 1, not in process 0, whose
+	# parameters' phase of the peak line is that much below one process's
+	# two ranks; the weights are the same
+	if PIPEHOST_TIE_SHARE=0 lm lmv1 --set run.stages=2 --set "layer embed.vocab=16384" \
+		--set "layer head.units=16384" --set run.steps=2 &&
+		ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny-lm.ini" \
+			--set "data.path=$tmp/corpus.txt" --set "layer embed.dim=32" --set run.devices=cuda:0 \
+			--set run.micro_batches=8 --set run.steps=2 --set schedule.type=1f1b --set run.stages=2 \
+			--set run.replicas=1 --set "layer embed.vocab=16384" --set "layer head.units=16384" \
+			--save-weights "$tmp/lmv2.st" </dev/null >"$tmp/lmv2.log" 2>&1; then
+		a=$(params_mib lmv1) b=$(params_mib lmv2)
+		if cmp -s "$tmp/lmv1.st" "$tmp/lmv2.st" &&
+			awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(b != "" && d > 7.5 && d < 8.5) }'; then
+			ok "split over processes, process 0 holds its own ranks' tensors: parameters +$b MiB against +$a MiB in one process; weights byte-identical"
+		else
+			not_ok "split over processes: process 0's parameters +$b MiB against +$a MiB in one process (want 8.0 less), or weights differ"
+		fi
+	else
+		not_ok "split over processes at vocab 16384: $(tail -2 "$tmp/lmv1.log") $(tail -3 "$tmp/lmv2.log")"
+	fi
 	# two replicas each split over two processes: not on GPUs yet, said so
 	if ph_mpirun 4 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" \
 		--set run.replicas=2 --set run.devices=cuda:0 </dev/null >"$tmp/sp22.log" 2>&1; then
