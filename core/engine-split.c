@@ -76,10 +76,11 @@ out:
 }
 
 /* On GPUs each process holds its own ranks' tensors alone (here()): the
- * holder of each copy gets the other's gradient as host bytes, puts it in
- * a device buffer of its rank and adds it to its own, a + b where one
- * process holds everything adds a = src + dst: the same float either way
- * round, so both copies stay bitwise equal and equal to one process's. */
+ * holder of each copy gets the other copy's gradient as host bytes, puts
+ * it in a device buffer of its rank and adds it to its own.  The source's
+ * holder computes src + dst, the copy's dst + src: the same float (IEEE
+ * addition commutes), so both copies stay bitwise equal, and equal to
+ * what one process holding both computes. */
 static int split_tie_gpu(ph_engine *e, int k, ph_err *err)
 {
 	const ph_tie *t = &e->model->ties[k];
