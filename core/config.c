@@ -574,8 +574,8 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		if (R < N && c->place.cuda && c->place.ordinal) {
 			/* a split pipeline: the ranks another process runs sit on
 			 * this process's first GPU, so that it makes no CUDA
-			 * context on the other processes' GPUs (each process
-			 * still holds every layer's weights; docs/design.md) */
+			 * context on the other processes' GPUs (their tensors
+			 * live in host copies alone: here(), engine-impl.h) */
 			if (!(c->place.process = malloc((size_t)c->run.stages * sizeof *c->place.process)))
 				return ph_fail(err, PH_ENOMEM, "out of memory");
 			for (int r = 0; r < (int)c->run.stages; r++) {
