@@ -192,6 +192,6 @@ int ph_engine_gather(ph_engine *e, ph_err *err)
 		     (rc = e->dev->copy(e->rs[k], P->s, P->hs, n * spp * sizeof(float), PH_COPY_H2D, err))))
 			return rc;
 	}
-	return PH_OK;
+	return ph_eng_versions_gather(e, err); /* 2bw's W(t-1) */
 }
 

@@ -290,6 +290,31 @@ int ph_eng_versions_upload(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
+/* A pipeline split over processes (ph_engine_gather): W(t-1) of every
+ * layer from the process of replica 0 that runs it, to every process, so
+ * that process 0's checkpoint holds the .prev a resume needs.  On GPUs
+ * the root's host copy is brought up to date first, and a process that
+ * runs the layer too (another replica) takes the root's values. */
+int ph_eng_versions_gather(ph_engine *e, ph_err *err)
+{
+	for (int l = 0; e->delayed && l < e->model->n; l++) {
+		lparams_t *P = &e->params[l];
+		size_t bytes = (size_t)e->model->layers[l].param_numel * sizeof(float);
+		int k = layer_rank(e, l), root = owner0(e, k), me = e->cfg->comm.rank, rc;
+		if (!bytes)
+			continue;
+		if (!e->dev->host_memory && me == root &&
+		    (rc = e->dev->copy(e->rs[k], P->hv, P->v, bytes, PH_COPY_D2H, err)))
+			return rc;
+		if ((rc = e->cfg->comm.ops->bcast(P->hv, bytes, root, err)))
+			return rc;
+		if (!e->dev->host_memory && me != root && here(e, k) &&
+		    (rc = e->dev->copy(e->rs[k], P->v, P->hv, bytes, PH_COPY_H2D, err)))
+			return rc;
+	}
+	return PH_OK;
+}
+
 void ph_eng_versions_copy(ph_engine *dst, const ph_engine *src)
 {
 	for (int l = 0; dst->delayed && l < dst->model->n; l++)

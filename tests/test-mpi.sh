@@ -143,6 +143,19 @@ if mp 2 "$PIPEHOST" -c "$tiny" --set run.replicas=1 --set checkpoint.dir="$ck2" 
 else
 	not_ok "mpirun -np 2, split resume: differs or failed: $(tail -2 "$tmp/sfull.err") $(tail -2 "$tmp/sres.err")"
 fi
+# 2bw split over processes: the checkpoint holds every rank's W(t-1)
+# (LAYER.PARAM.prev), not only process 0's, so the resume is exact
+b2="--set schedule.type=2bw --set run.replicas=1"
+"$PIPEHOST" -c "$lm" --set schedule.type=2bw --save-weights "$tmp/b1.st" >/dev/null 2>&1
+# shellcheck disable=SC2086 # $b2 is a list of options
+if mp 2 "$PIPEHOST" -c "$lm" $b2 --set checkpoint.dir="$tmp/ckb" --set checkpoint.every=10 \
+	--save-weights "$tmp/bfull.st" >"$tmp/bfull.out" 2>"$tmp/bfull.err" && cmp -s "$tmp/b1.st" "$tmp/bfull.st" &&
+	mp 2 "$PIPEHOST" -c "$lm" $b2 --resume "$tmp/ckb/step-00000010" --save-weights "$tmp/bres.st" \
+		>"$tmp/bres.out" 2>"$tmp/bres.err" && cmp -s "$tmp/b1.st" "$tmp/bres.st"; then
+	ok "mpirun -np 2, 2bw split over the processes, resumed at step 10: byte-identical to one process"
+else
+	not_ok "mpirun -np 2, 2bw split resume: differs or failed: $(tail -2 "$tmp/bfull.err") $(tail -2 "$tmp/bres.err")"
+fi
 if mp 2 "$PIPEHOST" -c "$tiny" --set run.replicas=1 --set run.stages=3 >"$tmp/e3.out" 2>"$tmp/e3.err"; then
 	not_ok "3 stages split over 2 processes: mpirun exited 0"
 elif grep -q "pipehost: process [01] of 2: .*its 3 stages do not divide among them" "$tmp/e3.err"; then
