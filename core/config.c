@@ -567,8 +567,8 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		/* auto counts GPUs from the process's place on its node times
 		 * the ranks it runs: whole pipelines' ranks, or its share of a
 		 * split one's, whose first rank is lo */
-		int span = (int)(R < N ? N / R : 1), per = (int)c->run.stages / span, lo = (c->comm.rank % span) * per;
-		int first = R < N ? c->comm.local_rank * per - lo : c->comm.local_rank * local * (int)c->run.stages;
+		ph_split_share sh = ph_config_split_share(c, (int)c->run.stages);
+		int first = R < N ? c->comm.local_rank * sh.per - sh.lo : c->comm.local_rank * local * (int)c->run.stages;
 		if ((rc = ph_placement_parse(&c->place, c->run.devices, (int)c->run.stages, local, first, &e2)))
 			return where_fail(c, e ? e->line : 0, rc, err, "[run] %s", e2.msg);
 		if (R < N && c->place.cuda && c->place.ordinal) {
@@ -579,18 +579,12 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 			if (!(c->place.process = malloc((size_t)c->run.stages * sizeof *c->place.process)))
 				return ph_fail(err, PH_ENOMEM, "out of memory");
 			for (int r = 0; r < (int)c->run.stages; r++) {
-				int mine = r >= lo && r < lo + per;
-				c->place.process[r] = mine ? -1 : (c->comm.rank / span) * span + r / per;
+				int mine = r >= sh.lo && r < sh.lo + sh.per;
+				c->place.process[r] = mine ? -1 : sh.base + r / sh.per;
 				if (!mine)
-					c->place.ordinal[r] = c->place.ordinal[lo];
+					c->place.ordinal[r] = c->place.ordinal[sh.lo];
 			}
 		}
-		if (R < N && R > 1 && c->place.cuda)
-			return where_fail(c, re ? re->line : 0, PH_EUNSUPPORTED, err,
-					  "[run] replicas = %lld on %lld processes with devices = %s: on GPUs a pipeline "
-					  "split over processes runs as one replica for now; use replicas = 1 (one "
-					  "pipeline over all %lld processes) or replicas = %lld (a whole pipeline each)",
-					  (long long)R, (long long)N, c->run.devices, (long long)N, (long long)N);
 		if (c->run.precision == PH_PREC_BF16 && !c->place.cuda) {
 			ph_ini_entry *pe = ph_ini_find(&c->ini, "run", "precision");
 			return where_fail(c, pe ? pe->line : 0, PH_EINVAL, err,

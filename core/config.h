@@ -163,6 +163,25 @@ static inline int ph_config_split(const ph_config *c)
 	return c->run.replicas >= c->comm.size ? 1 : (int)(c->comm.size / c->run.replicas);
 }
 
+/* This process's share of a pipeline split over processes: its ranks
+ * [lo, lo + per) of the pipeline's `ranks`, among the span processes
+ * base .. base + span - 1 that run that pipeline.  Without a split: span
+ * 1, every rank, the process alone.  config.c (placement) and
+ * engine-split.c (what runs where) both read it. */
+typedef struct {
+	int span, per, lo, base;
+} ph_split_share;
+
+static inline ph_split_share ph_config_split_share(const ph_config *c, int ranks)
+{
+	ph_split_share s;
+	s.span = ph_config_split(c);
+	s.per = ranks / s.span;
+	s.lo = s.span > 1 ? (c->comm.rank % s.span) * s.per : 0;
+	s.base = s.span > 1 ? (c->comm.rank / s.span) * s.span : c->comm.rank;
+	return s;
+}
+
 /* The core INI sections, one row each, in the order --list-options and
  * the errors name them: the parser, its known-section check, its errors
  * and --list-options all read this one table. */

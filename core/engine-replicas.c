@@ -17,7 +17,9 @@
  * GPUs) and its tie_sum.  Across processes (mpirun): where the device
  * computes in host memory (the CPU) every process gathers every replica's
  * gradient (MPI) and sums them in the same order; on GPUs one NCCL
- * communicator per pipeline rank sums each process's share. */
+ * communicator per pipeline rank sums each process's share, except for
+ * pipelines split over processes, whose gradients go through the host
+ * and MPI as on the CPU. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,11 +74,16 @@ static int64_t largest_layer(const ph_engine *e)
 
 /* Across processes in host memory: g = g_0 + g_1 + ... + g_{R-1}, element
  * by element over every replica of every process, into every replica of
- * this process. */
+ * this process.  Also on GPUs when the pipelines are split over processes
+ * (one replica a process there): a layer's gradient comes down to the
+ * host before the gather, and its sum goes back up; the additions are
+ * the same floats in the same order as reduce_on_devices' in one
+ * process, so the bits match it. */
 static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 {
 	const ph_comm *cm = &e->cfg->comm;
 	int R = e->nrep, total = (int)e->cfg->run.replicas, from = R * cm->size;
+	const int dev_side = !e->dev->host_memory; /* a split pipeline's GPU: R = 1 */
 	const float **src = calloc((size_t)total, sizeof *src);
 	if (!src)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -102,9 +109,15 @@ static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 			for (int r = 0; r < R; r++)
 				src[r] = grad_block(e->rep[r], l, par);
 		} else {
+			int k = layer_rank(e, l);
 			for (int r = 0; r < R; r++)
-				memcpy(pack + (size_t)r * n, grad_block(e->rep[r], l, par), n * sizeof(float));
-			if ((rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
+				if (dev_side)
+					rc = here(e, k) ? e->dev->copy(e->rs[k], pack, grad_block(e, l, par), n * sizeof(float),
+								       PH_COPY_D2H, err)
+							: PH_OK; /* another process's: not read */
+				else
+					memcpy(pack + (size_t)r * n, grad_block(e->rep[r], l, par), n * sizeof(float));
+			if (rc || (rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
 				break;
 			/* whole pipelines: process-major is replica order; split
 			 * ones: replica r's part that runs layer l */
@@ -115,8 +128,12 @@ static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 		/* the tensors every replica holds; a sharded one's rows are
 		 * one replica's own (engine-shard.c) */
 		int64_t o, k;
+		if (dev_side && !here(e, layer_rank(e, l)))
+			continue; /* another process sums it */
 		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &k); run++) {
-			float *dst = grad_block(e, l, par) + o;
+			/* on a GPU the sum is made in pack, which the gather no
+			 * longer needs, and goes up after */
+			float *dst = (dev_side ? pack : grad_block(e, l, par)) + o;
 			if (dst != src[0] + o)
 				memcpy(dst, src[0] + o, (size_t)k * sizeof(float));
 			for (int r = 1; r < total; r++) {
@@ -126,6 +143,9 @@ static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 			}
 			for (int r = 1; r < R; r++)
 				memcpy(grad_block(e->rep[r], l, par) + o, dst, (size_t)k * sizeof(float));
+			if (dev_side && (rc = e->dev->copy(e->rs[layer_rank(e, l)], grad_block(e, l, par) + o, dst,
+							   (size_t)k * sizeof(float), PH_COPY_H2D, err)))
+				break;
 		}
 	}
 	free(src);
@@ -217,8 +237,10 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 
 int ph_eng_replicas_sum(ph_engine *e, int par, ph_err *err)
 {
-	return e->cfg->comm.size > 1 && e->dev->host_memory ? reduce_gathered(e, par, err)
-							     : reduce_on_devices(e, par, err);
+	/* across processes: on the CPU, and on GPUs whose pipelines are split
+	 * over processes (their links go through the host already) */
+	return e->cfg->comm.size > 1 && (e->dev->host_memory || e->span > 1) ? reduce_gathered(e, par, err)
+									     : reduce_on_devices(e, par, err);
 }
 
 int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
@@ -269,8 +291,8 @@ static int open_reduction(ph_engine *e, ph_err *err)
 	}
 	if (cm->size == 1 || e->dev->host_memory)
 		return PH_OK; /* reduce_gathered */
-	if (e->span > 1 && e->cfg->run.replicas == 1)
-		return PH_OK; /* one pipeline over the processes: nothing to sum */
+	if (e->span > 1)
+		return PH_OK; /* split pipelines: reduce_gathered, through the host */
 	if (!e->dev->nccl_open)
 		return ph_fail(err, PH_EUNSUPPORTED,
 			       "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend was built "

@@ -20,14 +20,14 @@ void ph_eng_split_init(ph_engine *e, int local)
 {
 	const ph_config *c = e->cfg;
 	const ph_plan *p = e->plan;
-	e->span = ph_config_split(c);
+	ph_split_share sh = ph_config_split_share(c, p->ranks);
+	e->span = sh.span;
 	if (e->span > 1) {
 		/* this process's share of its replica's ranks */
-		int per = p->ranks / e->span, part = c->comm.rank % e->span;
 		e->replica = c->comm.rank / e->span;
-		e->proc_base = e->replica * e->span;
-		e->rank_lo = part * per;
-		e->rank_hi = e->rank_lo + per;
+		e->proc_base = sh.base;
+		e->rank_lo = sh.lo;
+		e->rank_hi = sh.lo + sh.per;
 	} else {
 		e->replica = c->comm.rank * ph_config_local_replicas(c) + local;
 		e->rank_lo = 0;

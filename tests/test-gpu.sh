@@ -34,7 +34,12 @@
 #  - a device the machine lacks is refused with one line;
 #  - the peak GPU memory line shows the parameters' bytes, its phases
 #    adding up to the peak; a tied head on its table's rank shares the
-#    table's memory (6.0 MiB less than two copies, the same weights).
+#    table's memory (6.0 MiB less than two copies, the same weights);
+#  - under mpirun, one pipeline split over processes (links through host
+#    copies): byte-identical to one process for 1F1B, devices = auto, a
+#    resume, the GPT blocks' tie, and 2bw resumed (W(t-1) gathered);
+#    a weight tied into two other processes, and replicas of a split
+#    pipeline, refused in one line.
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
 # without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
 # test: bench/fashion-mnist-gpu.sh runs it.
@@ -324,6 +329,14 @@ split() { # NAME OPTIONS...: tiny.ini on 2 processes, one pipeline
 		--set run.replicas=1 --set run.devices=cuda:0 --set run.micro_batches=8 --set schedule.type=1f1b \
 		--save-weights "$tmp/$sname.st" "$@" </dev/null >"$tmp/$sname.log" 2>&1
 }
+split_lm() { # NAME OPTIONS...: lm's GPT blocks on 2 processes, one pipeline
+	sname=$1
+	shift
+	ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny-lm.ini" \
+		--set "data.path=$tmp/corpus.txt" --set "layer embed.dim=32" --set run.devices=cuda:0 \
+		--set run.micro_batches=8 --set run.steps=4 --set schedule.type=1f1b --set run.replicas=1 \
+		--save-weights "$tmp/$sname.st" "$@" </dev/null >"$tmp/$sname.log" 2>&1
+}
 if ! ph_have_mpi; then
 	ok "a pipeline split over processes on GPUs # SKIP $ph_mpi_why"
 else
@@ -347,11 +360,7 @@ else
 	else
 		not_ok "mpirun -np 2, split pipeline on cuda:0, checkpoint and resume: $(tail -2 "$tmp/spck.log") $(tail -2 "$tmp/spres.log")"
 	fi
-	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny-lm.ini" \
-		--set "data.path=$tmp/corpus.txt" --set "layer embed.dim=32" --set run.devices=cuda:0 \
-		--set run.micro_batches=8 --set run.steps=4 --set schedule.type=1f1b --set run.stages=2 \
-		--set run.replicas=1 --save-weights "$tmp/lmsplit.st" </dev/null >"$tmp/lmsplit.log" 2>&1 &&
-		lm lm1p2 --set run.stages=2; then
+	if split_lm lmsplit --set run.stages=2 && lm lm1p2 --set run.stages=2; then
 		same_weights "mpirun -np 2, GPT blocks on cuda:0 split over the processes (the tie between them)" \
 			lm1p2 lmsplit
 	else
@@ -364,11 +373,8 @@ else
 	# two ranks; the weights are the same
 	if PIPEHOST_TIE_SHARE=0 lm lmv1 --set run.stages=2 --set "layer embed.vocab=16384" \
 		--set "layer head.units=16384" --set run.steps=2 &&
-		ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny-lm.ini" \
-			--set "data.path=$tmp/corpus.txt" --set "layer embed.dim=32" --set run.devices=cuda:0 \
-			--set run.micro_batches=8 --set run.steps=2 --set schedule.type=1f1b --set run.stages=2 \
-			--set run.replicas=1 --set "layer embed.vocab=16384" --set "layer head.units=16384" \
-			--save-weights "$tmp/lmv2.st" </dev/null >"$tmp/lmv2.log" 2>&1; then
+		split_lm lmv2 --set run.stages=2 --set "layer embed.vocab=16384" --set "layer head.units=16384" \
+			--set run.steps=2; then
 		a=$(params_mib lmv1) b=$(params_mib lmv2)
 		if cmp -s "$tmp/lmv1.st" "$tmp/lmv2.st" &&
 			awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(b != "" && d > 7.5 && d < 8.5) }'; then
@@ -379,14 +385,50 @@ else
 	else
 		not_ok "split over processes at vocab 16384: $(tail -2 "$tmp/lmv1.log") $(tail -3 "$tmp/lmv2.log")"
 	fi
-	# two replicas each split over two processes: not on GPUs yet, said so
-	if ph_mpirun 4 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" \
-		--set run.replicas=2 --set run.devices=cuda:0 </dev/null >"$tmp/sp22.log" 2>&1; then
-		not_ok "2 replicas each split over 2 processes on GPUs: mpirun exited 0"
-	elif grep -q 'replicas = 2 on 4 processes with devices = cuda:0: on GPUs a pipeline split over processes runs as one replica' "$tmp/sp22.log"; then
-		ok "2 replicas each split over 2 processes on GPUs: refused in one line"
+	# 2bw split over the processes: W(t-1) comes from the GPU of the
+	# process that runs each rank into process 0's checkpoint, so the
+	# resume ends on the bytes of one process without a stop
+	ckb="$tmp/split-2bw"
+	if lm lm2bw --set run.stages=2 --set schedule.type=2bw --set run.steps=6 &&
+		split_lm sb2bw --set run.stages=2 --set schedule.type=2bw --set run.steps=6 \
+			--set checkpoint.dir="$ckb" --set checkpoint.every=3 &&
+		split_lm sr2bw --set run.stages=2 --set schedule.type=2bw --set run.steps=6 \
+			--resume "$ckb/step-00000003"; then
+		same_weights "mpirun -np 2, 2bw split over the processes, resumed at step 3" lm2bw sr2bw
 	else
-		not_ok "2 replicas each split over 2 processes on GPUs: $(grep -v '^-\|^\s*$' "$tmp/sp22.log" | head -2)"
+		not_ok "mpirun -np 2, 2bw split, checkpoint and resume: $(tail -2 "$tmp/sb2bw.log") $(tail -2 "$tmp/sr2bw.log")"
+	fi
+	# one tensor tied to two copies, each in another process: the sum
+	# across processes on GPUs takes one copy only, and says so
+	if ph_mpirun 3 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tied3.ini" \
+		--set run.replicas=1 --set run.devices=cuda:0 </dev/null >"$tmp/t3g.log" 2>&1; then
+		not_ok "a weight tied on three processes' GPUs: mpirun exited 0"
+	elif grep -q 'pipehost: process [0-2] of 3: layers b and c both tie a.weight, and a pipeline split over processes on GPUs sums one copy in another process only' "$tmp/t3g.log"; then
+		ok "a weight tied on three processes' GPUs: refused in one line"
+	else
+		not_ok "a weight tied on three processes' GPUs: $(grep -v '^-\|^\s*$' "$tmp/t3g.log" | head -2)"
+	fi
+	# two replicas each split over two processes: the replicas' gradient
+	# sum goes through the host, in replica order, as in one process
+	if train sprep1 --set run.replicas=2 --set run.stages=2 --set run.devices=cuda:0 \
+		--set run.micro_batches=8 --set schedule.type=1f1b &&
+		ph_mpirun 4 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" \
+			--set run.replicas=2 --set run.stages=2 --set run.devices=cuda:0 --set run.micro_batches=8 \
+			--set schedule.type=1f1b --save-weights "$tmp/sprep4.st" </dev/null >"$tmp/sprep4.log" 2>&1; then
+		same_weights "mpirun -np 4, 2 replicas each split over 2 processes on cuda:0" sprep1 sprep4
+	else
+		not_ok "mpirun -np 4, 2 split replicas on cuda:0: run failed: $(grep -v '^-\|^\s*$' "$tmp/sprep4.log" | tail -2)"
+	fi
+	# and the GPT blocks, whose tie crosses the processes of each replica
+	if lm lmrep1 --set run.stages=2 --set run.replicas=2 --set run.batch=16 &&
+		ph_mpirun 4 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny-lm.ini" \
+			--set "data.path=$tmp/corpus.txt" --set "layer embed.dim=32" --set run.devices=cuda:0 \
+			--set run.micro_batches=8 --set run.steps=4 --set schedule.type=1f1b --set run.stages=2 \
+			--set run.replicas=2 --set run.batch=16 --save-weights "$tmp/lmrep4.st" </dev/null >"$tmp/lmrep4.log" 2>&1; then
+		same_weights "mpirun -np 4, GPT blocks: 2 replicas each split over 2 processes (the tie across them)" \
+			lmrep1 lmrep4
+	else
+		not_ok "mpirun -np 4, GPT blocks in 2 split replicas: run failed: $(grep -v '^-\|^\s*$' "$tmp/lmrep4.log" | tail -2)"
 	fi
 fi
 finish
