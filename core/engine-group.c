@@ -214,8 +214,8 @@ static int remote_ok(const struct ph_eng_group *G, ph_err *err)
 	if (!e->dev->host_memory && !nccl_comm_of(G))
 		return ph_fail(err, PH_EUNSUPPORTED,
 			       "replica-group collectives between processes on GPUs run over NCCL with one replica a "
-			       "process: set [run] replicas to the process count, and build with NCCL (configure "
-			       "prints NCCL yes)");
+			       "process: set [run] replicas to the process count, build with NCCL (configure "
+			       "prints NCCL yes), and leave PIPEHOST_NCCL unset");
 	if (e->dev->host_memory && !e->cfg->comm.threads)
 		return ph_fail(err, PH_EUNSUPPORTED,
 			       "replica-group collectives between processes need an MPI with MPI_THREAD_MULTIPLE");

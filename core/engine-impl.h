@@ -215,6 +215,8 @@ struct ph_engine {
 	ph_model *own_model; /* replicas > 0: layer states of their own */
 	float **red_tmp;     /* rep[0]: [ranks] room for another copy's gradient */
 	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
+	const char *red_host; /* rep[0] under mpirun on GPUs: why the replicas'
+			      * gradients go through the host (no NCCL), or NULL */
 	float *gathered;     /* rep[0] under mpirun in host memory: every process's gradients */
 	size_t gathered_n;
 

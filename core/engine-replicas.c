@@ -74,16 +74,17 @@ static int64_t largest_layer(const ph_engine *e)
 
 /* Across processes in host memory: g = g_0 + g_1 + ... + g_{R-1}, element
  * by element over every replica of every process, into every replica of
- * this process.  Also on GPUs when the pipelines are split over processes
- * (one replica a process there): a layer's gradient comes down to the
- * host before the gather, and its sum goes back up; the additions are
- * the same floats in the same order as reduce_on_devices' in one
- * process, so the bits match it. */
+ * this process.  Also on GPUs where NCCL does not sum them (e->red_host:
+ * pipelines split over processes, or a build without NCCL): a layer's
+ * gradients come down to the host before the gather, and the sum goes
+ * back up to every local replica; the additions are the same floats in
+ * the same order as reduce_on_devices' in one process, so the bits match
+ * it. */
 static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 {
 	const ph_comm *cm = &e->cfg->comm;
 	int R = e->nrep, total = (int)e->cfg->run.replicas, from = R * cm->size;
-	const int dev_side = !e->dev->host_memory; /* a split pipeline's GPU: R = 1 */
+	const int dev_side = !e->dev->host_memory; /* GPUs: through host copies */
 	const float **src = calloc((size_t)total, sizeof *src);
 	if (!src)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -110,13 +111,12 @@ static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 				src[r] = grad_block(e->rep[r], l, par);
 		} else {
 			int k = layer_rank(e, l);
-			for (int r = 0; r < R; r++)
-				if (dev_side)
-					rc = here(e, k) ? e->dev->copy(e->rs[k], pack, grad_block(e, l, par), n * sizeof(float),
-								       PH_COPY_D2H, err)
-							: PH_OK; /* another process's: not read */
-				else
+			for (int r = 0; r < R && !rc; r++)
+				if (!dev_side)
 					memcpy(pack + (size_t)r * n, grad_block(e->rep[r], l, par), n * sizeof(float));
+				else if (here(e, k)) /* (another process's rank: not read) */
+					rc = e->dev->copy(e->rep[r]->rs[k], pack + (size_t)r * n, grad_block(e->rep[r], l, par),
+							  n * sizeof(float), PH_COPY_D2H, err);
 			if (rc || (rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
 				break;
 			/* whole pipelines: process-major is replica order; split
@@ -141,10 +141,13 @@ static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 				for (int64_t i = 0; i < k; i++)
 					dst[i] = dst[i] + g[i];
 			}
-			for (int r = 1; r < R; r++)
-				memcpy(grad_block(e->rep[r], l, par) + o, dst, (size_t)k * sizeof(float));
-			if (dev_side && (rc = e->dev->copy(e->rs[layer_rank(e, l)], grad_block(e, l, par) + o, dst,
-							   (size_t)k * sizeof(float), PH_COPY_H2D, err)))
+			for (int r = dev_side ? 0 : 1; r < R && !rc; r++)
+				if (!dev_side)
+					memcpy(grad_block(e->rep[r], l, par) + o, dst, (size_t)k * sizeof(float));
+				else
+					rc = e->dev->copy(e->rep[r]->rs[layer_rank(e, l)], grad_block(e->rep[r], l, par) + o,
+							  dst, (size_t)k * sizeof(float), PH_COPY_H2D, err);
+			if (rc)
 				break;
 		}
 	}
@@ -237,10 +240,16 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 
 int ph_eng_replicas_sum(ph_engine *e, int par, ph_err *err)
 {
-	/* across processes: on the CPU, and on GPUs whose pipelines are split
-	 * over processes (their links go through the host already) */
-	return e->cfg->comm.size > 1 && (e->dev->host_memory || e->span > 1) ? reduce_gathered(e, par, err)
+	/* across processes: on the CPU, and on GPUs where NCCL does not sum
+	 * them (open_reduction says why) */
+	return e->cfg->comm.size > 1 && (e->dev->host_memory || e->red_host) ? reduce_gathered(e, par, err)
 									     : reduce_on_devices(e, par, err);
+}
+
+void ph_engine_print_reduction(const ph_engine *e, FILE *f)
+{
+	if (e->red_host)
+		fprintf(f, "replicas: gradients summed through host memory over MPI, not NCCL: %s\n", e->red_host);
 }
 
 int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
@@ -291,12 +300,21 @@ static int open_reduction(ph_engine *e, ph_err *err)
 	}
 	if (cm->size == 1 || e->dev->host_memory)
 		return PH_OK; /* reduce_gathered */
-	if (e->span > 1)
-		return PH_OK; /* split pipelines: reduce_gathered, through the host */
-	if (!e->dev->nccl_open)
-		return ph_fail(err, PH_EUNSUPPORTED,
-			       "mpirun with GPUs sums gradients over NCCL, and this pipehost's CUDA backend was built "
-			       "without it; install NCCL and rebuild (configure prints NCCL yes)");
+	/* reduce_gathered, through the host: a split pipeline's links go
+	 * there already; without NCCL there is no other way */
+	if (e->span > 1) {
+		e->red_host = e->cfg->run.replicas > 1 ? "the pipelines are split over processes" : NULL;
+		return PH_OK;
+	}
+	if (env_is_zero("PIPEHOST_NCCL")) {
+		e->red_host = "PIPEHOST_NCCL=0";
+		return PH_OK;
+	}
+	if (!e->dev->nccl_open) {
+		e->red_host = "this pipehost's CUDA backend was built without NCCL (install it and rebuild: "
+			      "configure prints NCCL yes)";
+		return PH_OK;
+	}
 	if (!(e->nccl = calloc((size_t)P, sizeof *e->nccl)))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	for (int k = 0; k < P; k++) {

@@ -41,6 +41,9 @@ int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, con
 int ph_engine_window(const ph_engine *e);
 /* For a no-flush schedule, one line saying which (nothing otherwise). */
 void ph_engine_print_window(const ph_engine *e, FILE *f);
+/* Under mpirun on GPUs: one line when the replicas' gradients go through
+ * the host instead of NCCL, and why. */
+void ph_engine_print_reduction(const ph_engine *e, FILE *f);
 
 /* Forward-only pass over the first `count` samples of ds, through the
  * same pipeline. */

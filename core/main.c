@@ -475,8 +475,10 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	}
 	if ((rc = ph_engine_create(&engine, &model, &plan, &cfg, err)))
 		goto out;
-	if (ph_comm_writer(&cfg.comm))
+	if (ph_comm_writer(&cfg.comm)) {
 		ph_engine_print_window(engine, stdout);
+		ph_engine_print_reduction(engine, stdout);
+	}
 	if (cfg.run.init[0]) {
 		/* every parameter must be in the file with its exact shape; tied
 		 * copies are read from the file too, so they must agree there */

@@ -7,7 +7,8 @@
 #    (the copies between GPUs move bytes and change no sum), and 4 over the
 #    two GPUs the same bits as 4 on cuda:0;
 #  - R = 2 and R = 4 train the model R = 1 trains, to 1e-4 relative;
-#  - the GPU trains the model the CPU trains, to 1e-4 relative.
+#  - the GPU trains the model the CPU trains, to 1e-4 relative;
+#  - under mpirun without NCCL the exchange is refused in one line.
 # Skips (77) without two GPUs (the emulator's count: .ci/cuemu.sh).
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/gpu-lib.sh"
@@ -46,6 +47,21 @@ for pair in "g1 g2b" "g1 g4b" "c2 g2b"; do
 		not_ok "$2 against $1: weights differ by '$d'"
 	fi
 done
+# across processes the experts' exchange needs NCCL: without it (here
+# PIPEHOST_NCCL=0, or a build without NCCL) the job stops in one line
+# shellcheck source=tests/mpi-lib.sh
+. "$top_srcdir/tests/mpi-lib.sh"
+if ! ph_have_mpi; then
+	ok "experts across processes without NCCL # SKIP $ph_mpi_why"
+elif PIPEHOST_NCCL=0 ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND -x PIPEHOST_NCCL "$PIPEHOST" \
+	-c "$ini" --set run.stages=1 --set run.replicas=2 --set run.micro_batches=2 --set run.devices=auto \
+	</dev/null >"$tmp/epm.log" 2>&1; then
+	not_ok "experts across processes without NCCL: mpirun exited 0"
+elif grep -q 'pipehost: process [01] of 2: .*replica-group collectives between processes on GPUs run over NCCL' "$tmp/epm.log"; then
+	ok "experts across processes without NCCL: refused in one line"
+else
+	not_ok "experts across processes without NCCL: $(grep -v '^-\|^\s*$' "$tmp/epm.log" | head -2)"
+fi
 if grep -q 'ep.load_max 0.25' "$tmp/g2b.log"; then
 	ok "the layer's figures from the GPUs: $(grep -m1 -o 'ep.load_max [0-9.]* ep.tokens [0-9]*' "$tmp/g2b.log")"
 else

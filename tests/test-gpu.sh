@@ -38,8 +38,10 @@
 #  - under mpirun, one pipeline split over processes (links through host
 #    copies): byte-identical to one process for 1F1B, devices = auto, a
 #    resume, the GPT blocks' tie, and 2bw resumed (W(t-1) gathered);
-#    a weight tied into two other processes, and replicas of a split
-#    pipeline, refused in one line.
+#    2 replicas each split over 2 processes (their sum through the host),
+#    byte-identical to 2 replicas in one process; 4 replicas on 2
+#    processes with PIPEHOST_NCCL=0 likewise; a weight tied into two
+#    other processes refused in one line.
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
 # without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
 # test: bench/fashion-mnist-gpu.sh runs it.
@@ -418,6 +420,18 @@ else
 		same_weights "mpirun -np 4, 2 replicas each split over 2 processes on cuda:0" sprep1 sprep4
 	else
 		not_ok "mpirun -np 4, 2 split replicas on cuda:0: run failed: $(grep -v '^-\|^\s*$' "$tmp/sprep4.log" | tail -2)"
+	fi
+	# whole pipelines, two a process, their sum through the host instead
+	# of NCCL (which refuses two processes on one GPU): the same bytes as
+	# the 4 replicas in one process, and the start says so
+	if train rep4 --set run.replicas=4 --set run.stages=2 --set run.devices=cuda:0 &&
+		PIPEHOST_NCCL=0 ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND -x PIPEHOST_NCCL \
+			"$PIPEHOST" -c "$fixtures/tiny.ini" --set run.replicas=4 --set run.stages=2 \
+			--set run.devices=cuda:0 --save-weights "$tmp/rep4m.st" </dev/null >"$tmp/rep4m.log" 2>&1 &&
+		grep -q '^replicas: gradients summed through host memory over MPI, not NCCL: PIPEHOST_NCCL=0' "$tmp/rep4m.log"; then
+		same_weights "mpirun -np 2, 4 replicas on cuda:0 (2 a process), PIPEHOST_NCCL=0" rep4 rep4m
+	else
+		not_ok "mpirun -np 2, 4 replicas on cuda:0 through the host: $(grep -v '^-\|^\s*$' "$tmp/rep4m.log" | tail -2)"
 	fi
 	# and the GPT blocks, whose tie crosses the processes of each replica
 	if lm lmrep1 --set run.stages=2 --set run.replicas=2 --set run.batch=16 &&

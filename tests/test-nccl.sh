@@ -61,9 +61,9 @@ else
 	# shellcheck disable=SC2086
 	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" $common \
 		--set run.devices=auto --save-weights "$tmp/mpi.st" </dev/null >"$tmp/mpi.log" 2>&1; then
-		same_weights "mpirun -np 2, a replica per process on cuda:0 and cuda:1 (NCCL)" r0 mpi
-	elif grep -q 'without NCCL\|without it' "$tmp/mpi.log"; then
-		ok "mpirun -np 2 # SKIP $(grep -m1 'NCCL' "$tmp/mpi.log")"
+		how=NCCL
+		grep -q '^replicas: gradients summed through host memory' "$tmp/mpi.log" && how="the host, no NCCL"
+		same_weights "mpirun -np 2, a replica per process on cuda:0 and cuda:1 (sum: $how)" r0 mpi
 	else
 		not_ok "mpirun -np 2: run failed: $(tail -3 "$tmp/mpi.log")"
 	fi
