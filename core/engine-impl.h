@@ -581,11 +581,11 @@ int ph_eng_versions_update_mb(ph_engine *e, int c, int mb, ph_err *err);
 int ph_eng_versions_count(const ph_engine *e);
 void ph_eng_versions_tensors(ph_engine *e, ph_tensor_ref *t);
 /* Host copies from and to the devices; a replica's from replica 0's. */
-/* Split pipelines: every layer's W(t-1) to every process (ph_engine_gather). */
-int ph_eng_versions_gather(ph_engine *e, ph_err *err);
 int ph_eng_versions_download(ph_engine *e, ph_err *err);
 int ph_eng_versions_upload(ph_engine *e, ph_err *err);
 void ph_eng_versions_copy(ph_engine *dst, const ph_engine *src);
+/* Split pipelines: every layer's W(t-1) to every process (ph_engine_gather). */
+int ph_eng_versions_gather(ph_engine *e, ph_err *err);
 
 /* ---- engine-stream.c: a no-flush schedule's stream of steps ------------ */
 

@@ -17,9 +17,10 @@
  * GPUs) and its tie_sum.  Across processes (mpirun): where the device
  * computes in host memory (the CPU) every process gathers every replica's
  * gradient (MPI) and sums them in the same order; on GPUs one NCCL
- * communicator per pipeline rank sums each process's share, except for
- * pipelines split over processes, whose gradients go through the host
- * and MPI as on the CPU. */
+ * communicator per pipeline rank sums each process's share, except where
+ * NCCL does not serve (pipelines split over processes, a build without
+ * NCCL, PIPEHOST_NCCL=0): there the gradients go through the host and
+ * MPI as on the CPU, and process 0 says so (ph_engine_print_reduction). */
 #include <stdlib.h>
 #include <string.h>
 
