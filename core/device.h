@@ -141,6 +141,11 @@ typedef struct ph_device_ops {
 	 * The same measure as PyTorch's memory reserved, context excluded
 	 * (bench/gpt2_124m_torch.py prints both).  NULL on the CPU. */
 	int (*mem_held)(void *rs, int *ordinal, size_t *bytes, ph_err *err);
+	/* The rank's GPU as the machine knows it (its PCI bus id), whatever
+	 * ordinal CUDA_VISIBLE_DEVICES gave it: two processes on one host
+	 * with the same key share a GPU, which NCCL refuses
+	 * (engine-replicas.c).  NULL on the CPU. */
+	int (*device_key)(void *rs, char *key, size_t len, ph_err *err);
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128

@@ -217,6 +217,7 @@ struct ph_engine {
 	void **nccl;         /* rep[0] under mpirun on GPUs: [ranks] communicators */
 	const char *red_host; /* rep[0] under mpirun on GPUs: why the replicas'
 			      * gradients go through the host (no NCCL), or NULL */
+	char red_why[192];   /* a reason made at run time, red_host points here */
 	float *gathered;     /* rep[0] under mpirun in host memory: every process's gradients */
 	size_t gathered_n;
 

@@ -21,8 +21,10 @@
  * NCCL does not serve (pipelines split over processes, a build without
  * NCCL, PIPEHOST_NCCL=0): there the gradients go through the host and
  * MPI as on the CPU, and process 0 says so (ph_engine_print_reduction). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine-impl.h"
 #include "optim.h"
@@ -280,6 +282,61 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
+/* Under mpirun on GPUs with whole pipelines: may NCCL sum the replicas?
+ * Every process says what it knows (PIPEHOST_NCCL=0, for each rank its
+ * host and GPU, a build without NCCL), so that all take the same way:
+ * NCCL refuses a communicator with two members on one GPU, which two
+ * processes sharing a GPU would make.  Sets e->red_host when it may not,
+ * to the first reason in that order. */
+#define KEY_BYTES 96
+static int nccl_fits(ph_engine *e, ph_err *err)
+{
+	const ph_comm *cm = &e->cfg->comm;
+	int P = e->plan->ranks, N = cm->size, rc = PH_OK;
+	size_t rec = 2 + (size_t)P * KEY_BYTES; /* two flags, then a key per rank */
+	unsigned char *mine = calloc(1, rec), *all = calloc((size_t)N, rec);
+	if (!mine || !all) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	mine[0] = !e->dev->nccl_open;
+	mine[1] = env_is_zero("PIPEHOST_NCCL");
+	for (int k = 0; k < P && e->dev->device_key; k++) {
+		char *key = (char *)mine + 2 + (size_t)k * KEY_BYTES, host[48] = "";
+		gethostname(host, sizeof host - 1);
+		snprintf(key, KEY_BYTES, "%s ", host);
+		size_t used = strlen(key);
+		if ((rc = e->dev->device_key(e->rs[k], key + used, KEY_BYTES - used - 1, err)))
+			goto out;
+	}
+	if ((rc = cm->ops->allgather(mine, all, rec, err)))
+		goto out;
+	/* the reasons in order: the user's switch, a shared GPU, no NCCL */
+	for (int i = 0; i < N && !e->red_host; i++)
+		if (all[(size_t)i * rec + 1])
+			e->red_host = "PIPEHOST_NCCL=0";
+	for (int k = 0; k < P && !e->red_host; k++)
+		for (int i = 0; i < N && !e->red_host; i++)
+			for (int j = i + 1; j < N && !e->red_host; j++) {
+				const char *a = (const char *)all + (size_t)i * rec + 2 + (size_t)k * KEY_BYTES;
+				const char *b = (const char *)all + (size_t)j * rec + 2 + (size_t)k * KEY_BYTES;
+				if (*a && !strncmp(a, b, KEY_BYTES)) {
+					snprintf(e->red_why, sizeof e->red_why,
+						 "processes %d and %d run rank %d on one GPU (%.*s), which NCCL refuses", i,
+						 j, k, KEY_BYTES, a);
+					e->red_host = e->red_why;
+				}
+			}
+	for (int i = 0; i < N && !e->red_host; i++)
+		if (all[(size_t)i * rec])
+			e->red_host = "this pipehost's CUDA backend was built without NCCL (install it and rebuild: "
+				      "configure prints NCCL yes)";
+out:
+	free(mine);
+	free(all);
+	return rc;
+}
+
 /* Replicas: room on replica 0's device of each rank for another replica's
  * gradient; under mpirun on GPUs, one NCCL communicator per rank. */
 static int open_reduction(ph_engine *e, ph_err *err)
@@ -307,15 +364,8 @@ static int open_reduction(ph_engine *e, ph_err *err)
 		e->red_host = e->cfg->run.replicas > 1 ? "the pipelines are split over processes" : NULL;
 		return PH_OK;
 	}
-	if (env_is_zero("PIPEHOST_NCCL")) {
-		e->red_host = "PIPEHOST_NCCL=0";
-		return PH_OK;
-	}
-	if (!e->dev->nccl_open) {
-		e->red_host = "this pipehost's CUDA backend was built without NCCL (install it and rebuild: "
-			      "configure prints NCCL yes)";
-		return PH_OK;
-	}
+	if ((rc = nccl_fits(e, err)) || e->red_host)
+		return rc;
 	if (!(e->nccl = calloc((size_t)P, sizeof *e->nccl)))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	for (int k = 0; k < P; k++) {

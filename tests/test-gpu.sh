@@ -40,8 +40,10 @@
 #    resume, the GPT blocks' tie, and 2bw resumed (W(t-1) gathered);
 #    2 replicas each split over 2 processes (their sum through the host),
 #    byte-identical to 2 replicas in one process; 4 replicas on 2
-#    processes with PIPEHOST_NCCL=0 likewise; a weight tied into two
-#    other processes refused in one line.
+#    processes sharing cuda:0 likewise (found, and the sum taken through
+#    the host, since NCCL refuses a shared GPU); PIPEHOST_NCCL=0 said at
+#    the start; a weight tied into two other processes refused in one
+#    line.
 # Skips (exit 77) without a GPU (nvidia-smi -L) or with a pipehost built
 # without CUDA.  etc/fashion-mnist.ini on devices = auto is too slow for a
 # test: bench/fashion-mnist-gpu.sh runs it.
@@ -421,17 +423,25 @@ else
 	else
 		not_ok "mpirun -np 4, 2 split replicas on cuda:0: run failed: $(grep -v '^-\|^\s*$' "$tmp/sprep4.log" | tail -2)"
 	fi
-	# whole pipelines, two a process, their sum through the host instead
-	# of NCCL (which refuses two processes on one GPU): the same bytes as
-	# the 4 replicas in one process, and the start says so
+	# whole pipelines, two a process, both processes on cuda:0: NCCL
+	# refuses that, so the sum goes through the host, found and said at
+	# the start; the same bytes as the 4 replicas in one process
 	if train rep4 --set run.replicas=4 --set run.stages=2 --set run.devices=cuda:0 &&
-		PIPEHOST_NCCL=0 ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND -x PIPEHOST_NCCL \
-			"$PIPEHOST" -c "$fixtures/tiny.ini" --set run.replicas=4 --set run.stages=2 \
-			--set run.devices=cuda:0 --save-weights "$tmp/rep4m.st" </dev/null >"$tmp/rep4m.log" 2>&1 &&
-		grep -q '^replicas: gradients summed through host memory over MPI, not NCCL: PIPEHOST_NCCL=0' "$tmp/rep4m.log"; then
-		same_weights "mpirun -np 2, 4 replicas on cuda:0 (2 a process), PIPEHOST_NCCL=0" rep4 rep4m
+		ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" \
+			--set run.replicas=4 --set run.stages=2 --set run.devices=cuda:0 --save-weights "$tmp/rep4m.st" \
+			</dev/null >"$tmp/rep4m.log" 2>&1 &&
+		grep -q '^replicas: gradients summed through host memory over MPI, not NCCL: processes 0 and 1 run rank 0 on one GPU' "$tmp/rep4m.log"; then
+		same_weights "mpirun -np 2, 4 replicas (2 a process) sharing cuda:0: $(sed -n 's/^replicas: .*NCCL: //p' "$tmp/rep4m.log")" rep4 rep4m
 	else
-		not_ok "mpirun -np 2, 4 replicas on cuda:0 through the host: $(grep -v '^-\|^\s*$' "$tmp/rep4m.log" | tail -2)"
+		not_ok "mpirun -np 2, 4 replicas sharing cuda:0: $(grep -v '^-\|^\s*$' "$tmp/rep4m.log" | tail -2)"
+	fi
+	# PIPEHOST_NCCL=0 asks for the host's way, and the start says so
+	if PIPEHOST_NCCL=0 ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND -x PIPEHOST_NCCL "$PIPEHOST" \
+		-c "$fixtures/tiny.ini" --set run.steps=2 --set run.devices=cuda:0 </dev/null >"$tmp/nonccl.log" 2>&1 &&
+		grep -q '^replicas: gradients summed through host memory over MPI, not NCCL: PIPEHOST_NCCL=0$' "$tmp/nonccl.log"; then
+		ok "PIPEHOST_NCCL=0 under mpirun: $(grep '^replicas:' "$tmp/nonccl.log")"
+	else
+		not_ok "PIPEHOST_NCCL=0 under mpirun: $(grep -v '^-\|^\s*$' "$tmp/nonccl.log" | tail -2)"
 	fi
 	# and the GPT blocks, whose tie crosses the processes of each replica
 	if lm lmrep1 --set run.stages=2 --set run.replicas=2 --set run.batch=16 &&

@@ -485,6 +485,13 @@ static int op_mem_held(void *v, int *ordinal, size_t *bytes, ph_err *err)
 	return PH_OK;
 }
 
+static int op_device_key(void *v, char *key, size_t len, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	TRY(err, cudaDeviceGetPCIBusId(key, (int)len, r->ordinal));
+	return PH_OK;
+}
+
 static const ph_device_ops cuda_ops = {
 	sizeof(ph_device_ops),
 	op_count,
@@ -514,6 +521,7 @@ static const ph_device_ops cuda_ops = {
 	0, /* GPU memory: the host keeps mirrors */
 	NCCL_GROUP_OPS,
 	op_mem_held,
+	op_device_key,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)

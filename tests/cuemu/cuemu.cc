@@ -558,6 +558,18 @@ EXPORT cudaError_t cudaGetDeviceCount(int *count)
 	return device_count() ? cudaSuccess : ret(cudaErrorNoDevice);
 }
 
+/* A bus id per emulated GPU: processes that pick the same ordinal share
+ * one, as on a machine */
+EXPORT cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device)
+{
+	if (device < 0 || device >= device_count())
+		return ret(cudaErrorInvalidDevice);
+	if (!id || len < 13)
+		return ret(cudaErrorInvalidValue);
+	snprintf(id, (size_t)len, "0000:%02X:00.0", (unsigned)(0x10 + device));
+	return cudaSuccess;
+}
+
 EXPORT cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device)
 {
 	if (device < 0 || device >= device_count())

@@ -102,6 +102,7 @@ extern "C" {
 #endif
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
