@@ -470,6 +470,12 @@ int ph_eng_split_tie(ph_engine *e, int k, int *done, ph_err *err);
 /* Evaluation figures: the loss layer's process has them, all get them. */
 int ph_eng_split_eval_stats(ph_engine *e, ph_stats *st, ph_err *err);
 
+/* One tensor of rank k (device copy dev, host copy host, bytes long) from
+ * the process of replica 0 that runs k to every process: on GPUs the
+ * owner downloads it first, and other processes that run k (other
+ * replicas) upload what they received. */
+int ph_eng_split_bcast_owner(ph_engine *e, int k, void *dev, void *host, size_t bytes, ph_err *err);
+
 /* ---- engine-eval.c: evaluation and the named tensors ------------------ */
 
 /* The forward-only lists evaluation runs. */

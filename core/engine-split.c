@@ -164,8 +164,22 @@ int ph_eng_split_eval_stats(ph_engine *e, ph_stats *st, ph_err *err)
 	return rc;
 }
 
+int ph_eng_split_bcast_owner(ph_engine *e, int k, void *dev, void *host, size_t bytes, ph_err *err)
+{
+	int root = owner0(e, k), me = e->cfg->comm.rank, gpu = !e->dev->host_memory, rc;
+	if (gpu && me == root && (rc = e->dev->copy(e->rs[k], host, dev, bytes, PH_COPY_D2H, err)))
+		return rc;
+	if ((rc = e->cfg->comm.ops->bcast(host, bytes, root, err)))
+		return rc;
+	if (gpu && me != root && here(e, k) && (rc = e->dev->copy(e->rs[k], dev, host, bytes, PH_COPY_H2D, err)))
+		return rc;
+	return PH_OK;
+}
+
 /* Split pipelines: each layer's weights and optimizer state from the
- * process of replica 0 that runs it, to every process (engine.h). */
+ * process of replica 0 that runs it, to every process (engine.h).  On
+ * GPUs the host copies go through the device (ph_eng_split_bcast_owner),
+ * so saving then downloads the root's values everywhere. */
 int ph_engine_gather(ph_engine *e, ph_err *err)
 {
 	if (e->span == 1)
@@ -174,22 +188,11 @@ int ph_engine_gather(ph_engine *e, ph_err *err)
 	for (int l = 0; l < e->model->n; l++) {
 		lparams_t *P = &e->params[l];
 		size_t n = (size_t)e->model->layers[l].param_numel;
-		int k = layer_rank(e, l), root = owner0(e, k), rc;
+		int k = layer_rank(e, l), rc;
 		if (P->alias)
 			continue; /* a tied copy sharing its source's memory */
-		/* on GPUs the host copies go through the device: the root's are
-		 * brought up to date first, and the others' device tensors get
-		 * the root's values, which saving then downloads */
-		if (!e->dev->host_memory && e->cfg->comm.rank == root &&
-		    ((rc = e->dev->copy(e->rs[k], P->hw, P->w, n * sizeof(float), PH_COPY_D2H, err)) ||
-		     (rc = e->dev->copy(e->rs[k], P->hs, P->s, n * spp * sizeof(float), PH_COPY_D2H, err))))
-			return rc;
-		if ((rc = e->cfg->comm.ops->bcast(P->hw, n * sizeof(float), root, err)) ||
-		    (rc = e->cfg->comm.ops->bcast(P->hs, n * spp * sizeof(float), root, err)))
-			return rc;
-		if (!e->dev->host_memory && e->cfg->comm.rank != root && here(e, k) &&
-		    ((rc = e->dev->copy(e->rs[k], P->w, P->hw, n * sizeof(float), PH_COPY_H2D, err)) ||
-		     (rc = e->dev->copy(e->rs[k], P->s, P->hs, n * spp * sizeof(float), PH_COPY_H2D, err))))
+		if ((rc = ph_eng_split_bcast_owner(e, k, P->w, P->hw, n * sizeof(float), err)) ||
+		    (rc = ph_eng_split_bcast_owner(e, k, P->s, P->hs, n * spp * sizeof(float), err)))
 			return rc;
 	}
 	return ph_eng_versions_gather(e, err); /* 2bw's W(t-1) */

@@ -292,24 +292,14 @@ int ph_eng_versions_upload(ph_engine *e, ph_err *err)
 
 /* A pipeline split over processes (ph_engine_gather): W(t-1) of every
  * layer from the process of replica 0 that runs it, to every process, so
- * that process 0's checkpoint holds the .prev a resume needs.  On GPUs
- * the root's host copy is brought up to date first, and a process that
- * runs the layer too (another replica) takes the root's values. */
+ * that process 0's checkpoint holds the .prev a resume needs. */
 int ph_eng_versions_gather(ph_engine *e, ph_err *err)
 {
 	for (int l = 0; e->delayed && l < e->model->n; l++) {
 		lparams_t *P = &e->params[l];
 		size_t bytes = (size_t)e->model->layers[l].param_numel * sizeof(float);
-		int k = layer_rank(e, l), root = owner0(e, k), me = e->cfg->comm.rank, rc;
-		if (!bytes)
-			continue;
-		if (!e->dev->host_memory && me == root &&
-		    (rc = e->dev->copy(e->rs[k], P->hv, P->v, bytes, PH_COPY_D2H, err)))
-			return rc;
-		if ((rc = e->cfg->comm.ops->bcast(P->hv, bytes, root, err)))
-			return rc;
-		if (!e->dev->host_memory && me != root && here(e, k) &&
-		    (rc = e->dev->copy(e->rs[k], P->v, P->hv, bytes, PH_COPY_H2D, err)))
+		int rc;
+		if (bytes && (rc = ph_eng_split_bcast_owner(e, layer_rank(e, l), P->v, P->hv, bytes, err)))
 			return rc;
 	}
 	return PH_OK;
