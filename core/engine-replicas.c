@@ -301,9 +301,10 @@ static int nccl_fits(ph_engine *e, ph_err *err)
 	}
 	mine[0] = !e->dev->nccl_open;
 	mine[1] = env_is_zero("PIPEHOST_NCCL");
+	char host[48] = "";
+	gethostname(host, sizeof host - 1);
 	for (int k = 0; k < P && e->dev->device_key; k++) {
-		char *key = (char *)mine + 2 + (size_t)k * KEY_BYTES, host[48] = "";
-		gethostname(host, sizeof host - 1);
+		char *key = (char *)mine + 2 + (size_t)k * KEY_BYTES;
 		snprintf(key, KEY_BYTES, "%s ", host);
 		size_t used = strlen(key);
 		if ((rc = e->dev->device_key(e->rs[k], key + used, KEY_BYTES - used - 1, err)))
