@@ -107,49 +107,48 @@ static int reduce_gathered(ph_engine *e, int par, ph_err *err)
 		pack = e->gathered + (size_t)from * e->gathered_n;
 	for (int l = 0; l < e->model->n && !rc; l++) {
 		size_t n = (size_t)e->model->layers[l].param_numel;
+		const int rank = layer_rank(e, l);
 		if (!n)
 			continue;
 		if (cm->size == 1) {
 			for (int r = 0; r < R; r++)
 				src[r] = grad_block(e->rep[r], l, par);
 		} else {
-			int k = layer_rank(e, l);
 			for (int r = 0; r < R && !rc; r++)
 				if (!dev_side)
 					memcpy(pack + (size_t)r * n, grad_block(e->rep[r], l, par), n * sizeof(float));
-				else if (here(e, k)) /* (another process's rank: not read) */
-					rc = e->dev->copy(e->rep[r]->rs[k], pack + (size_t)r * n, grad_block(e->rep[r], l, par),
-							  n * sizeof(float), PH_COPY_D2H, err);
+				else if (here(e, rank)) /* (another process's rank: not read) */
+					rc = e->dev->copy(e->rep[r]->rs[rank], pack + (size_t)r * n,
+							  grad_block(e->rep[r], l, par), n * sizeof(float), PH_COPY_D2H, err);
 			if (rc || (rc = cm->ops->allgather(pack, e->gathered, (size_t)R * n * sizeof(float), err)))
 				break;
 			/* whole pipelines: process-major is replica order; split
 			 * ones: replica r's part that runs layer l */
 			for (int r = 0; r < total; r++)
-				src[r] = e->gathered +
-					 (size_t)(e->span > 1 ? r * e->span + owner0(e, layer_rank(e, l)) : r) * n;
+				src[r] = e->gathered + (size_t)(e->span > 1 ? r * e->span + owner0(e, rank) : r) * n;
 		}
 		/* the tensors every replica holds; a sharded one's rows are
 		 * one replica's own (engine-shard.c) */
-		int64_t o, k;
-		if (dev_side && !here(e, layer_rank(e, l)))
+		int64_t o, len;
+		if (dev_side && !here(e, rank))
 			continue; /* another process sums it */
-		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &k); run++) {
+		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &len); run++) {
 			/* on a GPU the sum is made in pack, which the gather no
 			 * longer needs, and goes up after */
 			float *dst = (dev_side ? pack : grad_block(e, l, par)) + o;
 			if (dst != src[0] + o)
-				memcpy(dst, src[0] + o, (size_t)k * sizeof(float));
+				memcpy(dst, src[0] + o, (size_t)len * sizeof(float));
 			for (int r = 1; r < total; r++) {
 				const float *g = src[r] + o;
-				for (int64_t i = 0; i < k; i++)
+				for (int64_t i = 0; i < len; i++)
 					dst[i] = dst[i] + g[i];
 			}
 			for (int r = dev_side ? 0 : 1; r < R && !rc; r++)
 				if (!dev_side)
-					memcpy(grad_block(e->rep[r], l, par) + o, dst, (size_t)k * sizeof(float));
+					memcpy(grad_block(e->rep[r], l, par) + o, dst, (size_t)len * sizeof(float));
 				else
-					rc = e->dev->copy(e->rep[r]->rs[layer_rank(e, l)], grad_block(e->rep[r], l, par) + o,
-							  dst, (size_t)k * sizeof(float), PH_COPY_H2D, err);
+					rc = e->dev->copy(e->rep[r]->rs[rank], grad_block(e->rep[r], l, par) + o, dst,
+							  (size_t)len * sizeof(float), PH_COPY_H2D, err);
 			if (rc)
 				break;
 		}
