@@ -502,6 +502,19 @@ static void check_layer(const ph_layer_ops *ops, const ph_check_opts *o)
 		FAIL("%s", e.msg);
 	else
 		PASS("backward_input then backward_weight give backward()'s bits");
+
+	begin("layer %s: in place (batch %d)", name, lp.batch);
+	const uint32_t claims = ops->flags & (PH_LAYER_BACKWARD_NO_Y | PH_LAYER_DX_OVER_X);
+	if (!claims)
+		SKIP("the layer claims neither PH_LAYER_BACKWARD_NO_Y nor PH_LAYER_DX_OVER_X");
+	else if (!a.dx)
+		SKIP("backward failed above");
+	else if ((rc = ph_fd_check_in_place(&big, &a, &e)))
+		FAIL("%s", e.msg);
+	else
+		PASS("backward's bits %s%s%s", claims & PH_LAYER_BACKWARD_NO_Y ? "with y all NaN (PH_LAYER_BACKWARD_NO_Y)" : "",
+		     claims == (PH_LAYER_BACKWARD_NO_Y | PH_LAYER_DX_OVER_X) ? " and " : "",
+		     claims & PH_LAYER_DX_OVER_X ? "with dx = x (PH_LAYER_DX_OVER_X)" : "");
 	ph_fd_grads_free(&a);
 	ph_layer_inst_close(&big);
 

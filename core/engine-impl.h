@@ -106,6 +106,7 @@ typedef struct {
 	void **work_saved;
 	void *arena;         /* every buffer above, carved from one allocation */
 	size_t act_bytes;    /* activation memory this chunk holds (slots + work) */
+	int in_place;        /* its layout's: dx over x (ph_layout_dx_over_x) */
 } chunk_t;
 
 typedef struct {

@@ -63,6 +63,7 @@ int ph_chunk_layout_make(ph_chunk_layout *lay, const ph_plan *p, const ph_model 
 	int cap = 0, rc = PH_OK;
 
 	lay->recompute = c->run.recompute;
+	lay->in_place = !split && !env_is_zero("PIPEHOST_GRAD_IN_PLACE");
 	lay->nslots = p->slots[k] > 0 ? p->slots[k] : 1;
 	if (lay->recompute == PH_RECOMPUTE_EXCEPT_LAST)
 		lay->nslots++; /* the lean slots plus one full one for the last micro-batch */
@@ -83,9 +84,11 @@ int ph_chunk_layout_make(ph_chunk_layout *lay, const ph_plan *p, const ph_model 
 		 * layer before in gbuf[0] and gbuf[1] by turns, from the last
 		 * layer (engine-ops.c run_backward): each buffer as large as
 		 * the inputs of its own turns.  A GPT's loss takes the logits
-		 * [T, vocab], its head's input is [T, d]: one buffer is 197 MiB
-		 * at GPT-2's size, the other 3 */
-		if (l > a && (size_t)ph_shape_numel(&L->in) > gmax[(b - 1 - l) & 1])
+		 * [T, vocab], its head's input is [T, d]: one buffer would be
+		 * 197 MiB at GPT-2's size, the other 3, but the loss writes the
+		 * logits' gradient over the logits (ph_layout_dx_over_x) */
+		if (l > a && !ph_layout_dx_over_x(lay->in_place, m, a, l) &&
+		    (size_t)ph_shape_numel(&L->in) > gmax[(b - 1 - l) & 1])
 			gmax[(b - 1 - l) & 1] = (size_t)ph_shape_numel(&L->in);
 	}
 	if (!rc && !(rc = add(lay, &cap, PH_REG_SCRATCH, -1, 0, 0, scratch, err)) &&
@@ -268,6 +271,7 @@ int ph_eng_alloc_chunks(ph_engine *e, ph_err *err)
 		}
 		carve(ch, &lay);
 		ch->act_bytes = lay.activation_bytes;
+		ch->in_place = lay.in_place;
 		ph_chunk_layout_free(&lay);
 		if ((rc = alloc_staging(e, c, err)))
 			return rc;

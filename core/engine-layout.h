@@ -20,6 +20,9 @@
 
 #include <stddef.h>
 
+#include <pipehost/plugin.h>
+
+#include "model.h"
 #include "plan.h"
 
 typedef enum {
@@ -48,6 +51,7 @@ typedef struct {
 	int nslots;
 	int recompute;     /* [run] recompute (PH_RECOMPUTE_*): NO = no work
 			    * buffers and no lean slots */
+	int in_place;      /* layers may write dx over x (ph_layout_dx_over_x) */
 	ph_region *reg;
 	int nreg;
 	size_t arena_bytes;      /* every region, each aligned */
@@ -64,5 +68,18 @@ void ph_chunk_layout_free(ph_chunk_layout *lay);
 /* Is slot s a lean one (recompute)?  Under except_last the last slot
  * keeps everything, for the last micro-batch. */
 int ph_chunk_layout_lean(const ph_chunk_layout *lay, int s);
+
+/* Does layer l of a chunk starting at layer a write its input gradient
+ * over its input (PH_LAYER_DX_OVER_X after a PH_LAYER_BACKWARD_NO_Y
+ * layer)?  Its input is then the layer before's output in the slot, so
+ * not the chunk's first layer; `in_place` is the layout's: 0 under a split
+ * backward, whose I half keeps each layer's output gradient for W, and
+ * under PIPEHOST_GRAD_IN_PLACE=0.  The backward hands the gradient over in
+ * that memory, and the ping-pong buffers need no room for it. */
+static inline int ph_layout_dx_over_x(int in_place, const ph_model *m, int a, int l)
+{
+	return in_place && l > a && (m->layers[l].ops->flags & PH_LAYER_DX_OVER_X) &&
+	       (m->layers[l - 1].ops->flags & PH_LAYER_BACKWARD_NO_Y);
+}
 
 #endif

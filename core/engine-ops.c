@@ -161,8 +161,12 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		ph_layer *L = &e->model->layers[l];
 		const float *x = l == ch->a ? ch->mb_x[mb] : sl->y[l - 1 - ch->a];
 		dy = layer_dy(e, ch, sl, l, dy);
+		/* a loss may write the logits' gradient over the logits, which
+		 * the layer before (its output) then never reads as y */
 		float *dx = l == ch->a ? (sl->dx_own && ch->mb_dx[mb] ? sl->dx_own : ch->mb_dx[mb])
-				       : split ? sl->dy[l - 1 - ch->a] : ch->gbuf[t];
+			    : split	   ? sl->dy[l - 1 - ch->a]
+			    : ph_layout_dx_over_x(ch->in_place, e->model, ch->a, l) ? sl->y[l - 1 - ch->a]
+									  : ch->gbuf[t];
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };

@@ -118,6 +118,76 @@ int ph_fd_check_split(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err)
 	return PH_OK;
 }
 
+/* The gradients and dx of the last backward (dx in `dx`) against *a. */
+static int same_as(ph_layer_inst *L, const ph_fd_grads *a, const float *dx, const char *how, ph_err *err)
+{
+	if (!same_bits(a->dx, dx, L->nx))
+		return ph_fail(err, PH_EINVAL, "%s: backward %s gives another dx", L->ops->head.name, how);
+	for (int p = 0; p < L->meta.nparams; p++)
+		if (!same_bits(a->g_raw[p], L->grads[p], L->pn[p]))
+			return ph_fail(err, PH_EINVAL, "%s: backward %s gives another d%s", L->ops->head.name, how,
+				       L->meta.params[p].name);
+	return PH_OK;
+}
+
+/* PH_LAYER_BACKWARD_NO_Y: the host may have written the next layer's
+ * input gradient over y, so backward must give its bits with y all NaN. */
+static int check_no_y(ph_layer_inst *L, const ph_fd_grads *a, float *keep, ph_err *err)
+{
+	const char *how = "with y all NaN (PH_LAYER_BACKWARD_NO_Y says it never reads y)";
+	const float *dy = L->loss ? NULL : L->r;
+	ph_err e = { { 0 } };
+	memcpy(keep, L->y, (size_t)L->ny * sizeof(float));
+	for (int64_t i = 0; i < L->ny; i++)
+		L->y[i] = NAN;
+	set_grads(L, PH_FD_GRAD_INIT);
+	set_dx(L, NAN);
+	int rc = ph_layer_inst_backward(L, L->dx, err);
+	if (!rc)
+		rc = same_as(L, a, L->dx, how, err);
+	if (!rc && ph_layer_has_split_backward(L->ops)) {
+		set_grads(L, PH_FD_GRAD_INIT);
+		set_dx(L, NAN);
+		if ((rc = L->ops->backward_input(L->state, &L->ctx, L->params, L->x, L->y, dy, L->dx, &e)) ||
+		    (rc = L->ops->backward_weight(L->state, &L->ctx, L->params, L->grads, L->x, L->y, dy, &e)))
+			rc = ph_fail(err, rc, "%s split backward: %s", L->ops->head.name, e.msg);
+		else
+			rc = same_as(L, a, L->dx, "split, with y all NaN (PH_LAYER_BACKWARD_NO_Y)", err);
+	}
+	memcpy(L->y, keep, (size_t)L->ny * sizeof(float));
+	return rc;
+}
+
+/* PH_LAYER_DX_OVER_X: the host may hand x itself as dx. */
+static int check_dx_over_x(ph_layer_inst *L, const ph_fd_grads *a, float *keep, ph_err *err)
+{
+	memcpy(keep, L->x, (size_t)L->nx * sizeof(float));
+	set_grads(L, PH_FD_GRAD_INIT);
+	int rc = ph_layer_inst_backward(L, L->x, err);
+	if (!rc)
+		rc = same_as(L, a, L->x, "with dx = x (PH_LAYER_DX_OVER_X says it reads x before writing over it)",
+			     err);
+	memcpy(L->x, keep, (size_t)L->nx * sizeof(float));
+	return rc;
+}
+
+int ph_fd_check_in_place(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err)
+{
+	const uint32_t f = L->ops->flags;
+	if (!(f & (PH_LAYER_BACKWARD_NO_Y | PH_LAYER_DX_OVER_X)))
+		return PH_OK;
+	float *keep = malloc((size_t)(L->nx > L->ny ? L->nx : L->ny) * sizeof(float));
+	if (!keep)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	int rc = PH_OK;
+	if (f & PH_LAYER_BACKWARD_NO_Y)
+		rc = check_no_y(L, a, keep, err);
+	if (!rc && (f & PH_LAYER_DX_OVER_X))
+		rc = check_dx_over_x(L, a, keep, err);
+	free(keep);
+	return rc;
+}
+
 /* The objective, summed in double. */
 static int objective(ph_layer_inst *L, double *out, ph_err *err)
 {
@@ -246,6 +316,8 @@ int ph_fd_gradcheck(ph_layer_inst *L, const ph_fd_check *c, double *worst, ph_er
 		rc = ph_fd_check_repeat(L, &a, err);
 	if (!rc && c->split)
 		rc = ph_fd_check_split(L, &a, err);
+	if (!rc)
+		rc = ph_fd_check_in_place(L, &a, err);
 	if (!rc)
 		rc = ph_fd_check_numeric(L, &a, c, worst, err);
 	ph_fd_grads_free(&a);

@@ -57,13 +57,19 @@ int ph_fd_check_repeat(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err);
 /* backward_input then backward_weight give backward()'s bits (when the
  * layer has them; PH_OK otherwise). */
 int ph_fd_check_split(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err);
+/* What the layer's flags let the host do (ABI 1.7), from the same bits:
+ * PH_LAYER_BACKWARD_NO_Y, backward (and its halves) with y all NaN;
+ * PH_LAYER_DX_OVER_X, backward with dx = x.  PH_OK without the flags;
+ * x and y are restored. */
+int ph_fd_check_in_place(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err);
 /* Every element of dx and of each gradient against the differences;
  * *worst: the largest error seen. */
 int ph_fd_check_numeric(ph_layer_inst *L, const ph_fd_grads *a, const ph_fd_check *c, double *worst,
 			ph_err *err);
 void ph_fd_grads_free(ph_fd_grads *a);
 
-/* All of the above in that order (the split only with c->split). */
+/* All of the above in that order (the split only with c->split; the
+ * in-place claims after the split). */
 int ph_fd_gradcheck(ph_layer_inst *L, const ph_fd_check *c, double *worst, ph_err *err);
 
 #endif

@@ -58,6 +58,19 @@ check_fails "wrong backward" "$TEST_PLUGIN_DIR/check-bad-backward.so" \
 	"^FAIL layer check_bad_backward: gradients \(batch 1\): check_bad_backward: dweight\[0\] analytic"
 check_fails "meta disagrees with forward" "$TEST_PLUGIN_DIR/check-bad-meta.so" \
 	"^FAIL layer check_bad_meta: meta matches forward and backward \(batch 1\): check_bad_meta forward wrote past y"
+check_fails "a false PH_LAYER_DX_OVER_X" "$TEST_PLUGIN_DIR/check-bad-in-place.so" \
+	"^FAIL layer check_bad_over_x: in place \(batch [0-9]+\): check_bad_over_x: backward with dx = x .* gives another dx"
+check_fails "a false PH_LAYER_BACKWARD_NO_Y" "$TEST_PLUGIN_DIR/check-bad-in-place.so" \
+	"^FAIL layer check_bad_no_y: in place \(batch [0-9]+\): check_bad_no_y: backward with y all NaN .* gives another dx"
+# the shipped claims: the GPT loss writes over the logits, linear never reads y
+for pair in "seq_xent:with dx = x" "linear:with y all NaN"; do
+	"$PIPEHOST" --check-plugin "$top_builddir/plugins/layers/.libs/${pair%%:*}.so" >"$tmp/out" 2>&1
+	if grep -q "^PASS layer ${pair%%:*}: in place (batch [0-9]*): backward's bits ${pair#*:}" "$tmp/out"; then
+		ok "${pair%%:*}: $(grep "in place" "$tmp/out")"
+	else
+		not_ok "${pair%%:*}: no PASS in place: $(grep "in place" "$tmp/out")"
+	fi
+done
 check_fails "deadlocking schedule" "$TEST_PLUGIN_DIR/check-deadlock.so" \
 	"^FAIL schedule check_deadlock: p=2 v=1 m=4: schedule deadlocks"
 if grep -q "^PASS schedule check_deadlock: p=1 v=1 m=4" "$tmp/out"; then

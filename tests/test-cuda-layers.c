@@ -988,6 +988,44 @@ static void run_case(int idx)
 		}
 	}
 
+	/* the flags' claims hold on the GPU too (ABI 1.7; the host acts on
+	 * them for both twins): PH_LAYER_BACKWARD_NO_Y, backward's bits with y
+	 * all NaN; PH_LAYER_DX_OVER_X, backward's bits with dx = x */
+	if (ops->flags & PH_LAYER_BACKWARD_NO_Y) {
+		fill_const(D.y, H.ny, NAN);
+		zero_grads(&D, &H);
+		fill_const(D.dx, H.nx, NAN);
+		gpu_bwd(label, ops, &D, D.dx);
+		d2h(gdx2, D.dx, (size_t)H.nx * sizeof(float));
+		expect_bitwise(label, "backward with y all NaN (PH_LAYER_BACKWARD_NO_Y) gives another dx", gdx, gdx2,
+			       H.nx);
+		read_grads(&D, &H, g2);
+		for (int p = 0; p < H.meta.nparams; p++) {
+			char what[96];
+			snprintf(what, sizeof what, "d%s with y all NaN (PH_LAYER_BACKWARD_NO_Y) differs",
+				 H.meta.params[p].name);
+			expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
+		}
+		gpu_fwd(label, ops, &D); /* y back */
+	}
+	if (ops->flags & PH_LAYER_DX_OVER_X) {
+		float *xs = malloc((size_t)H.nx * sizeof(float));
+		ck_assert(xs != NULL);
+		d2h(xs, D.x, (size_t)H.nx * sizeof(float));
+		zero_grads(&D, &H);
+		gpu_bwd(label, ops, &D, D.x);
+		d2h(gdx2, D.x, (size_t)H.nx * sizeof(float));
+		expect_bitwise(label, "backward with dx = x (PH_LAYER_DX_OVER_X) gives another dx", gdx, gdx2, H.nx);
+		read_grads(&D, &H, g2);
+		for (int p = 0; p < H.meta.nparams; p++) {
+			char what[96];
+			snprintf(what, sizeof what, "d%s with dx = x (PH_LAYER_DX_OVER_X) differs", H.meta.params[p].name);
+			expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
+		}
+		h2d(D.x, xs, (size_t)H.nx * sizeof(float));
+		free(xs);
+	}
+
 	/* new weights through the rank's copy (as an upload or a tied copy
 	 * writes them): the next forward must use them, not a bf16 shadow made
 	 * from the old ones.  Negated, so stale weights show in y. */

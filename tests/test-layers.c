@@ -69,7 +69,9 @@ START_TEST(test_heads)
 	ck_assert(ops->head.help && *ops->head.help);
 	ck_assert(ops->devices & PH_DEV_CPU); /* and PH_DEV_CUDA in a CUDA build */
 	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
-	ck_assert_int_eq(ops->flags, strcmp(name, "softmax_xent") == 0 ? PH_LAYER_LOSS : 0);
+	ck_assert_int_eq(ops->flags, strcmp(name, "softmax_xent") == 0 ? PH_LAYER_LOSS
+				      : strcmp(name, "linear") == 0   ? PH_LAYER_BACKWARD_NO_Y
+								      : 0);
 	/* both split hooks or neither; conv2d has both */
 	ck_assert_int_eq(ops->backward_input != NULL, ops->backward_weight != NULL);
 	if (strcmp(name, "conv2d") == 0)

@@ -77,7 +77,7 @@ START_TEST(test_heads)
 	ck_assert(ops->head.help && *ops->head.help);
 	ck_assert(ops->devices & PH_DEV_CPU); /* and PH_DEV_CUDA in a CUDA build */
 	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
-	ck_assert_int_eq(ops->flags, strcmp(name, "seq_xent") == 0 ? PH_LAYER_LOSS : 0);
+	ck_assert_int_eq(ops->flags, strcmp(name, "seq_xent") == 0 ? PH_LAYER_LOSS | PH_LAYER_DX_OVER_X : 0);
 	/* both split hooks or neither */
 	ck_assert_int_eq(ops->backward_input != NULL, ops->backward_weight != NULL);
 	if (!ops->head.options)

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 6 /* 1.1: optional split backward (backward_input/weight)
+#define PH_ABI_MINOR 7 /* 1.1: optional split backward (backward_input/weight)
                        * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
                        *      gains device_scratch_bytes (see device.h)
                        * 1.3: ph_gpu_api gains reuse_operand (device.h)
@@ -55,7 +55,11 @@ extern "C" {
                        *      weight_versions, what an asynchronous
                        *      schedule (2bw, pipedream) needs of the host
                        * 1.6: ph_layer_device_ops gains saved_bytes, what
-                       *      a twin keeps on the GPU when less than meta's */
+                       *      a twin keeps on the GPU when less than meta's
+                       * 1.7: flags PH_LAYER_DX_OVER_X and
+                       *      PH_LAYER_BACKWARD_NO_Y: the host may hand a
+                       *      layer its input as dx (a loss writes the
+                       *      logits' gradient over the logits) */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -176,7 +180,20 @@ typedef struct {
 enum {
 	/* The model's last layer.  Output is 2 floats per sample: the loss summed
 	 * over the sample's targets, and the number of correct predictions. */
-	PH_LAYER_LOSS = 1u << 0
+	PH_LAYER_LOSS = 1u << 0,
+	/* ABI 1.7: backward (and the CUDA twin's) gives the same bits when
+	 * dx is x: it reads each input element before it writes any output
+	 * element that could overwrite it (an elementwise backward, or one
+	 * that finishes reading a row before writing it).  The host then
+	 * writes dx over x when the layer before has PH_LAYER_BACKWARD_NO_Y,
+	 * and needs no buffer of x's size for the gradient: for a GPT's loss
+	 * that is the [T, vocab] logits' gradient, 197 MiB at GPT-2's size. */
+	PH_LAYER_DX_OVER_X = 1u << 1,
+	/* ABI 1.7: backward, backward_input and backward_weight (and the CUDA
+	 * twin's) never read y, the layer's own output: the host may have
+	 * written the next layer's input gradient over it (above), and then
+	 * passes that same memory as dy. */
+	PH_LAYER_BACKWARD_NO_Y = 1u << 2
 };
 
 struct ph_group;

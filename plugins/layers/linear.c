@@ -183,7 +183,9 @@ static const ph_layer_ops linear_ops = {
 			"fully connected layer over the last dimension: y = x W^T + b",
 			linear_options, linear_config),
 	.devices = PH_DEV_CPU,
-	.flags = 0,
+	/* y is never read back (nor by the CUDA twin): a loss after it may
+	 * write its gradient there */
+	.flags = PH_LAYER_BACKWARD_NO_Y,
 	.create = linear_create,
 	.destroy = linear_destroy,
 	.meta = linear_meta,

@@ -158,15 +158,18 @@ static int seq_xent_forward(void *state, const ph_ctx *ctx, float *const *params
 	return PH_OK;
 }
 
-/* one row of dx [V] from x [V], its max m and log-sum ls */
+/* one row of dx [V] from x [V], its max m and log-sum ls; dxr may be xr
+ * (PH_LAYER_DX_OVER_X): the target's logit is read before the row is
+ * written, and every other element is read just before it is replaced */
 TF_HOT static void row_grad(const float *xr, int V, int tgt, float m, float ls, float scale,
 			    float *dxr)
 {
+	const float xt = xr[tgt];
 #pragma omp simd
 	for (int k = 0; k < V; k++)
 		dxr[k] = tf_expf((xr[k] - m) - ls) * scale;
 	/* p - 1 is exact for p in [1/2, 1] (Sterbenz) */
-	dxr[tgt] = (tf_expf((xr[tgt] - m) - ls) - 1.0f) * scale;
+	dxr[tgt] = (tf_expf((xt - m) - ls) - 1.0f) * scale;
 }
 
 /* dx = (exp((x - max) - log(sum)) - onehot) * scale, from forward's saved
@@ -192,7 +195,8 @@ static const ph_layer_ops seq_xent_ops = {
 	.head = PH_HEAD_NOOPT(ph_layer_ops, "seq_xent",
 			      "cross-entropy over [T, vocab] logits, T int32 targets per sample"),
 	.devices = PH_DEV_CPU,
-	.flags = PH_LAYER_LOSS,
+	/* dx over x: each element from its own logit (both backwards) */
+	.flags = PH_LAYER_LOSS | PH_LAYER_DX_OVER_X,
 	.create = seq_xent_create,
 	.destroy = seq_xent_destroy,
 	.meta = seq_xent_meta,
