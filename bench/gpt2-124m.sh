@@ -172,6 +172,12 @@ for tag in 1-$m 4-$m; do
 	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph$tag.log" 2>/dev/null)
 	echo "  pipehost ${tag%%-*} rank(s): ${l:-n/a}"
 done
+# the variants' too: PIPEHOST_GRAD_IN_PLACE=0 shows what the loss writing
+# over the logits saves, PIPEHOST_TIE_SHARE=0 what the shared table does
+for v in $variants; do
+	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph1-${v%%=*}-$m.log" 2>/dev/null)
+	echo "  pipehost 1 rank, $v: ${l:-n/a}"
+done
 l=$(sed -n 's/.*peak_reserved_mib=\([0-9.]*\) peak_allocated_mib=\([0-9.]*\) held_mib=\([0-9.]*\).*/held \3 (reserved \1, allocated \2)/p' \
 	"$tmp/pt-eager-$tmb.log" 2>/dev/null)
 echo "  PyTorch eager: ${l:-n/a}"
