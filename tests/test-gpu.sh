@@ -35,6 +35,9 @@
 #  - the peak GPU memory line shows the parameters' bytes, its phases
 #    adding up to the peak; a tied head on its table's rank shares the
 #    table's memory (6.0 MiB less than two copies, the same weights);
+#  - the loss writes the logits' gradient over the logits: the same
+#    weights as with a buffer of its own, 8 MiB less at T = 128 and a
+#    vocabulary of 16384;
 #  - under mpirun, one pipeline split over processes (links through host
 #    copies): byte-identical to one process for 1F1B, devices = auto, a
 #    resume, the GPT blocks' tie, and 2bw resumed (W(t-1) gathered);
@@ -288,6 +291,27 @@ if lm pflash --set run.stages=1 --set run.precision=bf16 --set data.seq_len=512 
 	fi
 else
 	not_ok "bf16 at T = 512, fused or materialised: run failed: $(tail -2 "$tmp/pflash.log") $(tail -2 "$tmp/pmat.log")"
+fi
+
+# The loss writes the logits' gradient over the logits on the GPU too
+# (PH_LAYER_DX_OVER_X, plugin ABI 1.7): PIPEHOST_GRAD_IN_PLACE=0 gives the
+# same bytes, and the activations' phase of the peak line grows by one
+# micro-batch's logits: at T = 128 and a vocabulary of 16384, 128 x 16384
+# floats, 8 MiB (less the 16 KiB of [T, d] that buffer holds otherwise).
+gip() { # NAME: the run, in place or not as the environment says
+	lm "$1" --set run.stages=1 --set run.precision=bf16 --set data.seq_len=128 --set run.steps=2 \
+		--set "layer embed.vocab=16384" --set "layer head.units=16384"
+}
+if gip ginpl && PIPEHOST_GRAD_IN_PLACE=0 gip gapart; then
+	a=$(acts_mib ginpl) b=$(acts_mib gapart)
+	if awk -v a="$a" -v b="$b" 'BEGIN { d = b - a; exit !(a != "" && d > 6 && d < 10) }'; then
+		same_weights "bf16: the logits' gradient over the logits (activations +$a MiB, +$b MiB in a buffer of its own)" \
+			gapart ginpl
+	else
+		not_ok "bf16: the logits' gradient over the logits: activations +$a MiB against +$b MiB apart (want 8 less)"
+	fi
+else
+	not_ok "bf16, logits' gradient in place or apart: run failed: $(tail -2 "$tmp/ginpl.log") $(tail -2 "$tmp/gapart.log")"
 fi
 
 # [partition] cost = profile with the ranks on a GPU measures there: the
