@@ -398,13 +398,21 @@ else
 	# head's copy of the token table (524,288 floats: weights, gradient
 	# and Adam's two, 8.0 MiB) is in process 1, not in process 0, whose
 	# parameters' phase of the peak line is that much below one process's
-	# two ranks; the weights are the same
+	# two ranks; the weights are the same.  Only the emulator counts each
+	# process's memory apart: on a real GPU the peak line's figures come
+	# from cudaMemGetInfo, device-wide, and both processes run on cuda:0,
+	# so process 0's phases take in whatever process 1 allocates meanwhile
+	# (its context and handles: +168.0 against +22.0 MiB on the H200,
+	# 2026-11-28); there the weights alone are compared
 	if PIPEHOST_TIE_SHARE=0 lm lmv1 --set run.stages=2 --set "layer embed.vocab=16384" \
 		--set "layer head.units=16384" --set run.steps=2 &&
 		split_lm lmv2 --set run.stages=2 --set "layer embed.vocab=16384" --set "layer head.units=16384" \
 			--set run.steps=2; then
 		a=$(params_mib lmv1) b=$(params_mib lmv2)
-		if cmp -s "$tmp/lmv1.st" "$tmp/lmv2.st" &&
+		if [ -z "${PH_CUEMU:-}" ]; then
+			same_weights "split over processes at vocab 16384 (memory not compared: both processes share cuda:0, whose cudaMemGetInfo counts both)" \
+				lmv1 lmv2
+		elif cmp -s "$tmp/lmv1.st" "$tmp/lmv2.st" &&
 			awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(b != "" && d > 7.5 && d < 8.5) }'; then
 			ok "split over processes, process 0 holds its own ranks' tensors: parameters +$b MiB against +$a MiB in one process; weights byte-identical"
 		else
