@@ -223,6 +223,12 @@ static const gpu_case cases[] = {
 	  .flash = 1, .what = "fused under bf16: hd 128 (32-key tiles), T = 77 (odd), dropout 0.1" },
 	{ "attention", KV("heads", "3"), S(21, 48), 2, .pscale = 0.5f, .deep = 1, .flash = 3,
 	  .what = "fused under bf16: hd 16, T = 21 (less than a tile)" },
+	/* past 256 rows of inner tiles the backward splits an outer tile's
+	 * loop over blocks and adds their partials (ph_fa_part) */
+	{ "attention", KV("heads", "2", "dropout", "0.1"), S(320, 128), 2, .pscale = 0.25f, .deep = 1,
+	  .flash = 2, .what = "fused under bf16: hd 64, T = 320, dropout 0.1: the backward split (2 blocks)" },
+	{ "attention", KV("heads", "1"), S(300, 128), 1, .pscale = 0.25f, .deep = 1, .flash = 1,
+	  .what = "fused under bf16: hd 128, T = 300: the backward split over 32-row tiles" },
 	{ "gpt_block", KV("heads", "2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1, .what = "d = 8" },
 	{ "gpt_block", KV("heads", "2", "dropout", "0.2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1,
 	  .what = "dropout 0.2 at three sites" },

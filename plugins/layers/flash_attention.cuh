@@ -491,6 +491,82 @@ ph_fa_fwd_kernel(const float *__restrict__ qkv, TO *__restrict__ att, float *__r
 /* Backward.                                                           */
 
 /*
+ * The backward's work split (PIPEHOST_ATTN_SPLIT, default 256 rows): each
+ * kernel's block owns an outer tile of 64 rows (keys for dK/dV, queries
+ * for dQ) and loops over the inner tiles of BC rows that the causal mask
+ * lets it see: up to T/BC of them, so at GPT-2's T = 1024 one block runs 16
+ * tiles one after another while the lightest runs one, and with one
+ * sample of 12 heads the grid holds 192 blocks of 4 warps for 132 SMs.
+ * Split, an outer tile with more than qs inner tiles goes to several
+ * blocks of at most qs tiles each (qs = split rows / BC), each of which
+ * writes its sums unscaled to a partial slot of its own in the scratch;
+ * a second kernel adds a tile's partials in slot order and writes the
+ * gradient.  Every sum still runs in a fixed order (no atomics): runs
+ * repeat bit for bit, and the split depends on T and hd alone, not on the
+ * batch or the ranks, so 4 ranks still give 1 rank's bytes.  Tiles with
+ * no more than qs inner tiles are written directly, as unsplit.
+ *
+ * Block y of a kernel's grid row: the outer tile, its inner tiles
+ * [i0, i1), and its partial slot (-1: unsplit), slots numbered per (b, h)
+ * in block order.  kv: dK/dV (outer key tiles from 0, the heaviest,
+ * inner query tiles from the outer's first key on); else dQ (outer query
+ * tiles from the last, the heaviest, inner key tiles from 0).
+ */
+struct ph_fa_part {
+	int tile, i0, i1, slot, slot0, n;
+};
+
+__host__ __device__ static inline void ph_fa_inner(int kv, int t, int T, int bc, int *lo, int *hi)
+{
+	const int q0 = t * PH_FA_BR, end = T < q0 + PH_FA_BR ? T : q0 + PH_FA_BR;
+	*lo = kv ? q0 / bc : 0;
+	*hi = kv ? (T + bc - 1) / bc : (end + bc - 1) / bc;
+}
+
+__host__ __device__ static inline ph_fa_part ph_fa_part_at(int kv, int y, int T, int bc, int qs)
+{
+	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
+	ph_fa_part p = { -1, 0, 0, -1, 0, 0 };
+	int slot = 0;
+	for (int k = 0; k < nt; k++) {
+		const int t = kv ? k : nt - 1 - k;
+		int lo, hi;
+		ph_fa_inner(kv, t, T, bc, &lo, &hi);
+		const int ns = qs > 0 && hi - lo > qs ? (hi - lo + qs - 1) / qs : 1;
+		if (y < ns) {
+			const int w = ns > 1 ? qs : hi - lo;
+			p.tile = t;
+			p.i0 = lo + y * w;
+			p.i1 = p.i0 + w < hi ? p.i0 + w : hi;
+			p.slot = ns > 1 ? slot + y : -1;
+			p.slot0 = slot;
+			p.n = ns;
+			return p;
+		}
+		y -= ns;
+		if (ns > 1)
+			slot += ns;
+	}
+	return p;
+}
+
+/* Blocks per (b, h) and partial slots per (b, h) of a split (tile = -1:
+ * past the last block) */
+static inline void ph_fa_part_count(int kv, int T, int bc, int qs, int *blocks, int *slots)
+{
+	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
+	*blocks = *slots = 0;
+	for (int t = 0; t < nt; t++) {
+		int lo, hi;
+		ph_fa_inner(kv, t, T, bc, &lo, &hi);
+		const int ns = qs > 0 && hi - lo > qs ? (hi - lo + qs - 1) / qs : 1;
+		*blocks += ns;
+		if (ns > 1)
+			*slots += ns;
+	}
+}
+
+/*
  * D[(b*H + h)*T + i] = sum_c dO[b, i, h*hd + c] O[b, i, h*hd + c] for B
  * samples: one warp per (b, i, h), lanes over c, a fixed shuffle tree.
  * (= sum_j P_ij dP_ij with the dropout mask inside, as the materialised
@@ -531,12 +607,14 @@ template <int HD, typename TG>
 __global__ static void __launch_bounds__(PH_FA_THREADS)
 ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, const float *__restrict__ L2,
 		  const float *__restrict__ Dv, TG *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
-		  int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
+		  int drop, uint64_t key, int b0, float rate, float dscale, int vec4, int qs,
+		  float *__restrict__ part, int nslots)
 {
 	typedef ph_fa_dims<HD> D;
 	__shared__ ph_fa_smem<HD> sh;
 	const int bh = blockIdx.x, b = bh / H, h = bh % H;
-	const int k0 = (int)blockIdx.y * PH_FA_BR;
+	const ph_fa_part pt = ph_fa_part_at(1, (int)blockIdx.y, T, D::BC, qs);
+	const int k0 = pt.tile * PH_FA_BR;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, hh = lane & 1;
 	const int64_t ld = 3 * (int64_t)d;
 	const float *qb = qkv + (int64_t)b * T * ld + h * HD, *kb = qb + d, *vb = qb + 2 * d;
@@ -565,14 +643,16 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 	}
 	const uint64_t bhT = ((uint64_t)(b0 + b) * H + h) * (uint64_t)T; /* dropout: (bhT + i)*T + j */
 	const float *Lb = L2 + (int64_t)bh * T, *Db = Dv + (int64_t)bh * T;
-	const int qt0 = k0 / D::BC, nqt = (T + D::BC - 1) / D::BC; /* queries before k0 see none of these keys */
+	/* queries before k0 see none of these keys: the block's query tiles
+	 * start at or after the first that does (ph_fa_inner) */
+	const int nqt = pt.i1;
 	/* the next Q tile (in flight with D::PF; dO is fetched when it is
 	 * needed: registers for both spill, with dK, dV, K and V held) */
-	ph_fa_stream<HD, D::BC, D::PF> qs;
-	qs.first(qb, ld, qt0 * D::BC, T, vec4);
-	for (int qt = qt0; qt < nqt; qt++) {
+	ph_fa_stream<HD, D::BC, D::PF> qstr;
+	qstr.first(qb, ld, pt.i0 * D::BC, T, vec4);
+	for (int qt = pt.i0; qt < nqt; qt++) {
 		const int q0 = qt * D::BC;
-		qs.put(sQ, q0);
+		qstr.put(sQ, q0);
 		ph_fa_load_tile<HD, D::BC>(sO, ob, d, q0, T, vec4);
 		for (int c = threadIdx.x; c < D::BC; c += PH_FA_THREADS) {
 			const int iq = q0 + c;
@@ -581,7 +661,7 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 		}
 		__syncthreads();
 		if (qt + 1 < nqt)
-			qs.ahead(q0 + D::BC);
+			qstr.ahead(q0 + D::BC);
 		if (q0 + D::BC - 1 >= jw) { /* some query of the tile sees some key of the warp */
 			ph_fa_abt<HD, D::NB>(S, kf, sQ); /* S^T = K Q^T */
 			__syncwarp();
@@ -633,9 +713,54 @@ ph_fa_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, c
 		}
 		__syncthreads(); /* Q, dO, L2, D, S and P free for the next tile */
 	}
+	if (pt.slot >= 0) { /* a partial: [2][64][HD] (dK, dV) unscaled, summed by ph_fa_dkdv_sum_kernel */
+		float *pk = part + ((int64_t)bh * nslots + pt.slot) * 2 * PH_FA_BR * HD + (16 * warp + r) * HD;
+		ph_fa_rows_scale<HD>(dkf, S, 1.0f, pk, 1, 1);
+		ph_fa_rows_scale<HD>(dvf, S, 1.0f, pk + PH_FA_BR * HD, 1, 1);
+		return;
+	}
 	TG *dk = dqkv + ((int64_t)b * T + j) * ld + d + h * HD;
 	ph_fa_rows_scale<HD>(dkf, S, sm, dk, j < T, vec4);
 	ph_fa_rows_scale<HD>(dvf, S, 1.0f, dk + d, j < T, vec4);
+}
+
+/*
+ * The split tiles' dK, dV: grid (B*H, ceil(T / 64)), block x of row
+ * (b, h) adds the partials of key tile y in slot order, if it was split:
+ *   dk_j = sm * sum_s part_s.dk_j,  dv_j = sum_s part_s.dv_j
+ */
+template <int HD, typename TG>
+__global__ static void ph_fa_dkdv_sum_kernel(const float *__restrict__ part, TG *__restrict__ dqkv, int H, int T,
+					     int d, float sm, int qs, int nslots)
+{
+	typedef ph_fa_dims<HD> D;
+	const int bh = blockIdx.x, b = bh / H, h = bh % H, t = (int)blockIdx.y;
+	int lo, hi;
+	ph_fa_inner(1, t, T, D::BC, &lo, &hi);
+	if (!(qs > 0 && hi - lo > qs))
+		return;
+	int y = 0; /* the tile's first block: its first slot */
+	for (int k = 0; k < t; k++) {
+		int l2, h2;
+		ph_fa_inner(1, k, T, D::BC, &l2, &h2);
+		y += qs > 0 && h2 - l2 > qs ? (h2 - l2 + qs - 1) / qs : 1;
+	}
+	const ph_fa_part pt = ph_fa_part_at(1, y, T, D::BC, qs);
+	const int64_t ld = 3 * (int64_t)d, tile = 2 * PH_FA_BR * HD;
+	const float *p0 = part + ((int64_t)bh * nslots + pt.slot0) * tile;
+	for (int e = threadIdx.x; e < PH_FA_BR * HD; e += blockDim.x) {
+		const int j = t * PH_FA_BR + e / HD, c = e % HD;
+		if (j >= T)
+			break;
+		float sk = 0.0f, sv = 0.0f;
+		for (int s = 0; s < pt.n; s++) {
+			sk += p0[s * tile + e];
+			sv += p0[s * tile + PH_FA_BR * HD + e];
+		}
+		TG *dk = dqkv + ((int64_t)b * T + j) * ld + d + h * HD + c;
+		ph_d_put(dk, sk * sm);
+		ph_d_put(dk + d, sv);
+	}
 }
 
 /*
@@ -648,12 +773,14 @@ template <int HD, typename TG>
 __global__ static void __launch_bounds__(PH_FA_THREADS)
 ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, const float *__restrict__ L2,
 		const float *__restrict__ Dv, TG *__restrict__ dqkv, int H, int T, int d, float sl2, float sm,
-		int drop, uint64_t key, int b0, float rate, float dscale, int vec4)
+		int drop, uint64_t key, int b0, float rate, float dscale, int vec4, int qs, float *__restrict__ part,
+		int nslots)
 {
 	typedef ph_fa_dims<HD> D;
 	__shared__ ph_fa_smem<HD> sh;
 	const int bh = blockIdx.x, b = bh / H, h = bh % H;
-	const int q0 = ((int)gridDim.y - 1 - (int)blockIdx.y) * PH_FA_BR;
+	const ph_fa_part pt = ph_fa_part_at(0, (int)blockIdx.y, T, D::BC, qs);
+	const int q0 = pt.tile * PH_FA_BR;
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, hh = lane & 1;
 	const int64_t ld = 3 * (int64_t)d;
 	const float *qb = qkv + (int64_t)b * T * ld + h * HD, *kb = qb + d, *vb = qb + 2 * d;
@@ -679,11 +806,11 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 		ph_wmma::fill_fragment(dqf[f], 0.0f);
 	const float li = i < T ? L2[(int64_t)bh * T + i] : INFINITY, di = i < T ? Dv[(int64_t)bh * T + i] : 0.0f;
 	const uint64_t rowidx = ((uint64_t)(b0 + b) * H + h) * (uint64_t)T + (uint64_t)i;
-	const int kend = min(T, q0 + PH_FA_BR), nkt = (kend + D::BC - 1) / D::BC;
+	const int nkt = pt.i1; /* the block's key tiles: pt.i0 .. nkt-1 */
 	ph_fa_stream<HD, D::BC, D::PF> ks, vs; /* the K and V tiles */
-	ks.first(kb, ld, 0, T, vec4);
-	vs.first(vb, ld, 0, T, vec4);
-	for (int kt = 0; kt < nkt; kt++) {
+	ks.first(kb, ld, pt.i0 * D::BC, T, vec4);
+	vs.first(vb, ld, pt.i0 * D::BC, T, vec4);
+	for (int kt = pt.i0; kt < nkt; kt++) {
 		const int k0 = kt * D::BC;
 		ks.put(sK, k0);
 		vs.put(sV, k0);
@@ -726,8 +853,46 @@ ph_fa_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, con
 		}
 		__syncthreads();
 	}
+	if (pt.slot >= 0) { /* a partial: [64][HD] unscaled, summed by ph_fa_dq_sum_kernel */
+		float *pq = part + ((int64_t)bh * nslots + pt.slot) * PH_FA_BR * HD + (16 * warp + r) * HD;
+		ph_fa_rows_scale<HD>(dqf, S, 1.0f, pq, 1, 1);
+		return;
+	}
 	TG *dq = dqkv + ((int64_t)b * T + i) * ld + h * HD;
 	ph_fa_rows_scale<HD>(dqf, S, sm, dq, i < T, vec4);
+}
+
+/* The split tiles' dQ (ph_fa_dkdv_sum_kernel's twin): grid (B*H,
+ * ceil(T / 64)), query tile y: dq_i = sm * sum_s part_s.dq_i */
+template <int HD, typename TG>
+__global__ static void ph_fa_dq_sum_kernel(const float *__restrict__ part, TG *__restrict__ dqkv, int H, int T,
+					   int d, float sm, int qs, int nslots)
+{
+	typedef ph_fa_dims<HD> D;
+	const int bh = blockIdx.x, b = bh / H, h = bh % H, t = (int)blockIdx.y;
+	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
+	int lo, hi;
+	ph_fa_inner(0, t, T, D::BC, &lo, &hi);
+	if (!(qs > 0 && hi - lo > qs))
+		return;
+	int y = 0; /* blocks of the tiles before it in block order: the heavier, later ones */
+	for (int k = nt - 1; k > t; k--) {
+		int l2, h2;
+		ph_fa_inner(0, k, T, D::BC, &l2, &h2);
+		y += qs > 0 && h2 - l2 > qs ? (h2 - l2 + qs - 1) / qs : 1;
+	}
+	const ph_fa_part pt = ph_fa_part_at(0, y, T, D::BC, qs);
+	const int64_t ld = 3 * (int64_t)d, tile = PH_FA_BR * HD;
+	const float *p0 = part + ((int64_t)bh * nslots + pt.slot0) * tile;
+	for (int e = threadIdx.x; e < PH_FA_BR * HD; e += blockDim.x) {
+		const int i = t * PH_FA_BR + e / HD, c = e % HD;
+		if (i >= T)
+			break;
+		float sq = 0.0f;
+		for (int s = 0; s < pt.n; s++)
+			sq += p0[s * tile + e];
+		ph_d_put(dqkv + ((int64_t)b * T + i) * ld + h * HD + c, sq * sm);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -764,17 +929,51 @@ static inline void ph_fa_forward_hd(cudaStream_t st, const ph_attn_geom *g, int 
 								   g->rate, g->scale, vec4);
 }
 
+/* The backward's split (see ph_fa_part): inner tiles per block, 0 for
+ * none.  PIPEHOST_ATTN_SPLIT=N: N rows (a multiple of the tile), 0 or
+ * off: unsplit, one block per outer tile; default 256 rows.  Read once. */
+static inline int ph_fa_split_tiles(int hd)
+{
+	static const int rows = [] {
+		const char *v = getenv("PIPEHOST_ATTN_SPLIT");
+		if (!v || !*v)
+			return 256;
+		if (!strcmp(v, "off"))
+			return 0;
+		const long n = strtol(v, NULL, 10);
+		return n > 0 && n <= 1 << 20 ? (int)n : 0;
+	}();
+	const int bc = hd <= 64 ? 64 : 32;
+	return rows > 0 ? (rows + bc - 1) / bc : 0;
+}
+
+/* The backward's plan for one group of samples (ph_flash_backward) */
+struct ph_fa_bwd_plan {
+	int qs;              /* inner tiles per block, 0: unsplit */
+	int ykv, skv, yq, sq; /* blocks and partial slots per (b, h): dK/dV, dQ */
+};
+
 template <int HD, typename TG>
 static inline void ph_fa_backward_hd(cudaStream_t st, const ph_attn_geom *g, int batch, int b0, int drop,
 				     uint64_t key, const float *qkv, const float *L2, const float *Dv,
-				     const float *datt, TG *dqkv, float sl2, float sm, int vec4)
+				     const float *datt, TG *dqkv, float sl2, float sm, int vec4,
+				     const ph_fa_bwd_plan *pl, float *part)
 {
 	static_assert(sizeof(ph_fa_smem<HD>) <= 48 * 1024, "static shared memory over 48 KiB");
-	const dim3 grid((unsigned)(batch * g->H), (unsigned)((g->T + PH_FA_BR - 1) / PH_FA_BR));
-	ph_fa_dkdv_kernel<HD, TG><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2,
-								    sm, drop, key, b0, g->rate, g->scale, vec4);
-	ph_fa_dq_kernel<HD, TG><<<grid, PH_FA_THREADS, 0, st>>>(qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm,
-								  drop, key, b0, g->rate, g->scale, vec4);
+	const unsigned bh = (unsigned)(batch * g->H), nt = (unsigned)((g->T + PH_FA_BR - 1) / PH_FA_BR);
+	float *pq = part + (size_t)bh * pl->skv * 2 * PH_FA_BR * HD; /* dQ's partials after dK/dV's */
+	ph_fa_dkdv_kernel<HD, TG><<<dim3(bh, (unsigned)pl->ykv), PH_FA_THREADS, 0, st>>>(
+		qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop, key, b0, g->rate, g->scale, vec4, pl->qs,
+		part, pl->skv);
+	if (pl->skv)
+		ph_fa_dkdv_sum_kernel<HD, TG><<<dim3(bh, nt), 256, 0, st>>>(part, dqkv, g->H, g->T, g->d, sm, pl->qs,
+									   pl->skv);
+	ph_fa_dq_kernel<HD, TG><<<dim3(bh, (unsigned)pl->yq), PH_FA_THREADS, 0, st>>>(
+		qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop, key, b0, g->rate, g->scale, vec4, pl->qs,
+		pq, pl->sq);
+	if (pl->sq)
+		ph_fa_dq_sum_kernel<HD, TG><<<dim3(bh, nt), 256, 0, st>>>(pq, dqkv, g->H, g->T, g->d, sm, pl->qs,
+									 pl->sq);
 }
 
 #define PH_FA_DISPATCH(hd, call)                                                   \
@@ -818,8 +1017,10 @@ static inline int ph_flash_forward(const ph_ctx *ctx, const ph_attn_geom *g, int
  * (=), from qkv, L2 and the forward's att (for D; fp32 or bf16 as the
  * forward wrote it).  dqkv is fp32, or bf16 (TG = ph_bf16) for a caller
  * whose products read it in bf16.  tmp: the materialised path's H*T*T
- * floats of scratch; D [b, H, T] takes b*H*T of it, so the batch goes in
- * groups of at most T samples.
+ * floats of scratch; D [b, H, T] takes b*H*T of it, then the split's
+ * partials (ph_fa_part) theirs, so the batch goes in groups of as many
+ * samples as both fit for (at most T samples unsplit; at GPT-2's T = 1024,
+ * hd 64, 3 split).  If not even one sample's partials fit, unsplit.
  */
 template <typename TO, typename TG>
 static inline int ph_flash_backward(const ph_ctx *ctx, const ph_attn_geom *g, int batch, int drop, uint64_t key,
@@ -830,15 +1031,28 @@ static inline int ph_flash_backward(const ph_ctx *ctx, const ph_attn_geom *g, in
 	const float sm = (float)(1.0 / sqrt((double)hd)), sl2 = sm * PH_FA_LOG2E;
 	const cudaStream_t st = PH_STREAM(ctx);
 	const int vec4 = ph_fa_aligned(qkv, datt, dqkv);
-	for (int b0 = 0; b0 < batch; b0 += T) {
-		const int nb = batch - b0 < T ? batch - b0 : T;
+	const int bc = hd <= 64 ? 64 : 32;
+	ph_fa_bwd_plan pl;
+	size_t per, room = (size_t)H * T * T; /* floats a sample needs, floats of tmp */
+	for (pl.qs = ph_fa_split_tiles(hd);; pl.qs = 0) {
+		ph_fa_part_count(1, T, bc, pl.qs, &pl.ykv, &pl.skv);
+		ph_fa_part_count(0, T, bc, pl.qs, &pl.yq, &pl.sq);
+		/* D, 4 floats of room to align the partials to 16 bytes, those */
+		per = (size_t)H * T + 4 + (size_t)H * ((size_t)pl.skv * 2 + pl.sq) * PH_FA_BR * hd;
+		if (per <= room || !pl.qs)
+			break;
+	}
+	const int group = room / per < (size_t)T ? (int)(room / per) : T;
+	for (int b0 = 0; b0 < batch; b0 += group) {
+		const int nb = batch - b0 < group ? batch - b0 : group;
 		const size_t q = (size_t)b0 * T * ld, o = (size_t)b0 * T * d, l = (size_t)b0 * H * T;
 		const int64_t rows = (int64_t)nb * T * H;
 		ph_fa_rowdot_kernel<TO><<<ph_attn_row_blocks(rows), 32 * PH_ATTN_ROW_WARPS, 0, st>>>(
 			datt + o, att + o, tmp, nb, T, H, hd, d);
 		PH_CUDA_CHECK_LAUNCH(err, "flash attention backward: D");
-#define PH_FA_BWD(HD) \
-	ph_fa_backward_hd<HD, TG>(st, g, nb, b0, drop, key, qkv + q, L2 + l, tmp, datt + o, dqkv + q, sl2, sm, vec4)
+#define PH_FA_BWD(HD)                                                                                         \
+	ph_fa_backward_hd<HD, TG>(st, g, nb, b0, drop, key, qkv + q, L2 + l, tmp, datt + o, dqkv + q, sl2, sm, vec4, \
+				  &pl, tmp + (((size_t)nb * H * T + 3) & ~(size_t)3))
 		PH_FA_DISPATCH(hd, PH_FA_BWD)
 #undef PH_FA_BWD
 		PH_CUDA_CHECK_LAUNCH(err, "flash attention backward");
