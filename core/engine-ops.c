@@ -143,6 +143,24 @@ static const float *layer_dy(const ph_engine *e, const chunk_t *ch, const slot_t
 	return inner;
 }
 
+/* Where layer l writes its input gradient in a backward of micro-batch mb:
+ * the chunk's first layer into the chunk's input gradient (its own copy
+ * when the sender's lives on another GPU); under a split backward into
+ * the slot, kept for W; a layer after a loss that writes the logits'
+ * gradient over the logits (PH_LAYER_DX_OVER_X) over its own input,
+ * which the layer before then never reads as y; else into the chunk's
+ * ping-pong buffer t. */
+static float *layer_dx(const ph_engine *e, const chunk_t *ch, slot_t *sl, int mb, int l, int split, int t)
+{
+	if (l == ch->a)
+		return sl->dx_own && ch->mb_dx[mb] ? sl->dx_own : ch->mb_dx[mb];
+	if (split)
+		return sl->dy[l - 1 - ch->a];
+	if (ph_layout_dx_over_x(ch->in_place, e->model, ch->a, l))
+		return sl->y[l - 1 - ch->a];
+	return ch->gbuf[t];
+}
+
 /* Full backward (B), or its input half (I) when `split`: then each layer's
  * output gradient stays in the slot for W, and the slot stays taken. */
 static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
@@ -161,12 +179,7 @@ static int run_backward(ph_engine *e, int c, int mb, int split, ph_err *err)
 		ph_layer *L = &e->model->layers[l];
 		const float *x = l == ch->a ? ch->mb_x[mb] : sl->y[l - 1 - ch->a];
 		dy = layer_dy(e, ch, sl, l, dy);
-		/* a loss may write the logits' gradient over the logits, which
-		 * the layer before (its output) then never reads as y */
-		float *dx = l == ch->a ? (sl->dx_own && ch->mb_dx[mb] ? sl->dx_own : ch->mb_dx[mb])
-			    : split	   ? sl->dy[l - 1 - ch->a]
-			    : ph_layout_dx_over_x(ch->in_place, e->model, ch->a, l) ? sl->y[l - 1 - ch->a]
-									  : ch->gbuf[t];
+		float *dx = layer_dx(e, ch, sl, mb, l, split, t);
 		ph_ctx ctx;
 		fill_ctx(e, &ctx, mb, l, ch, sl->saved[l - ch->a]);
 		ph_err e2 = { { 0 } };

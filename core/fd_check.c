@@ -71,27 +71,30 @@ int ph_fd_analytic(ph_layer_inst *L, ph_fd_grads *a, ph_err *err)
 	return PH_OK;
 }
 
+/* The gradients and dx of the last backward (dx in `dx`) against *a. */
+static int same_as(ph_layer_inst *L, const ph_fd_grads *a, const float *dx, const char *how, ph_err *err)
+{
+	if (!same_bits(a->dx, dx, L->nx))
+		return ph_fail(err, PH_EINVAL, "%s: backward %s gives another dx", L->ops->head.name, how);
+	for (int p = 0; p < L->meta.nparams; p++)
+		if (!same_bits(a->g_raw[p], L->grads[p], L->pn[p]))
+			return ph_fail(err, PH_EINVAL, "%s: backward %s gives another d%s", L->ops->head.name, how,
+				       L->meta.params[p].name);
+	return PH_OK;
+}
+
 int ph_fd_check_repeat(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err)
 {
-	const char *name = L->ops->head.name;
 	set_grads(L, PH_FD_GRAD_INIT);
 	set_dx(L, 12345.0f);
 	int rc = ph_layer_inst_backward(L, L->dx, err);
-	if (rc)
+	if (rc || (rc = same_as(L, a, L->dx, "run twice", err)))
 		return rc;
-	if (!same_bits(a->dx, L->dx, L->nx))
-		return ph_fail(err, PH_EINVAL, "%s: two backwards give different dx", name);
-	for (int p = 0; p < L->meta.nparams; p++)
-		if (!same_bits(a->g_raw[p], L->grads[p], L->pn[p]))
-			return ph_fail(err, PH_EINVAL, "%s: two backwards give different d%s", name, L->meta.params[p].name);
+	/* dx = NULL writes no dx: L->dx keeps the bits just compared */
 	set_grads(L, PH_FD_GRAD_INIT);
 	if ((rc = ph_layer_inst_backward(L, NULL, err)))
 		return rc;
-	for (int p = 0; p < L->meta.nparams; p++)
-		if (!same_bits(a->g_raw[p], L->grads[p], L->pn[p]))
-			return ph_fail(err, PH_EINVAL, "%s: backward with dx = NULL gives different d%s", name,
-				       L->meta.params[p].name);
-	return PH_OK;
+	return same_as(L, a, L->dx, "with dx = NULL", err);
 }
 
 int ph_fd_check_split(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err)
@@ -109,25 +112,7 @@ int ph_fd_check_split(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err)
 	rc = L->ops->backward_weight(L->state, &L->ctx, L->params, L->grads, L->x, L->y, dy, &e);
 	if (rc)
 		return ph_fail(err, rc, "%s backward_weight: %s", name, e.msg);
-	if (!same_bits(a->dx, L->dx, L->nx))
-		return ph_fail(err, PH_EINVAL, "%s: split backward gives a different dx", name);
-	for (int p = 0; p < L->meta.nparams; p++)
-		if (!same_bits(a->g_raw[p], L->grads[p], L->pn[p]))
-			return ph_fail(err, PH_EINVAL, "%s: split backward gives a different d%s", name,
-				       L->meta.params[p].name);
-	return PH_OK;
-}
-
-/* The gradients and dx of the last backward (dx in `dx`) against *a. */
-static int same_as(ph_layer_inst *L, const ph_fd_grads *a, const float *dx, const char *how, ph_err *err)
-{
-	if (!same_bits(a->dx, dx, L->nx))
-		return ph_fail(err, PH_EINVAL, "%s: backward %s gives another dx", L->ops->head.name, how);
-	for (int p = 0; p < L->meta.nparams; p++)
-		if (!same_bits(a->g_raw[p], L->grads[p], L->pn[p]))
-			return ph_fail(err, PH_EINVAL, "%s: backward %s gives another d%s", L->ops->head.name, how,
-				       L->meta.params[p].name);
-	return PH_OK;
+	return same_as(L, a, L->dx, "split (backward_input, then backward_weight)", err);
 }
 
 /* PH_LAYER_BACKWARD_NO_Y: the host may have written the next layer's

@@ -76,6 +76,9 @@
 #   PH_GPU_SUITES         the suites run first, one by one (default
 #                         "tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh")
 #   PH_GPU_SUITE_TIMEOUT  seconds for each of them (default 150, 180, 60)
+#   PH_GPU_CHECK          0: the tests stage runs the GPU suites alone, not
+#                         the rest of make check (a short call after a
+#                         change to CUDA code, the CPU suites run here)
 #   PH_GPU_BENCH          benchmarks, in order (default "gpt2 fashion kernels profile gemm":
 #                         the measurements issue 6 asks for first, then the diagnostics)
 #   STEPS, WARMUP, M      gpt2-124m.sh's (default 5, 2, 8)
@@ -1036,6 +1039,11 @@ stage_tests() {
 	say "GPU suites: $(since) s"
 
 	STAGE_T0=$SECONDS
+	if [ "${PH_GPU_CHECK:-1}" = 0 ]; then
+		say "make check: not run (PH_GPU_CHECK=0: the GPU suites alone)"
+		pack_check_logs
+		return
+	fi
 	t=$(stage_time 240 45) || {
 		say "make check: not run: $(left_s) s left; run 'run tests' in a later call"
 		pack_check_logs

@@ -24,7 +24,9 @@ stop_test() {
 		--set run.log_every=1 --set "run.metrics=$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" &
 	sp=$!
 	i=0
-	while ! grep -q '"step":32,' "$tmp/m.jsonl" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.05; i=$((i + 1)); done
+	# up to 120 s: under a loaded machine (a parallel make check on 2
+	# cores) 30 s ran out at step 7, and the stop came before the step
+	while ! grep -q '"step":32,' "$tmp/m.jsonl" 2>/dev/null && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done
 	# ph_mpirun runs in a subshell: mpirun is its child, the processes mpirun's
 	mpi=$(ps -o pid= --ppid "$sp" | tr -d ' ')
 	if [ "$who" = mpirun ]; then
