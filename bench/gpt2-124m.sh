@@ -25,7 +25,7 @@
 # (timed, default 20), WARMUP (default 5), M (micro-batches, default 8),
 # TORCH_MB (PyTorch's micro-batches, default M), VARIANTS (1-rank runs
 # with one fast path turned off, to see what each is worth; default
-# "PIPEHOST_ATTN_FLASH=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0
+# "PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0
 # PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0", empty
 # for none), COMPILE (default 1; 0: no torch.compile row), WHOLE (default 1: also pipehost on 1 rank and PyTorch eager
 # with the batch as one micro-batch; 0: not).  Exits 77 with one line
@@ -119,7 +119,7 @@ echo
 
 r=$(ph_run 1) && p1=${r% *} p1ms=${r#* }
 r=$(ph_run 4) && p4=${r% *} p4ms=${r#* }
-variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0 PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0}
+variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0 PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0}
 vrows=""
 for v in $variants; do
 	r=$(ph_run 1 "$v") && vrows="$vrows$v ${r% *} ${r#* }
