@@ -163,6 +163,7 @@ typedef struct {
 	int deep;         /* chained products: the deep bf16 row */
 	int bf16_shows;   /* under bf16, y must differ from fp32 (a GEMM is there) */
 	int flash;        /* attention heads when bf16 takes the fused core (flash_attention.cuh) */
+	int mma;          /* run with PIPEHOST_ATTN_MMA=1: the fused core in registers (flash_mma.cuh) */
 	const char *what;
 } gpu_case;
 
@@ -229,6 +230,20 @@ static const gpu_case cases[] = {
 	  .flash = 2, .what = "fused under bf16: hd 64, T = 320, dropout 0.1: the backward split (2 blocks)" },
 	{ "attention", KV("heads", "1"), S(300, 128), 1, .pscale = 0.25f, .deep = 1, .flash = 1,
 	  .what = "fused under bf16: hd 128, T = 300: the backward split over 32-row tiles" },
+	/* the fused core with its tiles in registers (PIPEHOST_ATTN_MMA=1) on
+	 * the shapes above: mma.sync's fragment layout, emulated with shuffles */
+	{ "attention", KV("heads", "2"), S(256, 128), 1, .pscale = 0.6f, .deep = 1, .flash = 2, .mma = 1,
+	  .what = "fused in registers: hd 64, T = 256, peaked softmax" },
+	{ "attention", KV("heads", "2", "dropout", "0.2"), S(100, 128), 2, .pscale = 0.25f, .deep = 1,
+	  .flash = 2, .mma = 1, .what = "fused in registers: hd 64, T = 100, dropout 0.2" },
+	{ "attention", KV("heads", "1", "dropout", "0.1"), S(77, 128), 3, .pscale = 0.25f, .deep = 1,
+	  .flash = 1, .mma = 1, .what = "fused in registers: hd 128, T = 77, dropout 0.1" },
+	{ "attention", KV("heads", "3"), S(21, 48), 2, .pscale = 0.5f, .deep = 1, .flash = 3, .mma = 1,
+	  .what = "fused in registers: hd 16, T = 21" },
+	{ "attention", KV("heads", "2", "dropout", "0.1"), S(320, 128), 1, .pscale = 0.25f, .deep = 1,
+	  .flash = 2, .mma = 1, .what = "fused in registers: hd 64, T = 320, dropout 0.1: the backward split" },
+	{ "attention", KV("heads", "1"), S(300, 128), 1, .pscale = 0.25f, .deep = 1, .flash = 1, .mma = 1,
+	  .what = "fused in registers: hd 128, T = 300: the backward split over 32-row tiles" },
 	{ "gpt_block", KV("heads", "2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1, .what = "d = 8" },
 	{ "gpt_block", KV("heads", "2", "dropout", "0.2"), S(4, 8), 2, .pscale = 0.5f, .deep = 1,
 	  .what = "dropout 0.2 at three sites" },
@@ -839,6 +854,12 @@ static void run_case(int idx)
 	const tol_row *tol = &tol_table[!bf16 ? TOL_FP32 : c->deep ? TOL_BF16_DEEP : TOL_BF16];
 	char label[200];
 	snprintf(label, sizeof label, "%s case %d (%s), %s", c->type, idx, c->what, bf16 ? "bf16" : "fp32");
+	/* read at each call (flash_mma.cuh): a worker runs items one after
+	 * another, so each case sets it as it needs */
+	if (c->mma)
+		setenv("PIPEHOST_ATTN_MMA", "1", 1);
+	else
+		unsetenv("PIPEHOST_ATTN_MMA");
 
 	const ph_layer_ops *ops = load_layer(c->type);
 	/* Before any device pointer reaches it: a CPU-only layer would

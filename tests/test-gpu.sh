@@ -240,6 +240,26 @@ for prec in fp32 bf16; do
 		not_ok "GPT blocks, $prec, 1 or 4 ranks on cuda:0: run failed: $(tail -2 "$tmp/l1$prec.log") $(tail -2 "$tmp/l4$prec.log")"
 	fi
 done
+# the fused attention with its tiles in registers (flash_mma.cuh,
+# PIPEHOST_ATTN_MMA=1, off by default until a GPU has timed it): 4 ranks
+# give 1 rank's bytes, and its last loss is within bf16's reach of the
+# default kernels' (other roundings, the same sums)
+if PIPEHOST_ATTN_MMA=1 lm l1mma --set run.stages=1 --set run.precision=bf16 --set run.log_every=1 \
+	--set "run.metrics=$tmp/l1mma.jsonl" &&
+	PIPEHOST_ATTN_MMA=1 lm l4mma --set run.stages=4 --set run.precision=bf16 &&
+	lm l1wmma --set run.stages=1 --set run.precision=bf16 --set run.log_every=1 \
+		--set "run.metrics=$tmp/l1wmma.jsonl"; then
+	same_weights "GPT blocks, bf16, attention in registers (PIPEHOST_ATTN_MMA=1): 4 ranks on cuda:0 against 1" \
+		l1mma l4mma
+	a=$(loss_at l1mma last) b=$(loss_at l1wmma last)
+	if is_number "$a" && rel_within "$a" "$b" 2e-2 && ! cmp -s "$tmp/l1mma.st" "$tmp/l1wmma.st"; then
+		ok "attention in registers: last loss $a, default kernels $b (relative difference $(rel_diff "$a" "$b"), within 2e-2; weights differ, so the other kernels ran)"
+	else
+		not_ok "attention in registers: last loss $a against the default kernels' $b (want within 2e-2, and weights that differ)"
+	fi
+else
+	not_ok "GPT blocks, bf16, PIPEHOST_ATTN_MMA=1: run failed: $(tail -2 "$tmp/l1mma.log") $(tail -2 "$tmp/l4mma.log") $(tail -2 "$tmp/l1wmma.log")"
+fi
 # the tied head (embedding and logits on one rank, then on two) with bf16
 # copies against cuBLAS rounding: byte-identical in the emulator
 if [ -n "${PH_CUEMU:-}" ]; then

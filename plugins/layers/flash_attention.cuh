@@ -901,6 +901,8 @@ __global__ static void ph_fa_dq_sum_kernel(const float *__restrict__ part, TG *_
 	}
 }
 
+#include "flash_mma.cuh" /* the forward with the scores in registers (PIPEHOST_ATTN_MMA=1) */
+
 /* ------------------------------------------------------------------ */
 /* Host side.                                                          */
 
@@ -973,15 +975,21 @@ static inline void ph_fa_backward_hd(cudaStream_t st, const ph_attn_geom *g, int
 	static_assert(sizeof(ph_fa_smem<HD>) <= 48 * 1024, "static shared memory over 48 KiB");
 	const unsigned bh = (unsigned)(batch * g->H), nt = (unsigned)((g->T + PH_FA_BR - 1) / PH_FA_BR);
 	float *pq = part + (size_t)bh * pl->skv * 2 * PH_FA_BR * HD; /* dQ's partials after dK/dV's */
-	ph_fa_dkdv_kernel<HD, TG><<<dim3(bh, (unsigned)pl->ykv), PH_FA_THREADS, 0, st>>>(
-		qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop, key, b0, g->rate, g->scale, vec4, pl->qs,
-		part, pl->skv);
+	if (ph_fam_on()) {
+		ph_fam_backward_kernels<HD, TG>(st, dim3(bh, (unsigned)pl->ykv), dim3(bh, (unsigned)pl->yq), qkv, datt,
+						L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop, key, b0, g->rate,
+						g->scale, vec4, pl->qs, part, pl->skv, pq, pl->sq);
+	} else {
+		ph_fa_dkdv_kernel<HD, TG><<<dim3(bh, (unsigned)pl->ykv), PH_FA_THREADS, 0, st>>>(
+			qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop, key, b0, g->rate, g->scale, vec4,
+			pl->qs, part, pl->skv);
+		ph_fa_dq_kernel<HD, TG><<<dim3(bh, (unsigned)pl->yq), PH_FA_THREADS, 0, st>>>(
+			qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop, key, b0, g->rate, g->scale, vec4,
+			pl->qs, pq, pl->sq);
+	}
 	if (pl->skv)
 		ph_fa_dkdv_sum_kernel<HD, TG><<<dim3(bh, nt), 256, 0, st>>>(part, dqkv, g->H, g->T, g->d, sm, pl->qs,
 									   pl->skv);
-	ph_fa_dq_kernel<HD, TG><<<dim3(bh, (unsigned)pl->yq), PH_FA_THREADS, 0, st>>>(
-		qkv, datt, L2, Dv, dqkv, g->H, g->T, g->d, sl2, sm, drop, key, b0, g->rate, g->scale, vec4, pl->qs,
-		pq, pl->sq);
 	if (pl->sq)
 		ph_fa_dq_sum_kernel<HD, TG><<<dim3(bh, nt), 256, 0, st>>>(pq, dqkv, g->H, g->T, g->d, sm, pl->qs,
 									 pl->sq);
@@ -1017,7 +1025,13 @@ static inline int ph_flash_forward(const ph_ctx *ctx, const ph_attn_geom *g, int
 	if (batch <= 0)
 		return PH_OK;
 #define PH_FA_FWD(HD) ph_fa_forward_hd<HD, TO>(st, g, batch, drop, key, qkv, L2, att, sl2, vec4)
-	PH_FA_DISPATCH(g->hd, PH_FA_FWD)
+#define PH_FAM_FWD(HD) ph_fam_forward_hd<HD, TO>(st, g, batch, drop, key, qkv, L2, att, sl2, vec4)
+	if (ph_fam_on()) {
+		PH_FA_DISPATCH(g->hd, PH_FAM_FWD)
+	} else {
+		PH_FA_DISPATCH(g->hd, PH_FA_FWD)
+	}
+#undef PH_FAM_FWD
 #undef PH_FA_FWD
 	PH_CUDA_CHECK_LAUNCH(err, "flash attention forward");
 	return PH_OK;

@@ -119,6 +119,7 @@ plugins_layers_moe_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 # SOURCES); a change to one rebuilds every twin, which is rare.
 CUDA_TWIN_DEPS = $(top_srcdir)/plugins/layers/cuda_common.cuh $(top_srcdir)/plugins/layers/cuda_ops.cuh \
 	$(top_srcdir)/plugins/layers/attention_ops.cuh $(top_srcdir)/plugins/layers/flash_attention.cuh \
+	$(top_srcdir)/plugins/layers/flash_mma.cuh \
 	$(top_srcdir)/plugins/layers/attn_geom.h $(top_srcdir)/plugins/layers/attention_state.h \
 	$(top_srcdir)/plugins/layers/conv2d_state.h $(top_srcdir)/plugins/layers/dropout_state.h \
 	$(top_srcdir)/plugins/layers/embedding_state.h $(top_srcdir)/plugins/layers/flatten_state.h \
@@ -129,7 +130,7 @@ CUDA_TWIN_DEPS = $(top_srcdir)/plugins/layers/cuda_common.cuh $(top_srcdir)/plug
 	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/rng.h \
 	$(top_srcdir)/include/pipehost/cuda.h
 EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins/layers/attention_ops.cuh \
-	plugins/layers/flash_attention.cuh \
+	plugins/layers/flash_attention.cuh plugins/layers/flash_mma.cuh \
 	plugins/layers/linear_cuda.cu \
 	plugins/layers/relu_cuda.cu \
 	plugins/layers/conv2d_cuda.cu \
