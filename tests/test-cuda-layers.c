@@ -800,6 +800,18 @@ static float **grad_bufs(const inst *H)
 	return g;
 }
 
+/* Every parameter gradient of a against b, bit for bit; on the first
+ * difference the message names it "<pre>d<name> <post>". */
+static void expect_grads_bitwise(const char *label, const inst *H, float *const *a, float *const *b, const char *pre,
+				 const char *post)
+{
+	for (int p = 0; p < H->meta.nparams; p++) {
+		char what[160];
+		snprintf(what, sizeof what, "%sd%s %s", pre, H->meta.params[p].name, post);
+		expect_bitwise(label, what, a[p], b[p], H->pn[p]);
+	}
+}
+
 static void free_grad_bufs(float **g)
 {
 	for (int p = 0; p < PH_MAX_PARAMS; p++)
@@ -971,22 +983,13 @@ static void run_case(int idx)
 	zero_grads(&D, &H);
 	gpu_bwd(label, ops, &D, D.dx);
 	read_grads(&D, &H, g2);
-	for (int p = 0; p < H.meta.nparams; p++) {
-		char what[96];
-		snprintf(what, sizeof what, "d%s differs between two backwards from zero (not deterministic)",
-			 H.meta.params[p].name);
-		expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
-	}
+	expect_grads_bitwise(label, &H, g1, g2, "", "differs between two backwards from zero (not deterministic)");
 
 	/* dx = NULL: accepted, the same gradients */
 	zero_grads(&D, &H);
 	gpu_bwd(label, ops, &D, NULL);
 	read_grads(&D, &H, g2);
-	for (int p = 0; p < H.meta.nparams; p++) {
-		char what[96];
-		snprintf(what, sizeof what, "d%s with dx = NULL differs from with dx", H.meta.params[p].name);
-		expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
-	}
+	expect_grads_bitwise(label, &H, g1, g2, "", "with dx = NULL differs from with dx");
 
 	/* the split backward, I then W as ZB-H1 runs them: bitwise backward's */
 	if (ph_layer_has_split_backward(ops)) {
@@ -1007,12 +1010,7 @@ static void run_case(int idx)
 		d2h(gdx2, D.dx, (size_t)H.nx * sizeof(float));
 		expect_bitwise(label, "backward_input's dx differs from backward's", gdx, gdx2, H.nx);
 		read_grads(&D, &H, g2);
-		for (int p = 0; p < H.meta.nparams; p++) {
-			char what[96];
-			snprintf(what, sizeof what, "backward_weight's d%s differs from backward's",
-				 H.meta.params[p].name);
-			expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
-		}
+		expect_grads_bitwise(label, &H, g1, g2, "backward_weight's ", "differs from backward's");
 	}
 
 	/* the flags' claims hold on the GPU too (ABI 1.7; the host acts on
@@ -1027,12 +1025,7 @@ static void run_case(int idx)
 		expect_bitwise(label, "backward with y all NaN (PH_LAYER_BACKWARD_NO_Y) gives another dx", gdx, gdx2,
 			       H.nx);
 		read_grads(&D, &H, g2);
-		for (int p = 0; p < H.meta.nparams; p++) {
-			char what[96];
-			snprintf(what, sizeof what, "d%s with y all NaN (PH_LAYER_BACKWARD_NO_Y) differs",
-				 H.meta.params[p].name);
-			expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
-		}
+		expect_grads_bitwise(label, &H, g1, g2, "", "with y all NaN (PH_LAYER_BACKWARD_NO_Y) differs");
 		gpu_fwd(label, ops, &D); /* y back */
 	}
 	if (ops->flags & PH_LAYER_DX_OVER_X) {
@@ -1044,11 +1037,7 @@ static void run_case(int idx)
 		d2h(gdx2, D.x, (size_t)H.nx * sizeof(float));
 		expect_bitwise(label, "backward with dx = x (PH_LAYER_DX_OVER_X) gives another dx", gdx, gdx2, H.nx);
 		read_grads(&D, &H, g2);
-		for (int p = 0; p < H.meta.nparams; p++) {
-			char what[96];
-			snprintf(what, sizeof what, "d%s with dx = x (PH_LAYER_DX_OVER_X) differs", H.meta.params[p].name);
-			expect_bitwise(label, what, g1[p], g2[p], H.pn[p]);
-		}
+		expect_grads_bitwise(label, &H, g1, g2, "", "with dx = x (PH_LAYER_DX_OVER_X) differs");
 		h2d(D.x, xs, (size_t)H.nx * sizeof(float));
 		free(xs);
 	}
