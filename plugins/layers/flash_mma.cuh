@@ -168,6 +168,16 @@ template <int HD> struct ph_fam_dims {
 	static constexpr int NO = HD / 8;  /* O's n-tiles */
 };
 
+/* a[ks] = rows 16*warp .. +15 of a staged [PH_FA_BR][LDK] tile, the A
+ * fragments of its k-steps (ph_fa_rows_to_a's twin) */
+template <int HD> __device__ static inline void ph_mma_rows_to_a(uint32_t (*a)[4], const ph_bf16 *tile, int warp)
+{
+	typedef ph_fam_dims<HD> D;
+#pragma unroll
+	for (int ks = 0; ks < D::KS; ks++)
+		ph_mma_a(a[ks], tile, D::LDK, 16 * warp, 16 * ks);
+}
+
 template <int HD> struct alignas(16) ph_fam_smem {
 	typedef ph_fam_dims<HD> D;
 	ph_bf16 k[D::BC * D::LDK]; /* also Q's staging before the loop */
@@ -198,9 +208,7 @@ ph_fam_fwd_kernel(const float *__restrict__ qkv, TO *__restrict__ att, float *__
 	uint32_t qa[D::KS][4];
 	ph_fa_load_tile<HD, PH_FA_BR>(sh.k, qb, ld, q0, T, vec4);
 	__syncthreads();
-#pragma unroll
-	for (int ks = 0; ks < D::KS; ks++)
-		ph_mma_a(qa[ks], sh.k, D::LDK, 16 * warp, 16 * ks);
+	ph_mma_rows_to_a<HD>(qa, sh.k, warp);
 	__syncthreads();
 
 	float o[D::NO][4];
@@ -317,6 +325,7 @@ template <int HD> struct ph_famb_dims {
 	static constexpr int LDT = BC + 8;             /* [HD][BC] tiles: transposed */
 	static constexpr int KS = HD / 16, NO = HD / 8, NJ = BC / 8, KK = BC / 16;
 	static_assert(BC == ph_fa_dims<HD>::BC, "the split's tiles");
+	static_assert(LDK == ph_fam_dims<HD>::LDK && KS == ph_fam_dims<HD>::KS, "ph_mma_rows_to_a's tiles");
 };
 
 /* the lane's 2 rows x HD columns of acc [16][HD] (rows g and g+8 of the
@@ -375,15 +384,11 @@ ph_fam_dkdv_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, 
 	uint32_t ka[D::KS][4], va[D::KS][4];
 	ph_fa_load_tile<HD, PH_FA_BR>(sh.qo, kb, ld, k0, T, vec4);
 	__syncthreads();
-#pragma unroll
-	for (int ks = 0; ks < D::KS; ks++)
-		ph_mma_a(ka[ks], sh.qo, D::LDK, 16 * warp, 16 * ks);
+	ph_mma_rows_to_a<HD>(ka, sh.qo, warp);
 	__syncthreads();
 	ph_fa_load_tile<HD, PH_FA_BR>(sh.qo, vb, ld, k0, T, vec4);
 	__syncthreads();
-#pragma unroll
-	for (int ks = 0; ks < D::KS; ks++)
-		ph_mma_a(va[ks], sh.qo, D::LDK, 16 * warp, 16 * ks);
+	ph_mma_rows_to_a<HD>(va, sh.qo, warp);
 	__syncthreads();
 
 	float dk[D::NO][4], dv[D::NO][4];
@@ -528,15 +533,11 @@ ph_fam_dq_kernel(const float *__restrict__ qkv, const float *__restrict__ dO, co
 	uint32_t qa[D::KS][4], oa[D::KS][4]; /* the warp's rows of q and dO */
 	ph_fa_load_tile<HD, PH_FA_BR>(sh.kv, qb, ld, q0, T, vec4);
 	__syncthreads();
-#pragma unroll
-	for (int ks = 0; ks < D::KS; ks++)
-		ph_mma_a(qa[ks], sh.kv, D::LDK, 16 * warp, 16 * ks);
+	ph_mma_rows_to_a<HD>(qa, sh.kv, warp);
 	__syncthreads();
 	ph_fa_load_tile<HD, PH_FA_BR>(sh.kv, ob, d, q0, T, vec4);
 	__syncthreads();
-#pragma unroll
-	for (int ks = 0; ks < D::KS; ks++)
-		ph_mma_a(oa[ks], sh.kv, D::LDK, 16 * warp, 16 * ks);
+	ph_mma_rows_to_a<HD>(oa, sh.kv, warp);
 	__syncthreads();
 
 	float dq[D::NO][4];
