@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # CI, the CUDA code on the CPU: build against the CUDA emulator
-# (tests/cuemu, configure --enable-cuda-emulator) in a separate directory
-# and run the GPU suites there, which skip in every other build of a machine
+# (tests/cuemu, configure --enable-cuda-emulator, which emulates NCCL too:
+# its processes meet over unix-domain sockets) in a separate directory and
+# run the GPU suites there, which skip in every other build of a machine
 # without a GPU:
-#   test-cuemu.sh       the emulator's own checks
+#   test-cuemu.sh       the emulator's own checks, NCCL's between two processes
 #   test-cuda-layers    every layer's CUDA twin against its CPU twin
 #   test-gpu.sh         4 ranks on one GPU against 1 rank, schedules, bf16
-#   test-nccl.sh        two (emulated) GPUs in one process
+#   test-nccl.sh        two (emulated) GPUs in one process, then one replica
+#                       per process under mpirun with NCCL's sums between them
 #   test-expert-parallel-gpu.sh  experts split over two GPUs (replica groups)
 #   test-gpu-switches.sh  the [gpu] keys reach the kernels' switches
 #   test-out-of-tree.sh a third party's layer with its CUDA twin, built
@@ -25,7 +27,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 [ -x "$src/configure" ] || (cd "$src" && autoreconf -fi)
 mkdir -p "$root"
 cd "$root"
-"$src/configure" -q --enable-cuda-emulator --without-nccl
+"$src/configure" -q --enable-cuda-emulator
 make -j"$jobs"
 suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh"
 for order in forward reverse shuffle; do

@@ -4,6 +4,11 @@
 # shuffles and launches give known results, a barrier some threads never
 # reach is reported rather than hanging, and PH_CUEMU_ORDER changes the
 # order of threads (so the GPU tests run under two orders find races).
+# Its NCCL between two processes (fork, no MPI): messages, a group of 8 MiB
+# each way, sums, gathers, refusals, threads, under each stream mode; a
+# receive of the wrong size and a vanished peer abort in one line each;
+# a lone member gives up after PH_CUEMU_NCCL_TIMEOUT; no rendezvous
+# directory is left behind.
 # Skipped unless the build is configured with --enable-cuda-emulator.
 # shellcheck disable=SC2154 # lib.sh's variables
 . "$top_srcdir/tests/lib.sh"
@@ -33,6 +38,43 @@ if [ "$a" = 127 ] && [ "$b" = 0 ]; then
 	ok "PH_CUEMU_ORDER reorders threads: a racy kernel gives $a forward and $b reversed"
 else
 	not_ok "a racy kernel gave $a forward and $b reversed (want 127 and 0)"
+fi
+
+# NCCL: the rendezvous directories go to $tmp/nccl, which must be empty after
+mkdir "$tmp/nccl"
+for streams in lazy eager sync; do
+	if TMPDIR="$tmp/nccl" PH_CUEMU_DEVICES=2 PH_CUEMU_STREAMS=$streams "$st" nccl >"$tmp/nccl-$streams.out" 2>&1; then
+		ok "NCCL between two processes, $streams streams ($(grep -c '^ok' "$tmp/nccl-$streams.out") checks)"
+	else
+		not_ok "NCCL between two processes, $streams streams: $(grep -v '^ok' "$tmp/nccl-$streams.out" | head -3)"
+	fi
+done
+
+TMPDIR="$tmp/nccl" PH_CUEMU_DEVICES=2 "$st" nccl-mismatch >"$tmp/mismatch.out" 2>&1
+rc=$?
+line='cuemu: NCCL: member 1 sent 4096 bytes, member 0 expected 2048 (the two issue their sends and receives in different orders)'
+if grep -qxF "$line" "$tmp/mismatch.out" && grep -qx 'member 0 ended: signal 6' "$tmp/mismatch.out"; then
+	ok "a receive of the wrong size aborts its process: $line"
+else
+	not_ok "a receive of the wrong size: $(head -c 400 "$tmp/mismatch.out")"
+fi
+if [ "$rc" -ne 0 ] && grep -q '^cuemu: NCCL: member 0 (pid [0-9]*) of the communicator at .* is gone (it exited or aborted' "$tmp/mismatch.out"; then
+	ok "a peer that vanished is reported (exit $rc)"
+else
+	not_ok "a vanished peer (exit $rc): $(head -c 400 "$tmp/mismatch.out")"
+fi
+
+if TMPDIR="$tmp/nccl" "$st" nccl-timeout >"$tmp/timeout.out" 2>&1; then
+	ok "a lone member gives up: $(head -1 "$tmp/timeout.out")"
+else
+	not_ok "a lone member: $(head -c 400 "$tmp/timeout.out")"
+fi
+
+left=$(ls "$tmp/nccl")
+if [ -z "$left" ]; then
+	ok "no rendezvous directory left behind"
+else
+	not_ok "rendezvous files left behind: $left"
 fi
 
 finish

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Shared between the emulator's runtime (cuemu.cc) and its cuBLAS and cuDNN
- * (cublas.cc, cublaslt.cc, cudnn.cc): work those libraries queue on a stream. */
+/* Shared between the emulator's runtime (cuemu.cc) and its cuBLAS, cuDNN
+ * and NCCL (cublas.cc, cublaslt.cc, cudnn.cc, nccl.cc): work those
+ * libraries queue on a stream. */
 #ifndef CUEMU_INTERNAL_H
 #define CUEMU_INTERNAL_H
 
@@ -16,6 +17,14 @@ namespace cuemu {
  * is the null stream).  Capture values, not host pointers the caller may
  * change after the call returns. */
 void enqueue(cudaStream_t s, std::function<void()> fn);
+/* The same, and the stream runs up to and including fn even when lazy
+ * (PH_CUEMU_STREAMS), whatever waits on it: the work queued there before
+ * fn runs first, and the streams it waits on through events.  For NCCL's
+ * operations (nccl.cc), which a peer process waits on. */
+void enqueue_eager(cudaStream_t s, std::function<void()> fn);
+/* Whether enqueue and enqueue_eager run fn on the calling thread before
+ * they return: the null stream, or PH_CUEMU_STREAMS=sync. */
+bool runs_at_once(cudaStream_t s);
 
 /* x rounded to bf16 (round to nearest even; inf and nan kept, nan quiet):
  * what tensor cores see of an fp32 input under CUBLAS_COMPUTE_32F_FAST_16BF. */

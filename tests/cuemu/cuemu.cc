@@ -765,12 +765,26 @@ static uint64_t push(CUstream_st *s, std::function<void()> fn)
 	return seq;
 }
 
+bool runs_at_once(cudaStream_t s)
+{
+	return !s || stream_mode() == S_SYNC;
+}
+
 void enqueue(cudaStream_t s, std::function<void()> fn)
 {
-	if (!s || stream_mode() == S_SYNC)
+	if (runs_at_once(s))
 		fn();
 	else
 		push(s, std::move(fn));
+}
+
+/* lazy: the stream runs up to fn now, without anyone waiting for it */
+void enqueue_eager(cudaStream_t s, std::function<void()> fn)
+{
+	if (runs_at_once(s))
+		fn();
+	else
+		nudge_stream(s, push(s, std::move(fn)));
 }
 
 static void sync_stream(CUstream_st *s)
