@@ -146,6 +146,20 @@ typedef struct ph_device_ops {
 	 * with the same key share a GPU, which NCCL refuses
 	 * (engine-replicas.c).  NULL on the CPU. */
 	int (*device_key)(void *rs, char *key, size_t len, ph_err *err);
+
+	/* A pipeline's stage links between processes (engine-links-nccl.c),
+	 * each direction of a link on a communicator of nccl_open with two
+	 * members.  nccl_send: send `bytes` at buf to member `peer`;
+	 * nccl_recv: receive them into buf.  Both are queued after the work
+	 * on the rank's stream so far, and run on a stream of the
+	 * communicator's own, so the rank's stream goes on computing while a
+	 * message waits for the other process.  nccl_send records `sent` (an
+	 * event of event_create) once the bytes have left: the rank's stream
+	 * waits on it (event_wait) before it writes buf again.  Work queued
+	 * on the rank's stream after nccl_recv sees the bytes.  NULL without
+	 * NCCL. */
+	int (*nccl_send)(void *rs, void *comm, const void *buf, size_t bytes, int peer, void *sent, ph_err *err);
+	int (*nccl_recv)(void *rs, void *comm, void *buf, size_t bytes, int peer, ph_err *err);
 } ph_device_ops;
 
 #define PH_NCCL_ID_BYTES 128

@@ -90,6 +90,9 @@ typedef struct {
 	void *h_out, *h_in;  /* ... on GPUs: host copies the messages carry,
 			      * of the output and its gradient (h_out), and of
 			      * the input and its gradient (h_in) */
+	void *act_sent, *grad_sent; /* ... over NCCL instead: events recorded
+			      * once those sends have left (engine-links-nccl.c) */
+	uint8_t act_sending, grad_sending; /* ... and not yet waited for */
 } slot_t;
 
 typedef struct {
@@ -228,6 +231,14 @@ struct ph_engine {
 	int span;            /* processes per pipeline; 1 = whole pipelines */
 	int rank_lo, rank_hi;
 	int proc_base;
+	/* ... on GPUs: the stage links' NCCL communicators
+	 * (engine-links-nccl.c), [2c] link c's activations, [2c + 1] its
+	 * gradients, NULL where link c stays in this process.  link_comm
+	 * NULL: the links go through host memory over MPI, for the reason in
+	 * links_host. */
+	void **link_comm;
+	const char *links_host;
+	char links_why[192];
 
 	/* Replica groups (plugin ABI 1.5; engine-group.c) and sharded
 	 * parameters (engine-shard.c) */
@@ -425,10 +436,19 @@ int ph_link_recv_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err);
 int ph_link_send_grad(ph_engine *e, int c, int mb, ph_err *err);
 int ph_link_recv_grad(ph_engine *e, int c, int mb, ph_err *err);
 
-/* The slot's earlier sends to another process are done, before it is
- * written again; at the end of a job, every slot of the rank's. */
-int ph_link_slot_sends_done(ph_engine *e, slot_t *sl, ph_err *err);
+/* The earlier sends to another process of chunk c's slot sl are done,
+ * before it is written again; at the end of a job, every slot of the
+ * rank's.  Over NCCL: the rank's stream waits for them. */
+int ph_link_slot_sends_done(ph_engine *e, int c, slot_t *sl, ph_err *err);
 int ph_link_rank_sends_done(ph_engine *e, int rank, ph_err *err);
+
+/* ---- engine-links-nccl.c: stage links between processes over NCCL ----- */
+
+/* A pipeline split over processes on GPUs: decide, with every other
+ * process, whether the links between processes go over NCCL, and open
+ * their communicators; after the chunks, links and evaluation lists. */
+int ph_eng_links_nccl_open(ph_engine *e, ph_err *err);
+void ph_eng_links_nccl_close(ph_engine *e);
 
 /* ---- engine-update.c: the optimizer update ---------------------------- */
 

@@ -16,7 +16,9 @@
  * the buffers are the slots' own and stay untouched until the send is done
  * (ph_link_slot_sends_done, before a slot is taken again, and the end of
  * the job).  Chunk c's output goes to c+1's x_own, c+1's input gradient
- * leaves from its dx_own and lands in c's dy_out. */
+ * leaves from its dx_own and lands in c's dy_out.  On GPUs with NCCL the
+ * same buffers travel GPU to GPU instead, queued on the streams
+ * (engine-links-nccl.c), and only the streams wait. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,8 +151,19 @@ static int msg_wait(ph_engine *e, void **req, ph_err *err)
 	return PH_OK;
 }
 
-int ph_link_slot_sends_done(ph_engine *e, slot_t *sl, ph_err *err)
+int ph_link_slot_sends_done(ph_engine *e, int c, slot_t *sl, ph_err *err)
 {
+	if (e->link_comm) {
+		/* over NCCL the host never waits: the rank's stream does */
+		void *rs = e->rs[e->chunks[c].rank];
+		int rc;
+		if (sl->act_sending && (rc = e->dev->event_wait(rs, sl->act_sent, err)))
+			return rc;
+		if (sl->grad_sending && (rc = e->dev->event_wait(rs, sl->grad_sent, err)))
+			return rc;
+		sl->act_sending = sl->grad_sending = 0;
+		return PH_OK;
+	}
 	int rc = msg_wait(e, &sl->act_req, err);
 	return rc ? rc : msg_wait(e, &sl->grad_req, err);
 }
@@ -176,7 +189,7 @@ int ph_link_rank_sends_done(ph_engine *e, int rank, ph_err *err)
 {
 	for (int c = rank; c < e->plan->nchunks; c += e->plan->ranks)
 		for (int s = 0; s < e->chunks[c].nslots; s++) {
-			int rc = ph_link_slot_sends_done(e, &e->chunks[c].slots[s], err);
+			int rc = ph_link_slot_sends_done(e, c, &e->chunks[c].slots[s], err);
 			if (rc)
 				return rc;
 		}
@@ -205,6 +218,11 @@ int ph_link_send_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
 	if (remote_link(e, c)) {
 		const void *buf = sl->y[ch->b - 1 - ch->a];
 		int rc;
+		if (e->link_comm) { /* chunk c is member 0 of link c's communicators */
+			sl->act_sending = 1;
+			return e->dev->nccl_send(e->rs[ch->rank], e->link_comm[2 * c], buf, out_bytes(e, c, mb), 1,
+						 sl->act_sent, err);
+		}
 		if (sl->h_out && (rc = to_host(e, ch, sl->h_out, buf, out_bytes(e, c, mb), err)))
 			return rc;
 		return e->cfg->comm.ops->isend(sl->h_out ? sl->h_out : buf, out_bytes(e, c, mb),
@@ -227,7 +245,10 @@ int ph_link_recv_act(ph_engine *e, int c, int mb, slot_t *sl, ph_err *err)
 		void *req = NULL;
 		size_t bytes = out_bytes(e, c - 1, mb);
 		int rc;
-		if ((rc = e->cfg->comm.ops->irecv(sl->h_in ? sl->h_in : (void *)sl->x_own, bytes,
+		if (e->link_comm) { /* chunk c is member 1 of link c - 1's */
+			if ((rc = e->dev->nccl_recv(e->rs[ch->rank], e->link_comm[2 * (c - 1)], sl->x_own, bytes, 0, err)))
+				return rc;
+		} else if ((rc = e->cfg->comm.ops->irecv(sl->h_in ? sl->h_in : (void *)sl->x_own, bytes,
 						  owner(e, (c - 1) % e->plan->ranks), link_tag(e, c - 1, mb, 0), &req, err)) ||
 		    (rc = msg_wait(e, &req, err)) || (sl->h_in && (rc = to_device(e, ch, sl->x_own, sl->h_in, bytes, err))))
 			return rc;
@@ -253,6 +274,11 @@ int ph_link_send_grad(ph_engine *e, int c, int mb, ph_err *err)
 				       mb);
 		size_t bytes = out_bytes(e, c - 1, mb);
 		int rc;
+		if (e->link_comm) {
+			sl->grad_sending = 1;
+			return e->dev->nccl_send(e->rs[ch->rank], e->link_comm[2 * (c - 1) + 1], sl->dx_own, bytes, 0,
+						 sl->grad_sent, err);
+		}
 		if (sl->h_in && (rc = to_host(e, ch, sl->h_in, sl->dx_own, bytes, err)))
 			return rc;
 		return e->cfg->comm.ops->isend(sl->h_in ? sl->h_in : (void *)sl->dx_own, bytes,
@@ -274,6 +300,8 @@ int ph_link_recv_grad(ph_engine *e, int c, int mb, ph_err *err)
 		void *req = NULL;
 		size_t bytes = out_bytes(e, c, mb);
 		int rc;
+		if (e->link_comm)
+			return e->dev->nccl_recv(e->rs[ch->rank], e->link_comm[2 * c + 1], sl->dy_out, bytes, 1, err);
 		/* h_out carried this slot's output: that send must be over
 		 * before the gradient lands there (the receiver has it, but MPI
 		 * owns the buffer until the request completes) */

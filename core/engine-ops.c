@@ -89,7 +89,7 @@ static int take_slot(ph_engine *e, int c, int mb, int *out, ph_err *err)
 	if (s == ch->nslots)
 		return ph_fail(err, PH_EINTERNAL, "chunk %d has no free activation slot for micro-batch %d", c, mb);
 	slot_t *sl = &ch->slots[s];
-	int rc = e->span > 1 ? ph_link_slot_sends_done(e, sl, err) : PH_OK;
+	int rc = e->span > 1 ? ph_link_slot_sends_done(e, c, sl, err) : PH_OK;
 	if (rc)
 		return rc;
 	sl->mb = mb;

@@ -252,6 +252,13 @@ void ph_engine_print_reduction(const ph_engine *e, FILE *f)
 {
 	if (e->red_host)
 		fprintf(f, "replicas: gradients summed through host memory over MPI, not NCCL: %s\n", e->red_host);
+	if (e->span > 1 && !e->dev->host_memory) {
+		if (e->links_host)
+			fprintf(f, "links: between processes through host memory over MPI, not NCCL: %s\n",
+				e->links_host);
+		else
+			fprintf(f, "links: between processes over NCCL\n");
+	}
 }
 
 int ph_engine_upload_tensors(ph_engine *e, ph_err *err)

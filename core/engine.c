@@ -364,7 +364,7 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		return rc;
 	}
 	if ((rc = ph_eng_links_create(e, err)) || (rc = alloc_batch(e, err)) || (rc = ph_eng_eval_lists(e, err)) ||
-	    (rc = note_memory(e, 2, err)))
+	    (rc = ph_eng_links_nccl_open(e, err)) || (rc = note_memory(e, 2, err)))
 		return rc;
 	return ph_eng_start_workers(e, err);
 }
@@ -374,6 +374,7 @@ void ph_eng_destroy_one(ph_engine *e)
 	free(e->mem_phase);
 	ph_eng_stop_workers(e);
 	ph_eng_trace_free(e);
+	ph_eng_links_nccl_close(e);
 	ph_eng_free_chunks(e);
 	ph_eng_links_destroy(e);
 	ph_eng_stream_free(e);

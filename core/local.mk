@@ -11,7 +11,8 @@ core_libphcore_la_SOURCES = \
 	core/plan.c core/plan.h core/memcheck.c core/memcheck.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-layout.c core/engine-layout.h \
-	core/engine-workers.c core/engine-ops.c core/engine-links.c core/engine-update.c core/engine-split.c \
+	core/engine-workers.c core/engine-ops.c core/engine-links.c core/engine-links-nccl.c \
+	core/engine-update.c core/engine-split.c \
 	core/engine-replicas.c core/engine-group.c core/engine-shard.c core/engine-eval.c core/engine-trace.c \
 	core/engine-versions.c core/engine-stream.c \
 	core/optim.c core/optim.h \

@@ -8,6 +8,8 @@
 # against both on cuda:0, and, where Open MPI and the MPI module are
 # (tests/mpi-lib.sh), one replica per process with NCCL between them:
 #     mpirun -np 2 pipehost -c tiny.ini --set run.devices=auto
+# and one pipeline split over the two processes, its stage links over NCCL
+# (and through the host with PIPEHOST_NCCL=0).
 # Skips (exit 77) unless nvidia-smi -L lists 2 GPUs and pipehost runs a job
 # on cuda:0; a run that fails saying "without NCCL" skips that check alone.
 # shellcheck disable=SC2154 # make check sets top_srcdir
@@ -57,15 +59,55 @@ fi
 if ! ph_have_mpi; then
 	ok "mpirun -np 2 # SKIP $ph_mpi_why"
 else
-	# devices = auto: each process takes the GPU of its place on the node
+	# devices = auto: each process takes the GPU of its place on the node.
+	# One stage, so that each process's replica has a GPU of its own (with
+	# tiny.ini's 2 stages both processes would use cuda:0 and cuda:1, and
+	# NCCL refuses a communicator whose members share a GPU); the same
+	# bits as 2 replicas of 2 stages, since the links change no arithmetic.
 	# shellcheck disable=SC2086
 	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$fixtures/tiny.ini" $common \
-		--set run.devices=auto --save-weights "$tmp/mpi.st" </dev/null >"$tmp/mpi.log" 2>&1; then
-		how=NCCL
-		grep -q '^replicas: gradients summed through host memory' "$tmp/mpi.log" && how="the host, no NCCL"
-		same_weights "mpirun -np 2, a replica per process on cuda:0 and cuda:1 (sum: $how)" r0 mpi
+		--set run.stages=1 --set run.devices=auto --save-weights "$tmp/mpi.st" </dev/null >"$tmp/mpi.log" 2>&1; then
+		desc="mpirun -np 2, a replica per process on cuda:0 and cuda:1"
+		if grep -q '^replicas: gradients summed through host memory.*without NCCL' "$tmp/mpi.log"; then
+			same_weights "$desc (sum: the host, a build without NCCL)" r0 mpi
+		elif grep -q '^replicas: gradients summed through host memory' "$tmp/mpi.log"; then
+			not_ok "$desc: the sum did not go over NCCL: $(grep -m1 '^replicas:' "$tmp/mpi.log")"
+		else
+			same_weights "$desc (sum: NCCL)" r0 mpi
+		fi
 	else
 		not_ok "mpirun -np 2: run failed: $(tail -3 "$tmp/mpi.log")"
 	fi
+
+	# One pipeline split over the two processes, each on its own GPU:
+	# the stage links go GPU to GPU over NCCL (engine-links-nccl.c), or
+	# with PIPEHOST_NCCL=0 through host memory over MPI; either way the
+	# same bytes as 1 rank on cuda:0.  Interleaved with 2 chunks a rank,
+	# three of the three links cross between the processes, both ways.
+	#     mpirun -np 2 pipehost -c tiny.ini --set run.stages=2 --set run.devices=auto
+	while read -r sname nccl want opts; do
+		# shellcheck disable=SC2086 # $common and $opts are lists of options
+		if PIPEHOST_NCCL=$nccl ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND -x PIPEHOST_NCCL \
+			"$PIPEHOST" -c "$fixtures/tiny.ini" $common --set run.replicas=1 --set run.devices=auto $opts \
+			--save-weights "$tmp/$sname.st" </dev/null >"$tmp/$sname.log" 2>&1; then
+			desc="mpirun -np 2, one pipeline ($opts) split over cuda:0 and cuda:1"
+			if [ "$want" = nccl ] && ! grep -q '^links: between processes over NCCL' "$tmp/$sname.log"; then
+				if grep -q '^links: .*without NCCL' "$tmp/$sname.log"; then
+					ok "$desc # SKIP $(grep -m1 '^links:' "$tmp/$sname.log")"
+					continue
+				fi
+				not_ok "$desc: the links did not go over NCCL: $(grep -m1 '^links:' "$tmp/$sname.log")"
+			elif [ "$want" = host ] && ! grep -q '^links: .*through host memory over MPI, not NCCL: PIPEHOST_NCCL=0' "$tmp/$sname.log"; then
+				not_ok "$desc, PIPEHOST_NCCL=0: no line saying the links go through the host"
+			fi
+			same_weights "$desc, links over $want" n1 "$sname"
+		else
+			not_ok "mpirun -np 2, split pipeline ($opts): run failed: $(tail -3 "$tmp/$sname.log")"
+		fi
+	done <<'EOF2'
+lk2 1 nccl --set run.stages=2
+lk2h 0 host --set run.stages=2
+lk4 1 nccl --set run.stages=2 --set run.chunks=2 --set schedule.type=interleaved
+EOF2
 fi
 finish

@@ -363,6 +363,9 @@ static_assert(sizeof(ncclUniqueId) == PH_NCCL_ID_BYTES, "PH_NCCL_ID_BYTES must m
 struct nccl_comm {
 	ncclComm_t comm;
 	int ordinal;
+	/* a stage link's (op_nccl_send, op_nccl_recv), made on first use */
+	cudaStream_t side;
+	cudaEvent_t ready, landed;
 };
 
 #define NCCL_HINT "run with NCCL_DEBUG=WARN for NCCL's reason, and check that every process of a node sees a different GPU"
@@ -405,7 +408,15 @@ static void op_nccl_close(void *v)
 	if (!c)
 		return;
 	cudaSetDevice(c->ordinal);
+	if (c->side)
+		cudaStreamSynchronize(c->side);
 	ncclCommDestroy(c->comm);
+	if (c->side)
+		cudaStreamDestroy(c->side);
+	if (c->ready)
+		cudaEventDestroy(c->ready);
+	if (c->landed)
+		cudaEventDestroy(c->landed);
 	free(c);
 }
 
@@ -465,11 +476,67 @@ static int op_nccl_all_gather(void *v, void *cv, const float *send, float *recv,
 			       ncclGetErrorString(e), ncclGetLastError(c->comm), NCCL_HINT);
 	return PH_OK;
 }
+/* A stage link's messages run on a stream of the communicator's own: on
+ * the rank's stream, NCCL's kernel would hold every kernel queued after it
+ * until the other process got to the matching call, and a send of
+ * micro-batch 3 would wait for the receiver's forward of 3 while the
+ * receiver waits for this rank's gradient of 1.  The side stream starts
+ * each message after the rank's stream's work so far (`ready`), which
+ * wrote the bytes or still reads the buffer they land in. */
+static int link_side(nccl_comm *c, ph_err *err)
+{
+	if (c->side)
+		return PH_OK;
+	TRY(err, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+	TRY(err, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
+	TRY(err, cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
+	return PH_OK;
+}
+
+static int op_nccl_send(void *v, void *cv, const void *buf, size_t bytes, int peer, void *sent, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	nccl_comm *c = (nccl_comm *)cv;
+	ON_DEVICE(err, r);
+	int rc = link_side(c, err);
+	if (rc)
+		return rc;
+	TRY(err, cudaEventRecord(c->ready, r->stream));
+	TRY(err, cudaStreamWaitEvent(c->side, c->ready, 0));
+	ncclResult_t e = ncclSend(buf, bytes, ncclUint8, peer, c->comm, c->side);
+	if (e != ncclSuccess)
+		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: send of %zu bytes to member %d: %s (%s); %s", r->ordinal,
+			       bytes, peer, ncclGetErrorString(e), ncclGetLastError(c->comm), NCCL_HINT);
+	TRY(err, cudaEventRecord((cudaEvent_t)sent, c->side));
+	return PH_OK;
+}
+
+static int op_nccl_recv(void *v, void *cv, void *buf, size_t bytes, int peer, ph_err *err)
+{
+	rank_state *r = (rank_state *)v;
+	nccl_comm *c = (nccl_comm *)cv;
+	ON_DEVICE(err, r);
+	int rc = link_side(c, err);
+	if (rc)
+		return rc;
+	TRY(err, cudaEventRecord(c->ready, r->stream));
+	TRY(err, cudaStreamWaitEvent(c->side, c->ready, 0));
+	ncclResult_t e = ncclRecv(buf, bytes, ncclUint8, peer, c->comm, c->side);
+	if (e != ncclSuccess)
+		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: receive of %zu bytes from member %d: %s (%s); %s",
+			       r->ordinal, bytes, peer, ncclGetErrorString(e), ncclGetLastError(c->comm), NCCL_HINT);
+	TRY(err, cudaEventRecord(c->landed, c->side));
+	TRY(err, cudaStreamWaitEvent(r->stream, c->landed, 0));
+	return PH_OK;
+}
+
 #define NCCL_OPS op_nccl_unique_id, op_nccl_open, op_nccl_close, op_nccl_sum
 #define NCCL_GROUP_OPS op_nccl_all_to_all, op_nccl_all_gather
+#define NCCL_LINK_OPS op_nccl_send, op_nccl_recv
 #else
 #define NCCL_OPS NULL, NULL, NULL, NULL
 #define NCCL_GROUP_OPS NULL, NULL
+#define NCCL_LINK_OPS NULL, NULL
 #endif
 
 static int op_mem_held(void *v, int *ordinal, size_t *bytes, ph_err *err)
@@ -522,6 +589,7 @@ static const ph_device_ops cuda_ops = {
 	NCCL_GROUP_OPS,
 	op_mem_held,
 	op_device_key,
+	NCCL_LINK_OPS,
 };
 
 extern "C" __attribute__((visibility("default"))) const ph_device_ops *ph_cuda_backend_ops(void)
