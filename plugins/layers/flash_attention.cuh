@@ -529,6 +529,19 @@ __host__ __device__ static inline void ph_fa_inner(int kv, int t, int T, int bc,
 	*hi = kv ? (T + bc - 1) / bc : (end + bc - 1) / bc;
 }
 
+/* The blocks an outer tile with inner tiles [lo, hi) goes to: at most qs
+ * inner tiles each, 1 (unsplit) if it has no more than qs or qs <= 0.
+ * One definition for the kernels (ph_fa_part_at), the host
+ * (ph_fa_part_count) and the sum kernels, which must agree on every
+ * tile's blocks and slots: a sum kernel counting otherwise than the
+ * kernels that wrote the partials would add the wrong slots.  (The sum
+ * kernels' early return tests the condition here, which is nsplit > 1,
+ * without the division: nvcc cannot see that the quotient is then >= 2.) */
+__host__ __device__ static inline int ph_fa_nsplit(int lo, int hi, int qs)
+{
+	return qs > 0 && hi - lo > qs ? (hi - lo + qs - 1) / qs : 1;
+}
+
 __host__ __device__ static inline ph_fa_part ph_fa_part_at(int kv, int y, int T, int bc, int qs)
 {
 	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
@@ -538,7 +551,7 @@ __host__ __device__ static inline ph_fa_part ph_fa_part_at(int kv, int y, int T,
 		const int t = kv ? k : nt - 1 - k;
 		int lo, hi;
 		ph_fa_inner(kv, t, T, bc, &lo, &hi);
-		const int ns = qs > 0 && hi - lo > qs ? (hi - lo + qs - 1) / qs : 1;
+		const int ns = ph_fa_nsplit(lo, hi, qs);
 		if (y < ns) {
 			const int w = ns > 1 ? qs : hi - lo;
 			p.tile = t;
@@ -565,7 +578,7 @@ static inline void ph_fa_part_count(int kv, int T, int bc, int qs, int *blocks, 
 	for (int t = 0; t < nt; t++) {
 		int lo, hi;
 		ph_fa_inner(kv, t, T, bc, &lo, &hi);
-		const int ns = qs > 0 && hi - lo > qs ? (hi - lo + qs - 1) / qs : 1;
+		const int ns = ph_fa_nsplit(lo, hi, qs);
 		*blocks += ns;
 		if (ns > 1)
 			*slots += ns;
@@ -743,13 +756,13 @@ __global__ static void ph_fa_dkdv_sum_kernel(const float *__restrict__ part, TG 
 	const int bh = blockIdx.x, b = bh / H, h = bh % H, t = (int)blockIdx.y;
 	int lo, hi;
 	ph_fa_inner(1, t, T, D::BC, &lo, &hi);
-	if (!(qs > 0 && hi - lo > qs))
+	if (!(qs > 0 && hi - lo > qs)) /* ph_fa_nsplit(lo, hi, qs) == 1: written by the kernel */
 		return;
 	int y = 0; /* the tile's first block: its first slot */
 	for (int k = 0; k < t; k++) {
 		int l2, h2;
 		ph_fa_inner(1, k, T, D::BC, &l2, &h2);
-		y += qs > 0 && h2 - l2 > qs ? (h2 - l2 + qs - 1) / qs : 1;
+		y += ph_fa_nsplit(l2, h2, qs);
 	}
 	const ph_fa_part pt = ph_fa_part_at(1, y, T, D::BC, qs);
 	const int64_t ld = 3 * (int64_t)d, tile = 2 * PH_FA_BR * HD;
@@ -879,13 +892,13 @@ __global__ static void ph_fa_dq_sum_kernel(const float *__restrict__ part, TG *_
 	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
 	int lo, hi;
 	ph_fa_inner(0, t, T, D::BC, &lo, &hi);
-	if (!(qs > 0 && hi - lo > qs))
+	if (!(qs > 0 && hi - lo > qs)) /* ph_fa_nsplit(lo, hi, qs) == 1: written by the kernel */
 		return;
 	int y = 0; /* blocks of the tiles before it in block order: the heavier, later ones */
 	for (int k = nt - 1; k > t; k--) {
 		int l2, h2;
 		ph_fa_inner(0, k, T, D::BC, &l2, &h2);
-		y += qs > 0 && h2 - l2 > qs ? (h2 - l2 + qs - 1) / qs : 1;
+		y += ph_fa_nsplit(l2, h2, qs);
 	}
 	const ph_fa_part pt = ph_fa_part_at(0, y, T, D::BC, qs);
 	const int64_t ld = 3 * (int64_t)d, tile = PH_FA_BR * HD;
