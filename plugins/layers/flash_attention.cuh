@@ -542,6 +542,22 @@ __host__ __device__ static inline int ph_fa_nsplit(int lo, int hi, int qs)
 	return qs > 0 && hi - lo > qs ? (hi - lo + qs - 1) / qs : 1;
 }
 
+/* The first block of outer tile t in ph_fa_part_at's order: the blocks of
+ * the tiles before it (kv: 0 .. t-1; else the later, heavier ones, nt-1
+ * down to t+1), counted in that order.  The sum kernels find a tile's
+ * partials with it: ph_fa_part_at(kv, ph_fa_first_block(...)) */
+__host__ __device__ static inline int ph_fa_first_block(int kv, int t, int T, int bc, int qs)
+{
+	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
+	int y = 0;
+	for (int k = kv ? 0 : nt - 1; kv ? k < t : k > t; k += kv ? 1 : -1) {
+		int lo, hi;
+		ph_fa_inner(kv, k, T, bc, &lo, &hi);
+		y += ph_fa_nsplit(lo, hi, qs);
+	}
+	return y;
+}
+
 __host__ __device__ static inline ph_fa_part ph_fa_part_at(int kv, int y, int T, int bc, int qs)
 {
 	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
@@ -758,13 +774,8 @@ __global__ static void ph_fa_dkdv_sum_kernel(const float *__restrict__ part, TG 
 	ph_fa_inner(1, t, T, D::BC, &lo, &hi);
 	if (!(qs > 0 && hi - lo > qs)) /* ph_fa_nsplit(lo, hi, qs) == 1: written by the kernel */
 		return;
-	int y = 0; /* the tile's first block: its first slot */
-	for (int k = 0; k < t; k++) {
-		int l2, h2;
-		ph_fa_inner(1, k, T, D::BC, &l2, &h2);
-		y += ph_fa_nsplit(l2, h2, qs);
-	}
-	const ph_fa_part pt = ph_fa_part_at(1, y, T, D::BC, qs);
+	/* the tile's first block: its first slot and number of partials */
+	const ph_fa_part pt = ph_fa_part_at(1, ph_fa_first_block(1, t, T, D::BC, qs), T, D::BC, qs);
 	const int64_t ld = 3 * (int64_t)d, tile = 2 * PH_FA_BR * HD;
 	const float *p0 = part + ((int64_t)bh * nslots + pt.slot0) * tile;
 	for (int e = threadIdx.x; e < PH_FA_BR * HD; e += blockDim.x) {
@@ -889,18 +900,11 @@ __global__ static void ph_fa_dq_sum_kernel(const float *__restrict__ part, TG *_
 {
 	typedef ph_fa_dims<HD> D;
 	const int bh = blockIdx.x, b = bh / H, h = bh % H, t = (int)blockIdx.y;
-	const int nt = (T + PH_FA_BR - 1) / PH_FA_BR;
 	int lo, hi;
 	ph_fa_inner(0, t, T, D::BC, &lo, &hi);
 	if (!(qs > 0 && hi - lo > qs)) /* ph_fa_nsplit(lo, hi, qs) == 1: written by the kernel */
 		return;
-	int y = 0; /* blocks of the tiles before it in block order: the heavier, later ones */
-	for (int k = nt - 1; k > t; k--) {
-		int l2, h2;
-		ph_fa_inner(0, k, T, D::BC, &l2, &h2);
-		y += ph_fa_nsplit(l2, h2, qs);
-	}
-	const ph_fa_part pt = ph_fa_part_at(0, y, T, D::BC, qs);
+	const ph_fa_part pt = ph_fa_part_at(0, ph_fa_first_block(0, t, T, D::BC, qs), T, D::BC, qs);
 	const int64_t ld = 3 * (int64_t)d, tile = PH_FA_BR * HD;
 	const float *p0 = part + ((int64_t)bh * nslots + pt.slot0) * tile;
 	for (int e = threadIdx.x; e < PH_FA_BR * HD; e += blockDim.x) {
