@@ -171,6 +171,8 @@ static int reduce_on_devices(ph_engine *e, int par, ph_err *err)
 		int k = layer_rank(e, l);
 		void *rs = e->rs[k];
 		int64_t o;
+		if (!owns(e, k)) /* a split pipeline: another process sums it */
+			continue;
 		/* the tensors every replica holds, not a sharded one's rows */
 		for (int run = 0; ph_eng_summed_run(&e->model->layers[l], run, &o, &n); run++) {
 			float *g0 = grad_block(e, l, par) + o;
@@ -188,7 +190,7 @@ static int reduce_on_devices(ph_engine *e, int par, ph_err *err)
 		}
 	}
 	/* the other replicas' update jobs run on their own streams */
-	for (int k = 0; k < e->plan->ranks; k++)
+	for (int k = e->rank_lo; k < e->rank_hi; k++)
 		if ((rc = e->dev->sync(e->rs[k], err)))
 			return rc;
 	return PH_OK;
@@ -288,7 +290,7 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
-/* Under mpirun on GPUs with whole pipelines: may NCCL sum the replicas?
+/* Under mpirun on GPUs: may NCCL sum the replicas?
  * Every process says what it knows (PIPEHOST_NCCL=0, for each rank its
  * host and GPU, a build without NCCL), so that all take the same way:
  * NCCL refuses a communicator with two members on one GPU, which two
@@ -309,7 +311,9 @@ static int nccl_fits(ph_engine *e, ph_err *err)
 	mine[1] = env_is_zero("PIPEHOST_NCCL");
 	char host[48] = "";
 	gethostname(host, sizeof host - 1);
-	for (int k = 0; k < P && e->dev->device_key; k++) {
+	/* the ranks this process runs: all of them, or its share of a split
+	 * pipeline (the others sit on its first GPU and have nothing there) */
+	for (int k = e->rank_lo; k < e->rank_hi && e->dev->device_key; k++) {
 		char *key = (char *)mine + 2 + (size_t)k * KEY_BYTES;
 		snprintf(key, KEY_BYTES, "%s ", host);
 		size_t used = strlen(key);
@@ -365,23 +369,40 @@ static int open_reduction(ph_engine *e, ph_err *err)
 	}
 	if (cm->size == 1 || e->dev->host_memory)
 		return PH_OK; /* reduce_gathered */
-	/* reduce_gathered, through the host: a split pipeline's links go
-	 * there already; without NCCL there is no other way */
-	if (e->span > 1) {
-		e->red_host = e->cfg->run.replicas > 1 ? "the pipelines are split over processes" : NULL;
+	/* a split pipeline: its replicas sum over NCCL where its links run
+	 * over NCCL (engine-links-nccl.c), else through the host with them */
+	if (e->span > 1 && e->cfg->run.replicas <= 1)
+		return PH_OK;
+	if (e->span > 1 && !e->link_comm) {
+		snprintf(e->red_why, sizeof e->red_why, "the pipelines are split over processes and their links go "
+			 "through the host (%s)", e->links_host ? e->links_host : "see the links line");
+		e->red_host = e->red_why;
 		return PH_OK;
 	}
 	if ((rc = nccl_fits(e, err)) || e->red_host)
 		return rc;
 	if (!(e->nccl = calloc((size_t)P, sizeof *e->nccl)))
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int k = 0; k < P; k++) {
-		unsigned char id[PH_NCCL_ID_BYTES] = { 0 };
-		if ((cm->rank == 0 && (rc = e->dev->nccl_unique_id(id, err))) || (rc = cm->ops->bcast(id, sizeof id, 0, err)) ||
-		    (rc = e->dev->nccl_open(e->rs[k], id, cm->size, cm->rank, &e->nccl[k], err)))
-			return rc;
+	/* rank k's communicator: every process that runs rank k, one per
+	 * process group of a pipeline (member: the process's rank over span;
+	 * whole pipelines, span 1: every process).  Every id first (the
+	 * broadcasts are every process's), then each process joins its
+	 * ranks' in rank order, so the members of each meet. */
+	unsigned char(*ids)[PH_NCCL_ID_BYTES] = calloc((size_t)P, sizeof *ids);
+	if (!ids)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	rc = PH_OK;
+	for (int k = 0; k < P && !rc; k++) {
+		int root = owner0(e, k);
+		if (cm->rank == root)
+			rc = e->dev->nccl_unique_id(ids[k], err);
+		if (!rc)
+			rc = cm->ops->bcast(ids[k], sizeof ids[k], root, err);
 	}
-	return PH_OK;
+	for (int k = e->rank_lo; k < e->rank_hi && !rc; k++)
+		rc = e->dev->nccl_open(e->rs[k], ids[k], cm->size / e->span, cm->rank / e->span, &e->nccl[k], err);
+	free(ids);
+	return rc;
 }
 
 int ph_engine_create(ph_engine **out, ph_model *m, ph_plan *p, const ph_config *c, ph_err *err)

@@ -8,7 +8,9 @@
 #    two GPUs the same bits as 4 on cuda:0;
 #  - R = 2 and R = 4 train the model R = 1 trains, to 1e-4 relative;
 #  - the GPU trains the model the CPU trains, to 1e-4 relative;
-#  - under mpirun without NCCL the exchange is refused in one line.
+#  - under mpirun without NCCL the exchange is refused in one line; with
+#    NCCL (all-to-all over ncclSend/ncclRecv, one replica a process on its
+#    own GPU) it gives the bits of the 2 replicas on cuda:0 and cuda:1.
 # Skips (77) without two GPUs (the emulator's count: .ci/cuemu.sh).
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/gpu-lib.sh"
@@ -61,6 +63,21 @@ elif grep -q 'pipehost: process [01] of 2: .*replica-group collectives between p
 	ok "experts across processes without NCCL: refused in one line"
 else
 	not_ok "experts across processes without NCCL: $(grep -v '^-\|^\s*$' "$tmp/epm.log" | head -2)"
+fi
+if ph_have_mpi; then
+	if ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND "$PIPEHOST" -c "$ini" --set run.stages=1 \
+		--set run.replicas=2 --set run.micro_batches=2 --set optimizer.clip=0.05 --set run.devices=auto \
+		--save-weights "$tmp/epn.st" </dev/null >"$tmp/epn.log" 2>&1; then
+		if cmp -s "$tmp/g2b.st" "$tmp/epn.st"; then
+			ok "experts across 2 processes over NCCL give the bits of g2b (one process, cuda:0 and cuda:1)"
+		else
+			not_ok "experts across 2 processes over NCCL: weights differ from g2b"
+		fi
+	elif grep -q 'without NCCL' "$tmp/epn.log"; then
+		ok "experts across processes over NCCL # SKIP $(grep -m1 'without NCCL' "$tmp/epn.log")"
+	else
+		not_ok "experts across 2 processes over NCCL: $(grep -v '^-\|^\s*$' "$tmp/epn.log" | tail -2)"
+	fi
 fi
 if grep -q 'ep.load_max 0.25' "$tmp/g2b.log"; then
 	ok "the layer's figures from the GPUs: $(grep -m1 -o 'ep.load_max [0-9.]* ep.tokens [0-9]*' "$tmp/g2b.log")"

@@ -109,5 +109,56 @@ lk2 1 nccl --set run.stages=2
 lk2h 0 host --set run.stages=2
 lk4 1 nccl --set run.stages=2 --set run.chunks=2 --set schedule.type=interleaved
 EOF2
+
+	# Four replicas, two a process, a GPU each (the emulator makes 4 for
+	# this run): peer copies add each process's two, NCCL the processes'
+	# sums, (r0 + r1) + (r2 + r3) where one process adds ((r0 + r1) + r2)
+	# + r3, so the weights agree to rounding, not to the bit.
+	desc="mpirun -np 2, 4 replicas (2 a process), a GPU each"
+	if [ -z "${PH_CUEMU:-}" ] && [ "$(gpu_count)" -lt 4 ]; then
+		ok "$desc # SKIP needs 4 GPUs; nvidia-smi -L lists $(gpu_count)"
+	elif ! command -v python3 >/dev/null 2>&1; then
+		ok "$desc # SKIP no python3 to compare safetensors files"
+	# shellcheck disable=SC2086 # $common is a list of options
+	elif train r4 $common --set run.stages=1 --set run.replicas=4 --set run.devices=cuda:0 &&
+		PH_CUEMU_DEVICES=4 ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND -x PH_CUEMU_DEVICES \
+			"$PIPEHOST" -c "$fixtures/tiny.ini" $common --set run.stages=1 --set run.replicas=4 \
+			--set run.devices=auto --save-weights "$tmp/r4m.st" </dev/null >"$tmp/r4m.log" 2>&1; then
+		d=$(python3 "$top_srcdir/tests/st-diff.py" "$tmp/r4.st" "$tmp/r4m.st")
+		if grep -q '^replicas: gradients summed through host memory' "$tmp/r4m.log" &&
+			! grep -q 'without NCCL' "$tmp/r4m.log"; then
+			not_ok "$desc: the sum did not go over NCCL: $(grep -m1 '^replicas:' "$tmp/r4m.log")"
+		elif awk "BEGIN { exit !(${d%% *} <= 1e-5) }"; then
+			ok "$desc: weights within $d of 4 replicas in one process"
+		else
+			not_ok "$desc: weights differ from 4 replicas in one process by '$d'"
+		fi
+	else
+		not_ok "$desc: run failed: $(grep -v '^-\|^\s*$' "$tmp/r4m.log" | tail -2)"
+	fi
+
+	# Two replicas, each split over two processes, a GPU each: the links
+	# and the replicas' sum (a communicator per rank over the replicas)
+	# over NCCL; the bits of the 2 replicas in one process.  Needs 4 GPUs
+	# (the emulator makes 4 for this run).
+	#     mpirun -np 4 pipehost -c tiny.ini --set run.replicas=2 --set run.stages=2 --set run.devices=auto
+	desc="mpirun -np 4, 2 replicas each split over 2 processes, a GPU each"
+	if [ -z "${PH_CUEMU:-}" ] && [ "$(gpu_count)" -lt 4 ]; then
+		ok "$desc # SKIP needs 4 GPUs; nvidia-smi -L lists $(gpu_count)"
+	# shellcheck disable=SC2086 # $common is a list of options
+	elif PH_CUEMU_DEVICES=4 ph_mpirun 4 -x PIPEHOST_PLUGIN_PATH -x PIPEHOST_CUDA_BACKEND -x PH_CUEMU_DEVICES \
+		"$PIPEHOST" -c "$fixtures/tiny.ini" $common --set run.replicas=2 --set run.devices=auto \
+		--save-weights "$tmp/sp4.st" </dev/null >"$tmp/sp4.log" 2>&1; then
+		if grep -q 'without NCCL' "$tmp/sp4.log"; then
+			ok "$desc # SKIP $(grep -m1 'without NCCL' "$tmp/sp4.log")"
+		elif ! grep -q '^links: between processes over NCCL' "$tmp/sp4.log" ||
+			grep -q '^replicas: gradients summed through host memory' "$tmp/sp4.log"; then
+			not_ok "$desc: not over NCCL: $(grep '^links:\|^replicas:' "$tmp/sp4.log" | tr '\n' ' ')"
+		else
+			same_weights "$desc, links and sum over NCCL" r0 sp4
+		fi
+	else
+		not_ok "$desc: run failed: $(grep -v '^-\|^\s*$' "$tmp/sp4.log" | tail -2)"
+	fi
 fi
 finish
