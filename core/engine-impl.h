@@ -233,9 +233,10 @@ struct ph_engine {
 	int proc_base;
 	/* ... on GPUs: the stage links' NCCL communicators
 	 * (engine-links-nccl.c), [2c] link c's activations, [2c + 1] its
-	 * gradients, NULL where link c stays in this process.  link_comm
-	 * NULL: the links go through host memory over MPI, for the reason in
-	 * links_host. */
+	 * gradients, NULL where link c stays in this process.  Allocated
+	 * when the processes decide on NCCL, before the chunks, and filled
+	 * after them.  link_comm NULL: the links go through host memory over
+	 * MPI, for the reason in links_host. */
 	void **link_comm;
 	const char *links_host;
 	char links_why[192];
@@ -342,6 +343,13 @@ static inline int remote_link(const ph_engine *e, int c)
 	return e->span > 1 && owns(e, c % e->plan->ranks) != owns(e, (c + 1) % e->plan->ranks);
 }
 
+/* The process group's message tag of link c's micro-batch mb, activation
+ * (grad 0) or gradient (grad 1): one per link, micro-batch and direction. */
+static inline int link_tag(const ph_engine *e, int c, int mb, int grad)
+{
+	return (c * e->m + mb) * 2 + grad;
+}
+
 /* $NAME=0: a switch for comparisons (PIPEHOST_OPTIM_MANY, PIPEHOST_TIE_SHARE). */
 static inline int env_is_zero(const char *name)
 {
@@ -442,11 +450,39 @@ int ph_link_recv_grad(ph_engine *e, int c, int mb, ph_err *err);
 int ph_link_slot_sends_done(ph_engine *e, int c, slot_t *sl, ph_err *err);
 int ph_link_rank_sends_done(ph_engine *e, int rank, ph_err *err);
 
+/* ---- engine-gpu-keys.c: what each process has for NCCL --------------- */
+
+#define PH_GPU_KEY_BYTES 96
+
+/* Every process's statement, gathered: its two flags (no NCCL in this
+ * build, PIPEHOST_NCCL=0) and, for each rank it runs, "host GPU". */
+typedef struct {
+	unsigned char *all; /* [n][rec] */
+	size_t rec;
+	int n, ranks;
+} ph_gpu_keys;
+
+/* Collective: every process of the job calls it at the same point. */
+int ph_eng_gather_gpu_keys(ph_engine *e, ph_gpu_keys *g, ph_err *err);
+/* PIPEHOST_NCCL=0 in any process, else a build without NCCL in any, or
+ * NULL. */
+const char *ph_gpu_keys_switch_reason(const ph_gpu_keys *g);
+/* Rank k's key in process i ("" where i does not run k). */
+const char *ph_gpu_key(const ph_gpu_keys *g, int i, int k);
+/* Do process p1's rank k1 and process p2's rank k2 sit on one GPU? */
+int ph_gpu_keys_same(const ph_gpu_keys *g, int p1, int k1, int p2, int k2);
+void ph_gpu_keys_free(ph_gpu_keys *g);
+
 /* ---- engine-links-nccl.c: stage links between processes over NCCL ----- */
 
 /* A pipeline split over processes on GPUs: decide, with every other
- * process, whether the links between processes go over NCCL, and open
- * their communicators; after the chunks, links and evaluation lists. */
+ * process, whether the links between processes go over NCCL (e->link_comm
+ * allocated, or e->links_host says why not).  Before the chunks, whose
+ * slots need host buffers for the messages only on the host's way; after
+ * the device and the evaluation lists. */
+int ph_eng_links_nccl_decide(ph_engine *e, ph_err *err);
+/* Open the communicators decided on, and the slots' send events; after
+ * the chunks. */
 int ph_eng_links_nccl_open(ph_engine *e, ph_err *err);
 void ph_eng_links_nccl_close(ph_engine *e);
 

@@ -156,17 +156,18 @@ static int check_messages(ph_engine *e, int c, ph_err *err)
 	return PH_OK;
 }
 
-/* A GPU chunk whose link to another process carries messages: host
- * buffers for them in each slot, since the process group (MPI) may not
- * read device memory.  The bytes go GPU -> host -> MPI -> host -> GPU:
+/* A GPU chunk whose link to another process carries messages through the
+ * host: buffers for them in each slot, since the process group (MPI) may
+ * not read device memory.  The bytes go GPU -> host -> MPI -> host -> GPU:
  * two copies over PCIe per hand-off, small beside the network between
- * nodes that this link exists for. */
+ * nodes that this link exists for.  Over NCCL (e->link_comm, decided
+ * before the chunks) they leave from the slots' device buffers. */
 static int alloc_staging(ph_engine *e, int c, ph_err *err)
 {
 	const ph_plan *p = e->plan;
 	chunk_t *ch = &e->chunks[c];
 	int remote_in = c > 0 && remote_link(e, c - 1), remote_out = c + 1 < p->nchunks && remote_link(e, c);
-	if (e->dev->host_memory || (!remote_in && !remote_out))
+	if (e->dev->host_memory || e->link_comm || (!remote_in && !remote_out))
 		return PH_OK;
 	size_t in = (size_t)ph_shape_numel(&e->model->layers[ch->a].in) * e->mbsize * sizeof(float);
 	size_t out = (size_t)ph_shape_numel(&e->model->layers[ch->b - 1].meta.out) * e->mbsize * sizeof(float);

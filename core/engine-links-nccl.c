@@ -29,8 +29,6 @@
 
 #include "engine-impl.h"
 
-#define KEY_BYTES 96
-
 /* Do the lists send link c's messages of `kind` (SEND_ACT of chunk c, or
  * SEND_GRAD of chunk c+1) in the order the other end receives them? */
 static int same_order(const ph_plan *p, ph_op *const *ops, const int *nops, int c, int grad)
@@ -51,32 +49,23 @@ static int same_order(const ph_plan *p, ph_op *const *ops, const int *nops, int 
 	}
 }
 
-/* Why the links must stay on the host, from every process's record, or
- * NULL.  A record: two flags (no NCCL here, PIPEHOST_NCCL=0), then for
- * each rank the process runs, its host and GPU (empty for the others). */
-static const char *host_reason(ph_engine *e, const unsigned char *all, size_t rec)
+/* Why the links must stay on the host, from every process's statement,
+ * or NULL. */
+static const char *host_reason(ph_engine *e, const ph_gpu_keys *g)
 {
 	const ph_plan *p = e->plan;
 	int N = e->cfg->comm.size, P = p->ranks, per = P / e->span;
-	for (int i = 0; i < N; i++)
-		if (all[(size_t)i * rec + 1])
-			return "PIPEHOST_NCCL=0";
-	for (int i = 0; i < N; i++)
-		if (all[(size_t)i * rec])
-			return "this pipehost's CUDA backend was built without NCCL (install it and rebuild: "
-			       "configure prints NCCL yes)";
+	const char *why = ph_gpu_keys_switch_reason(g);
+	if (why)
+		return why;
 	/* every replica's links: processes base .. base + span - 1 run one */
 	for (int base = 0; base + e->span <= N; base += e->span)
 		for (int c = 0; c + 1 < p->nchunks; c++) {
 			int k1 = c % P, k2 = (c + 1) % P, o1 = base + k1 / per, o2 = base + k2 / per;
-			if (o1 == o2)
-				continue;
-			const char *a = (const char *)all + (size_t)o1 * rec + 2 + (size_t)k1 * KEY_BYTES;
-			const char *b = (const char *)all + (size_t)o2 * rec + 2 + (size_t)k2 * KEY_BYTES;
-			if (*a && !strncmp(a, b, KEY_BYTES)) {
+			if (o1 != o2 && ph_gpu_keys_same(g, o1, k1, o2, k2)) {
 				snprintf(e->links_why, sizeof e->links_why,
 					 "processes %d and %d run ranks %d and %d on one GPU (%.*s), which NCCL refuses", o1,
-					 o2, k1, k2, KEY_BYTES, a);
+					 o2, k1, k2, PH_GPU_KEY_BYTES, ph_gpu_key(g, o1, k1));
 				return e->links_why;
 			}
 		}
@@ -93,35 +82,19 @@ static const char *host_reason(ph_engine *e, const unsigned char *all, size_t re
 	return NULL;
 }
 
-/* Every process says what it has; all decide alike. */
-static int decide(ph_engine *e, ph_err *err)
+int ph_eng_links_nccl_decide(ph_engine *e, ph_err *err)
 {
-	const ph_comm *cm = &e->cfg->comm;
-	int P = e->plan->ranks, rc = PH_OK;
-	size_t rec = 2 + (size_t)P * KEY_BYTES;
-	unsigned char *mine = calloc(1, rec), *all = calloc((size_t)cm->size, rec);
-	if (!mine || !all) {
-		rc = ph_fail(err, PH_ENOMEM, "out of memory");
-		goto out;
-	}
-	mine[0] = !e->dev->nccl_open || !e->dev->nccl_send || !e->dev->nccl_recv;
-	mine[1] = env_is_zero("PIPEHOST_NCCL");
-	char host[48] = "";
-	gethostname(host, sizeof host - 1);
-	for (int k = e->rank_lo; k < e->rank_hi && e->dev->device_key; k++) {
-		char *key = (char *)mine + 2 + (size_t)k * KEY_BYTES;
-		snprintf(key, KEY_BYTES, "%s ", host);
-		size_t used = strlen(key);
-		if ((rc = e->dev->device_key(e->rs[k], key + used, KEY_BYTES - used - 1, err)))
-			goto out;
-	}
-	if ((rc = cm->ops->allgather(mine, all, rec, err)))
-		goto out;
-	e->links_host = host_reason(e, all, rec);
-out:
-	free(mine);
-	free(all);
-	return rc;
+	ph_gpu_keys g;
+	int rc;
+	if (e->span == 1 || e->dev->host_memory)
+		return PH_OK;
+	if ((rc = ph_eng_gather_gpu_keys(e, &g, err)))
+		return rc;
+	e->links_host = host_reason(e, &g);
+	ph_gpu_keys_free(&g);
+	if (!e->links_host && !(e->link_comm = calloc((size_t)(2 * (e->plan->nchunks - 1)), sizeof *e->link_comm)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	return PH_OK;
 }
 
 /* Member 0 makes the communicator's id and sends it to member 1 over the
@@ -134,7 +107,7 @@ static int open_comm(ph_engine *e, int c, int grad, ph_err *err)
 	int rank = member ? (c + 1) % P : c % P, peer = owner(e, member ? c % P : (c + 1) % P);
 	/* the link's own tag for micro-batch 0: no message of the link goes
 	 * over MPI once it runs over NCCL */
-	int tag = (c * e->m) * 2 + grad, rc;
+	int tag = link_tag(e, c, 0, grad), rc;
 	unsigned char id[PH_NCCL_ID_BYTES] = { 0 };
 	void *req = NULL;
 	if (member == 0)
@@ -156,27 +129,20 @@ int ph_eng_links_nccl_open(ph_engine *e, ph_err *err)
 {
 	const ph_plan *p = e->plan;
 	int rc;
-	if (e->span == 1 || e->dev->host_memory)
+	if (!e->link_comm)
 		return PH_OK;
-	if ((rc = decide(e, err)) || e->links_host)
-		return rc;
-	if (!(e->link_comm = calloc((size_t)(2 * (p->nchunks - 1)), sizeof *e->link_comm)))
-		return ph_fail(err, PH_ENOMEM, "out of memory");
 	for (int c = 0; c + 1 < p->nchunks; c++)
 		for (int grad = 0; remote_link(e, c) && grad < 2; grad++)
 			if ((rc = open_comm(e, c, grad, err)))
 				return rc;
-	/* the sends' events, and no host copies: the messages leave from
-	 * the slots' device buffers */
+	/* the sends' events; the messages leave from the slots' device
+	 * buffers (the chunks made no host copies, engine-layout.c) */
 	for (int c = 0; c < p->nchunks; c++) {
 		chunk_t *ch = &e->chunks[c];
 		if (!owns(e, ch->rank) || !((c > 0 && remote_link(e, c - 1)) || (c + 1 < p->nchunks && remote_link(e, c))))
 			continue;
 		for (int s = 0; s < ch->nslots; s++) {
 			slot_t *sl = &ch->slots[s];
-			free(sl->h_out);
-			free(sl->h_in);
-			sl->h_out = sl->h_in = NULL;
 			if ((rc = e->dev->event_create(e->rs[ch->rank], &sl->act_sent, err)) ||
 			    (rc = e->dev->event_create(e->rs[ch->rank], &sl->grad_sent, err)))
 				return rc;

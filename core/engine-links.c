@@ -117,12 +117,6 @@ static void link_post(link_t *lk, uint8_t *flags, int mb)
 
 /* ---- To another process: messages ------------------------------------- */
 
-/* Message tags: one per link, micro-batch and direction. */
-static int link_tag(const ph_engine *e, int c, int mb, int grad)
-{
-	return (c * e->m + mb) * 2 + grad;
-}
-
 /* Wait for one message to or from another process, as link_wait does:
  * polling, so that a failure on another rank of this
  * process stops it. */

@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "engine-impl.h"
 #include "optim.h"
@@ -290,62 +289,27 @@ int ph_engine_upload_tensors(ph_engine *e, ph_err *err)
 	return PH_OK;
 }
 
-/* Under mpirun on GPUs: may NCCL sum the replicas?
- * Every process says what it knows (PIPEHOST_NCCL=0, for each rank its
- * host and GPU, a build without NCCL), so that all take the same way:
- * NCCL refuses a communicator with two members on one GPU, which two
- * processes sharing a GPU would make.  Sets e->red_host when it may not,
- * to the first reason in that order. */
-#define KEY_BYTES 96
+/* Under mpirun on GPUs: may NCCL sum the replicas?  Sets e->red_host
+ * when it may not, to the first reason: the user's switch, a build without
+ * NCCL, two processes running one rank on one GPU (engine-gpu-keys.c). */
 static int nccl_fits(ph_engine *e, ph_err *err)
 {
-	const ph_comm *cm = &e->cfg->comm;
-	int P = e->plan->ranks, N = cm->size, rc = PH_OK;
-	size_t rec = 2 + (size_t)P * KEY_BYTES; /* two flags, then a key per rank */
-	unsigned char *mine = calloc(1, rec), *all = calloc((size_t)N, rec);
-	if (!mine || !all) {
-		rc = ph_fail(err, PH_ENOMEM, "out of memory");
-		goto out;
-	}
-	mine[0] = !e->dev->nccl_open;
-	mine[1] = env_is_zero("PIPEHOST_NCCL");
-	char host[48] = "";
-	gethostname(host, sizeof host - 1);
-	/* the ranks this process runs: all of them, or its share of a split
-	 * pipeline (the others sit on its first GPU and have nothing there) */
-	for (int k = e->rank_lo; k < e->rank_hi && e->dev->device_key; k++) {
-		char *key = (char *)mine + 2 + (size_t)k * KEY_BYTES;
-		snprintf(key, KEY_BYTES, "%s ", host);
-		size_t used = strlen(key);
-		if ((rc = e->dev->device_key(e->rs[k], key + used, KEY_BYTES - used - 1, err)))
-			goto out;
-	}
-	if ((rc = cm->ops->allgather(mine, all, rec, err)))
-		goto out;
-	/* the reasons in order: the user's switch, a shared GPU, no NCCL */
-	for (int i = 0; i < N && !e->red_host; i++)
-		if (all[(size_t)i * rec + 1])
-			e->red_host = "PIPEHOST_NCCL=0";
-	for (int k = 0; k < P && !e->red_host; k++)
-		for (int i = 0; i < N && !e->red_host; i++)
-			for (int j = i + 1; j < N && !e->red_host; j++) {
-				const char *a = (const char *)all + (size_t)i * rec + 2 + (size_t)k * KEY_BYTES;
-				const char *b = (const char *)all + (size_t)j * rec + 2 + (size_t)k * KEY_BYTES;
-				if (*a && !strncmp(a, b, KEY_BYTES)) {
+	ph_gpu_keys g;
+	int rc = ph_eng_gather_gpu_keys(e, &g, err);
+	if (rc)
+		return rc;
+	e->red_host = ph_gpu_keys_switch_reason(&g);
+	for (int k = 0; k < g.ranks && !e->red_host; k++)
+		for (int i = 0; i < g.n && !e->red_host; i++)
+			for (int j = i + 1; j < g.n && !e->red_host; j++)
+				if (ph_gpu_keys_same(&g, i, k, j, k)) {
 					snprintf(e->red_why, sizeof e->red_why,
 						 "processes %d and %d run rank %d on one GPU (%.*s), which NCCL refuses", i,
-						 j, k, KEY_BYTES, a);
+						 j, k, PH_GPU_KEY_BYTES, ph_gpu_key(&g, i, k));
 					e->red_host = e->red_why;
 				}
-			}
-	for (int i = 0; i < N && !e->red_host; i++)
-		if (all[(size_t)i * rec])
-			e->red_host = "this pipehost's CUDA backend was built without NCCL (install it and rebuild: "
-				      "configure prints NCCL yes)";
-out:
-	free(mine);
-	free(all);
-	return rc;
+	ph_gpu_keys_free(&g);
+	return PH_OK;
 }
 
 /* Replicas: room on replica 0's device of each rank for another replica's

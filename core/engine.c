@@ -354,6 +354,10 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 	if ((rc = note_memory(e, 0, err)) || (rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)) ||
 	    (rc = ph_eng_stream_alloc(e, err)) || (rc = note_memory(e, 1, err)))
 		return rc;
+	/* the links' way first: the chunks' slots need host buffers for
+	 * the messages only where the links go through the host */
+	if ((rc = ph_eng_eval_lists(e, err)) || (rc = ph_eng_links_nccl_decide(e, err)))
+		return rc;
 	if ((rc = ph_eng_alloc_chunks(e, err))) {
 		if (e->err_set) {
 			/* err->msg cannot be both the format's argument and its output */
@@ -363,8 +367,8 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		}
 		return rc;
 	}
-	if ((rc = ph_eng_links_create(e, err)) || (rc = alloc_batch(e, err)) || (rc = ph_eng_eval_lists(e, err)) ||
-	    (rc = ph_eng_links_nccl_open(e, err)) || (rc = note_memory(e, 2, err)))
+	if ((rc = ph_eng_links_create(e, err)) || (rc = alloc_batch(e, err)) || (rc = ph_eng_links_nccl_open(e, err)) ||
+	    (rc = note_memory(e, 2, err)))
 		return rc;
 	return ph_eng_start_workers(e, err);
 }

@@ -12,6 +12,7 @@ core_libphcore_la_SOURCES = \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-layout.c core/engine-layout.h \
 	core/engine-workers.c core/engine-ops.c core/engine-links.c core/engine-links-nccl.c \
+	core/engine-gpu-keys.c \
 	core/engine-update.c core/engine-split.c \
 	core/engine-replicas.c core/engine-group.c core/engine-shard.c core/engine-eval.c core/engine-trace.c \
 	core/engine-versions.c core/engine-stream.c \
