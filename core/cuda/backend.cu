@@ -482,14 +482,18 @@ static int op_nccl_all_gather(void *v, void *cv, const float *send, float *recv,
  * micro-batch 3 would wait for the receiver's forward of 3 while the
  * receiver waits for this rank's gradient of 1.  The side stream starts
  * each message after the rank's stream's work so far (`ready`), which
- * wrote the bytes or still reads the buffer they land in. */
-static int link_side(nccl_comm *c, ph_err *err)
+ * wrote the bytes or still reads the buffer they land in.  link_begin
+ * makes the side stream on first use and orders the next message there. */
+static int link_begin(rank_state *r, nccl_comm *c, ph_err *err)
 {
-	if (c->side)
-		return PH_OK;
-	TRY(err, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
-	TRY(err, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
-	TRY(err, cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
+	ON_DEVICE(err, r);
+	if (!c->side) {
+		TRY(err, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+		TRY(err, cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
+		TRY(err, cudaEventCreateWithFlags(&c->landed, cudaEventDisableTiming));
+	}
+	TRY(err, cudaEventRecord(c->ready, r->stream));
+	TRY(err, cudaStreamWaitEvent(c->side, c->ready, 0));
 	return PH_OK;
 }
 
@@ -497,12 +501,9 @@ static int op_nccl_send(void *v, void *cv, const void *buf, size_t bytes, int pe
 {
 	rank_state *r = (rank_state *)v;
 	nccl_comm *c = (nccl_comm *)cv;
-	ON_DEVICE(err, r);
-	int rc = link_side(c, err);
+	int rc = link_begin(r, c, err);
 	if (rc)
 		return rc;
-	TRY(err, cudaEventRecord(c->ready, r->stream));
-	TRY(err, cudaStreamWaitEvent(c->side, c->ready, 0));
 	ncclResult_t e = ncclSend(buf, bytes, ncclUint8, peer, c->comm, c->side);
 	if (e != ncclSuccess)
 		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: send of %zu bytes to member %d: %s (%s); %s", r->ordinal,
@@ -511,16 +512,15 @@ static int op_nccl_send(void *v, void *cv, const void *buf, size_t bytes, int pe
 	return PH_OK;
 }
 
+/* The rank's stream waits for the bytes (`landed`) before the kernels
+ * queued after this call read them. */
 static int op_nccl_recv(void *v, void *cv, void *buf, size_t bytes, int peer, ph_err *err)
 {
 	rank_state *r = (rank_state *)v;
 	nccl_comm *c = (nccl_comm *)cv;
-	ON_DEVICE(err, r);
-	int rc = link_side(c, err);
+	int rc = link_begin(r, c, err);
 	if (rc)
 		return rc;
-	TRY(err, cudaEventRecord(c->ready, r->stream));
-	TRY(err, cudaStreamWaitEvent(c->side, c->ready, 0));
 	ncclResult_t e = ncclRecv(buf, bytes, ncclUint8, peer, c->comm, c->side);
 	if (e != ncclSuccess)
 		return ph_fail(err, PH_EIO, "NCCL on cuda:%d: receive of %zu bytes from member %d: %s (%s); %s",
