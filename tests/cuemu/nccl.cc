@@ -1066,6 +1066,29 @@ EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 	return fail(NULL, ncclSystemError, "ncclGetUniqueId: no fresh directory under %s", base.c_str());
 }
 
+/* Closes c's sockets and frees it; a later call with it fails comm_ok. */
+static void comm_free(ncclComm_t c)
+{
+	close_all(c);
+	c->magic = MAGIC_DEAD;
+	delete c;
+}
+
+/* The start of ncclCommDestroy and ncclCommAbort (fn): NULL is nothing to
+ * end (*rc ncclSuccess), a pointer that is no live communicator an error.
+ * True when the caller goes on to end c. */
+static bool comm_ending(ncclComm_t c, const char *fn, ncclResult_t *rc)
+{
+	*rc = ncclSuccess;
+	if (!c)
+		return false;
+	if (!comm_ok(c)) {
+		*rc = fail(NULL, ncclInvalidArgument, "%s: not a communicator, or ended already", fn);
+		return false;
+	}
+	return true;
+}
+
 EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id, int rank)
 {
 	last_error.clear();
@@ -1091,9 +1114,7 @@ EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id, in
 	c->got.assign(n, 0);
 	ncclResult_t r = join(c);
 	if (r) {
-		close_all(c);
-		c->magic = MAGIC_DEAD;
-		delete c;
+		comm_free(c);
 		return r;
 	}
 	*out = c;
@@ -1103,17 +1124,14 @@ EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *out, int n, ncclUniqueId id, in
 /* Waits for the operations issued on c, then closes its sockets. */
 EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
-	if (!c)
-		return ncclSuccess;
-	if (!comm_ok(c))
-		return fail(NULL, ncclInvalidArgument, "ncclCommDestroy: not a communicator, or destroyed twice");
+	ncclResult_t rc;
+	if (!comm_ending(c, "ncclCommDestroy", &rc))
+		return rc;
 	{
 		std::unique_lock<std::mutex> lk(c->m);
 		c->cv.wait(lk, [c] { return c->finished == c->issued; });
 	}
-	close_all(c);
-	c->magic = MAGIC_DEAD;
-	delete c;
+	comm_free(c);
 	return ncclSuccess;
 }
 
@@ -1122,10 +1140,9 @@ EXPORT ncclResult_t ncclCommDestroy(ncclComm_t c)
  * queued. */
 EXPORT ncclResult_t ncclCommAbort(ncclComm_t c)
 {
-	if (!c)
-		return ncclSuccess;
-	if (!comm_ok(c))
-		return fail(NULL, ncclInvalidArgument, "ncclCommAbort: not a communicator, or destroyed");
+	ncclResult_t rc;
+	if (!comm_ending(c, "ncclCommAbort", &rc))
+		return rc;
 	bool idle;
 	{
 		std::lock_guard<std::mutex> lk(c->m);
@@ -1135,11 +1152,8 @@ EXPORT ncclResult_t ncclCommAbort(ncclComm_t c)
 			if (fd >= 0)
 				shutdown(fd, SHUT_RDWR);
 	}
-	if (idle) {
-		close_all(c);
-		c->magic = MAGIC_DEAD;
-		delete c;
-	}
+	if (idle)
+		comm_free(c);
 	return ncclSuccess;
 }
 
