@@ -23,8 +23,9 @@
  * reads along its k dimension by pairs are stored transposed in shared
  * memory as they load (V in the forward; Q and dO for dK/dV; K for dQ).
  *
- * Registers (ptxas, sm_90, hd 64): forward 208, dK/dV 243, dQ 228, none
- * spilled; at hd 128 the forward and dK/dV spill (about 200 bytes).
+ * Registers (ptxas, CUDA 13, sm_90, hd 64): forward 208, dK/dV 243, dQ
+ * 228, none spilled.  The forward and dK/dV spill at hd 112 (64 and 52
+ * bytes) and hd 128 (196 and 164 bytes); GPT-2's hd is 64.
  *
  * The fragments of mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
  * (PTX ISA, "Matrix fragments for mma.m16n8k16"), lane = 4g + q:
