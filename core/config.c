@@ -82,8 +82,9 @@ const ph_option ph_optimizer_options[] = {
 	PH_OPT_FLOAT_(ph_optim_config, lr, "lr", "0.001", 0, 10, "peak learning rate"),
 	PH_OPT_FLOAT_(ph_optim_config, momentum, "momentum", "0.9", 0, 1, "SGD momentum"),
 	PH_OPT_BOOL_(ph_optim_config, nesterov, "nesterov", "no", "SGD: Nesterov momentum"),
-	PH_OPT_FLOAT_(ph_optim_config, beta1, "beta1", "0.9", 0, 1, "AdamW first-moment decay"),
-	PH_OPT_FLOAT_(ph_optim_config, beta2, "beta2", "0.999", 0, 1, "AdamW second-moment decay"),
+	/* below 1: AdamW's bias correction divides by 1 - beta^t */
+	PH_OPT_FLOAT_(ph_optim_config, beta1, "beta1", "0.9", 0, 0.999999, "AdamW first-moment decay"),
+	PH_OPT_FLOAT_(ph_optim_config, beta2, "beta2", "0.999", 0, 0.999999, "AdamW second-moment decay"),
 	PH_OPT_FLOAT_(ph_optim_config, eps, "eps", "1e-8", 0, 1, "AdamW denominator epsilon"),
 	PH_OPT_FLOAT_(ph_optim_config, weight_decay, "weight_decay", "0", 0, 10, "weight decay (biases exempt)"),
 	PH_OPT_INT_(ph_optim_config, warmup, "warmup", "0", 0, PH_NO_MAX, "steps of linear learning-rate warm-up"),
@@ -218,7 +219,7 @@ static int apply_section(ph_config *c, const char *section, const ph_option *con
 		}
 		ph_err e2;
 		if (ph_options_set(tables[t], cfgs[t], e->key, e->value, &e2))
-			return where_fail(c, e->line, PH_EINVAL, err, "[%s] %s", section, e2.msg);
+			return where_fail(c, e->line, PH_EINVAL, err, "[" PH_ECHO "] %s", PH_ECHO_ARG(section), e2.msg);
 	}
 	/* required keys */
 	for (int t = 0; tables[t]; t++)
@@ -404,6 +405,8 @@ static int resolve_typed(ph_config *c, const ph_registry *reg, const ph_core_sec
 		const char *s = ph_registry_suggest(reg, kind, type);
 		char names[512];
 		ph_registry_names(reg, kind, names, sizeof names);
+		if (!type[0])
+			return where_fail(c, line, PH_EINVAL, err, "[%s] type is empty; give one of: %s", section, names);
 		if (s)
 			return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; did you mean '%s'? (found: %s)",
 					  ph_kind_name(kind), type, s, names);
@@ -455,8 +458,9 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 		name++;
 	if (!*name)
 		return where_fail(c, s->line, PH_EINVAL, err, "[layer] needs a name: [layer NAME]");
-	if (strlen(name) > 48)
-		return where_fail(c, s->line, PH_EINVAL, err, "layer name '%s' is longer than 48 characters", name);
+	if (strlen(name) > PH_LAYER_NAME_MAX) /* from --set: a file's stop at its line (inifile.c) */
+		return where_fail(c, s->line, PH_EINVAL, err, "layer name '" PH_ECHO "' is longer than %d characters; shorten it",
+				  PH_ECHO_ARG(name), PH_LAYER_NAME_MAX);
 	layer_common lc;
 	memset(&lc, 0, sizeof lc);
 	int rc = defaults(ph_layer_common_options, &lc, err);
@@ -473,6 +477,8 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 		const char *sug = ph_registry_suggest(reg, PH_KIND_LAYER, te->value);
 		char names[512];
 		ph_registry_names(reg, PH_KIND_LAYER, names, sizeof names);
+		if (!te->value[0])
+			return where_fail(c, te->line, PH_EINVAL, err, "[%s] type is empty; give one of: %s", s->name, names);
 		if (sug)
 			return where_fail(c, te->line, PH_EINVAL, err,
 					  "unknown layer plugin '%s' in [%s]; did you mean '%s'? (found: %s)", te->value,

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "inifile.h"
+#include "options.h"
 #include "readfile.h"
 
 #define PH_INI_MAX (16 << 20) /* an INI is a page or two; this bounds a read of /dev/zero-like input */
@@ -100,6 +101,19 @@ static char *reader(char *str, int num, void *stream)
 			char *z = a + strlen(a);
 			while (z > a && isspace((unsigned char)z[-1]))
 				*--z = 0;
+			if (strlen(a) > PH_INI_SECTION_MAX) {
+				st->fail_line = st->line;
+				if (!strncmp(a, "layer ", 6))
+					ph_fail(st->err, PH_EINVAL,
+						"%s:%d: layer name '" PH_ECHO "' is longer than %d characters; shorten it",
+						st->ini->path, st->line, PH_ECHO_ARG(a + 6), PH_LAYER_NAME_MAX);
+				else
+					ph_fail(st->err, PH_EINVAL,
+						"%s:%d: section name [" PH_ECHO "] is longer than %d characters (the system "
+						"inih's limit); shorten it",
+						st->ini->path, st->line, PH_ECHO_ARG(a), PH_INI_SECTION_MAX);
+				return NULL;
+			}
 			if (add_section(st, a))
 				return NULL;
 		}
@@ -131,7 +145,8 @@ static int handler(void *user, const char *section, const char *name, const char
 	if (strlen(section) >= sizeof ini->entries->section || strlen(name) >= sizeof ini->entries->key ||
 	    strlen(value) >= sizeof ini->entries->value) {
 		st->fail_line = st->line;
-		ph_fail(st->err, PH_EINVAL, "%s:%d: name or value too long", ini->path, st->line);
+		ph_fail(st->err, PH_EINVAL, "%s:%d: the key is longer than %zu characters or the value than %zu; shorten it",
+			ini->path, st->line, sizeof ini->entries->key - 1, sizeof ini->entries->value - 1);
 		return 0;
 	}
 	if (grow((void **)&ini->entries, ini->nentries, &ini->entries_cap, sizeof *ini->entries)) {
@@ -276,16 +291,16 @@ int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
 {
 	const char *eq = strchr(a, '=');
 	if (!eq)
-		return ph_fail(err, PH_EINVAL, "--set %s: expected section.key=value", a);
+		return ph_fail(err, PH_EINVAL, "--set " PH_ECHO ": expected section.key=value", PH_ECHO_ARG(a));
 	char lhs[128];
 	size_t n = (size_t)(eq - a);
 	if (n >= sizeof lhs)
-		return ph_fail(err, PH_EINVAL, "--set %s: name too long", a);
+		return ph_fail(err, PH_EINVAL, "--set " PH_ECHO ": the section.key is longer than %zu characters", PH_ECHO_ARG(a), sizeof lhs - 1);
 	memcpy(lhs, a, n);
 	lhs[n] = 0;
 	char *dot = strrchr(lhs, '.');
 	if (!dot || dot == lhs || !dot[1])
-		return ph_fail(err, PH_EINVAL, "--set %s: expected section.key=value, e.g. run.steps=100", a);
+		return ph_fail(err, PH_EINVAL, "--set " PH_ECHO ": expected section.key=value, e.g. run.steps=100", PH_ECHO_ARG(a));
 	*dot = 0;
 	char section[128];
 	if (strncmp(lhs, "layer.", 6) == 0)
@@ -294,7 +309,8 @@ int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
 		snprintf(section, sizeof section, "%s", lhs);
 	const char *key = dot + 1, *value = eq + 1;
 	if (strlen(key) >= sizeof ini->entries->key || strlen(value) >= sizeof ini->entries->value)
-		return ph_fail(err, PH_EINVAL, "--set %s: name or value too long", a);
+		return ph_fail(err, PH_EINVAL, "--set " PH_ECHO ": the key is longer than %zu characters or the value than %zu",
+			       PH_ECHO_ARG(a), sizeof ini->entries->key - 1, sizeof ini->entries->value - 1);
 	int known = 0;
 	for (int i = 0; i < ini->nsections; i++)
 		known |= strcmp(ini->sections[i].name, section) == 0;

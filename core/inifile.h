@@ -8,6 +8,12 @@
 
 #include <pipehost/plugin.h>
 
+/* The system inih keeps 49 characters of a section's name (its
+ * MAX_SECTION, 50, fixed when it was built): a longer [name] is refused
+ * at its line, not cut short.  A layer's name, after "layer ", has 43. */
+#define PH_INI_SECTION_MAX 49
+#define PH_LAYER_NAME_MAX (PH_INI_SECTION_MAX - 6)
+
 typedef struct {
 	char section[128];
 	char key[64];

@@ -28,5 +28,14 @@ int ph_registry_load_for_ini(ph_registry *r, const ph_ini *ini, ph_err *err)
 		if (!strncmp(e->section, "layer", 5) && !strcmp(e->key, "type"))
 			rc = ph_registry_load_name(r, PH_KIND_LAYER, e->value, err);
 	}
+	/* a [layer] without a type: every layer plugin, for the error's list */
+	for (int i = 0; !rc && i < ini->nsections; i++) {
+		const char *sec = ini->sections[i].name;
+		int typed = 0;
+		for (int j = 0; j < ini->nentries && !typed; j++)
+			typed = !strcmp(ini->entries[j].section, sec) && !strcmp(ini->entries[j].key, "type");
+		if (!strncmp(sec, "layer", 5) && !typed)
+			rc = ph_registry_load_name(r, PH_KIND_LAYER, "", err);
+	}
 	return rc;
 }

@@ -443,8 +443,12 @@ void ph_registry_search_path(ph_registry *r, const char *list)
 
 int ph_registry_load_name(ph_registry *r, ph_plugin_kind kind, const char *name, ph_err *err)
 {
-	if (r->search_all || !name[0])
+	if (r->search_all)
 		return PH_OK;
+	if (!name[0]) { /* no name to look for: every plugin, for the list of them */
+		r->search_all = 1;
+		return each_dir(r, r->search, NULL, err);
+	}
 	/* every directory: the same name in two files is refused, as before */
 	int rc = each_dir(r, r->search, name, err);
 	if (rc || ph_registry_find(r, kind, name))

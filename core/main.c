@@ -116,11 +116,25 @@ static int gen_number(const char *flag, const char *text, double lo, double hi, 
 	return PH_OK;
 }
 
+/* The long options without a short one */
+enum {
+	OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG,
+	OPT_RESUME, OPT_ALLOWW, OPT_CHECK, OPT_SHAPE, OPT_BATCH, OPT_GEN, OPT_GEN_N, OPT_GEN_TEMP, OPT_GEN_TOPK,
+	OPT_GEN_SEED, OPT_GEN_LOAD, OPT_GEN_LOGITS, OPT_PROGRESS
+};
+
+/* Does the option's value name a file or directory? */
+static int is_path_option(int ch)
+{
+	switch (ch) {
+	case 'c': case OPT_PLANJSON: case OPT_SAVE: case OPT_PDIR: case OPT_TRACE: case OPT_SVG: case OPT_RESUME:
+	case OPT_CHECK: case OPT_GEN_LOAD: case OPT_GEN_LOGITS: return 1;
+	default: return 0;
+	}
+}
+
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 {
-	enum { OPT_PLAN = 1000, OPT_LIST, OPT_LISTOPT, OPT_SAVE, OPT_PDIR, OPT_PLANJSON, OPT_TRACE, OPT_SIMULATE, OPT_SVG, OPT_RESUME, OPT_ALLOWW,
-	       OPT_CHECK, OPT_SHAPE, OPT_BATCH, OPT_GEN, OPT_GEN_N, OPT_GEN_TEMP, OPT_GEN_TOPK, OPT_GEN_SEED,
-	       OPT_GEN_LOAD, OPT_GEN_LOGITS, OPT_PROGRESS };
 	static const struct option longopts[] = {
 		{ "config", required_argument, NULL, 'c' },  { "set", required_argument, NULL, 's' },
 		{ "plan", optional_argument, NULL, OPT_PLAN }, { "plan-json", required_argument, NULL, OPT_PLANJSON },
@@ -140,12 +154,19 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		{ "progress", required_argument, NULL, OPT_PROGRESS },
 		{ "version", no_argument, NULL, 'V' },         { NULL, 0, NULL, 0 }
 	};
-	int ch;
+	int ch, li = -1;
 	double v;
 	opterr = 0;
 	cli->gen.max_new_tokens = 100;
 	cli->gen.temperature = 1.0;
-	while ((ch = getopt_long(argc, argv, ":c:s:hV", longopts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":c:s:hV", longopts, &li)) != -1) {
+		/* a path given as "" would read as "not given" further on:
+		 * --resume "" would train from the start, --save-weights "" drop
+		 * [run] save_weights */
+		if (optarg && !*optarg && is_path_option(ch))
+			return ph_fail(err, PH_EINVAL, "%s%s: the path is empty; give a file or directory name, or leave "
+				       "the option out", ch == 'c' ? "-" : "--", ch == 'c' ? "c" : longopts[li].name);
+		li = -1;
 		switch (ch) {
 		case 'c': cli->config = optarg; break;
 		case 's':

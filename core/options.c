@@ -68,12 +68,12 @@ static int range_error(const ph_option *o, const char *value, double v, ph_err *
 	/* past the "no bound" sentinels: the range text alone ("allowed: >= 0")
 	 * would not say why the value was refused */
 	if (v > o->max && o->max >= PH_NO_MAX)
-		return ph_fail(err, PH_EINVAL, "%s = %s is out of range; allowed: %s, at most %g", o->name, value, r,
+		return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is out of range; allowed: %s, at most %g", o->name, PH_ECHO_ARG(value), r,
 			       o->max);
 	if (v < o->min && o->min <= PH_NO_MIN)
-		return ph_fail(err, PH_EINVAL, "%s = %s is out of range; allowed: %s, at least %g", o->name, value, r,
+		return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is out of range; allowed: %s, at least %g", o->name, PH_ECHO_ARG(value), r,
 			       o->min);
-	return ph_fail(err, PH_EINVAL, "%s = %s is out of range; allowed: %s", o->name, value, r);
+	return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is out of range; allowed: %s", o->name, PH_ECHO_ARG(value), r);
 }
 
 static int parse_int(const ph_option *o, const char *s, int64_t *out, ph_err *err)
@@ -83,13 +83,19 @@ static int parse_int(const ph_option *o, const char *s, int64_t *out, ph_err *er
 	long long v = strtoll(s, &end, 0);
 	while (end && isspace((unsigned char)*end))
 		end++;
+	if (errno == ERANGE && end != s && !*end) { /* an integer, past 64 bits */
+		char r[96];
+		ph_option_range_text(o, r, sizeof r);
+		return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is out of range (past 64-bit integers); allowed: %s",
+			       o->name, PH_ECHO_ARG(s), r);
+	}
 	if (errno || end == s || *end) {
 		/* accept 1e3-style integers when they are exact */
 		double d = strtod(s, &end);
 		while (end && isspace((unsigned char)*end))
 			end++;
 		if (end == s || *end || d != floor(d) || fabs(d) > 9e18)
-			return ph_fail(err, PH_EINVAL, "%s = %s is not an integer", o->name, s);
+			return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not an integer", o->name, PH_ECHO_ARG(s));
 		v = (long long)d;
 	}
 	if ((double)v < o->min || (double)v > o->max)
@@ -112,7 +118,7 @@ static int parse_bool(const ph_option *o, const char *s, int *out, ph_err *err)
 			return PH_OK;
 		}
 	}
-	return ph_fail(err, PH_EINVAL, "%s = %s is not a boolean; use yes or no", o->name, s);
+	return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not a boolean; use yes or no", o->name, PH_ECHO_ARG(s));
 }
 
 static int parse_choice(const ph_option *o, const char *s, int *out, ph_err *err)
@@ -130,7 +136,7 @@ static int parse_choice(const ph_option *o, const char *s, int *out, ph_err *err
 			break;
 		c = bar + 1;
 	}
-	return ph_fail(err, PH_EINVAL, "%s = %s is not one of %s", o->name, s, o->choices);
+	return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not one of %s", o->name, PH_ECHO_ARG(s), o->choices);
 }
 
 int ph_options_set(const ph_option *table, void *cfg, const char *key,
@@ -150,7 +156,7 @@ int ph_options_set(const ph_option *table, void *cfg, const char *key,
 		while (end && isspace((unsigned char)*end))
 			end++;
 		if (errno || end == value || *end || !isfinite(d))
-			return ph_fail(err, PH_EINVAL, "%s = %s is not a number", o->name, value);
+			return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not a number", o->name, PH_ECHO_ARG(value));
 		if (d < o->min || d > o->max)
 			return range_error(o, value, d, err);
 		*(double *)field = d;

@@ -3,7 +3,16 @@
 #ifndef PH_CORE_OPTIONS_H
 #define PH_CORE_OPTIONS_H
 
+#include <string.h>
+
 #include <pipehost/plugin.h>
+
+/* A user's text inside an error message: at most PH_ECHO_MAX characters
+ * and "..." after a cut, so that the reason after it still fits the
+ * message (PH_ERR_MAX).  printf("value " PH_ECHO " is ...", PH_ECHO_ARG(v)) */
+#define PH_ECHO_MAX 40
+#define PH_ECHO "%.40s%s"
+#define PH_ECHO_ARG(s) (s), (strlen(s) > PH_ECHO_MAX ? "..." : "")
 
 /* Fill every option of `table` in `cfg` from its default text.  A required
  * option (def == NULL) is left zeroed; ph_options_check_required reports it. */

@@ -130,4 +130,46 @@ unset OMPI_COMM_WORLD_SIZE PIPEHOST_MPI_MODULE
 expect_error "unknown command-line option" "unknown option --bogus" --bogus
 expect_error "--set without a section" "--set steps=3: expected section.key=value" -c "$tiny" --set steps=3
 
+# an empty path would read as "not given": --resume "" trained from scratch
+expect_error "--resume with an empty path" "^pipehost: --resume: the path is empty; give a file or directory name" \
+	-c "$tiny" --resume ""
+expect_error "--save-weights= with an empty path" "^pipehost: --save-weights: the path is empty" -c "$tiny" --save-weights=
+
+# a long value is cut in the message, so that the reason still fits
+long=$(printf 'y%.0s' $(seq 250))
+expect_error "a long value keeps the reason" "\[optimizer\] type = y{40}\.\.\. is not one of sgd\|adamw$" \
+	-c "$tiny" --plan --set "optimizer.type=$long"
+expect_error "a long --set keeps the reason" "^pipehost: --set run\.seed=y{31}\.\.\.: the key is longer than 63 characters or the value than [0-9]+$" \
+	-c "$tiny" --plan --set "run.seed=$(printf 'y%.0s' $(seq 5000))"
+# an integer past 64 bits is out of range, not "not an integer"
+expect_error "an integer past 64 bits" "\[run\] steps = 9999999999999999999 is out of range \(past 64-bit integers\)" \
+	-c "$tiny" --plan --set run.steps=9999999999999999999
+# AdamW divides by 1 - beta^t: 1 is refused at once, not NaN at step 2
+expect_error "beta1 = 1" "\[optimizer\] beta1 = 1 is out of range; allowed: 0\.\.0\.999999" \
+	-c "$tiny" --plan --set optimizer.beta1=1
+
+# an empty type lists every plugin of its kind, with no advice to add a
+# directory (they were found)
+expect_error "empty partitioner type" "^pipehost: --set: \[partition\] type is empty; give one of: .*uniform" \
+	-c "$tiny" --plan --set partition.type=
+expect_error "empty layer type" "^pipehost: --set: \[layer fc1\] type is empty; give one of: .*softmax_xent" \
+	-c "$tiny" --plan --set layer.fc1.type=
+# a layer without a type: the list names every layer plugin, gelu too,
+# which no layer of tiny.ini loads
+awk '/^\[layer relu1\]/{skip=1} skip&&/^type = /{skip=0; next} {print}' "$tiny" >"$tmp/notype.ini"
+line=$(grep -n '^\[layer relu1\]' "$tmp/notype.ini" | cut -d: -f1)
+expect_error "layer without a type" "$tmp/notype.ini:$line: \[layer relu1\] has no type; add type = one of: .*gelu" \
+	-c "$tmp/notype.ini" --plan
+
+# inih keeps 49 characters of a section's name: a longer one is refused at
+# its line, not cut short (which lost the layer's type)
+n44=$(printf 'n%.0s' $(seq 44))
+sed "s/^\[layer relu1\]/[layer $n44]/" "$tiny" >"$tmp/name44.ini"
+line=$(grep -n "^\[layer $n44\]" "$tmp/name44.ini" | cut -d: -f1)
+expect_error "layer name of 44 characters" "$tmp/name44.ini:$line: layer name 'n{40}\.\.\.' is longer than 43 characters; shorten it" \
+	-c "$tmp/name44.ini" --plan
+printf '[run]\nstages = 1\n[%s]\nx = 1\n' "$(printf 's%.0s' $(seq 50))" >"$tmp/longsec.ini"
+expect_error "section name of 50 characters" "$tmp/longsec.ini:3: section name \[s{40}\.\.\.\] is longer than 49 characters" \
+	-c "$tmp/longsec.ini"
+
 finish
