@@ -182,6 +182,16 @@ static inline ph_split_share ph_config_split_share(const ph_config *c, int ranks
 	return s;
 }
 
+/* BLAS threads per call: [run] threads, or the cores shared among the
+ * `busy` ranks this process runs (its ranks times its replicas).  The
+ * engine sets it (engine.c); the memory check counts their buffers. */
+static inline int ph_config_blas_threads(const ph_config *c, long cores, long busy)
+{
+	if (c->run.threads > 0)
+		return (int)c->run.threads;
+	return busy > 0 && cores / busy > 0 ? (int)(cores / busy) : 1;
+}
+
 /* The core INI sections, one row each, in the order --list-options and
  * the errors name them: the parser, its known-section check, its errors
  * and --list-options all read this one table. */

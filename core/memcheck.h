@@ -21,6 +21,18 @@ double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c);
  * cost = auto's fit check before measuring, profile.c). */
 int ph_memcheck_enabled(void);
 
+/* Under ulimit -v (which counts mappings, not memory touched): do the
+ * BLAS threads' buffers (OpenBLAS maps 128 MiB for each) and `model_bytes`
+ * fit the address space left?  Asked before any BLAS call, since
+ * OpenBLAS, denied a buffer, retries forever.  `ranks`: the pipeline's.
+ * 1 when they fit or no ulimit -v is set; *need, *room (-1: no limit) and
+ * *threads say by how much. */
+int ph_mem_blas_fits(const ph_config *c, int ranks, double model_bytes, double *need, double *room, long *threads);
+
+/* The same as an error naming the figures and what to change
+ * (ph_memcheck_run calls it after the model's own check). */
+int ph_memcheck_blas(const ph_config *c, int ranks, double model_bytes, ph_err *err);
+
 /* Refuse a run whose estimate exceeds what this process may use, naming
  * both and what to change.  PIPEHOST_MEMCHECK=0 skips it. */
 int ph_memcheck_run(const ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err);

@@ -831,6 +831,16 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 					"leaves %.1f MiB)\n", need / 1048576.0, which, have / 1048576.0);
 			return PH_OK;
 		}
+		/* and the BLAS threads' buffers, under ulimit -v (memcheck.h) */
+		double vneed, vroom;
+		long vthreads;
+		if (!c->place.cuda && !ph_mem_blas_fits(c, 1, need, &vneed, &vroom, &vthreads)) {
+			if (out)
+				fprintf(out, "cost: flops ([partition] cost = auto: measuring with %ld BLAS threads maps "
+					"~%.1f MiB but ulimit -v leaves %.1f MiB)\n", vthreads, vneed / 1048576.0,
+					(vroom > 0 ? vroom : 0) / 1048576.0);
+			return PH_OK;
+		}
 		double flops = 0;
 		for (int i = 0; i < m->n; i++)
 			flops += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;
@@ -860,6 +870,10 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 	}
 	int rc;
 	if (!c->place.cuda) {
+		/* cost = profile, asked for: its BLAS threads' buffers under
+		 * ulimit -v, or one line saying why not (auto checked above) */
+		if ((rc = ph_memcheck_blas(c, 1, 0, err)))
+			return rc;
 		openblas_set_num_threads(ph_profile_run_threads(c));
 		rc = costs_on(m, c->part.profile_cache, NULL, input, fwd_s, bwd_s, out, table, err);
 	} else {

@@ -57,6 +57,31 @@ if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
 	else
 		not_ok "cost = profile under ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
 	fi
+	# a model that fits, and BLAS threads whose buffers do not: refused at
+	# once (OpenBLAS, denied a buffer, retried mmap forever: a hang)
+	(
+		ulimit -v 3000000
+		# (timeout: before the check, this run hung in OpenBLAS)
+		timeout 60 "$PIPEHOST" -c "$tiny" --set run.steps=1 --set run.threads=256 >"$tmp/uv.out" 2>"$tmp/uv.err"
+		echo $? >"$tmp/uv.rc"
+	)
+	if uv_one_line "^pipehost: run needs ~[0-9.]+ GiB of address space \((the model, and )?BLAS buffers for [0-9]+ threads\) but ulimit -v leaves [0-9.]+ [MG]iB; lower \[run\] threads"; then
+		ok "BLAS threads' buffers over ulimit -v: $(cat "$tmp/uv.err")"
+	else
+		not_ok "BLAS threads' buffers over ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
+	fi
+	# the same with cost = profile: refused before the profiler measures
+	(
+		ulimit -v 3000000
+		timeout 60 "$PIPEHOST" -c "$tiny" --plan --set run.threads=256 --set partition.cost=profile >"$tmp/uv.out" \
+			2>"$tmp/uv.err"
+		echo $? >"$tmp/uv.rc"
+	)
+	if uv_one_line "^pipehost: run needs ~[0-9.]+ GiB of address space \(BLAS buffers for [0-9]+ threads\) but ulimit -v leaves"; then
+		ok "cost = profile with BLAS threads' buffers over ulimit -v: $(cat "$tmp/uv.err")"
+	else
+		not_ok "cost = profile with BLAS threads' buffers over ulimit -v: exit $(cat "$tmp/uv.rc"), $(cat "$tmp/uv.err")"
+	fi
 	# the check skipped: the allocation that fails names its size
 	uv_run 0
 	if uv_one_line "out of memory for (the parameters of layer [a-z0-9]+ \([0-9.]+ MiB asked\)|the [0-9.]+ MiB of activations and buffers of chunk [0-9]+)"; then
