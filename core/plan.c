@@ -225,19 +225,29 @@ static const char *plugin_prefix(const char *msg, const char *kind, const char *
 	return buf;
 }
 
+/* [run] chunks within what the schedule runs per rank */
+static int check_chunk_limit(const ph_config *c, ph_err *err)
+{
+	const ph_schedule_ops *s = c->schedule;
+	int v = (int)c->run.chunks;
+	/* Suggest interleaved only to a schedule of one chunk per rank: one
+	 * that takes several already is the answer, and only its limit is. */
+	if (v > s->max_chunks_per_rank && s->max_chunks_per_rank > 1)
+		return ph_fail(err, PH_EINVAL, "schedule %s runs at most %d chunks per rank; [run] chunks = %d: lower it to "
+			       "%d or fewer", s->head.name, s->max_chunks_per_rank, v, s->max_chunks_per_rank);
+	if (v > s->max_chunks_per_rank)
+		return ph_fail(err, PH_EINVAL, "schedule %s runs at most %d chunk(s) per rank; [run] chunks = %d: lower it or "
+			       "use schedule = interleaved", s->head.name, s->max_chunks_per_rank, v);
+	return PH_OK;
+}
+
 static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
 {
 	const ph_schedule_ops *s = c->schedule;
 	ph_schedule_shape shape = { p->ranks, p->v, p->m };
 	int rc;
-	/* Suggest interleaved only to a schedule of one chunk per rank: one
-	 * that takes several already is the answer, and only its limit is. */
-	if (p->v > s->max_chunks_per_rank && s->max_chunks_per_rank > 1)
-		return ph_fail(err, PH_EINVAL, "schedule %s runs at most %d chunks per rank; [run] chunks = %d: lower it to "
-			       "%d or fewer", s->head.name, s->max_chunks_per_rank, p->v, s->max_chunks_per_rank);
-	if (p->v > s->max_chunks_per_rank)
-		return ph_fail(err, PH_EINVAL, "schedule %s runs at most %d chunk(s) per rank; [run] chunks = %d: lower it or "
-			       "use schedule = interleaved", s->head.name, s->max_chunks_per_rank, p->v);
+	if ((rc = check_chunk_limit(c, err)))
+		return rc;
 	if (s->check && (rc = s->check(c->schedule_config, &shape, err)))
 		return rc;
 	p->actions = calloc((size_t)p->ranks, sizeof *p->actions);
@@ -265,21 +275,31 @@ int ph_plan_can_cut(const ph_config *c, const ph_layer_cfg *l)
 	return l->cut != PH_CUT_NO;
 }
 
-static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
-			  const double *cost_bwd, ph_err *err)
+int ph_plan_check_cuttable(const ph_model *m, const ph_config *c, ph_err *err)
 {
-	int n = m->n, K = p->nchunks, rc = PH_OK;
-	int cuts = 0;
+	int n = m->n, ranks = (int)c->run.stages, v = (int)c->run.chunks, K = ranks * v;
+	int cuts = 0, rc = c->schedule ? check_chunk_limit(c, err) : PH_OK;
+	if (rc)
+		return rc;
 	for (int i = 0; i + 1 < n; i++)
 		cuts += ph_plan_can_cut(c, m->layers[i].cfg);
 	if (K > n)
 		return ph_fail(err, PH_EINVAL, "[run] stages = %d x chunks = %d needs at least %d layers, one per stage; "
-			       "the model has %d: lower stages", p->ranks, p->v, K, n);
+			       "the model has %d: lower stages", ranks, v, K, n);
 	if (K > cuts + 1)
 		return ph_fail(err, PH_EINVAL, "%d stages need %d boundaries but the layers allow only %d (%s): lower "
 			       "stages or allow more cuts", K, K - 1, cuts,
 			       c->part.cuts == PH_CUTS_MARKED ? "[partition] cuts = marked and few layers say cut = yes"
 							      : "cut = no on the others");
+	return PH_OK;
+}
+
+static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
+			  const double *cost_bwd, ph_err *err)
+{
+	int n = m->n, K = p->nchunks, rc = PH_OK;
+	if ((rc = ph_plan_check_cuttable(m, c, err)))
+		return rc;
 	double *buf = calloc((size_t)n * 6 + (size_t)K, sizeof(double));
 	const char **names = calloc((size_t)n, sizeof *names), **types = calloc((size_t)n, sizeof *types);
 	uint8_t *cut = calloc((size_t)n, 1);

@@ -54,6 +54,13 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const doubl
 /* May a stage end after layer l, given [partition] cuts and the layer's cut. */
 int ph_plan_can_cut(const ph_config *c, const ph_layer_cfg *l);
 
+/* Can the model be cut into [run] stages x chunks pieces at all (chunks
+ * within the schedule's limit per rank, a layer each, at most one
+ * boundary per allowed cut)?  Checked by the plan, and
+ * before the profiler measures, so that a job that cannot be cut is
+ * refused at once. */
+int ph_plan_check_cuttable(const ph_model *m, const ph_config *c, ph_err *err);
+
 /* Is first[0..stages] a valid cut of pb's layers: from 0 to n, no stage
  * empty, every boundary where pb->cut_after allows one?  The error names
  * the partitioner. */

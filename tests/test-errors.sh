@@ -59,6 +59,15 @@ expect_error "1f1b with chunks: advice to interleave" \
 	-c "$fixtures/tiny.ini" --plan --set schedule.type=1f1b --set run.chunks=2
 expect_error "more stages than layers" "stages = 12 x chunks = 1 needs at least 12 layers, one per stage; the model has 9" \
 	-c "$tiny" --set run.stages=12
+# ... said before the profiler measures the layers (7 s on a cold cache
+# for fashion-mnist), so nothing of it is printed
+expect_error "more stages than layers, cost = profile" "needs at least 12 layers, one per stage" \
+	-c "$tiny" --set run.stages=12 --set partition.cost=profile --set "partition.profile_cache=$tmp/nocache"
+if grep -q '^profile:' "$tmp/out"; then
+	not_ok "more stages than layers: the profiler measured first: $(head -1 "$tmp/out")"
+else
+	ok "more stages than layers: refused before the profiler"
+fi
 
 sed 's/^source = synthetic$/source = fashion-mnist/' "$tiny" | sed 's/^shape = 1,8,8$//' >"$tmp/data.ini"
 printf '[data]\n' >/dev/null
