@@ -87,6 +87,19 @@ static char *reader(char *str, int num, void *stream)
 		p++;
 	if (*p == '[') {
 		const char *end = strchr(p, ']');
+		/* inih drops what follows the ']': a key written there would
+		 * vanish without a word */
+		const char *after = end ? end + 1 : NULL;
+		while (after && (*after == ' ' || *after == '\t' || *after == '\r' || *after == '\n'))
+			after++;
+		if (after && *after && *after != ';' && *after != '#') {
+			char junk[48];
+			snprintf(junk, sizeof junk, "%.*s", (int)strcspn(after, "\r\n"), after);
+			st->fail_line = st->line;
+			ph_fail(st->err, PH_EINVAL, "%s:%d: text after the section header (" PH_ECHO "); put it on a line of its "
+				"own", st->ini->path, st->line, PH_ECHO_ARG(junk));
+			return NULL;
+		}
 		if (end) {
 			char name[128];
 			size_t n = (size_t)(end - p - 1);

@@ -12,6 +12,7 @@
  * SIGINT/SIGTERM after writing a checkpoint (docs/conventions.md). */
 #include "build-config.h"
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,8 @@ static int gen_number(const char *flag, const char *text, double lo, double hi, 
 	char *end;
 	errno = 0;
 	double d = strtod(text, &end);
+	if (errno == ERANGE && fabs(d) < 1) /* underflow: a number this close to 0 is that number */
+		errno = 0;
 	if (end == text || *end || errno || !(d >= lo && d <= hi) || (integer && d != (double)(int64_t)d))
 		return ph_fail(err, PH_EINVAL, "%s %s: give %s", flag, text, what);
 	*v = d;
@@ -168,7 +171,12 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 				       "the option out", ch == 'c' ? "-" : "--", ch == 'c' ? "c" : longopts[li].name);
 		li = -1;
 		switch (ch) {
-		case 'c': cli->config = optarg; break;
+		case 'c':
+			if (cli->config)
+				return ph_fail(err, PH_EINVAL, "-c given twice (%s, then %s); give one config, and --set for "
+					       "changes to it", cli->config, optarg);
+			cli->config = optarg;
+			break;
 		case 's':
 			if (cli->noverrides == 256)
 				return ph_fail(err, PH_EINVAL, "too many --set options (256 at most)");

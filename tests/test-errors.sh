@@ -177,6 +177,17 @@ sed "s/^\[layer relu1\]/[layer $n44]/" "$tiny" >"$tmp/name44.ini"
 line=$(grep -n "^\[layer $n44\]" "$tmp/name44.ini" | cut -d: -f1)
 expect_error "layer name of 44 characters" "$tmp/name44.ini:$line: layer name 'n{40}\.\.\.' is longer than 43 characters; shorten it" \
 	-c "$tmp/name44.ini" --plan
+# inih drops text after a section's ']': a key written there vanished
+sed 's/^\[layer relu1\]$/[layer relu1] type = relu/' "$tiny" >"$tmp/junk.ini"
+line=$(grep -n '^\[layer relu1\] type' "$tmp/junk.ini" | cut -d: -f1)
+expect_error "text after a section header" "$tmp/junk.ini:$line: text after the section header \(type = relu\); put it on a line of its own$" \
+	-c "$tmp/junk.ini" --plan
+# two configs: the second silently won
+expect_error "-c given twice" "^pipehost: -c given twice \($tiny, then $tmp/junk.ini\)" -c "$tiny" -c "$tmp/junk.ini" --plan
+# a temperature that underflows to a subnormal is still >= 0: parsing goes
+# on to the next check
+expect_error "--temperature 1e-320 is a number" "^pipehost: --generate runs alone: drop --plan$" \
+	--generate hi --temperature 1e-320 -c "$tiny" --plan
 printf '[run]\nstages = 1\n[%s]\nx = 1\n' "$(printf 's%.0s' $(seq 50))" >"$tmp/longsec.ini"
 expect_error "section name of 50 characters" "$tmp/longsec.ini:3: section name \[s{40}\.\.\.\] is longer than 49 characters" \
 	-c "$tmp/longsec.ini"
