@@ -11,7 +11,7 @@ tiny="$fixtures/tiny.ini"
 sed 's/^steps = 20$/steps = twenty/' "$tiny" >"$tmp/type.ini"
 line=$(grep -n '^steps = twenty' "$tmp/type.ini" | cut -d: -f1)
 expect_error "integer key with text" "$tmp/type.ini:$line: \[run\] steps = twenty is not an integer" -c "$tmp/type.ini"
-expect_error "integer past 64 bits" "--set: \[run\] steps = 99999999999999999999999 is not an integer" \
+expect_error "integer past 64 bits" "--set: \[run\] steps = 99999999999999999999999 is out of range \(past 64-bit integers\)" \
 	-c "$tiny" --set run.steps=99999999999999999999999
 expect_error "float that is not a number" "--set: \[layer drop\] rate = nan is not a number" -c "$tiny" --set "layer drop.rate=nan"
 expect_error "boolean that is not one" "--set: \[run\] eval = maybe is not a boolean; use yes or no" -c "$tiny" --set run.eval=maybe

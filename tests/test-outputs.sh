@@ -220,9 +220,10 @@ expect_error "a manifest edited by hand" "$s8/manifest.txt: its checksum does no
 	-c "$tiny" --set run.steps=8 --resume "$s8"
 
 # --- 5. divergence --------------------------------------------------------
-expect_error "beta2 = 1: the loss is NaN at step 2" \
+# eps = 0: a gradient of exactly 0 (a dead ReLU's) updates by 0/0
+expect_error "eps = 0: the loss is NaN at step 2" \
 	"step 2: the loss is NaN: training diverged and stopped; no checkpoint or weights written; lower \[optimizer\] lr or check beta2/eps" \
-	-c "$tiny" --set run.steps=8 --set optimizer.beta2=1 --save-weights "$tmp/nan.st"
+	-c "$tiny" --set run.steps=8 --set optimizer.eps=0 --save-weights "$tmp/nan.st"
 [ ! -e "$tmp/nan.st" ] && ok "... and no weights file" || not_ok "NaN weights written to $tmp/nan.st"
 # lr 1, weight decay 3: finite for 33 steps, then the optimizer state overflows
 "$PIPEHOST" -c "$tiny" --set run.steps=40 --set optimizer.lr=1 --set optimizer.weight_decay=3 \
