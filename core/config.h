@@ -182,9 +182,18 @@ static inline ph_split_share ph_config_split_share(const ph_config *c, int ranks
 	return s;
 }
 
+/* The ranks this process runs at once: its share of a pipeline's `ranks`
+ * times its replicas.  The engine's BLAS threads, the profiler's, the
+ * memory check's and the "cpu:" line all divide the cores by it. */
+static inline long ph_config_busy(const ph_config *c, int ranks)
+{
+	ph_split_share s = ph_config_split_share(c, ranks > 0 ? ranks : 1);
+	return (long)(s.per > 0 ? s.per : 1) * ph_config_local_replicas(c);
+}
+
 /* BLAS threads per call: [run] threads, or the cores shared among the
- * `busy` ranks this process runs (its ranks times its replicas).  The
- * engine sets it (engine.c); the memory check counts their buffers. */
+ * `busy` ranks this process runs (ph_config_busy).  The engine sets it
+ * (engine.c); the memory check counts their buffers. */
 static inline int ph_config_blas_threads(const ph_config *c, long cores, long busy)
 {
 	if (c->run.threads > 0)

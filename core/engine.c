@@ -344,9 +344,7 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 	ph_eng_stream_mode(e);
 
 	/* BLAS threads: share the cores among the ranks of every replica. */
-	long cores = sysconf(_SC_NPROCESSORS_ONLN),
-	     busy = (long)(e->rank_hi - e->rank_lo) * ph_config_local_replicas(c); /* this process's ranks */
-	openblas_set_num_threads(ph_config_blas_threads(c, cores, busy));
+	openblas_set_num_threads(ph_config_blas_threads(c, sysconf(_SC_NPROCESSORS_ONLN), ph_config_busy(c, p->ranks)));
 
 	if ((rc = note_memory(e, 0, err)) || (rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)) ||
 	    (rc = ph_eng_stream_alloc(e, err)) || (rc = note_memory(e, 1, err)))

@@ -320,9 +320,7 @@ static void print_threads(const ph_config *c)
 		return;
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int threads = ph_profile_run_threads(c);
-	long ranks = c->run.stages * (c->comm.size > 1 ? ph_config_local_replicas(c) : (c->run.replicas > 1 ? c->run.replicas : 1));
-	if (c->comm.size > 1)
-		ranks /= ph_config_split(c);
+	long ranks = ph_config_busy(c, (int)c->run.stages);
 	printf("cpu: %ld rank(s) x %d BLAS thread(s) on %ld core(s)%s\n", ranks, threads, cores,
 	       c->run.threads > 0 ? "" : " ([run] threads = 0: cores / ranks; set threads to pin it)");
 	if (ranks > cores)

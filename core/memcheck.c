@@ -176,14 +176,11 @@ int ph_memcheck_enabled(void)
 
 static double blas_reserve(const ph_config *c, int ranks, long *threads)
 {
-	int cpu = 0;
-	for (int r = 0; r < ranks; r++)
-		cpu |= !(c->place.ordinal && r < c->place.ranks && c->place.ordinal[r] >= 0);
-	ph_split_share sh = ph_config_split_share(c, ranks);
-	long busy = (long)(sh.per > 0 ? sh.per : 1) * ph_config_local_replicas(c);
+	long busy = ph_config_busy(c, ranks);
 	/* the pool's threads, and each rank's own calling thread */
 	*threads = ph_config_blas_threads(c, sysconf(_SC_NPROCESSORS_ONLN), busy) + busy;
-	return cpu ? (double)*threads * PH_BLAS_THREAD_BYTES : 0;
+	/* ranks on GPUs call no BLAS (a placement mixing both is refused) */
+	return c->place.cuda ? 0 : (double)*threads * PH_BLAS_THREAD_BYTES;
 }
 
 int ph_mem_blas_fits(const ph_config *c, int ranks, double model_bytes, double *need, double *room, long *threads)

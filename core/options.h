@@ -11,8 +11,8 @@
  * and "..." after a cut, so that the reason after it still fits the
  * message (PH_ERR_MAX).  printf("value " PH_ECHO " is ...", PH_ECHO_ARG(v)) */
 #define PH_ECHO_MAX 40
-#define PH_ECHO "%.40s%s"
-#define PH_ECHO_ARG(s) (s), (strlen(s) > PH_ECHO_MAX ? "..." : "")
+#define PH_ECHO "%.*s%s"
+#define PH_ECHO_ARG(s) PH_ECHO_MAX, (s), (strlen(s) > PH_ECHO_MAX ? "..." : "")
 
 /* Fill every option of `table` in `cfg` from its default text.  A required
  * option (def == NULL) is left zeroed; ph_options_check_required reports it. */

@@ -787,16 +787,8 @@ int ph_profile_costs(const ph_model *m, const char *cache_dir, double *fwd_s, do
 
 int ph_profile_run_threads(const ph_config *c)
 {
-	if (c->run.threads > 0)
-		return (int)c->run.threads;
 	/* the engine's rule: the cores shared by this process's ranks */
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	long split = c->comm.size > 1 ? ph_config_split(c) : 1, reps = c->comm.size > 1 ? ph_config_local_replicas(c) : 1;
-	if (c->comm.size <= 1 && c->run.replicas > 1)
-		reps = c->run.replicas;
-	long busy = (c->run.stages > 0 ? c->run.stages / (split > 0 ? split : 1) : 1) * (reps > 0 ? reps : 1);
-	long per = busy > 0 ? cores / busy : cores;
-	return per > 0 ? (int)per : 1;
+	return ph_config_blas_threads(c, sysconf(_SC_NPROCESSORS_ONLN), ph_config_busy(c, (int)c->run.stages));
 }
 
 /* cost = auto profiles when measuring takes at most this long (estimated
@@ -872,7 +864,7 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 	if (!c->place.cuda) {
 		/* cost = profile, asked for: its BLAS threads' buffers under
 		 * ulimit -v, or one line saying why not (auto checked above) */
-		if ((rc = ph_memcheck_blas(c, 1, 0, err)))
+		if (table && (rc = ph_memcheck_blas(c, 1, 0, err)))
 			return rc;
 		openblas_set_num_threads(ph_profile_run_threads(c));
 		rc = costs_on(m, c->part.profile_cache, NULL, input, fwd_s, bwd_s, out, table, err);
