@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "data_source.h"
@@ -309,6 +310,9 @@ static int resolve_ini_paths(ph_config *c, ph_err *err)
 		for (size_t k = 0; e->line > 0 && k < sizeof path_keys / sizeof path_keys[0]; k++) {
 			if (strcmp(e->section, path_keys[k].section) || strcmp(e->key, path_keys[k].key))
 				continue;
+			/* profile_cache = off is a word, not a directory named off */
+			if (!strcmp(e->key, "profile_cache") && !strcmp(e->value, "off"))
+				continue;
 			char v[PH_STR_MAX];
 			if (under_dir(strcmp(dir, "/") ? dir : "", e->value, path_keys[k].list, v, sizeof v))
 				return where_fail(c, e->line, PH_EINVAL, err,
@@ -612,6 +616,17 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
 				  "[run] batch = %lld does not split into %lld equal micro-batches; use batch = %lld or %lld",
 				  (long long)b, (long long)m, (long long)(lo ? lo : hi), (long long)hi);
+	}
+	/* a file where the cache directory goes: said now, not only when a
+	 * run happens to measure (cost = flops never reads the cache) */
+	struct stat st;
+	const char *pc = c->part.profile_cache;
+	if (pc[0] && strcmp(pc, "off") && stat(pc, &st) == 0 && !S_ISDIR(st.st_mode)) {
+		ph_ini_entry *e = ph_ini_find(&c->ini, "partition", "profile_cache");
+		return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
+				  "[partition] profile_cache = " PH_ECHO " is a file, not a directory; give a directory "
+				  "for the measured costs (made if missing), or off",
+				  PH_ECHO_ARG(pc));
 	}
 	return PH_OK;
 }

@@ -78,6 +78,22 @@ check "profile_cache = off measures" has "^profile: measuring"
 check "profile_cache = off writes no file" test ! -e "$tmp/cache/pipehost"
 check "profile_cache = off says nothing of a cache" sh -c '! grep -q "cache" "$1"' sh "$tmp/out"
 
+# off in an INI is the word, not a directory named off beside the INI
+mkdir -p "$tmp/inidir"
+sed 's/^\[partition\]$/[partition]\nprofile_cache = off/' "$ini" >"$tmp/inidir/tiny.ini"
+"$PIPEHOST" -c "$tmp/inidir/tiny.ini" --plan >"$tmp/out" 2>"$tmp/err"
+check "profile_cache = off in an INI measures" has "^profile: measuring"
+check "profile_cache = off in an INI makes no directory off" test ! -e "$tmp/inidir/off"
+# a file where the cache directory goes: refused with the INI's line
+: >"$tmp/inidir/afile"
+sed 's/^\[partition\]$/[partition]\nprofile_cache = afile/' "$ini" >"$tmp/inidir/file.ini"
+if "$PIPEHOST" -c "$tmp/inidir/file.ini" --plan --set partition.cost=flops >"$tmp/out" 2>"$tmp/err"; then
+	not_ok "a profile_cache that is a file is accepted"
+else
+	check "a profile_cache that is a file: one line with file:line" \
+		grep -q "file.ini:[0-9]*: \[partition\] profile_cache = .*afile is a file, not a directory" "$tmp/err"
+fi
+
 # ---- what auto leaves alone -------------------------------------------------
 plan --set run.stages=1
 check "one stage measures nothing" sh -c '! grep -q "^profile:" "$1"' sh "$tmp/out"
