@@ -102,6 +102,7 @@ typedef struct {
 	int gen_flags;            /* a generation flag was given */
 	int gen_seed_set;         /* --seed given */
 	int progress;             /* --progress: PH_PROGRESS_* */
+	int help, version;        /* -h, -V: main prints and stops (after the whole line parsed) */
 } cli_t;
 
 /* A number for a --generate flag, in [lo, hi]; `what` says what is accepted. */
@@ -134,6 +135,24 @@ static int is_path_option(int ch)
 	case OPT_CHECK: case OPT_GEN_LOAD: case OPT_GEN_LOGITS: return 1;
 	default: return 0;
 	}
+}
+
+/* the backends this build has: tests and scripts read it */
+static void print_version(void)
+{
+	printf("pipehost %s (plugin ABI %d.%d; backends: cpu%s; processes: %s)\n", PACKAGE_VERSION, PH_ABI_MAJOR,
+	       PH_ABI_MINOR,
+#ifdef PH_WITH_CUDA
+	       ", cuda",
+#else
+	       "",
+#endif
+#ifdef PH_WITH_MPI
+	       "mpirun (MPI)"
+#else
+	       "one (built without MPI)"
+#endif
+	);
 }
 
 static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
@@ -250,29 +269,18 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			snprintf(cli->plugin_dirs + used, sizeof cli->plugin_dirs - used, "%s%s", used ? ":" : "", optarg);
 			break;
 		}
-		case 'h': usage(stdout); exit(0);
-		case 'V':
-			/* the backends this build has: tests and scripts read it */
-			printf("pipehost %s (plugin ABI %d.%d; backends: cpu%s; processes: %s)\n", PACKAGE_VERSION, PH_ABI_MAJOR,
-			       PH_ABI_MINOR,
-#ifdef PH_WITH_CUDA
-			       ", cuda",
-#else
-			       "",
-#endif
-#ifdef PH_WITH_MPI
-			       "mpirun (MPI)"
-#else
-			       "one (built without MPI)"
-#endif
-			);
-			exit(0);
+		case 'h': cli->help = 1; break;
+		case 'V': cli->version = 1; break;
 		case ':': return ph_fail(err, PH_EINVAL, "%s needs a value; see pipehost --help", argv[optind - 1]);
 		default: return ph_fail(err, PH_EINVAL, "unknown option %s; see pipehost --help", argv[optind - 1]);
 		}
 	}
 	if (optind < argc)
 		return ph_fail(err, PH_EINVAL, "unexpected argument %s; the config goes after -c", argv[optind]);
+	/* -h and -V answer whatever else the line asks (a bad option is
+	 * still refused above, wherever it stands) */
+	if (cli->help || cli->version)
+		return PH_OK;
 	if (cli->gen_flags && !cli->gen.prompt)
 		return ph_fail(err, PH_EINVAL, "--max-new-tokens, --temperature, --top-k, --seed, --load-weights and --logits "
 			       "are for --generate PROMPT only");
@@ -623,6 +631,14 @@ int main(int argc, char **argv)
 	if (rc) {
 		fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "bad command line");
 		return EXIT_USAGE;
+	}
+	if (cli.help) {
+		usage(stdout);
+		return 0;
+	}
+	if (cli.version) {
+		print_version();
+		return 0;
 	}
 	/* under mpirun: join the other processes; only process 0 prints
 	 * progress (errors still reach stderr from every process).  A run

@@ -137,6 +137,8 @@ expect_error "mpirun without the MPI module" "started by mpirun with 2 processes
 unset OMPI_COMM_WORLD_SIZE PIPEHOST_MPI_MODULE
 
 expect_error "unknown command-line option" "unknown option --bogus" --bogus
+# -V answers only a line that parses: a bad option after it is still refused
+expect_error "-V with an unknown option" "unknown option --bogus" -V --bogus
 expect_error "--set without a section" "--set steps=3: expected section.key=value" -c "$tiny" --set steps=3
 
 # an empty path would read as "not given": --resume "" trained from scratch
