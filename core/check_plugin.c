@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -359,8 +360,36 @@ static int same_from_fresh(ph_layer_inst *A, const layer_plan *lp, ph_err *err)
 }
 
 /* The finite differences the checker takes: those of the project's layer
- * tests, and the fallbacks for inputs nobody chose (fd_check.h: kinks). */
-static const ph_fd_check checker_fd = { .eps = 1e-2f, .tol = 1e-2, .kinks = 1, .tensor_floor = 1e-2 };
+ * tests, and the fallbacks for inputs nobody chose (fd_check.h: kinks).
+ * A tensor past PH_CHECK_FD_SAMPLE elements (a large --shape) is checked
+ * at that many of them, evenly spread: every element would cost one
+ * forward each, hours for a 64k-wide linear. */
+#define PH_CHECK_FD_SAMPLE 1024
+static const ph_fd_check checker_fd = { .eps = 1e-2f, .tol = 1e-2, .kinks = 1, .tensor_floor = 1e-2,
+					.sample = PH_CHECK_FD_SAMPLE };
+/* ... and fewer where one forward is slow (an attention over a long
+ * --shape): each element takes two forwards or more, and a check should
+ * end in about this many seconds; never fewer than PH_CHECK_FD_LEAST. */
+#define PH_CHECK_FD_BUDGET_S 10.0
+#define PH_CHECK_FD_LEAST 32
+
+static double seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The elements a tensor is checked at, from one timed forward of L. */
+static int64_t fd_sample(ph_layer_inst *L, int tensors, ph_err *err)
+{
+	double t0 = seconds();
+	if (ph_layer_inst_forward(L, err))
+		return -1;
+	double each = 2.0 * (seconds() - t0) * (tensors > 0 ? tensors : 1);
+	double fit = each > 0 ? PH_CHECK_FD_BUDGET_S / each : PH_CHECK_FD_SAMPLE;
+	return fit >= PH_CHECK_FD_SAMPLE ? PH_CHECK_FD_SAMPLE : fit <= PH_CHECK_FD_LEAST ? PH_CHECK_FD_LEAST : (int64_t)fit;
+}
 
 static void gradients(const layer_plan *lp, int batch)
 {
@@ -376,16 +405,23 @@ static void gradients(const layer_plan *lp, int batch)
 		FAIL("%s", e.msg);
 		return;
 	}
-	if (!(rc = ph_fd_analytic(&L, &a, &e)))
+	if (!(rc = ph_fd_analytic(&L, &a, &e)) && (c.sample = fd_sample(&L, L.meta.nparams + !lp->ids, &e)) < 0)
+		rc = PH_EINVAL;
+	if (!rc)
 		rc = ph_fd_check_numeric(&L, &a, &c, &worst, &e);
 	if (rc) {
 		FAIL("%s", e.msg);
 	} else {
-		int64_t n = lp->ids ? 0 : L.nx;
+		int64_t n = lp->ids ? 0 : L.nx, probed = lp->ids ? 0 : (L.nx < c.sample ? L.nx : c.sample);
 		for (int p = 0; p < L.meta.nparams; p++)
-			n += L.pn[p];
-		PASS("%s and %d parameter tensor(s), %lld values, within %g of finite differences (worst %.2g)",
-		     lp->ids ? "dx = 0 (ids)" : "dx", L.meta.nparams, (long long)n, c.tol, worst);
+			n += L.pn[p], probed += L.pn[p] < c.sample ? L.pn[p] : c.sample;
+		char count[96];
+		if (probed < n)
+			snprintf(count, sizeof count, "%lld of %lld values (evenly spread)", (long long)probed, (long long)n);
+		else
+			snprintf(count, sizeof count, "%lld values", (long long)n);
+		PASS("%s and %d parameter tensor(s), %s, within %g of finite differences (worst %.2g)",
+		     lp->ids ? "dx = 0 (ids)" : "dx", L.meta.nparams, count, c.tol, worst);
 	}
 	ph_fd_grads_free(&a);
 	ph_layer_inst_close(&L);

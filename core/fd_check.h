@@ -41,6 +41,10 @@ typedef struct {
 	 * float rounding in the differences of a deep layer does not fail the
 	 * tiny elements of a tensor whose scale is far larger; 0: 1e-3 only. */
 	double tensor_floor;
+	/* > 0: at most this many elements of each tensor, evenly spread over
+	 * it (first and last included), so that a large input (--shape) costs
+	 * O(sample x forward), not O(n x forward); 0: every element. */
+	int64_t sample;
 } ph_fd_check;
 
 /* backward()'s results, taken from GRAD_INIT gradients and a NaN dx. */
@@ -62,8 +66,8 @@ int ph_fd_check_split(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err);
  * PH_LAYER_DX_OVER_X, backward with dx = x.  PH_OK without the flags;
  * x and y are restored. */
 int ph_fd_check_in_place(ph_layer_inst *L, const ph_fd_grads *a, ph_err *err);
-/* Every element of dx and of each gradient against the differences;
- * *worst: the largest error seen. */
+/* Every element of dx and of each gradient (or c->sample of each) against
+ * the differences; *worst: the largest error seen. */
 int ph_fd_check_numeric(ph_layer_inst *L, const ph_fd_grads *a, const ph_fd_check *c, double *worst,
 			ph_err *err);
 void ph_fd_grads_free(ph_fd_grads *a);

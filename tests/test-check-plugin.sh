@@ -100,6 +100,14 @@ if "$PIPEHOST" --check-plugin "$top_builddir/plugins/layers/.libs/relu.so" --sha
 else
 	not_ok "--shape 3x5 --batch 2: $(cat "$tmp/out")"
 fi
+# A large --shape: the gradients are checked at a sample of each tensor,
+# evenly spread, not at every element (one forward each: hours at 64k).
+if "$PIPEHOST" --check-plugin "$top_builddir/plugins/layers/.libs/linear.so" --shape 3000 >"$tmp/out" 2>&1 &&
+	grep -Eq "^PASS layer linear: gradients \(batch 1\): dx and 2 parameter tensor\(s\), [0-9]+ of [0-9]+ values \(evenly spread\)" "$tmp/out"; then
+	ok "--shape 3000: gradients at an even sample ($(grep -o "[0-9]* of [0-9]* values" "$tmp/out" | head -1))"
+else
+	not_ok "--shape 3000: $(grep -v ^PASS "$tmp/out" | head -5)"
+fi
 # A shape the layer refuses is a FAIL naming --shape.
 conv2d="$top_builddir/plugins/layers/.libs/conv2d.so"
 if "$PIPEHOST" --check-plugin "$conv2d" --shape 8 >"$tmp/out" 2>&1; then
