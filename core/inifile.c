@@ -356,6 +356,21 @@ void ph_ini_where(const ph_ini *ini, int line, char *buf, size_t len)
 		snprintf(buf, len, "--set");
 }
 
+void ph_ini_where_key(const ph_ini *ini, const char *section, const char *key, char *buf, size_t len)
+{
+	for (int i = ini->nentries - 1; i >= 0; i--)
+		if (!strcmp(ini->entries[i].section, section) && !strcmp(ini->entries[i].key, key)) {
+			ph_ini_where(ini, ini->entries[i].line, buf, len);
+			return;
+		}
+	for (int i = 0; i < ini->nsections; i++)
+		if (!strcmp(ini->sections[i].name, section)) {
+			ph_ini_where(ini, ini->sections[i].line, buf, len);
+			return;
+		}
+	snprintf(buf, len, "%s", ini->path[0] ? ini->path : "the config");
+}
+
 void ph_ini_free(ph_ini *ini)
 {
 	free(ini->sections);

@@ -48,6 +48,12 @@ ph_ini_entry *ph_ini_find(ph_ini *ini, const char *section, const char *key);
 /* "file:line" or "--set" for messages. */
 void ph_ini_where(const ph_ini *ini, int line, char *buf, size_t len);
 
+/* Where [section] key was given, for errors found after the config is
+ * read (the plan, the partitioner): the key's "file:line" (or "--set"),
+ * else its section header's "file:line", else the INI's path, for a
+ * value that is a default. */
+void ph_ini_where_key(const ph_ini *ini, const char *section, const char *key, char *buf, size_t len);
+
 void ph_ini_free(ph_ini *ini);
 
 #endif

@@ -283,12 +283,14 @@ int ph_plan_check_cuttable(const ph_model *m, const ph_config *c, ph_err *err)
 		return rc;
 	for (int i = 0; i + 1 < n; i++)
 		cuts += ph_plan_can_cut(c, m->layers[i].cfg);
+	char where[PH_STR_MAX + 16];
+	ph_ini_where_key(&c->ini, "run", "stages", where, sizeof where);
 	if (K > n)
-		return ph_fail(err, PH_EINVAL, "[run] stages = %d x chunks = %d needs at least %d layers, one per stage; "
-			       "the model has %d: lower stages", ranks, v, K, n);
+		return ph_fail(err, PH_EINVAL, "%s: [run] stages = %d x chunks = %d needs at least %d layers, one per "
+			       "stage; the model has %d: lower stages", where, ranks, v, K, n);
 	if (K > cuts + 1)
-		return ph_fail(err, PH_EINVAL, "%d stages need %d boundaries but the layers allow only %d (%s): lower "
-			       "stages or allow more cuts", K, K - 1, cuts,
+		return ph_fail(err, PH_EINVAL, "%s: %d stages need %d boundaries but the layers allow only %d (%s): lower "
+			       "stages or allow more cuts", where, K, K - 1, cuts,
 			       c->part.cuts == PH_CUTS_MARKED ? "[partition] cuts = marked and few layers say cut = yes"
 							      : "cut = no on the others");
 	return PH_OK;
@@ -345,8 +347,11 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 			total += fwd[i] + bwd[i];
 		if (!(total > 0)) {
 			static const char *src[] = { "flops", "params", "profile", "auto" };
-			rc = ph_fail(err, PH_EINVAL, "[partition] cost = %s gives every layer a cost of 0, so no split can be "
-				     "balanced; use cost = flops or profile, or partition.type = explicit", src[c->part.cost]);
+			char where[PH_STR_MAX + 16];
+			ph_ini_where_key(&c->ini, "partition", "cost", where, sizeof where);
+			rc = ph_fail(err, PH_EINVAL, "%s: [partition] cost = %s gives every layer a cost of 0, so no split "
+				     "can be balanced; use cost = flops or profile, or partition.type = explicit", where,
+				     src[c->part.cost]);
 			goto out;
 		}
 	}
@@ -360,7 +365,11 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 	ph_err warn = { { 0 } }, e2 = { { 0 } };
 	rc = c->partitioner->partition(c->partitioner_config, &pbm, p->first, &warn, &e2);
 	if (rc) {
-		rc = ph_fail(err, rc, "%s%s", plugin_prefix(e2.msg, "partitioner", c->partitioner->head.name), e2.msg);
+		/* the partitioner's keys are [partition]'s: point at its type */
+		char where[PH_STR_MAX + 16];
+		ph_ini_where_key(&c->ini, "partition", "type", where, sizeof where);
+		rc = ph_fail(err, rc, "%s: %s%s", where, plugin_prefix(e2.msg, "partitioner", c->partitioner->head.name),
+			     e2.msg);
 		goto out;
 	}
 	if (warn.msg[0])

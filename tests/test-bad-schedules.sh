@@ -24,6 +24,10 @@ expect_error "malformed table line" \
 expect_error "table with fewer rows than ranks" \
 	"^pipehost: $sched/1f1b-p2-m4.csv:[0-9]+: the file ends after 2 row\(s\) of actions, but \[run\] stages = 3; write one row per rank, rank 0 first$" \
 	-c "$tiny" --plan --set run.stages=3 $T "schedule.file=$sched/1f1b-p2-m4.csv"
+printf '# only a comment\n\n' >"$tmp/empty.csv"
+expect_error "table with no row at all (no line 0 quoted)" \
+	"^pipehost: $tmp/empty.csv: the file holds no row of actions, but \[run\] stages = 2; write one row per rank, rank 0 first$" \
+	-c "$tiny" --plan $T "schedule.file=$tmp/empty.csv"
 expect_error "table that does not exist" \
 	"^pipehost: cannot open schedule table $tmp/nope.csv: No such file or directory; check \[schedule\] file$" \
 	-c "$tiny" --plan $T "schedule.file=$tmp/nope.csv"

@@ -69,11 +69,22 @@ expect_error "type regex matching fewer layers than stages" \
 	'partitioner type: .*1 layer of type matching .\^gpt2_head\$., fewer than the 4 stages' \
 	-c "$gpt2" --plugin-dir "$gpt2_dir" --plan --set partition.type=type --set 'partition.regex=^gpt2_head$'
 
+# a partitioner's error in an INI names the line of [partition] type
+sed 's/^type = uniform$/type = explicit\nbounds = 0,2,4/' "$tiny" >"$tmp/bounds.ini"
+expect_error "a partitioner's error names the INI's line" \
+	"^pipehost: $tmp/bounds.ini:[0-9]+: partitioner explicit: .*bounds lists 3 stages but there are 2 stages" \
+	-c "$tmp/bounds.ini" --plan
+sed 's/^stages = 2$/stages = 12/' "$tiny" >"$tmp/many.ini"
+expect_error "too many stages for the layers, at [run] stages' line" \
+	"^pipehost: $tmp/many.ini:5: \[run\] stages = 12 x chunks = 1 needs at least 12 layers" \
+	-c "$tmp/many.ini" --plan
+
 # Parameter-free layers with cost = params: every layer costs 0.  The
 # partitioners would quietly split by layer count; the host refuses.
 printf '[run]\nstages = 2\nbatch = 8\nmicro_batches = 2\n[data]\nsource = synthetic\nshape = 1,8,8\n[partition]\ncost = params\n[layer pool]\ntype = maxpool2d\n[layer relu]\ntype = relu\n[layer flat]\ntype = flatten\n[layer loss]\ntype = softmax_xent\n' >"$tmp/zero.ini"
 for p in dp histogram; do
-	expect_error "cost 0 for every layer ($p)" "\[partition\] cost = params gives every layer a cost of 0" \
+	expect_error "cost 0 for every layer ($p), at the INI's line" \
+		"^pipehost: $tmp/zero.ini:9: \[partition\] cost = params gives every layer a cost of 0" \
 		-c "$tmp/zero.ini" --plan --set partition.type=$p
 done
 

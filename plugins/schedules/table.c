@@ -187,6 +187,9 @@ static int read_table(const table_cfg *cfg, const ph_schedule_shape *sh, int ran
 	fclose(f);
 	if (rc)
 		return rc;
+	if (row < sh->ranks && row == 0)
+		return ph_fail(err, PH_EINVAL, "%s: the file holds no row of actions, but [run] stages = %d; write one "
+			       "row per rank, rank 0 first", file, sh->ranks);
 	if (row < sh->ranks)
 		return ph_fail(err, PH_EINVAL, "%s:%d: the file ends after %d row(s) of actions, but [run] stages = %d; "
 			       "write one row per rank, rank 0 first", file, lineno, row, sh->ranks);
