@@ -122,7 +122,7 @@ double cuts_bottleneck(cuts_dp *dp, cuts_value_fn value)
 		for (int i = 0; i <= n; i++) {
 			double best = INFINITY;
 			if (may_start(dp, s, i))
-				for (int j = i + 1; j <= n; j++)
+				for (int j = i + 1; j <= n && !(dp->stop && dp->stop(dp->ctx, value, s, i, j, best)); j++)
 					if (allowed(dp, s, i, j) && AT(bt, s + 1, j) < INFINITY) {
 						double here = fmax(value(dp->ctx, s, i, j), AT(bt, s + 1, j));
 						if (here < best)
@@ -156,7 +156,7 @@ int cuts_nearest(cuts_dp *dp, const int *target, int *first, const char *who, ph
 		for (int i = 0; i <= n; i++) {
 			long best = LONG_MAX;
 			if (may_start(dp, s, i))
-				for (int j = i + 1; j <= n; j++)
+				for (int j = i + 1; j <= n && !(dp->stop && dp->stop(dp->ctx, NULL, s, i, j, INFINITY)); j++)
 					if (allowed(dp, s, i, j) && AT(dist, s + 1, j) < best)
 						best = AT(dist, s + 1, j);
 			AT(dist, s, i) = best == LONG_MAX ? LONG_MAX : best + labs((long)i - target[s]);

@@ -40,9 +40,17 @@ void cuts_uniform_target(int n, int K, int *target);
 typedef int (*cuts_allowed_fn)(const void *ctx, int s, int i, int j);
 typedef double (*cuts_value_fn)(const void *ctx, int s, int i, int j);
 
+/* Optional, to stop a programme's scan over a stage's end j early: 1 when
+ * no end j' >= j can matter, because none is allowed or (value given) none
+ * has value(s, i, j') < best.  It must hold exactly (bounds monotone in j,
+ * as a prefix sum of values >= 0 is), so the tables, and the split, are
+ * those of the full scan; it only saves time (dp on 4096 layers). */
+typedef int (*cuts_stop_fn)(const void *ctx, cuts_value_fn value, int s, int i, int j, double best);
+
 typedef struct {
 	const ph_partition_problem *pb;
 	cuts_allowed_fn allowed; /* NULL: only the cut points restrict */
+	cuts_stop_fn stop;       /* NULL: every end is tried */
 	const void *ctx;         /* passed to allowed() and the value functions */
 	double *bt;              /* (K+1) x (n+1): cuts_bottleneck's table */
 	long *dist;              /* (K+1) x (n+1): cuts_nearest's table */
