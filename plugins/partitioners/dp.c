@@ -100,16 +100,16 @@ static double v_over(const void *ctx, int s, int i, int j)
 
 /* Whether stage s may be layers i..j-1 under the filters of this pass
  * (cuts_allowed_fn: the cut points are cuts.c's). */
+static int past_filters(const work *w, int s, double time, double mem)
+{
+	return ((w->pass & FIT) && mem > stage_limit(w, s)) || ((w->pass & TIME) && time > w->tmax) ||
+	       ((w->pass & MEM) && mem > w->mmax);
+}
+
 static int allowed(const void *ctx, int s, int i, int j)
 {
 	const work *w = ctx;
-	if ((w->pass & FIT) && stage_mem(w, s, i, j) > stage_limit(w, s))
-		return 0;
-	if ((w->pass & TIME) && stage_time(w, i, j) > w->tmax)
-		return 0;
-	if ((w->pass & MEM) && stage_mem(w, s, i, j) > w->mmax)
-		return 0;
-	return 1;
+	return !past_filters(w, s, stage_time(w, i, j), stage_mem(w, s, i, j));
 }
 
 /* cuts_stop_fn: from end j on, a stage's compute (w->cost[j] - w->cost[i],
@@ -125,11 +125,8 @@ static int stop(const void *ctx, cuts_value_fn value, int s, int i, int j, doubl
 	if (pb->in_flight && pb->in_flight[s] < 0)
 		return 0; /* memory would not grow with j */
 	double compute = w->cost[j] - w->cost[i], mem = stage_mem(w, s, i, j);
-	if ((w->pass & FIT) && mem > stage_limit(w, s))
-		return 1;
-	if ((w->pass & TIME) && compute > w->tmax)
-		return 1;
-	if ((w->pass & MEM) && mem > w->mmax)
+	/* allowed()'s filters, with compute as the time's lower bound */
+	if (past_filters(w, s, compute, mem))
 		return 1;
 	if (value == v_time)
 		return compute >= best;
