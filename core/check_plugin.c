@@ -412,9 +412,9 @@ static void gradients(const layer_plan *lp, int batch)
 	if (rc) {
 		FAIL("%s", e.msg);
 	} else {
-		int64_t n = lp->ids ? 0 : L.nx, probed = lp->ids ? 0 : (L.nx < c.sample ? L.nx : c.sample);
+		int64_t n = lp->ids ? 0 : L.nx, probed = lp->ids ? 0 : ph_fd_probes(&c, L.nx);
 		for (int p = 0; p < L.meta.nparams; p++)
-			n += L.pn[p], probed += L.pn[p] < c.sample ? L.pn[p] : c.sample;
+			n += L.pn[p], probed += ph_fd_probes(&c, L.pn[p]);
 		char count[96];
 		if (probed < n)
 			snprintf(count, sizeof count, "%lld of %lld values (evenly spread)", (long long)probed, (long long)n);

@@ -262,7 +262,7 @@ static int check_tensor(ph_layer_inst *L, const char *what, float *v, int64_t n,
 	if (c->tensor_floor > 0)
 		for (int64_t i = 0; i < n; i++)
 			floor = fmax(floor, c->tensor_floor * fabs(analytic[i]));
-	int64_t probes = c->sample > 0 && c->sample < n ? c->sample : n;
+	int64_t probes = ph_fd_probes(c, n);
 	for (int64_t k = 0; k < probes; k++) {
 		/* evenly spread: 0, ..., n - 1 when sampling */
 		int64_t i = probes == n ? k : (probes > 1 ? k * (n - 1) / (probes - 1) : 0);

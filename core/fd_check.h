@@ -47,6 +47,12 @@ typedef struct {
 	int64_t sample;
 } ph_fd_check;
 
+/* How many of a tensor's n elements c checks. */
+static inline int64_t ph_fd_probes(const ph_fd_check *c, int64_t n)
+{
+	return c->sample > 0 && c->sample < n ? c->sample : n;
+}
+
 /* backward()'s results, taken from GRAD_INIT gradients and a NaN dx. */
 typedef struct {
 	float *dx;                     /* [nx] */
