@@ -267,11 +267,12 @@ static int resolve_plain(ph_config *c, const ph_core_section *r, ph_err *err)
  * the table schedule's. */
 static const struct {
 	const char *section, *key;
-	int list; /* colon-separated */
+	int list;         /* colon-separated */
+	const char *word; /* a value that is a word, not a path (NULL: none) */
 } path_keys[] = {
-	{ "run", "metrics", 0 },	  { "run", "save_weights", 0 }, { "run", "init", 0 },
-	{ "run", "plugin_path", 1 },	  { "data", "path", 0 },	{ "checkpoint", "dir", 0 },
-	{ "partition", "profile_cache", 0 }, { "schedule", "file", 0 },
+	{ "run", "metrics", 0, NULL },	      { "run", "save_weights", 0, NULL }, { "run", "init", 0, NULL },
+	{ "run", "plugin_path", 1, NULL },    { "data", "path", 0, NULL },	  { "checkpoint", "dir", 0, NULL },
+	{ "partition", "profile_cache", 0, "off" }, { "schedule", "file", 0, NULL },
 };
 
 /* VALUE with each relative path (one, or each of a list) put under DIR. */
@@ -308,10 +309,8 @@ static int resolve_ini_paths(ph_config *c, ph_err *err)
 	for (int i = 0; i < c->ini.nentries; i++) {
 		ph_ini_entry *e = &c->ini.entries[i];
 		for (size_t k = 0; e->line > 0 && k < sizeof path_keys / sizeof path_keys[0]; k++) {
-			if (strcmp(e->section, path_keys[k].section) || strcmp(e->key, path_keys[k].key))
-				continue;
-			/* profile_cache = off is a word, not a directory named off */
-			if (!strcmp(e->key, "profile_cache") && !strcmp(e->value, "off"))
+			if (strcmp(e->section, path_keys[k].section) || strcmp(e->key, path_keys[k].key) ||
+			    (path_keys[k].word && !strcmp(e->value, path_keys[k].word)))
 				continue;
 			char v[PH_STR_MAX];
 			if (under_dir(strcmp(dir, "/") ? dir : "", e->value, path_keys[k].list, v, sizeof v))

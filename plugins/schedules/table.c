@@ -187,7 +187,7 @@ static int read_table(const table_cfg *cfg, const ph_schedule_shape *sh, int ran
 	fclose(f);
 	if (rc)
 		return rc;
-	if (row < sh->ranks && row == 0)
+	if (row == 0)
 		return ph_fail(err, PH_EINVAL, "%s: the file holds no row of actions, but [run] stages = %d; write one "
 			       "row per rank, rank 0 first", file, sh->ranks);
 	if (row < sh->ranks)
