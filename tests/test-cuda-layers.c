@@ -24,6 +24,11 @@
  *    with 4096 sentinel floats after it, checked after each call);
  *  - under bf16 the linear layer's y shows bf16 rounding (the precision
  *    reached the GEMM), and every layer has CUDA hooks (ph_layer_devices);
+ *  - the gpt_block cases marked .cudnn run with PIPEHOST_ATTN_CUDNN=1:
+ *    cuDNN's fused attention under bf16 without dropout, held to the same
+ *    checks (bitwise repeats included: its deterministic backward); a
+ *    build without cudnn-frontend (every emulator build) must refuse the
+ *    switch there with a line that names --with-cudnn-frontend;
  *  - the attention cases marked .flash ran the fused core under bf16
  *    (flash_attention.cuh: it saves L2 [B, H, T] where the materialised
  *    core keeps P [B, H, T, T], and the twin asks for at least that much
@@ -110,6 +115,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "build-config.h" /* PH_WITH_CUDNN_FE */
 #include <pipehost/device.h>
 #include <pipehost/plugin.h>
 #include "device.h"
@@ -164,6 +170,7 @@ typedef struct {
 	int bf16_shows;   /* under bf16, y must differ from fp32 (a GEMM is there) */
 	int flash;        /* attention heads when bf16 takes the fused core (flash_attention.cuh) */
 	int mma;          /* run with PIPEHOST_ATTN_MMA=1: the fused core in registers (flash_mma.cuh) */
+	int cudnn;        /* run with PIPEHOST_ATTN_CUDNN=1: cuDNN's fused attention (cudnn_sdpa.h) */
 	const char *what;
 } gpu_case;
 
@@ -255,6 +262,16 @@ static const gpu_case cases[] = {
 	  .what = "fused under bf16: hd 64, T = 128" },
 	{ "gpt_block", KV("heads", "2", "dropout", "0.1", "mlp_ratio", "2"), S(72, 96), 2, .pscale = 0.25f,
 	  .deep = 1, .flash = 2, .what = "fused under bf16: hd 48, T = 72, dropout 0.1 at three sites" },
+	/* cuDNN's fused attention (PIPEHOST_ATTN_CUDNN=1) under bf16 where
+	 * there is no dropout; with dropout the core stays ours.  A build
+	 * without cudnn-frontend must refuse the switch under bf16 (checked
+	 * instead of the case) */
+	{ "gpt_block", KV("heads", "2"), S(128, 128), 2, .pscale = 0.25f, .deep = 1, .flash = 2, .cudnn = 1,
+	  .what = "cuDNN's fused attention: hd 64, T = 128" },
+	{ "gpt_block", KV("heads", "2", "mlp_ratio", "2"), S(72, 96), 3, .pscale = 0.25f, .deep = 1, .flash = 2,
+	  .cudnn = 1, .what = "cuDNN's fused attention: hd 48, T = 72, mlp_ratio 2" },
+	{ "gpt_block", KV("heads", "2", "dropout", "0.1"), S(72, 96), 2, .pscale = 0.25f, .deep = 1, .flash = 2,
+	  .cudnn = 1, .what = "PIPEHOST_ATTN_CUDNN=1 with dropout 0.1: pipehost's core" },
 	{ "seq_xent", NULL, S(3, 5), 2, .what = "T = 3, V = 5" },
 	{ "seq_xent", NULL, S(16, 50), 3, .what = "T = 16, V = 50" },
 	{ "seq_xent", NULL, S(8, 300), 2, .what = "V = 300, a row wider than a block" },
@@ -859,6 +876,28 @@ static void expect_flash(const char *label, const dev_inst *D, const gpu_case *c
 		      label, (long long)untouched, D->saved_bytes, m->saved_bytes);
 }
 
+/* A build without cudnn-frontend (no PH_WITH_CUDNN_FE; every emulator
+ * build) asked for cuDNN's attention under bf16 without dropout: the
+ * forward must fail, saying what to do, not run our kernels in silence.
+ * 1 when it did (the case ends there). */
+static int refuses_cudnn(const char *label, const ph_layer_ops *ops, dev_inst *D, const gpu_case *c, int bf16)
+{
+#ifdef PH_WITH_CUDNN_FE
+	(void)label, (void)ops, (void)D, (void)c, (void)bf16;
+	return 0;
+#else
+	if (!c->cudnn || !bf16 || case_option(c, "dropout"))
+		return 0;
+	ph_err e = { { 0 } };
+	int rc = ph_layer_forward(ops, D->state, D->ctx.batch, &D->ctx, D->params, D->x, D->y, &e);
+	ck_assert_msg(rc == PH_EUNSUPPORTED && strstr(e.msg, "--with-cudnn-frontend") &&
+			      strstr(e.msg, "PIPEHOST_ATTN_CUDNN"),
+		      "%s: a build without cudnn-frontend took PIPEHOST_ATTN_CUDNN=1: rc %d, \"%s\"", label, rc,
+		      e.msg);
+	return 1;
+#endif
+}
+
 static void run_case(int idx)
 {
 	const gpu_case *c = &cases[idx];
@@ -872,6 +911,10 @@ static void run_case(int idx)
 		setenv("PIPEHOST_ATTN_MMA", "1", 1);
 	else
 		unsetenv("PIPEHOST_ATTN_MMA");
+	if (c->cudnn)
+		setenv("PIPEHOST_ATTN_CUDNN", "1", 1);
+	else
+		unsetenv("PIPEHOST_ATTN_CUDNN");
 
 	const ph_layer_ops *ops = load_layer(c->type);
 	/* Before any device pointer reaches it: a CPU-only layer would
@@ -914,6 +957,8 @@ static void run_case(int idx)
 	const char *ln_fwd, *ln_bwd;
 	ln_kernels(c, &ln_fwd, &ln_bwd);
 	unsigned long ln0 = launches && ln_fwd ? launches(ln_fwd) : 0;
+	if (refuses_cudnn(label, ops, &D, c, bf16))
+		goto done;
 	gpu_fwd(label, ops, &D);
 	expect_staging(label, "forward", c, bf16, launches, stage0);
 	expect_launched(label, "forward", ln_fwd, launches, ln0);
@@ -1060,6 +1105,7 @@ static void run_case(int idx)
 
 	check_canaries(label);
 
+done:
 	free_grad_bufs(g1), free_grad_bufs(g2), free_grad_bufs(two);
 	free(gy), free(gy2), free(gdx), free(gdx2);
 	ph_layer_destroy(ops, D.state);

@@ -264,6 +264,43 @@ if PH_CUEMU_LAUNCHES=1 PIPEHOST_ATTN_MMA=1 lm l1mma --set run.stages=1 --set run
 else
 	not_ok "GPT blocks, bf16, PIPEHOST_ATTN_MMA=1: run failed: $(tail -2 "$tmp/l1mma.log") $(tail -2 "$tmp/l4mma.log") $(tail -2 "$tmp/l1wmma.log")"
 fi
+# cuDNN's fused attention (PIPEHOST_ATTN_CUDNN=1, cudnn_sdpa.h; gpt_block
+# without dropout): in a build with cudnn-frontend, 4 ranks (4 threads,
+# each with its cuDNN handle and graphs) give 1 rank's bytes, and the last
+# loss is within bf16's reach of our kernels' on the same job; in a build
+# without it (every emulator build) the run stops with the line that
+# names --with-cudnn-frontend, and nothing trains in silence.
+cud() { # NAME OPTIONS...: the job above without dropout, bf16
+	cname=$1
+	shift
+	lm "$cname" --set "layer block.dropout=0" --set run.precision=bf16 "$@"
+}
+if grep -q '^#define PH_WITH_CUDNN_FE 1' "$top_builddir/build-config.h" 2>/dev/null; then
+	if PIPEHOST_ATTN_CUDNN=1 cud l1cudnn --set run.stages=1 --set run.log_every=1 \
+		--set "run.metrics=$tmp/l1cudnn.jsonl" &&
+		PIPEHOST_ATTN_CUDNN=1 cud l4cudnn --set run.stages=4 &&
+		cud l1ours --set run.stages=1 --set run.log_every=1 --set "run.metrics=$tmp/l1ours.jsonl"; then
+		same_weights "GPT blocks, bf16, cuDNN's attention (PIPEHOST_ATTN_CUDNN=1): 4 ranks on cuda:0 against 1" \
+			l1cudnn l4cudnn
+		a=$(loss_at l1cudnn last) b=$(loss_at l1ours last)
+		if is_number "$a" && rel_within "$a" "$b" 2e-2; then
+			ok "cuDNN's attention: last loss $a, pipehost's kernels $b (relative difference $(rel_diff "$a" "$b"), within 2e-2)"
+		else
+			not_ok "cuDNN's attention: last loss $a against pipehost's kernels' $b (want within 2e-2)"
+		fi
+	else
+		not_ok "GPT blocks, bf16, PIPEHOST_ATTN_CUDNN=1: run failed: $(tail -2 "$tmp/l1cudnn.log") $(tail -2 "$tmp/l4cudnn.log") $(tail -2 "$tmp/l1ours.log")"
+	fi
+elif PIPEHOST_ATTN_CUDNN=1 cud l1cudnn --set run.stages=1; then
+	not_ok "PIPEHOST_ATTN_CUDNN=1 in a build without cudnn-frontend: the run trained (exit 0) instead of refusing"
+else
+	line=$(grep -- '--with-cudnn-frontend' "$tmp/l1cudnn.log" | head -1)
+	if [ -n "$line" ] && [ "$(grep -c -- '--with-cudnn-frontend' "$tmp/l1cudnn.log")" -le 2 ]; then
+		ok "PIPEHOST_ATTN_CUDNN=1 without cudnn-frontend: refused: $line"
+	else
+		not_ok "PIPEHOST_ATTN_CUDNN=1 without cudnn-frontend: failed without naming --with-cudnn-frontend: $(tail -3 "$tmp/l1cudnn.log")"
+	fi
+fi
 # the tied head (embedding and logits on one rank, then on two) with bf16
 # copies against cuBLAS rounding: byte-identical in the emulator
 if [ -n "${PH_CUEMU:-}" ]; then

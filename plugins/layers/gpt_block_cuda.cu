@@ -25,6 +25,10 @@
  * fused, are att and the backward's dqkv (att16); the backward's other
  * gradients that feed products it rounds itself (grad16): every product
  * of the block then reads bf16 made by the block, or a weight's shadow.
+ * With PIPEHOST_ATTN_CUDNN=1 the fused core is cuDNN's (cudnn_sdpa.h)
+ * instead of flash_attention.cuh's, where there is no dropout: same saved
+ * layout, its bf16 copies and workspace in the scratch that is free at
+ * that point.
  *
  * Device scratch (gpt_block.c's meta sets device_scratch_bytes):
  *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
@@ -35,6 +39,7 @@
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
 #include "flash_attention.cuh"
+#include "cudnn_sdpa.h"
 #include "gpt_block_state.h"
 
 /* The geometry as plain values, from the state gpt_block.c made. */
@@ -201,6 +206,23 @@ static int grad16(const ph_ctx *ctx, const gpt_block_dims *g, const ph_attn_geom
 	return att16(ctx, ag) && g->r <= 6;
 }
 
+/* Whether cuDNN's fused attention (cudnn_sdpa.h) takes this call's core:
+ * asked for (PIPEHOST_ATTN_CUDNN=1), where the fused layout is in use (L2
+ * alone saved) and without dropout, whose mask stays ours. */
+static int sdpa_on(const ph_ctx *ctx, const ph_attn_geom *ag, int drop)
+{
+	return !drop && ph_flash_usable(ctx, ag) && ph_sdpa_requested();
+}
+
+/* Floats of device scratch for `batch` samples (gpt_block.c's meta sizes it
+ * for max_batch, at least this): the backward's [R, d] and [R, rd] buffers,
+ * then dP [H, T, T], twice with dropout. */
+static size_t scratch_floats_at(const gpt_block_dims *g, int batch)
+{
+	const size_t R = (size_t)batch * g->T, T = g->T;
+	return R * g->d * (7 + (size_t)g->r) + (size_t)g->H * T * T * (g->rate > 0.0f ? 2 : 1);
+}
+
 #define TRY(call)                         \
 	do {                              \
 		if ((rc = (call)) != PH_OK) \
@@ -251,7 +273,10 @@ static int gpt_block_fwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 	else
 		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
 	TRY(xwt(ctx, a16, R, 3 * d, d, v.h1, params[P_QKV], bias, NULL, v.qkv, err));
-	if (o16)
+	if (sdpa_on(ctx, &ag, drop)) { /* all of scratch is free here: tmp serves dropout alone */
+		const ph_sdpa_span work = { ctx->scratch, scratch_floats_at(g, ctx->batch) * sizeof(float) };
+		TRY(ph_sdpa_forward(st, ctx->batch, T, ag.H, ag.hd, v.qkv, v.att, o16, v.P, &work, 1, err));
+	} else if (o16)
 		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,
 				     (ph_bf16 *)v.att, err));
 	else if (ph_flash_usable(ctx, &ag))
@@ -393,7 +418,12 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 		TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
 	}
 	ph_bf16 *dqkv16 = (ph_bf16 *)dqkv; /* o16: dqkv in bf16, in the first half of its place */
-	if (o16)
+	if (sdpa_on(ctx, &ag, drop)) { /* free now: dh1 and dgu (db16 and du are spent), and tmp */
+		const ph_sdpa_span work[2] = { { dh1, ((size_t)n + (size_t)R * rd) * sizeof(float) },
+					       { tmp, (size_t)ag.H * T * T * sizeof(float) } };
+		TRY(ph_sdpa_backward(st, ctx->batch, T, ag.H, ag.hd, v.qkv, v.P, v.att, o16, dh,
+				     o16 ? (void *)dqkv16 : (void *)dqkv, o16, work, 2, err));
+	} else if (o16)
 		TRY(ph_flash_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,
 				      (const ph_bf16 *)v.att, dh, dqkv16, tmp, err));
 	else if (ph_flash_usable(ctx, &ag))

@@ -143,7 +143,8 @@ EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins
 	plugins/layers/gelu_cuda.cu \
 	plugins/layers/seq_xent_cuda.cu \
 	plugins/layers/attention_cuda.cu \
-	plugins/layers/gpt_block_cuda.cu
+	plugins/layers/gpt_block_cuda.cu \
+	plugins/layers/cudnn_sdpa.h plugins/layers/cudnn_sdpa.cu plugins/layers/cudnn_sdpa_graph.cpp
 if PH_CUDA
 plugins_layers_linear_la_LIBADD += plugins/layers/linear_cuda.lo $(CUDA_LAYER_LIBS)
 plugins/layers/linear_cuda.lo: plugins/layers/linear_cuda.cu $(CUDA_TWIN_DEPS)
@@ -169,6 +170,14 @@ plugins_layers_seq_xent_la_LIBADD += plugins/layers/seq_xent_cuda.lo $(CUDA_LAYE
 plugins/layers/seq_xent_cuda.lo: plugins/layers/seq_xent_cuda.cu $(CUDA_TWIN_DEPS)
 plugins_layers_attention_la_LIBADD += plugins/layers/attention_cuda.lo $(CUDA_LAYER_LIBS)
 plugins/layers/attention_cuda.lo: plugins/layers/attention_cuda.cu $(CUDA_TWIN_DEPS)
-plugins_layers_gpt_block_la_LIBADD += plugins/layers/gpt_block_cuda.lo $(CUDA_LAYER_LIBS)
-plugins/layers/gpt_block_cuda.lo: plugins/layers/gpt_block_cuda.cu $(CUDA_TWIN_DEPS)
+# gpt_block's attention core may also run through cuDNN's fused attention
+# (cudnn_sdpa.h): the bf16 passes in cudnn_sdpa.cu, the graphs in plain C++
+# (cudnn_sdpa_graph.cpp, cudnn-frontend's headers; a stub without them),
+# which nvcc hands to the host compiler.
+plugins_layers_gpt_block_la_LIBADD += plugins/layers/gpt_block_cuda.lo plugins/layers/cudnn_sdpa.lo \
+	plugins/layers/cudnn_sdpa_graph.lo $(CUDA_LAYER_LIBS) $(CUDNN_LIBS) $(CUDNN_FE_LIBS)
+plugins/layers/gpt_block_cuda.lo: plugins/layers/gpt_block_cuda.cu plugins/layers/cudnn_sdpa.h $(CUDA_TWIN_DEPS)
+plugins/layers/cudnn_sdpa.lo: plugins/layers/cudnn_sdpa.cu plugins/layers/cudnn_sdpa.h $(CUDA_TWIN_DEPS)
+plugins/layers/cudnn_sdpa_graph.lo: plugins/layers/cudnn_sdpa_graph.cpp plugins/layers/cudnn_sdpa.h build-config.h
+	$(AM_V_GEN)$(SHELL) $(top_srcdir)/scripts/nvcc-lt.sh $@ $(NVCC) $(NVCC_ALL_FLAGS) -c $(top_srcdir)/plugins/layers/cudnn_sdpa_graph.cpp
 endif

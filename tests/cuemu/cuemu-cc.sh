@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# cuemu-cc.sh CXX [nvcc flags...] -c SRC.cu -o OUT.o
+# cuemu-cc.sh CXX [nvcc flags...] -c SRC.cu -o OUT.o   (or SRC.cpp: plain C++, as nvcc takes it)
 # Stands in for nvcc in the emulator build (configure --enable-cuda-emulator):
 # rewrites kernel<<<grid, block[, shmem[, stream]]>>>(args) into
 # CUEMU_LAUNCH("kernel", (kernel), grid, block, ...)(args) (the name for
@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
 	-gencode | -arch | -code) shift ;;
 	-o) shift; out=$1 ;;
 	-c) ;;
-	*.cu) src=$1 ;;
+	*.cu | *.cpp) src=$1 ;;
 	*) args="$args $1" ;;
 	esac
 	shift

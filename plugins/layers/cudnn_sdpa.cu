@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cudnn_sdpa.cu: the causal attention core through cuDNN's fused flash
+ * attention, the graph PyTorch's scaled_dot_product_attention takes on
+ * Hopper.  Why: on the H200 (2026-11-28) cuDNN's fused backward took 2.95
+ * ms of PyTorch's GPT-2 step where flash_attention.cuh's three kernels take
+ * 22.0 ms of ours (docs/gpu-session.md).  Interface and contract:
+ * cudnn_sdpa.h; the graphs: cudnn_sdpa_graph.cpp.
+ *
+ * Here: the bf16 copies cuDNN reads (qkv, and dO, and O where the layer
+ * keeps att in fp32), the statistic between our log2 form and cuDNN's
+ * natural log, the fp32 copies back, and the scratch they take.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_bf16.h>
+
+#include "cudnn_sdpa.h"
+
+int ph_sdpa_requested(void)
+{
+	const char *v = getenv("PIPEHOST_ATTN_CUDNN");
+	return v && !strcmp(v, "1");
+}
+
+/* ---- element-wise passes ---- */
+
+static __global__ void ph_sdpa_k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		y[i] = __float2bfloat16_rn(x[i]);
+}
+
+static __global__ void ph_sdpa_k_to_f32(const __nv_bfloat16 *x, float *y, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		y[i] = __bfloat162float(x[i]);
+}
+
+/* y = x * a (y may be x) */
+static __global__ void ph_sdpa_k_scale(const float *x, float *y, float a, int64_t n)
+{
+	for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+		y[i] = x[i] * a;
+}
+
+static unsigned grid_for(int64_t n)
+{
+	const int64_t b = (n + 255) / 256;
+	return (unsigned)(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+#define PH_SDPA_LOG2E 1.4426950408889634f
+#define PH_SDPA_LN2 0.6931471805599453f
+
+/* ---- carving the caller's free memory ---- */
+
+struct carver {
+	ph_sdpa_span s[4];
+	int n;
+	size_t want; /* bytes asked for in all, for the message */
+};
+
+/* n bytes, 256-aligned, from the first span with room; NULL if none */
+static void *carve(carver *c, size_t n)
+{
+	c->want += n;
+	if (n == 0)
+		return nullptr;
+	for (int i = 0; i < c->n; i++) {
+		const uintptr_t p = (uintptr_t)c->s[i].p, a = (p + 255) & ~(uintptr_t)255;
+		const size_t skip = a - p;
+		if (c->s[i].bytes >= skip + n) {
+			c->s[i].p = (char *)a + n;
+			c->s[i].bytes -= skip + n;
+			return (void *)a;
+		}
+	}
+	c->n = -1; /* failed: later carves fail too, the message counts them all */
+	return nullptr;
+}
+
+static int carver_init(carver *c, const ph_sdpa_span *work, int nwork, ph_err *err)
+{
+	if (nwork < 0 || nwork > 4)
+		return ph_fail(err, PH_EINTERNAL, "attention: %d scratch spans for cuDNN's attention", nwork);
+	c->n = nwork;
+	c->want = 0;
+	for (int i = 0; i < nwork; i++)
+		c->s[i] = work[i];
+	return PH_OK;
+}
+
+static int carve_failed(const carver *c, const ph_sdpa_span *work, int nwork, const char *what, ph_err *err)
+{
+	size_t have = 0;
+	for (int i = 0; i < nwork; i++)
+		have += work[i].bytes;
+	return ph_fail(err, PH_ENOMEM,
+		       "attention: cuDNN's fused attention %s needs %zu bytes of scratch (bf16 copies and "
+		       "workspace), the layer has %zu free in %d span(s); unset PIPEHOST_ATTN_CUDNN",
+		       what, c->want, have, nwork);
+}
+
+#define SDPA_LAUNCHED(what)                                                                                \
+	do {                                                                                               \
+		cudaError_t ce_ = cudaGetLastError();                                                      \
+		if (ce_ != cudaSuccess)                                                                    \
+			return ph_fail(err, PH_EINTERNAL, "attention: %s: %s", what, cudaGetErrorString(ce_)); \
+	} while (0)
+
+/*
+ * Forward: qkv [B, T, 3d] fp32 -> att [B, T, d] (bf16 where att16, else
+ * fp32 through a bf16 copy), L2 [B, H, T].
+ */
+int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *qkv, void *att, int att16, float *L2,
+		    const ph_sdpa_span *work, int nwork, ph_err *err)
+{
+	if (B <= 0)
+		return PH_OK;
+	int rc;
+	const void *graph;
+	size_t wsb;
+	if ((rc = ph_sdpa_graph(st, 0, B, T, H, hd, &graph, &wsb, err)))
+		return rc;
+	const int64_t d = (int64_t)H * hd, nqkv = (int64_t)B * T * 3 * d, no = (int64_t)B * T * d;
+	carver c;
+	if ((rc = carver_init(&c, work, nwork, err)))
+		return rc;
+	__nv_bfloat16 *q16 = (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
+	__nv_bfloat16 *o16 = att16 ? (__nv_bfloat16 *)att : (__nv_bfloat16 *)carve(&c, (size_t)no * 2);
+	void *ws = carve(&c, wsb);
+	if (c.n < 0)
+		return carve_failed(&c, work, nwork, "forward", err);
+
+	ph_sdpa_k_to_bf16<<<grid_for(nqkv), 256, 0, st>>>(qkv, q16, nqkv);
+	SDPA_LAUNCHED("cuDNN attention forward: qkv to bf16");
+	void *ptrs[PH_SDPA_DV + 1] = { nullptr };
+	ptrs[PH_SDPA_Q] = q16;
+	ptrs[PH_SDPA_K] = q16 + d;
+	ptrs[PH_SDPA_V] = q16 + 2 * d;
+	ptrs[PH_SDPA_O] = o16;
+	ptrs[PH_SDPA_STATS] = L2;
+	if ((rc = ph_sdpa_execute(graph, ptrs, ws, err)))
+		return rc;
+	const int64_t nl = (int64_t)B * H * T;
+	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(L2, L2, PH_SDPA_LOG2E, nl);
+	SDPA_LAUNCHED("cuDNN attention forward: the statistic to log2");
+	if (!att16) {
+		ph_sdpa_k_to_f32<<<grid_for(no), 256, 0, st>>>(o16, (float *)att, no);
+		SDPA_LAUNCHED("cuDNN attention forward: att to fp32");
+	}
+	return PH_OK;
+}
+
+/*
+ * Backward: datt [B, T, d] fp32 -> dqkv [B, T, 3d] (=; bf16 where dqkv16,
+ * else fp32 through a bf16 copy), from qkv, L2 and the forward's att.
+ */
+int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *qkv, const float *L2,
+		     const void *att, int att16, const float *datt, void *dqkv, int dqkv16, const ph_sdpa_span *work,
+		     int nwork, ph_err *err)
+{
+	if (B <= 0)
+		return PH_OK;
+	int rc;
+	const void *graph;
+	size_t wsb;
+	if ((rc = ph_sdpa_graph(st, 1, B, T, H, hd, &graph, &wsb, err)))
+		return rc;
+	const int64_t d = (int64_t)H * hd, nqkv = (int64_t)B * T * 3 * d, no = (int64_t)B * T * d;
+	const int64_t nl = (int64_t)B * H * T;
+	carver c;
+	if ((rc = carver_init(&c, work, nwork, err)))
+		return rc;
+	__nv_bfloat16 *q16 = (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
+	__nv_bfloat16 *do16 = (__nv_bfloat16 *)carve(&c, (size_t)no * 2);
+	const __nv_bfloat16 *o16 =
+		att16 ? (const __nv_bfloat16 *)att : (const __nv_bfloat16 *)carve(&c, (size_t)no * 2);
+	__nv_bfloat16 *g16 = dqkv16 ? (__nv_bfloat16 *)dqkv : (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
+	float *stats = (float *)carve(&c, (size_t)nl * sizeof(float));
+	void *ws = carve(&c, wsb);
+	if (c.n < 0)
+		return carve_failed(&c, work, nwork, "backward", err);
+
+	ph_sdpa_k_to_bf16<<<grid_for(nqkv), 256, 0, st>>>(qkv, q16, nqkv);
+	ph_sdpa_k_to_bf16<<<grid_for(no), 256, 0, st>>>(datt, do16, no);
+	if (!att16)
+		ph_sdpa_k_to_bf16<<<grid_for(no), 256, 0, st>>>((const float *)att, (__nv_bfloat16 *)o16, no);
+	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(L2, stats, PH_SDPA_LN2, nl);
+	SDPA_LAUNCHED("cuDNN attention backward: the operands to bf16");
+	void *ptrs[PH_SDPA_DV + 1] = { nullptr };
+	ptrs[PH_SDPA_Q] = q16;
+	ptrs[PH_SDPA_K] = q16 + d;
+	ptrs[PH_SDPA_V] = q16 + 2 * d;
+	ptrs[PH_SDPA_O] = (void *)o16;
+	ptrs[PH_SDPA_DO] = do16;
+	ptrs[PH_SDPA_STATS] = stats;
+	ptrs[PH_SDPA_DQ] = g16;
+	ptrs[PH_SDPA_DK] = g16 + d;
+	ptrs[PH_SDPA_DV] = g16 + 2 * d;
+	if ((rc = ph_sdpa_execute(graph, ptrs, ws, err)))
+		return rc;
+	if (!dqkv16) {
+		ph_sdpa_k_to_f32<<<grid_for(nqkv), 256, 0, st>>>(g16, (float *)dqkv, nqkv);
+		SDPA_LAUNCHED("cuDNN attention backward: dqkv to fp32");
+	}
+	return PH_OK;
+}
+

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cudnn_sdpa.h: the causal attention core through cuDNN's fused flash
+ * attention (cudnn_sdpa.cu), for gpt_block_cuda.cu.  A switch until a GPU
+ * has timed it against flash_attention.cuh's kernels: PIPEHOST_ATTN_CUDNN=1
+ * (read at each call, so a test takes both paths in one process).
+ *
+ * Same tensors as ph_flash_forward / ph_flash_backward, so the two paths
+ * mix freely (a forward of one, the backward of the other):
+ *   qkv  [B, T, 3d] fp32 (the saved projection; rounded to bf16 here)
+ *   att  [B, T, d]  fp32, or bf16 where att16
+ *   L2   [B, H, T]  each row's log2 softmax denominator (cuDNN's natural
+ *                   log statistic is converted on the way out and back)
+ *   datt [B, T, d]  fp32;  dqkv [B, T, 3d] fp32, or bf16 where dqkv16
+ * No dropout: a call with dropout keeps our kernels, whose mask is the
+ * CPU's bit for bit.
+ *
+ * Scratch: the caller names the free device memory it has (up to two
+ * spans); the bf16 copies and cuDNN's workspace are carved from it, and a
+ * call that does not fit fails with the sizes (PH_ENOMEM), as does a shape
+ * cuDNN declines (PH_EUNSUPPORTED, with cuDNN's words) or a build without
+ * cudnn-frontend (configure --with-cudnn-frontend=DIR).
+ */
+#ifndef PH_LAYERS_CUDNN_SDPA_H
+#define PH_LAYERS_CUDNN_SDPA_H
+
+#include <stddef.h>
+
+#include <pipehost/cuda.h>
+
+/* Free device memory a call may use. */
+typedef struct {
+	void *p;
+	size_t bytes;
+} ph_sdpa_span;
+
+/* Whether PIPEHOST_ATTN_CUDNN=1 asks for this path. */
+int ph_sdpa_requested(void);
+
+/* Whether this build has it (configure found cudnn-frontend). */
+int ph_sdpa_built(void);
+
+int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *qkv, void *att, int att16,
+		    float *L2, const ph_sdpa_span *work, int nwork, ph_err *err);
+
+int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *qkv, const float *L2,
+		     const void *att, int att16, const float *datt, void *dqkv, int dqkv16, const ph_sdpa_span *work,
+		     int nwork, ph_err *err);
+
+/* ---- between cudnn_sdpa.cu and cudnn_sdpa_graph.cpp ---- */
+
+/* The tensors' uids: the forward's 1..5, the backward's 1..9. */
+enum { PH_SDPA_Q = 1, PH_SDPA_K, PH_SDPA_V, PH_SDPA_O, PH_SDPA_STATS, PH_SDPA_DO, PH_SDPA_DQ, PH_SDPA_DK, PH_SDPA_DV };
+
+/* The calling thread's built graph of one direction (bwd) and shape, made
+ * on first use, bound to stream st; *ws_bytes its workspace. */
+int ph_sdpa_graph(cudaStream_t st, int bwd, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
+		  ph_err *err);
+
+/* Runs it on the stream given last: ptrs[uid] for each of its uids. */
+int ph_sdpa_execute(const void *graph, void *const *ptrs, void *ws, ph_err *err);
+
+#endif
