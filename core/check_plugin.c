@@ -169,7 +169,8 @@ static int parse_shape(const char *text, ph_shape *s, ph_err *err)
 	while (*p) {
 		char *end;
 		errno = 0;
-		long long v = strtoll(p, &end, 10);
+		/* digits only: strtoll alone would take " 4" and "+4" */
+		long long v = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : (end = (char *)p, 0);
 		if (end == p || errno || v < 1 || v > (1 << 20) || s->ndim == PH_MAX_DIMS || (*end && *end != 'x'))
 			return ph_fail(err, PH_EINVAL, "--shape %s: expected 1 to %d sizes from 1 to %d joined by x, e.g. 4x8 "
 				       "or 2x6x6 (one sample; the batch is --batch)", text, PH_MAX_DIMS, 1 << 20);

@@ -126,6 +126,8 @@ expect_error "--set for another plugin" "^pipehost: --set relu.units=2: .*linear
 expect_error "--set of no such option" "^pipehost: --set linear.unit=2: layer linear has no option unit" \
 	--check-plugin "$linear" --set linear.unit=2
 expect_error "bad --shape" "^pipehost: --shape 4xx8: expected 1 to 4 sizes" --check-plugin "$linear" --shape 4xx8
+expect_error "--shape with a space" "^pipehost: --shape  4x8: expected 1 to 4 sizes" --check-plugin "$linear" --shape " 4x8"
+expect_error "--shape with a sign" "^pipehost: --shape 4x[+]8: expected 1 to 4 sizes" --check-plugin "$linear" --shape 4x+8
 expect_error "--shape without --check-plugin" "^pipehost: --shape is for --check-plugin FILE.so only$" -c "$fixtures/tiny.ini" --shape 4
 expect_error "bad --batch" "^pipehost: --batch 0: give a number of samples from 1 to 4096$" --check-plugin "$linear" --batch 0
 finish

@@ -21,7 +21,7 @@
 int ph_sdpa_requested(void)
 {
 	const char *v = getenv("PIPEHOST_ATTN_CUDNN");
-	return v && !strcmp(v, "1");
+	return !v ? 0 : !strcmp(v, "1") ? 1 : !strcmp(v, "2") ? 2 : 0;
 }
 
 /* ---- element-wise passes ---- */
@@ -167,7 +167,9 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	int rc;
 	const void *graph;
 	size_t wsb;
-	if ((rc = ph_sdpa_graph(st, 1, B, T, H, hd, &graph, &wsb, err)))
+	/* 1: the deterministic algorithm; 2 (PIPEHOST_ATTN_CUDNN=2): cuDNN's default */
+	const int kind = ph_sdpa_requested() == 2 ? 2 : 1;
+	if ((rc = ph_sdpa_graph(st, kind, B, T, H, hd, &graph, &wsb, err)))
 		return rc;
 	const int64_t d = (int64_t)H * hd, nqkv = (int64_t)B * T * 3 * d, no = (int64_t)B * T * d;
 	const int64_t nl = (int64_t)B * H * T;

@@ -3,7 +3,8 @@
  * cudnn_sdpa.h: the causal attention core through cuDNN's fused flash
  * attention (cudnn_sdpa.cu), for gpt_block_cuda.cu.  A switch until a GPU
  * has timed it against flash_attention.cuh's kernels: PIPEHOST_ATTN_CUDNN=1
- * (read at each call, so a test takes both paths in one process).
+ * (read at each call, so a test takes both paths in one process; =2
+ * takes cuDNN's non-deterministic backward, for timing).
  *
  * Same tensors as ph_flash_forward / ph_flash_backward, so the two paths
  * mix freely (a forward of one, the backward of the other):
@@ -34,7 +35,9 @@ typedef struct {
 	size_t bytes;
 } ph_sdpa_span;
 
-/* Whether PIPEHOST_ATTN_CUDNN=1 asks for this path. */
+/* Whether PIPEHOST_ATTN_CUDNN asks for this path: 1 ("1": with cuDNN's
+ * deterministic backward, so runs repeat bit for bit), 2 ("2": its default
+ * backward, which is not, to time what determinism costs), else 0. */
 int ph_sdpa_requested(void);
 
 /* Whether this build has it (configure found cudnn-frontend). */
@@ -52,9 +55,10 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 /* The tensors' uids: the forward's 1..5, the backward's 1..9. */
 enum { PH_SDPA_Q = 1, PH_SDPA_K, PH_SDPA_V, PH_SDPA_O, PH_SDPA_STATS, PH_SDPA_DO, PH_SDPA_DQ, PH_SDPA_DK, PH_SDPA_DV };
 
-/* The calling thread's built graph of one direction (bwd) and shape, made
- * on first use, bound to stream st; *ws_bytes its workspace. */
-int ph_sdpa_graph(cudaStream_t st, int bwd, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
+/* The calling thread's built graph of one kind (0 the forward, 1 the
+ * deterministic backward, 2 the default one) and shape, made on first use,
+ * bound to stream st; *ws_bytes its workspace. */
+int ph_sdpa_graph(cudaStream_t st, int kind, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
 		  ph_err *err);
 
 /* Runs it on the stream given last: ptrs[uid] for each of its uids. */

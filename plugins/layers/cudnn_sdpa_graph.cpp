@@ -19,7 +19,8 @@
  *   Stats       [B, H, T, 1] fp32, the natural-log LSE of the scaled scores
  *   dQ, dK, dV  as Q, K, V
  * The backward runs cuDNN's deterministic algorithm: a run repeats bit for
- * bit on the same GPU, as the rest of the GPU layers do.
+ * bit on the same GPU, as the rest of the GPU layers do (PIPEHOST_ATTN_CUDNN=2
+ * takes its default one instead, to time what that costs).
  *
  * Graphs are built once per direction, shape and thread (a rank is a
  * thread with its own device and stream), with the thread's cuDNN handle,
@@ -68,7 +69,7 @@ int ph_sdpa_built(void)
 namespace {
 
 struct sdpa_graph {
-	int bwd, B, T, H, hd;
+	int kind, B, T, H, hd; /* kind: ph_sdpa_graph's */
 	std::shared_ptr<fe::graph::Graph> g;
 	int64_t ws; /* workspace bytes */
 };
@@ -135,8 +136,8 @@ std::shared_ptr<fe::graph::Tensor_attributes> qkv_tensor(fe::graph::Graph &g, co
 				.set_stride({ (int64_t)T * ld, hd, ld, 1 }));
 }
 
-/* The graph of one direction and shape, not yet built. */
-std::shared_ptr<fe::graph::Graph> describe(int bwd, int B, int T, int H, int hd)
+/* The graph of one kind (ph_sdpa_graph) and shape, not yet built. */
+std::shared_ptr<fe::graph::Graph> describe(int kind, int B, int T, int H, int hd)
 {
 	const int64_t d = (int64_t)H * hd, ld = 3 * d;
 	/* the scale flash_attention.cuh uses, to the same float */
@@ -150,7 +151,7 @@ std::shared_ptr<fe::graph::Graph> describe(int bwd, int B, int T, int H, int hd)
 	auto V = qkv_tensor(*g, "V", PH_SDPA_V, B, T, H, hd, ld);
 	const std::vector<int64_t> odim = { B, H, T, hd }, ostride = { (int64_t)T * d, hd, d, 1 };
 	const std::vector<int64_t> sdim = { B, H, T, 1 }, sstride = { (int64_t)H * T, T, 1, 1 };
-	if (!bwd) {
+	if (kind == 0) {
 		auto opt = fe::graph::SDPA_attributes()
 				   .set_name("ph_sdpa_fwd")
 				   .set_generate_stats(true)
@@ -179,7 +180,7 @@ std::shared_ptr<fe::graph::Graph> describe(int bwd, int B, int T, int H, int hd)
 			   .set_name("ph_sdpa_bwd")
 			   .set_causal_mask(true)
 			   .set_attn_scale(sm)
-			   .set_deterministic_algorithm(true);
+			   .set_deterministic_algorithm(kind == 1);
 	auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, S, opt);
 	const std::vector<int64_t> qdim = { B, H, T, hd }, qstride = { (int64_t)T * ld, hd, ld, 1 };
 	dQ->set_output(true).set_dim(qdim).set_stride(qstride).set_uid(PH_SDPA_DQ);
@@ -190,19 +191,20 @@ std::shared_ptr<fe::graph::Graph> describe(int bwd, int B, int T, int H, int hd)
 
 } // namespace
 
-int ph_sdpa_graph(cudaStream_t st, int bwd, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
+int ph_sdpa_graph(cudaStream_t st, int kind, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
 		  ph_err *err)
 {
+	const int bwd = kind != 0;
 	int rc = handle_for(st, err);
 	if (rc)
 		return rc;
 	for (const auto &c : cache.graphs)
-		if (c->bwd == bwd && c->B == B && c->T == T && c->H == H && c->hd == hd) {
+		if (c->kind == kind && c->B == B && c->T == T && c->H == H && c->hd == hd) {
 			*graph = c.get();
 			*ws_bytes = (size_t)c->ws;
 			return PH_OK;
 		}
-	auto g = describe(bwd, B, T, H, hd);
+	auto g = describe(kind, B, T, H, hd);
 	if ((rc = fe_step(g->validate(), "validate", bwd, B, T, H, hd, err)) ||
 	    (rc = fe_step(g->build_operation_graph(cache.h), "build_operation_graph", bwd, B, T, H, hd, err)) ||
 	    (rc = fe_step(g->create_execution_plans({ fe::HeurMode_t::A }), "create_execution_plans", bwd, B, T, H,
@@ -213,7 +215,7 @@ int ph_sdpa_graph(cudaStream_t st, int bwd, int B, int T, int H, int hd, const v
 	int64_t ws = 0;
 	if ((rc = fe_step(g->get_workspace_size(ws), "get_workspace_size", bwd, B, T, H, hd, err)))
 		return rc;
-	cache.graphs.push_back(std::unique_ptr<sdpa_graph>(new sdpa_graph{ bwd, B, T, H, hd, g, ws }));
+	cache.graphs.push_back(std::unique_ptr<sdpa_graph>(new sdpa_graph{ kind, B, T, H, hd, g, ws }));
 	*graph = cache.graphs.back().get();
 	*ws_bytes = (size_t)ws;
 	return PH_OK;
@@ -223,10 +225,10 @@ int ph_sdpa_execute(const void *graph, void *const *ptrs, void *ws, ph_err *err)
 {
 	const sdpa_graph *sg = (const sdpa_graph *)graph;
 	std::unordered_map<int64_t, void *> pack;
-	const int last = sg->bwd ? PH_SDPA_DV : PH_SDPA_STATS; /* the forward's uids come first */
+	const int bwd = sg->kind != 0, last = bwd ? PH_SDPA_DV : PH_SDPA_STATS; /* the forward's uids come first */
 	for (int u = PH_SDPA_Q; u <= last; u++)
 		pack.emplace(u, ptrs[u]);
-	return fe_step(sg->g->execute(cache.h, pack, ws), "execute", sg->bwd, sg->B, sg->T, sg->H, sg->hd, err);
+	return fe_step(sg->g->execute(cache.h, pack, ws), "execute", bwd, sg->B, sg->T, sg->H, sg->hd, err);
 }
 
 #endif /* PH_WITH_CUDNN_FE */
