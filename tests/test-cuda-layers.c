@@ -270,6 +270,8 @@ static const gpu_case cases[] = {
 	  .what = "cuDNN's fused attention: hd 64, T = 128" },
 	{ "gpt_block", KV("heads", "2", "mlp_ratio", "2"), S(72, 96), 3, .pscale = 0.25f, .deep = 1, .flash = 2,
 	  .cudnn = 1, .what = "cuDNN's fused attention: hd 48, T = 72, mlp_ratio 2" },
+	{ "gpt_block", KV("heads", "2"), S(77, 128), 1, .pscale = 0.25f, .deep = 1, .flash = 2, .cudnn = 1,
+	  .what = "cuDNN's fused attention: hd 64, T = 77, one sample (B*T odd: saved att 8-byte aligned)" },
 	{ "gpt_block", KV("heads", "2", "dropout", "0.1"), S(72, 96), 2, .pscale = 0.25f, .deep = 1, .flash = 2,
 	  .cudnn = 1, .what = "PIPEHOST_ATTN_CUDNN=1 with dropout 0.1: pipehost's core" },
 	{ "seq_xent", NULL, S(3, 5), 2, .what = "T = 3, V = 5" },

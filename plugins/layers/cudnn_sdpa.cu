@@ -51,6 +51,11 @@ static unsigned grid_for(int64_t n)
 	return (unsigned)(b < 4096 ? (b > 0 ? b : 1) : 4096);
 }
 
+static int aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
 #define PH_SDPA_LOG2E 1.4426950408889634f
 #define PH_SDPA_LN2 0.6931471805599453f
 
@@ -128,8 +133,14 @@ int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *q
 	carver c;
 	if ((rc = carver_init(&c, work, nwork, err)))
 		return rc;
+	/* cuDNN wants 16-byte aligned tensors; the layer's saved regions are
+	 * only 8-aligned where B*T is odd, so O goes through a copy there,
+	 * and the statistic always does (it is scaled on the way anyway) */
+	const int o_direct = att16 && aligned16(att);
+	const int64_t nl = (int64_t)B * H * T;
 	__nv_bfloat16 *q16 = (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
-	__nv_bfloat16 *o16 = att16 ? (__nv_bfloat16 *)att : (__nv_bfloat16 *)carve(&c, (size_t)no * 2);
+	__nv_bfloat16 *o16 = o_direct ? (__nv_bfloat16 *)att : (__nv_bfloat16 *)carve(&c, (size_t)no * 2);
+	float *stats = (float *)carve(&c, (size_t)nl * sizeof(float));
 	void *ws = carve(&c, wsb);
 	if (c.n < 0)
 		return carve_failed(&c, work, nwork, "forward", err);
@@ -141,15 +152,19 @@ int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *q
 	ptrs[PH_SDPA_K] = q16 + d;
 	ptrs[PH_SDPA_V] = q16 + 2 * d;
 	ptrs[PH_SDPA_O] = o16;
-	ptrs[PH_SDPA_STATS] = L2;
+	ptrs[PH_SDPA_STATS] = stats;
 	if ((rc = ph_sdpa_execute(graph, ptrs, ws, err)))
 		return rc;
-	const int64_t nl = (int64_t)B * H * T;
-	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(L2, L2, PH_SDPA_LOG2E, nl);
+	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(stats, L2, PH_SDPA_LOG2E, nl);
 	SDPA_LAUNCHED("cuDNN attention forward: the statistic to log2");
 	if (!att16) {
 		ph_sdpa_k_to_f32<<<grid_for(no), 256, 0, st>>>(o16, (float *)att, no);
 		SDPA_LAUNCHED("cuDNN attention forward: att to fp32");
+	} else if (!o_direct) {
+		cudaError_t ce = cudaMemcpyAsync(att, o16, (size_t)no * 2, cudaMemcpyDeviceToDevice, st);
+		if (ce != cudaSuccess)
+			return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention forward: att copy: %s",
+				       cudaGetErrorString(ce));
 	}
 	return PH_OK;
 }
@@ -176,11 +191,13 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	carver c;
 	if ((rc = carver_init(&c, work, nwork, err)))
 		return rc;
+	/* 16-byte alignment, as in the forward */
+	const int o_direct = att16 && aligned16(att), g_direct = dqkv16 && aligned16(dqkv);
 	__nv_bfloat16 *q16 = (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
 	__nv_bfloat16 *do16 = (__nv_bfloat16 *)carve(&c, (size_t)no * 2);
 	const __nv_bfloat16 *o16 =
-		att16 ? (const __nv_bfloat16 *)att : (const __nv_bfloat16 *)carve(&c, (size_t)no * 2);
-	__nv_bfloat16 *g16 = dqkv16 ? (__nv_bfloat16 *)dqkv : (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
+		o_direct ? (const __nv_bfloat16 *)att : (const __nv_bfloat16 *)carve(&c, (size_t)no * 2);
+	__nv_bfloat16 *g16 = g_direct ? (__nv_bfloat16 *)dqkv : (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
 	float *stats = (float *)carve(&c, (size_t)nl * sizeof(float));
 	void *ws = carve(&c, wsb);
 	if (c.n < 0)
@@ -188,8 +205,14 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 
 	ph_sdpa_k_to_bf16<<<grid_for(nqkv), 256, 0, st>>>(qkv, q16, nqkv);
 	ph_sdpa_k_to_bf16<<<grid_for(no), 256, 0, st>>>(datt, do16, no);
-	if (!att16)
+	if (!att16) {
 		ph_sdpa_k_to_bf16<<<grid_for(no), 256, 0, st>>>((const float *)att, (__nv_bfloat16 *)o16, no);
+	} else if (!o_direct) {
+		cudaError_t ce = cudaMemcpyAsync((void *)o16, att, (size_t)no * 2, cudaMemcpyDeviceToDevice, st);
+		if (ce != cudaSuccess)
+			return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention backward: att copy: %s",
+				       cudaGetErrorString(ce));
+	}
 	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(L2, stats, PH_SDPA_LN2, nl);
 	SDPA_LAUNCHED("cuDNN attention backward: the operands to bf16");
 	void *ptrs[PH_SDPA_DV + 1] = { nullptr };
@@ -207,6 +230,11 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	if (!dqkv16) {
 		ph_sdpa_k_to_f32<<<grid_for(nqkv), 256, 0, st>>>(g16, (float *)dqkv, nqkv);
 		SDPA_LAUNCHED("cuDNN attention backward: dqkv to fp32");
+	} else if (!g_direct) {
+		cudaError_t ce = cudaMemcpyAsync(dqkv, g16, (size_t)nqkv * 2, cudaMemcpyDeviceToDevice, st);
+		if (ce != cudaSuccess)
+			return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention backward: dqkv copy: %s",
+				       cudaGetErrorString(ce));
 	}
 	return PH_OK;
 }

@@ -16,8 +16,10 @@
  * No dropout: a call with dropout keeps our kernels, whose mask is the
  * CPU's bit for bit.
  *
- * Scratch: the caller names the free device memory it has (up to two
- * spans); the bf16 copies and cuDNN's workspace are carved from it, and a
+ * Scratch: the caller names the free device memory it has (up to four
+ * spans); the bf16 copies, the statistic, a copy of att or dqkv where it
+ * is not 16-byte aligned (cuDNN's need; saved regions are 8-aligned where
+ * B*T is odd) and cuDNN's workspace are carved from it, and a
  * call that does not fit fails with the sizes (PH_ENOMEM), as does a shape
  * cuDNN declines (PH_EUNSUPPORTED, with cuDNN's words) or a build without
  * cudnn-frontend (configure --with-cudnn-frontend=DIR).
