@@ -115,6 +115,41 @@ static int carve_failed(const carver *c, const ph_sdpa_span *work, int nwork, co
 			return ph_fail(err, PH_EINTERNAL, "attention: %s: %s", what, cudaGetErrorString(ce_)); \
 	} while (0)
 
+/* dst [n] bf16 from src: rounded from fp32, or copied where src16 (a
+ * bf16 tensor that is not 16-byte aligned). */
+static int to_bf16(cudaStream_t st, const void *src, int src16, __nv_bfloat16 *dst, int64_t n, const char *what,
+		   ph_err *err)
+{
+	cudaError_t ce;
+	if (src16) {
+		ce = cudaMemcpyAsync(dst, src, (size_t)n * 2, cudaMemcpyDeviceToDevice, st);
+	} else {
+		ph_sdpa_k_to_bf16<<<grid_for(n), 256, 0, st>>>((const float *)src, dst, n);
+		ce = cudaGetLastError();
+	}
+	if (ce != cudaSuccess)
+		return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention: %s to bf16: %s", what,
+			       cudaGetErrorString(ce));
+	return PH_OK;
+}
+
+/* The reverse: dst [n] from bf16 src, widened to fp32, or copied where dst16. */
+static int from_bf16(cudaStream_t st, const __nv_bfloat16 *src, void *dst, int dst16, int64_t n, const char *what,
+		     ph_err *err)
+{
+	cudaError_t ce;
+	if (dst16) {
+		ce = cudaMemcpyAsync(dst, src, (size_t)n * 2, cudaMemcpyDeviceToDevice, st);
+	} else {
+		ph_sdpa_k_to_f32<<<grid_for(n), 256, 0, st>>>(src, (float *)dst, n);
+		ce = cudaGetLastError();
+	}
+	if (ce != cudaSuccess)
+		return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention: %s from bf16: %s", what,
+			       cudaGetErrorString(ce));
+	return PH_OK;
+}
+
 /*
  * Forward: qkv [B, T, 3d] fp32 -> att [B, T, d] (bf16 where att16, else
  * fp32 through a bf16 copy), L2 [B, H, T].
@@ -145,8 +180,8 @@ int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *q
 	if (c.n < 0)
 		return carve_failed(&c, work, nwork, "forward", err);
 
-	ph_sdpa_k_to_bf16<<<grid_for(nqkv), 256, 0, st>>>(qkv, q16, nqkv);
-	SDPA_LAUNCHED("cuDNN attention forward: qkv to bf16");
+	if ((rc = to_bf16(st, qkv, 0, q16, nqkv, "qkv", err)))
+		return rc;
 	void *ptrs[PH_SDPA_DV + 1] = { nullptr };
 	ptrs[PH_SDPA_Q] = q16;
 	ptrs[PH_SDPA_K] = q16 + d;
@@ -157,16 +192,7 @@ int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *q
 		return rc;
 	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(stats, L2, PH_SDPA_LOG2E, nl);
 	SDPA_LAUNCHED("cuDNN attention forward: the statistic to log2");
-	if (!att16) {
-		ph_sdpa_k_to_f32<<<grid_for(no), 256, 0, st>>>(o16, (float *)att, no);
-		SDPA_LAUNCHED("cuDNN attention forward: att to fp32");
-	} else if (!o_direct) {
-		cudaError_t ce = cudaMemcpyAsync(att, o16, (size_t)no * 2, cudaMemcpyDeviceToDevice, st);
-		if (ce != cudaSuccess)
-			return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention forward: att copy: %s",
-				       cudaGetErrorString(ce));
-	}
-	return PH_OK;
+	return o_direct ? PH_OK : from_bf16(st, o16, att, att16, no, "att", err);
 }
 
 /*
@@ -203,18 +229,11 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	if (c.n < 0)
 		return carve_failed(&c, work, nwork, "backward", err);
 
-	ph_sdpa_k_to_bf16<<<grid_for(nqkv), 256, 0, st>>>(qkv, q16, nqkv);
-	ph_sdpa_k_to_bf16<<<grid_for(no), 256, 0, st>>>(datt, do16, no);
-	if (!att16) {
-		ph_sdpa_k_to_bf16<<<grid_for(no), 256, 0, st>>>((const float *)att, (__nv_bfloat16 *)o16, no);
-	} else if (!o_direct) {
-		cudaError_t ce = cudaMemcpyAsync((void *)o16, att, (size_t)no * 2, cudaMemcpyDeviceToDevice, st);
-		if (ce != cudaSuccess)
-			return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention backward: att copy: %s",
-				       cudaGetErrorString(ce));
-	}
+	if ((rc = to_bf16(st, qkv, 0, q16, nqkv, "qkv", err)) || (rc = to_bf16(st, datt, 0, do16, no, "datt", err)) ||
+	    (!o_direct && (rc = to_bf16(st, att, att16, (__nv_bfloat16 *)o16, no, "att", err))))
+		return rc;
 	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(L2, stats, PH_SDPA_LN2, nl);
-	SDPA_LAUNCHED("cuDNN attention backward: the operands to bf16");
+	SDPA_LAUNCHED("cuDNN attention backward: the statistic to natural log");
 	void *ptrs[PH_SDPA_DV + 1] = { nullptr };
 	ptrs[PH_SDPA_Q] = q16;
 	ptrs[PH_SDPA_K] = q16 + d;
@@ -227,15 +246,6 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	ptrs[PH_SDPA_DV] = g16 + 2 * d;
 	if ((rc = ph_sdpa_execute(graph, ptrs, ws, err)))
 		return rc;
-	if (!dqkv16) {
-		ph_sdpa_k_to_f32<<<grid_for(nqkv), 256, 0, st>>>(g16, (float *)dqkv, nqkv);
-		SDPA_LAUNCHED("cuDNN attention backward: dqkv to fp32");
-	} else if (!g_direct) {
-		cudaError_t ce = cudaMemcpyAsync(dqkv, g16, (size_t)nqkv * 2, cudaMemcpyDeviceToDevice, st);
-		if (ce != cudaSuccess)
-			return ph_fail(err, PH_EINTERNAL, "attention: cuDNN attention backward: dqkv copy: %s",
-				       cudaGetErrorString(ce));
-	}
-	return PH_OK;
+	return g_direct ? PH_OK : from_bf16(st, g16, dqkv, dqkv16, nqkv, "dqkv", err);
 }
 

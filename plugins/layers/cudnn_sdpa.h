@@ -42,9 +42,6 @@ typedef struct {
  * backward, which is not, to time what determinism costs), else 0. */
 int ph_sdpa_requested(void);
 
-/* Whether this build has it (configure found cudnn-frontend). */
-int ph_sdpa_built(void);
-
 int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *qkv, void *att, int att16,
 		    float *L2, const ph_sdpa_span *work, int nwork, ph_err *err);
 

@@ -34,11 +34,6 @@
 
 #ifndef PH_WITH_CUDNN_FE
 
-int ph_sdpa_built(void)
-{
-	return 0;
-}
-
 int ph_sdpa_graph(cudaStream_t, int, int, int, int, int, const void **, size_t *, ph_err *err)
 {
 	return ph_fail(err, PH_EUNSUPPORTED,
@@ -60,11 +55,6 @@ int ph_sdpa_execute(const void *, void *const *, void *, ph_err *err)
 #include <cudnn_frontend.h>
 
 namespace fe = cudnn_frontend;
-
-int ph_sdpa_built(void)
-{
-	return 1;
-}
 
 namespace {
 

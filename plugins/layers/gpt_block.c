@@ -290,8 +290,8 @@ static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	/* The GPU batches the heads of a sample: backward's [R, d] and [R, rd]
 	 * buffers as on the CPU, then dP [heads, T, T], and Pd [heads, T, T]
 	 * when there is dropout (forward needs [R, d] and Pd). */
-	m->device_scratch_bytes = ((size_t)s->max_batch * s->g.T * s->g.d * (7 + (size_t)s->r) +
-				   (size_t)s->g.H * s->g.T * s->g.T * (s->g.rate > 0.0f ? 2 : 1)) *
+	m->device_scratch_bytes = gpt_device_scratch_floats((size_t)s->max_batch, (size_t)s->g.T, (size_t)s->g.d,
+							    (size_t)s->r, (size_t)s->g.H, s->g.rate > 0.0f) *
 				  sizeof(float);
 	const int64_t D = s->g.d, rd = (int64_t)s->r * s->g.d;
 	add_param(m, "ln_weight", 2, 2, D, PH_INIT_ONES, 0, 1);

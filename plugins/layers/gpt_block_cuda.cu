@@ -214,15 +214,6 @@ static int sdpa_on(const ph_ctx *ctx, const ph_attn_geom *ag, int drop)
 	return !drop && ph_flash_usable(ctx, ag) && ph_sdpa_requested();
 }
 
-/* Floats of device scratch for `batch` samples (gpt_block.c's meta sizes it
- * for max_batch, at least this): the backward's [R, d] and [R, rd] buffers,
- * then dP [H, T, T], twice with dropout. */
-static size_t scratch_floats_at(const gpt_block_dims *g, int batch)
-{
-	const size_t R = (size_t)batch * g->T, T = g->T;
-	return R * g->d * (7 + (size_t)g->r) + (size_t)g->H * T * T * (g->rate > 0.0f ? 2 : 1);
-}
-
 #define TRY(call)                         \
 	do {                              \
 		if ((rc = (call)) != PH_OK) \
@@ -274,7 +265,9 @@ static int gpt_block_fwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, x, lnw, lnb, v.h1, v.mean1, v.rstd1, R, d, GPT_LN_EPS));
 	TRY(xwt(ctx, a16, R, 3 * d, d, v.h1, params[P_QKV], bias, NULL, v.qkv, err));
 	if (sdpa_on(ctx, &ag, drop)) { /* all of scratch is free here: tmp serves dropout alone */
-		const ph_sdpa_span work = { ctx->scratch, scratch_floats_at(g, ctx->batch) * sizeof(float) };
+		const size_t floats = gpt_device_scratch_floats((size_t)ctx->batch, (size_t)T, (size_t)d, (size_t)g->r,
+								(size_t)g->H, g->rate > 0.0f);
+		const ph_sdpa_span work = { ctx->scratch, floats * sizeof(float) };
 		TRY(ph_sdpa_forward(st, ctx->batch, T, ag.H, ag.hd, v.qkv, v.att, o16, v.P, &work, 1, err));
 	} else if (o16)
 		TRY(ph_flash_forward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,

@@ -4,6 +4,8 @@
 #ifndef PH_LAYERS_GPT_BLOCK_STATE_H
 #define PH_LAYERS_GPT_BLOCK_STATE_H
 
+#include <stddef.h>
+
 #include "attn_geom.h"
 
 #ifdef __cplusplus
@@ -21,6 +23,15 @@ typedef struct {
 	int max_batch;  /* sizes the scratch */
 	int moe;        /* mlp = moe (gpt_block.c; CPU only: the twin refuses it) */
 } gpt_state;
+
+/* Floats of device scratch for `batch` samples of d-wide rows, T long,
+ * MLP r times wider, H heads: the backward's [R, d] and [R, rd] buffers,
+ * then dP [H, T, T], twice with dropout (gpt_block.c's meta asks for it at
+ * max_batch; the twin carves the free part of it at the call's batch). */
+static inline size_t gpt_device_scratch_floats(size_t batch, size_t T, size_t d, size_t r, size_t H, int dropout)
+{
+	return batch * T * d * (7 + r) + H * T * T * (dropout ? 2 : 1);
+}
 
 #ifdef __cplusplus
 }
