@@ -29,9 +29,10 @@ reports the validation loss there.  --stability prints the largest
 quadratic, fresh and delayed by one step, and exits (no torch needed).
 
     python3 bench/delayed_update_torch.py --update delayed --stop 300
+    python3 bench/delayed_update_torch.py --update secant --warmup 400 --threads 1
     python3 bench/delayed_update_torch.py --stability
 
-The last line: "RESULT update=delayed coef=1 stop=300 val_loss=... ".
+The last line: "RESULT update=delayed coef=1 stale=0 lr=0.003 warmup=50 stop=300 of 1194 val_loss=... ".
 """
 import argparse
 import math
@@ -79,6 +80,8 @@ def main():
     ap.add_argument("--stale", type=int, default=1, help="partial: stale micro-batches of 2 sequences")
     ap.add_argument("--only", default="", help="delayed: take only the tensors whose names hold one of these "
                     "comma-separated strings at W(t-1), the rest at W(t)")
+    ap.add_argument("--lr", type=float, default=0, help="peak learning rate in place of the INI's (0: the INI's)")
+    ap.add_argument("--warmup", type=int, default=-1, help="warm-up steps in place of the INI's (-1: the INI's)")
     ap.add_argument("--stop", type=int, default=0, help="stop after N steps of the full schedule (0: all)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--log-every", type=int, default=50)
@@ -106,6 +109,10 @@ def main():
     warmup, min_lr = ini_get(cp, "optimizer", "warmup", 0, int), ini_get(cp, "optimizer", "min_lr", 0.0, float)
     cosine = ini_get(cp, "optimizer", "lr_schedule", "constant") == "cosine"
     clip, holdout = ini_get(cp, "optimizer", "clip", 0.0, float), ini_get(cp, "data", "holdout", 0.1, float)
+    if args.lr > 0:
+        lr = args.lr
+    if args.warmup >= 0:
+        warmup = args.warmup
     coef = args.coef if args.coef >= 0 else (0.99 if args.update == "secant" else 1.0)
 
     torch.set_num_threads(args.threads)
@@ -204,8 +211,10 @@ def main():
         if (s + 1) % args.log_every == 0:
             print("step %d loss %.4f" % (s + 1, loss.item()), flush=True)
     v = validation_loss(model, xva, yva, T, 64)
-    print("RESULT update=%s coef=%g stale=%d stop=%d of %d val_loss=%.4f train_s=%.0f threads=%d torch=%s"
-          % (args.update, coef, args.stale if args.update == "partial" else 0, stop, total, v, time.time() - t0,
+    print("RESULT update=%s coef=%g stale=%d lr=%g warmup=%d stop=%d of %d val_loss=%.4f train_s=%.0f threads=%d "
+          "torch=%s"
+          % (args.update, coef, args.stale if args.update == "partial" else 0, lr, warmup, stop, total, v,
+             time.time() - t0,
              torch.get_num_threads(), torch.__version__), flush=True)
     return 0
 
