@@ -40,25 +40,16 @@
 #include "engine-impl.h"
 #include "optim.h"
 
-/* Per-micro-batch updates: what the step's end would need (the clip norm
- * over every rank, the replicas' and tied copies' sums) cannot run after
- * each micro-batch's backward on one rank. */
+/* Per-micro-batch updates: one ring of versions per layer, on its rank.
+ * What such a schedule cannot run with is refused by
+ * ph_plan_check_per_mb, before the profiler and again here. */
 static int alloc_rings(ph_engine *e, ph_err *err)
 {
 	const ph_config *c = e->cfg;
 	const char *name = c->schedule->head.name;
-	if (c->optim.clip > 0)
-		return ph_fail(err, PH_EINVAL, "schedule %s updates after every micro-batch on its own rank: the global "
-			       "clip norm cannot apply; set [optimizer] clip = 0", name);
-	if (c->run.replicas > 1)
-		return ph_fail(err, PH_EINVAL, "schedule %s updates after every micro-batch: the replicas' gradients "
-			       "cannot be summed each step; set [run] replicas = 1", name);
-	if (e->model->nties)
-		return ph_fail(err, PH_EINVAL, "schedule %s updates after every micro-batch on its own rank: tied "
-			       "weights (tie =) would drift apart; remove the tie", name);
-	if (e->span > 1)
-		return ph_fail(err, PH_EINVAL, "schedule %s runs a pipeline in one process; run it without mpirun or "
-			       "with whole pipelines per process", name);
+	int refused = ph_plan_check_per_mb(e->model, c, err);
+	if (refused)
+		return refused;
 	ph_schedule_shape shape = { e->plan->ranks, e->plan->v, e->plan->m };
 	for (int l = 0; l < e->model->n; l++) {
 		lparams_t *P = &e->params[l];

@@ -443,8 +443,9 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		goto out;
 	}
 	int mbsize = (int)(cfg.run.batch / (cfg.run.micro_batches * cfg.run.replicas));
-	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)) || (rc = ph_plan_check_cuttable(&model, &cfg, err)))
-		goto out; /* a model too short for the stages: before the profiler measures it */
+	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)) || (rc = ph_plan_check_cuttable(&model, &cfg, err)) ||
+	    (rc = ph_plan_check_per_mb(&model, &cfg, err)))
+		goto out; /* a job that cannot run: before the profiler measures it */
 	if (cfg.part.cost == PH_COST_PROFILE || cfg.part.cost == PH_COST_AUTO) {
 		cost_f = calloc((size_t)model.n, sizeof *cost_f);
 		cost_b = calloc((size_t)model.n, sizeof *cost_b);

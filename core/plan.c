@@ -296,6 +296,33 @@ int ph_plan_check_cuttable(const ph_model *m, const ph_config *c, ph_err *err)
 	return PH_OK;
 }
 
+int ph_plan_check_per_mb(const ph_model *m, const ph_config *c, ph_err *err)
+{
+	const uint32_t fl = c->schedule ? ph_schedule_flags(c->schedule) : 0;
+	if (!(fl & PH_SCHED_UPDATE_PER_MB) || (fl & PH_SCHED_DELAYED_UPDATE))
+		return PH_OK;
+	const char *name = c->schedule->head.name;
+	char where[PH_STR_MAX + 16];
+	if (c->optim.clip > 0) {
+		ph_ini_where_key(&c->ini, "optimizer", "clip", where, sizeof where);
+		return ph_fail(err, PH_EINVAL, "%s: schedule %s updates after every micro-batch on its own rank: the global "
+			       "clip norm cannot apply; set [optimizer] clip = 0", where, name);
+	}
+	if (c->run.replicas > 1) {
+		ph_ini_where_key(&c->ini, "run", "replicas", where, sizeof where);
+		return ph_fail(err, PH_EINVAL, "%s: schedule %s updates after every micro-batch: the replicas' gradients "
+			       "cannot be summed each step; set [run] replicas = 1", where, name);
+	}
+	if (m->nties)
+		return ph_fail(err, PH_EINVAL, "layer %s: schedule %s updates after every micro-batch on its own rank: tied "
+			       "weights (tie =) would drift apart; remove the tie", m->layers[m->ties[0].dst_layer].cfg->name,
+			       name);
+	if (c->comm.size > 1 && ph_config_split(c) > 1)
+		return ph_fail(err, PH_EINVAL, "schedule %s runs a pipeline in one process; run it without mpirun or "
+			       "with whole pipelines per process", name);
+	return PH_OK;
+}
+
 static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
 			  const double *cost_bwd, ph_err *err)
 {

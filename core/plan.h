@@ -61,6 +61,13 @@ int ph_plan_can_cut(const ph_config *c, const ph_layer_cfg *l);
  * refused at once. */
 int ph_plan_check_cuttable(const ph_model *m, const ph_config *c, ph_err *err);
 
+/* Can a schedule that updates after every micro-batch on its own rank
+ * (PH_SCHED_UPDATE_PER_MB: pipedream) run this job?  Not with what a
+ * step's end does across ranks: the global clip norm, the replicas' sums,
+ * tied copies' sums, a pipeline split over processes.  Checked before the
+ * profiler measures (so --plan refuses it too) and by the engine. */
+int ph_plan_check_per_mb(const ph_model *m, const ph_config *c, ph_err *err);
+
 /* Is first[0..stages] a valid cut of pb's layers: from 0 to n, no stage
  * empty, every boundary where pb->cut_after allows one?  The error names
  * the partitioner. */

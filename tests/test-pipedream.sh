@@ -140,4 +140,17 @@ expect_error "pipedream with a clip norm" \
 	-c "$tiny" --set schedule.type=pipedream --set optimizer.clip=1
 expect_error "pipedream with replicas" "set \[run\] replicas = 1" \
 	-c "$tiny" --set schedule.type=pipedream --set run.replicas=2
+# the same refusals from --plan, before the profiler measures: the key's
+# place, or the tied layer's name
+expect_error "--plan: pipedream with a clip norm" \
+	"^pipehost: --set: schedule pipedream updates after every micro-batch on its own rank: the global clip norm cannot apply" \
+	-c "$tiny" --set schedule.type=pipedream --set optimizer.clip=1 --plan
+expect_error "--plan: pipedream with replicas" "^pipehost: --set: .*set \[run\] replicas = 1" \
+	-c "$tiny" --set schedule.type=pipedream --set run.replicas=2 --plan
+expect_error "--plan: pipedream on the shipped GPT (clip = 1.0 at its line)" \
+	"^pipehost: [^ ]*etc/gpt-fortunes.ini:[0-9]+: schedule pipedream .*set \[optimizer\] clip = 0" \
+	-c "$top_srcdir/etc/gpt-fortunes.ini" --set schedule.type=pipedream --plan
+expect_error "--plan: pipedream with a tied head" \
+	"^pipehost: layer head: schedule pipedream .*tied weights \(tie =\) would drift apart; remove the tie" \
+	-c "$top_srcdir/etc/gpt-fortunes.ini" --set schedule.type=pipedream --set optimizer.clip=0 --plan
 finish
