@@ -163,6 +163,13 @@ static inline int ph_config_split(const ph_config *c)
 	return c->run.replicas >= c->comm.size ? 1 : (int)(c->comm.size / c->run.replicas);
 }
 
+/* Processes this process's pipeline spans: ph_config_split under mpirun,
+ * 1 in a process alone (whatever [run] replicas says before it resolves). */
+static inline int ph_config_span(const ph_config *c)
+{
+	return c->comm.size > 1 ? ph_config_split(c) : 1;
+}
+
 /* This process's share of a pipeline split over processes: its ranks
  * [lo, lo + per) of the pipeline's `ranks`, among the span processes
  * base .. base + span - 1 that run that pipeline.  Without a split: span

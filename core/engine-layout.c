@@ -56,7 +56,7 @@ int ph_chunk_layout_make(ph_chunk_layout *lay, const ph_plan *p, const ph_model 
 	/* the input arrives from another GPU (a peer copy) or another process
 	 * (a message): either way into a buffer of the chunk's own */
 	const int cross_gpu_in = ordinal && k > 0 && ordinal[k % R] != ordinal[(k - 1) % R];
-	const int span = c->comm.size > 1 ? ph_config_split(c) : 1, per = R / span;
+	const int span = ph_config_span(c), per = R / span;
 	const int remote_in = k > 0 && span > 1 && (k % R) / per != ((k - 1) % R) / per;
 	const int on_gpu = ordinal && ordinal[k % R] >= 0;
 	const size_t in = (size_t)ph_shape_numel(&m->layers[a].in) * mb * f;

@@ -120,7 +120,7 @@ int ph_mem_available(double *bytes, char *which, size_t len)
 double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c)
 {
 	int spp = ph_optim_state_per_param(&c->optim);
-	int span = c->comm.size > 1 ? ph_config_split(c) : 1;
+	int span = ph_config_span(c);
 	int per_proc = span > 1 && p->ranks % span == 0 ? p->ranks / span : p->ranks;
 	double least = -1;
 	/* a split pipeline: the process with the smallest share, so that the

@@ -317,7 +317,7 @@ int ph_plan_check_per_mb(const ph_model *m, const ph_config *c, ph_err *err)
 		return ph_fail(err, PH_EINVAL, "layer %s: schedule %s updates after every micro-batch on its own rank: tied "
 			       "weights (tie =) would drift apart; remove the tie", m->layers[m->ties[0].dst_layer].cfg->name,
 			       name);
-	if (c->comm.size > 1 && ph_config_split(c) > 1)
+	if (ph_config_span(c) > 1)
 		return ph_fail(err, PH_EINVAL, "schedule %s runs a pipeline in one process; run it without mpirun or "
 			       "with whole pipelines per process", name);
 	return PH_OK;
@@ -449,7 +449,7 @@ static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c
 		shards |= m->layers[l].meta.sharded_params;
 	*why = c->run.window < 2   ? "[run] window = 1"
 	       : c->place.cuda	   ? "the stream is built for the CPU only"
-	       : c->comm.size > 1 && ph_config_split(c) > 1 ? "a pipeline split over processes"
+	       : ph_config_span(c) > 1 ? "a pipeline split over processes"
 	       : c->comm.size > 1 && !c->comm.threads ? "this MPI has no MPI_THREAD_MULTIPLE"
 	       : p->v != 1 || split ? "chunks or a split backward"
 	       : shards && c->run.replicas > 1 ? "parameters sharded over replicas (their clip norm is not in the stream)"
@@ -541,7 +541,7 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	int stream_grads = p->streams && (ph_schedule_flags(c->schedule) & PH_SCHED_DELAYED_UPDATE);
 	fprintf(f, "plan: %d layers, %d rank(s) x %d chunk(s), %d micro-batches of %d, schedule %s, partitioner %s\n",
 		m->n, p->ranks, p->v, p->m, m->max_batch, c->schedule->head.name, c->partitioner->head.name);
-	int span = c->comm.size > 1 ? ph_config_split(c) : 1;
+	int span = ph_config_span(c);
 	if (c->run.replicas > 1 && span == 1)
 		fprintf(f, "data parallel: %lld replicas of this pipeline (%d per process, %d process%s), gradients summed "
 			"every step\n", (long long)c->run.replicas, ph_config_local_replicas(c), c->comm.size,
