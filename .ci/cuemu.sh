@@ -6,6 +6,7 @@
 # run the GPU suites there, which skip in every other build of a machine
 # without a GPU:
 #   test-cuemu.sh       the emulator's own checks, NCCL's between two processes
+#   test-cuda-sums.sh   the split column sums against a host replay, bitwise
 #   test-cuda-layers    every layer's CUDA twin against its CPU twin
 #   test-gpu.sh         4 ranks on one GPU against 1 rank, schedules, bf16
 #   test-nccl.sh        two (emulated) GPUs in one process, then one replica
@@ -29,7 +30,7 @@ mkdir -p "$root"
 cd "$root"
 "$src/configure" -q --enable-cuda-emulator
 make -j"$jobs"
-suites="tests/test-cuemu.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh"
+suites="tests/test-cuemu.sh tests/test-cuda-sums.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh"
 for order in forward reverse shuffle; do
 	if ! PH_CUEMU_ORDER=$order PH_CUEMU_DEVICES=2 make -j"$jobs" check TESTS="$suites" >"check-$order.log" 2>&1; then
 		cat "check-$order.log"

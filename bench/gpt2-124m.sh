@@ -25,10 +25,11 @@
 # (timed, default 20), WARMUP (default 5), M (micro-batches, default 8),
 # TORCH_MB (PyTorch's micro-batches, default M), VARIANTS (1-rank runs
 # with one fast path turned off, to see what each is worth; default
-# "PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0
+# "PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_COLSUM_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0
 # PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0", empty
 # for none), COMPILE (default 1; 0: no torch.compile row), WHOLE (default 1: also pipehost on 1 rank and PyTorch eager
-# with the batch as one micro-batch; 0: not).  Exits 77 with one line
+# with the batch as one micro-batch; 0: not), WHOLE_VARIANTS (those runs
+# again with one switch set each, as VARIANTS; default none).  Exits 77 with one line
 # when there is no GPU; without torch it still times pipehost.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -119,7 +120,7 @@ echo
 
 r=$(ph_run 1) && p1=${r% *} p1ms=${r#* }
 r=$(ph_run 4) && p4=${r% *} p4ms=${r#* }
-variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0 PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0}
+variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_COLSUM_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0 PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0}
 vrows=""
 for v in $variants; do
 	r=$(ph_run 1 "$v") && vrows="$vrows$v ${r% *} ${r#* }
@@ -130,6 +131,11 @@ r=$(pt_run eager) && te=${r% *} tems=${r#* }
 if [ "${WHOLE:-1}" = 1 ] && [ "$m" != 1 ]; then
 	r=$(ph_run 1 "" 1) && w1=${r% *} w1ms=${r#* }
 	r=$(pt_run eager 1) && we=${r% *} wems=${r#* }
+	wrows=""
+	for v in ${WHOLE_VARIANTS:-}; do
+		r=$(ph_run 1 "$v" 1) && wrows="$wrows$v ${r% *} ${r#* }
+"
+	done
 fi
 tc=skipped tcms=
 [ "${COMPILE:-1}" = 1 ] && r=$(pt_run compile) && tc=${r% *} tcms=${r#* }
@@ -155,6 +161,9 @@ done
 row "PyTorch eager" "$te" "$tems"
 if [ -n "${w1:-}" ]; then
 	row "pipehost, 1 rank, batch as 1 micro-batch" "$w1" "$w1ms"
+	printf '%s' "$wrows" | while read -r v t ms; do
+		[ -n "$v" ] && row "pipehost, 1 rank, batch as 1 micro-batch, $v" "$t" "$ms"
+	done
 	row "PyTorch eager, batch as 1 micro-batch" "$we" "$wems"
 fi
 row "PyTorch torch.compile" "$tc" "$tcms"

@@ -40,6 +40,11 @@
  *       out[j] += sum_i x[i][j]; deterministic fixed tree (row i goes into
  *       partial sum i % 128 in row order, then a fixed tree over the 128),
  *       not the CPU add_colsum's row order: last-bit differences.
+ *   ph_k_colsum_acc_ws(s, x, rows, cols, out, ws), ph_k_colsum_cast_ws,
+ *   ph_k_layernorm_bwd_weight_ws: the same sums split over slices of rows
+ *       (another fixed order, set by rows alone), partials in
+ *       ws [ph_colsum_ws_floats(cols)] of the caller's scratch; ws NULL or
+ *       PIPEHOST_COLSUM_SPLIT=0: the one-pass kernels.
  *   ph_k_dropout_fwd(s, key, p, x, y, n)
  *       y[i] = u_i >= p ? x[i] * scale : 0 (a dropped inf/NaN gives 0, as in
  *       dropout.c), u_i = ph_rng_uniform(key, i),
@@ -628,6 +633,160 @@ static __global__ void ph_ln_dgdb_kernel(const float *dy, const float *x, const 
 	}
 }
 
+/*
+ * The same sums split over row slices, for a GPU's width: a grid of
+ * (ceil(cols / PH_CSS_COLS), S) blocks of (PH_CSS_COLS, PH_CSS_LANES)
+ * threads.  Block (bx, s) owns PH_CSS_COLS adjacent columns (a warp reads
+ * 32 of one row: whole sectors in fp32 and bf16) of the rows
+ * [s * span, (s + 1) * span); thread (tx, ty) sums rows s * span + ty,
+ * + PH_CSS_LANES, ... of its column in row order (PH_CSS_UNROLL rows' loads
+ * issued before their additions), then a fixed tree over ty gives the
+ * slice's partial, part[s][c].  A second kernel adds the S partials of a
+ * column in slice order and then to out[c].  The order depends on rows
+ * alone (ph_colsum_slices), so every run has the same bits.
+ *
+ * Why: one block per 8 columns (the kernels above) gives GPT-2's 768-wide
+ * bias gradients 96 blocks on the H200's 132 SMs, each thread waiting on
+ * one load at a time (its bf16 store may alias the next load); these give
+ * 24 x S blocks with 4 loads in flight a thread.
+ *
+ * ph_colsum_part_kernel: x [rows, cols] (fp32 or bf16) -> part [S, cols]
+ *                        (part NULL: none) and x16 as ph_colsum_kernel's
+ * ph_ln_dgdb_part_kernel: dy, x [rows, d]; mean, rstd [rows]
+ *                        -> part [S, d] (dy * xhat), part + S * d [S, d] (dy)
+ * ph_colsum_final_kernel: out[c] += sum_s part[s][c], in s order
+ * ph_ln_final_kernel:     the same for dg from part, db from part + S * d
+ *                         (either NULL: none), in one launch
+ */
+#define PH_CSS_COLS 32
+#define PH_CSS_LANES 8
+#define PH_CSS_UNROLL 4
+#define PH_CSS_SLICES 64  /* slices at most: the workspace's rows */
+#define PH_CSS_MIN_ROWS 32 /* rows a slice takes at least */
+
+/* the tree over ty of v; valid in threads with ty == 0 */
+static __device__ __forceinline__ float ph_slice_colsum(float v, float (*sm)[PH_CSS_COLS])
+{
+	const int tx = threadIdx.x, ty = threadIdx.y;
+	sm[ty][tx] = v;
+	__syncthreads();
+	for (int h = PH_CSS_LANES / 2; h > 0; h >>= 1) {
+		if (ty < h)
+			sm[ty][tx] = __fadd_rn(sm[ty][tx], sm[ty + h][tx]);
+		__syncthreads();
+	}
+	float r = sm[0][tx];
+	__syncthreads(); /* sm may be reused */
+	return r;
+}
+
+template <typename TX>
+static __global__ void ph_colsum_part_kernel(const TX *__restrict__ x, int rows, int cols, int span,
+					     float *__restrict__ part, __nv_bfloat16 *__restrict__ x16)
+{
+	__shared__ float sm[PH_CSS_LANES][PH_CSS_COLS];
+	const int64_t c = (int64_t)blockIdx.x * PH_CSS_COLS + threadIdx.x;
+	const int64_t lo = (int64_t)blockIdx.y * span;
+	const int64_t hi = lo + span < rows ? lo + span : rows;
+	float a = 0.0f;
+	if (c < cols) {
+		int64_t i = lo + threadIdx.y;
+		for (; i + (PH_CSS_UNROLL - 1) * PH_CSS_LANES < hi; i += PH_CSS_UNROLL * PH_CSS_LANES) {
+			float v[PH_CSS_UNROLL];
+#pragma unroll
+			for (int k = 0; k < PH_CSS_UNROLL; k++)
+				v[k] = ph_d_get(x + (i + k * PH_CSS_LANES) * cols + c);
+#pragma unroll
+			for (int k = 0; k < PH_CSS_UNROLL; k++) {
+				a = __fadd_rn(a, v[k]);
+				if (x16)
+					x16[(i + k * PH_CSS_LANES) * cols + c] = __float2bfloat16_rn(v[k]);
+			}
+		}
+		for (; i < hi; i += PH_CSS_LANES) {
+			const float v = ph_d_get(x + i * cols + c);
+			a = __fadd_rn(a, v);
+			if (x16)
+				x16[i * cols + c] = __float2bfloat16_rn(v);
+		}
+	}
+	if (!part)
+		return; /* the whole block: no barrier follows */
+	a = ph_slice_colsum(a, sm);
+	if (threadIdx.y == 0 && c < cols)
+		part[(int64_t)blockIdx.y * cols + c] = a;
+}
+
+static __global__ void ph_ln_dgdb_part_kernel(const float *__restrict__ dy, const float *__restrict__ x,
+					      const float *__restrict__ mean, const float *__restrict__ rstd,
+					      int rows, int d, int span, float *__restrict__ part)
+{
+	__shared__ float sm[PH_CSS_LANES][PH_CSS_COLS];
+	const int64_t c = (int64_t)blockIdx.x * PH_CSS_COLS + threadIdx.x;
+	const int64_t lo = (int64_t)blockIdx.y * span;
+	const int64_t hi = lo + span < rows ? lo + span : rows;
+	float ag = 0.0f, ab = 0.0f;
+	if (c < d) {
+		int64_t i = lo + threadIdx.y;
+		for (; i + (PH_CSS_UNROLL - 1) * PH_CSS_LANES < hi; i += PH_CSS_UNROLL * PH_CSS_LANES) {
+			float dv[PH_CSS_UNROLL], xv[PH_CSS_UNROLL], mv[PH_CSS_UNROLL], rv[PH_CSS_UNROLL];
+#pragma unroll
+			for (int k = 0; k < PH_CSS_UNROLL; k++) {
+				const int64_t r = i + k * PH_CSS_LANES;
+				dv[k] = dy[r * d + c];
+				xv[k] = x[r * d + c];
+				mv[k] = mean[r];
+				rv[k] = rstd[r];
+			}
+#pragma unroll
+			for (int k = 0; k < PH_CSS_UNROLL; k++) {
+				ag = __fadd_rn(ag, __fmul_rn(dv[k], __fmul_rn(__fsub_rn(xv[k], mv[k]), rv[k])));
+				ab = __fadd_rn(ab, dv[k]);
+			}
+		}
+		for (; i < hi; i += PH_CSS_LANES) {
+			const float dv = dy[i * d + c];
+			ag = __fadd_rn(ag, __fmul_rn(dv, __fmul_rn(__fsub_rn(x[i * d + c], mean[i]), rstd[i])));
+			ab = __fadd_rn(ab, dv);
+		}
+	}
+	ag = ph_slice_colsum(ag, sm);
+	ab = ph_slice_colsum(ab, sm);
+	if (threadIdx.y == 0 && c < d) {
+		part[(int64_t)blockIdx.y * d + c] = ag;
+		part[((int64_t)gridDim.y + blockIdx.y) * d + c] = ab;
+	}
+}
+
+/* out[c] += the slices' partials of column c, in slice order */
+static __device__ __forceinline__ void ph_add_partials(const float *part, int slices, int cols, int64_t c,
+						       float *out)
+{
+	float a = 0.0f;
+	for (int s = 0; s < slices; s++)
+		a = __fadd_rn(a, part[(int64_t)s * cols + c]);
+	out[c] = __fadd_rn(out[c], a);
+}
+
+static __global__ void ph_colsum_final_kernel(const float *__restrict__ part, int slices, int cols,
+					      float *__restrict__ out)
+{
+	PH_GRID_STRIDE(c, cols)
+	ph_add_partials(part, slices, cols, c, out);
+}
+
+static __global__ void ph_ln_final_kernel(const float *__restrict__ part, int slices, int d, float *__restrict__ dg,
+					  float *__restrict__ db)
+{
+	PH_GRID_STRIDE(c, d)
+	{
+		if (dg)
+			ph_add_partials(part, slices, d, c, dg);
+		if (db)
+			ph_add_partials(part + (int64_t)slices * d, slices, d, c, db);
+	}
+}
+
 /* ph_blocks caps the grid for grid-stride kernels; the row kernels need one
  * thread group per row, so their grid is exact. */
 static inline unsigned ph_ln_grid(int rows)
@@ -784,6 +943,81 @@ static inline cudaError_t ph_k_colsum_cast(cudaStream_t s, const float *x, int r
 		return cudaSuccess;
 	ph_colsum_kernel<float><<<(unsigned)((cols + PH_CS_COLS - 1) / PH_CS_COLS), dim3(PH_CS_COLS, PH_CS_ROWS), 0,
 				  s>>>(x, rows, cols, out, x16);
+	return cudaGetLastError();
+}
+
+/* The split sums (ph_colsum_part_kernel): the slices for `rows`, and the
+ * workspace a caller passes as `ws` to the _ws wrappers below, floats for
+ * `cols` columns (enough for the layernorm's two sums of d = cols too).
+ * PIPEHOST_COLSUM_SPLIT=0 (read once) keeps the one-pass kernels above,
+ * to time one against the other; so does ws NULL. */
+static inline int ph_colsum_slices(int rows)
+{
+	const int s = (rows + PH_CSS_MIN_ROWS - 1) / PH_CSS_MIN_ROWS;
+	return s < 1 ? 1 : s > PH_CSS_SLICES ? PH_CSS_SLICES : s;
+}
+
+static inline size_t ph_colsum_ws_floats(size_t cols)
+{
+	return 2 * (size_t)PH_CSS_SLICES * cols;
+}
+
+static inline int ph_colsum_split_on(const float *ws)
+{
+	static const int off = ph_env_off("PIPEHOST_COLSUM_SPLIT");
+	return ws && !off;
+}
+
+/* out (NULL: none) += the column sums of x, and x16 (NULL: none) = x in
+ * bf16, split over slices into ws (ph_colsum_ws_floats(cols)) */
+template <typename TX>
+static inline cudaError_t ph_k_colsum_split(cudaStream_t s, const TX *x, int rows, int cols, float *out,
+					    __nv_bfloat16 *x16, float *ws)
+{
+	const int S = ph_colsum_slices(rows), span = (rows + S - 1) / S;
+	const dim3 grid((unsigned)((cols + PH_CSS_COLS - 1) / PH_CSS_COLS), (unsigned)S);
+	ph_colsum_part_kernel<TX><<<grid, dim3(PH_CSS_COLS, PH_CSS_LANES), 0, s>>>(x, rows, cols, span,
+										   out ? ws : (float *)NULL, x16);
+	if (out)
+		ph_colsum_final_kernel<<<ph_blocks(cols), 256, 0, s>>>(ws, S, cols, out);
+	return cudaGetLastError();
+}
+
+/* ph_k_colsum_acc and ph_k_colsum_cast with a workspace: split where ws is
+ * given and PIPEHOST_COLSUM_SPLIT is not 0 */
+template <typename TX>
+static inline cudaError_t ph_k_colsum_acc_ws(cudaStream_t s, const TX *x, int rows, int cols, float *out, float *ws)
+{
+	if (rows <= 0 || cols <= 0 || !out)
+		return cudaSuccess;
+	if (!ph_colsum_split_on(ws))
+		return ph_k_colsum_acc(s, x, rows, cols, out);
+	return ph_k_colsum_split(s, x, rows, cols, out, (__nv_bfloat16 *)NULL, ws);
+}
+
+static inline cudaError_t ph_k_colsum_cast_ws(cudaStream_t s, const float *x, int rows, int cols, float *out,
+					      __nv_bfloat16 *x16, float *ws)
+{
+	if (rows <= 0 || cols <= 0)
+		return cudaSuccess;
+	if (!ph_colsum_split_on(ws))
+		return ph_k_colsum_cast(s, x, rows, cols, out, x16);
+	return ph_k_colsum_split(s, x, rows, cols, out, x16, ws);
+}
+
+/* ph_k_layernorm_bwd_weight with a workspace (ph_colsum_ws_floats(d)) */
+static inline cudaError_t ph_k_layernorm_bwd_weight_ws(cudaStream_t s, const float *dy, const float *x,
+						       const float *mean, const float *rstd, float *dg, float *db,
+						       int rows, int d, float *ws)
+{
+	if (rows <= 0 || d <= 0 || (!dg && !db))
+		return cudaSuccess;
+	if (!ph_colsum_split_on(ws))
+		return ph_k_layernorm_bwd_weight(s, dy, x, mean, rstd, dg, db, rows, d);
+	const int S = ph_colsum_slices(rows), span = (rows + S - 1) / S;
+	const dim3 grid((unsigned)((d + PH_CSS_COLS - 1) / PH_CSS_COLS), (unsigned)S);
+	ph_ln_dgdb_part_kernel<<<grid, dim3(PH_CSS_COLS, PH_CSS_LANES), 0, s>>>(dy, x, mean, rstd, rows, d, span, ws);
+	ph_ln_final_kernel<<<ph_blocks(d), 256, 0, s>>>(ws, S, d, dg, db);
 	return cudaGetLastError();
 }
 

@@ -34,13 +34,17 @@
  *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
  *   backward: dx1, dbr, dh, dh1 [R, d] each, dgu [R, rd], dqkv [R, 3d],
  *             then dP [H, T, T] and Pd [H, T, T] (dropout only); the fused
- *             core uses dP's place for D [<=T samples, H, T]
+ *             core uses dP's place for D [<=T samples, H, T]; then the
+ *             bias and layernorm gradients' split sums (ws,
+ *             gpt_reduce_floats)
  */
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
 #include "flash_attention.cuh"
 #include "cudnn_sdpa.h"
 #include "gpt_block_state.h"
+
+static_assert(GPT_REDUCE_SLICES == PH_CSS_SLICES, "gpt_block_state.h sizes the split sums' workspace");
 
 /* The geometry as plain values, from the state gpt_block.c made. */
 typedef struct {
@@ -340,6 +344,7 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 	float *dgu = dh1 + n;                   /* [R, rd]: dg, then du in place */
 	float *dqkv = dgu + (size_t)R * rd;     /* [R, 3d] */
 	float *tmp = dqkv + (size_t)R * 3 * d;  /* [H, T, T] (x2 with dropout) */
+	float *ws = tmp + (size_t)ag.H * T * T * (drop ? 2 : 1); /* the split sums' partials */
 	ph_bf16 *db16 = (ph_bf16 *)dh1;         /* d16: a branch's dy in bf16, until dh1 is made */
 	ph_bf16 *dgu16 = (ph_bf16 *)dqkv;       /* d16: du in bf16, until dqkv is made */
 	const float *db;
@@ -352,7 +357,7 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 		db = dbr;
 	}
 	if (d16) {
-		PH_CUDA_TRY(err, ph_k_colsum_cast(st, db, R, d, grads ? grads[P_BIAS] + 4 * d + rd : NULL, db16));
+		PH_CUDA_TRY(err, ph_k_colsum_cast_ws(st, db, R, d, grads ? grads[P_BIAS] + 4 * d + rd : NULL, db16, ws));
 		if (grads)
 			TRY(ph_gemm_dy16t_x16_acc(ctx, R, d, rd, db16, v.g, grads[P_FCPROJ], err));
 		if (gelu_fused(ctx)) {
@@ -361,14 +366,14 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 			TRY(ph_gemm_dy16w(ctx, R, d, rd, db16, params[P_FCPROJ], dgu, err));
 			PH_CUDA_TRY(err, ph_k_gelu_bwd(st, v.u, dgu, dgu, (int64_t)R * rd));
 		}
-		PH_CUDA_TRY(err, ph_k_colsum_cast(st, dgu, R, rd, grads ? grads[P_BIAS] + 4 * d : NULL, dgu16));
+		PH_CUDA_TRY(err, ph_k_colsum_cast_ws(st, dgu, R, rd, grads ? grads[P_BIAS] + 4 * d : NULL, dgu16, ws));
 		if (grads)
 			TRY(ph_gemm_dy16t_x16_acc(ctx, R, rd, d, dgu16, v.h2, grads[P_FC], err));
 		TRY(ph_gemm_dy16w(ctx, R, rd, d, dgu16, params[P_FC], dh, err));
 	} else {
 		if (grads) {
 			TRY(dw_acc(ctx, a16, R, d, rd, db, v.g, grads[P_FCPROJ], err));
-			PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 4 * d + rd));
+			PH_CUDA_TRY(err, ph_k_colsum_acc_ws(st, db, R, d, grads[P_BIAS] + 4 * d + rd, ws));
 			ph_gpu_reuse_operand(ctx, db); /* the next product reads db again */
 		}
 		if (gelu_fused(ctx)) {
@@ -379,14 +384,14 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 		}
 		if (grads) {
 			TRY(dw_acc(ctx, a16, R, rd, d, dgu, v.h2, grads[P_FC], err));
-			PH_CUDA_TRY(err, ph_k_colsum_acc(st, dgu, R, rd, grads[P_BIAS] + 4 * d));
+			PH_CUDA_TRY(err, ph_k_colsum_acc_ws(st, dgu, R, rd, grads[P_BIAS] + 4 * d, ws));
 			ph_gpu_reuse_operand(ctx, dgu);
 		}
 		TRY(ph_gemm(ctx, 0, 0, R, d, rd, 1.0f, dgu, rd, params[P_FC], d, 0.0f, dh, d, err));
 	}
 	if (grads)
-		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh, v.x1, v.mean2, v.rstd2, grads[P_LNW] + d,
-							   grads[P_LNB] + d, R, d));
+		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight_ws(st, dh, v.x1, v.mean2, v.rstd2, grads[P_LNW] + d,
+							      grads[P_LNB] + d, R, d, ws));
 	/* dx1 = ln2's input gradient + dy (the residual) */
 	PH_CUDA_TRY(err, ph_k_layernorm_bwd_input_add(st, dh, v.x1, lnw + d, v.mean2, v.rstd2, dy, dx1, R, d));
 
@@ -398,14 +403,14 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 		db = dbr;
 	}
 	if (d16) {
-		PH_CUDA_TRY(err, ph_k_colsum_cast(st, db, R, d, grads ? grads[P_BIAS] + 3 * d : NULL, db16));
+		PH_CUDA_TRY(err, ph_k_colsum_cast_ws(st, db, R, d, grads ? grads[P_BIAS] + 3 * d : NULL, db16, ws));
 		if (grads)
 			TRY(ph_gemm_dy16t_x16_acc(ctx, R, d, d, db16, v.att, grads[P_PROJ], err));
 		TRY(ph_gemm_dy16w(ctx, R, d, d, db16, params[P_PROJ], dh, err)); /* datt */
 	} else {
 		if (grads) {
 			TRY(dw_acc(ctx, o16, R, d, d, db, v.att, grads[P_PROJ], err));
-			PH_CUDA_TRY(err, ph_k_colsum_acc(st, db, R, d, grads[P_BIAS] + 3 * d));
+			PH_CUDA_TRY(err, ph_k_colsum_acc_ws(st, db, R, d, grads[P_BIAS] + 3 * d, ws));
 			ph_gpu_reuse_operand(ctx, db);
 		}
 		TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
@@ -428,20 +433,20 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 	if (o16) { /* the core wrote dqkv in bf16 (h1 is bf16 too) */
 		if (grads) {
 			TRY(ph_gemm_dy16t_x16_acc(ctx, R, 3 * d, d, dqkv16, v.h1, grads[P_QKV], err));
-			PH_CUDA_TRY(err, ph_k_colsum_acc(st, (const ph_bf16 *)dqkv16, R, 3 * d, grads[P_BIAS]));
+			PH_CUDA_TRY(err, ph_k_colsum_acc_ws(st, (const ph_bf16 *)dqkv16, R, 3 * d, grads[P_BIAS], ws));
 		}
 		TRY(ph_gemm_dy16w(ctx, R, 3 * d, d, dqkv16, params[P_QKV], dh1, err));
 	} else {
 		if (grads) {
 			TRY(dw_acc(ctx, a16, R, 3 * d, d, dqkv, v.h1, grads[P_QKV], err));
-			PH_CUDA_TRY(err, ph_k_colsum_acc(st, (const float *)dqkv, R, 3 * d, grads[P_BIAS]));
+			PH_CUDA_TRY(err, ph_k_colsum_acc_ws(st, (const float *)dqkv, R, 3 * d, grads[P_BIAS], ws));
 			ph_gpu_reuse_operand(ctx, dqkv);
 		}
 		TRY(ph_gemm(ctx, 0, 0, R, d, 3 * d, 1.0f, dqkv, 3 * d, params[P_QKV], d, 0.0f, dh1, d, err));
 	}
 	if (grads)
-		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight(st, dh1, x, v.mean1, v.rstd1, grads[P_LNW], grads[P_LNB], R,
-							   d));
+		PH_CUDA_TRY(err, ph_k_layernorm_bwd_weight_ws(st, dh1, x, v.mean1, v.rstd1, grads[P_LNW], grads[P_LNB],
+							      R, d, ws));
 	if (dx) /* dx = ln1's input gradient + dx1 */
 		PH_CUDA_TRY(err, ph_k_layernorm_bwd_input_add(st, dh1, x, lnw, v.mean1, v.rstd1, dx1, dx, R, d));
 	return PH_OK;

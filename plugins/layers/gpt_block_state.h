@@ -24,13 +24,24 @@ typedef struct {
 	int moe;        /* mlp = moe (gpt_block.c; CPU only: the twin refuses it) */
 } gpt_state;
 
+/* The backward's split column sums (bias and layernorm gradients,
+ * cuda_ops.cuh's ph_colsum_ws_floats for the widest of d, 3d and rd):
+ * two sums of GPT_REDUCE_SLICES partial rows each. */
+#define GPT_REDUCE_SLICES 64
+static inline size_t gpt_reduce_floats(size_t d, size_t r)
+{
+	const size_t wide = r * d > 3 * d ? r * d : 3 * d;
+	return 2 * GPT_REDUCE_SLICES * wide;
+}
+
 /* Floats of device scratch for `batch` samples of d-wide rows, T long,
  * MLP r times wider, H heads: the backward's [R, d] and [R, rd] buffers,
- * then dP [H, T, T], twice with dropout (gpt_block.c's meta asks for it at
- * max_batch; the twin carves the free part of it at the call's batch). */
+ * then dP [H, T, T], twice with dropout, then the split sums' partials
+ * (gpt_block.c's meta asks for it at max_batch; the twin carves the free
+ * part of it at the call's batch). */
 static inline size_t gpt_device_scratch_floats(size_t batch, size_t T, size_t d, size_t r, size_t H, int dropout)
 {
-	return batch * T * d * (7 + r) + H * T * T * (dropout ? 2 : 1);
+	return batch * T * d * (7 + r) + H * T * T * (dropout ? 2 : 1) + gpt_reduce_floats(d, r);
 }
 
 #ifdef __cplusplus

@@ -9,11 +9,14 @@
 # then compiles the result as
 # C++ with the emulator's headers (tests/cuemu/include) first on the path.
 # nvcc-only flags (-gencode, -arch, -Xcompiler X) are dropped or unwrapped.
+# --cuh-dir=DIR (ours, not nvcc's): DIR's .cuh headers are rewritten too and
+# found first by quoted includes, for a test that includes a layer's kernels
+# from outside plugins/layers (tests/cuda-sums.cu).
 set -e
 cxx=$1
 shift
 here=$(cd "$(dirname "$0")" && pwd)
-src= out= args=
+src= out= args= cuhdirs=
 while [ $# -gt 0 ]; do
 	case $1 in
 	-Xcompiler) shift; args="$args $1" ;;
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
 	-gencode=* | -arch=* | -code=* | --use_fast_math | -lineinfo | --expt-*) ;;
 	-gencode | -arch | -code) shift ;;
 	-o) shift; out=$1 ;;
+	--cuh-dir=*) cuhdirs="$cuhdirs ${1#--cuh-dir=}" ;;
 	-c) ;;
 	*.cu | *.cpp) src=$1 ;;
 	*) args="$args $1" ;;
@@ -40,6 +44,12 @@ rewrite() {
 }
 for h in "$srcdir"/*.cuh; do
 	[ -f "$h" ] && rewrite "$h" >"$tmp/$(basename "$h")"
+done
+for d in $cuhdirs; do
+	for h in "$d"/*.cuh; do
+		[ -f "$h" ] && rewrite "$h" >"$tmp/$(basename "$h")"
+	done
+	args="$args -I$d"
 done
 rewrite "$src" >"$tmp/src.cc"
 # -ffp-contract=off: the kernels' arithmetic rounds as written, as nvcc's
