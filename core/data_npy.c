@@ -2,9 +2,10 @@
 /* The npy data source: inputs and class labels from NumPy .npy files
  * (train_images, train_labels, test_images, test_labels), the arrays
  * people already have.  Format 1.0/2.0/3.0, C order, little-endian;
- * float32 or uint8 inputs (uint8 scaled to [0,1] like Fashion-MNIST's),
- * int64, int32 or uint8 labels. */
+ * float32 or uint8 inputs (uint8 scaled to [0,1] like Fashion-MNIST's;
+ * float32 ones finite), int64, int32 or uint8 labels. */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -267,10 +268,20 @@ static int load_split(const char *ikey, const char *ipath, const char *lkey, con
 		for (int64_t i = 0; i < hi.count; i++)
 			ds->x[i] = (float)((unsigned char *)raw)[i] / 255.f;
 	} else {
+		/* a NaN or an infinity would surface only as a loss that is not
+		 * finite at the first step, which reads as a learning-rate
+		 * problem: name the element here instead */
+		const int64_t per = n ? hi.count / n : 1;
 		for (int64_t i = 0; i < hi.count; i++) {
 			const unsigned char *b = (unsigned char *)raw + 4 * i;
 			uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 			memcpy(&ds->x[i], &u, 4);
+			if (!isfinite(ds->x[i])) {
+				rc = ph_fail(err, PH_EINVAL, "npy: %s (%s): input %lld of sample %lld is %s; the inputs must be "
+					     "finite (numpy.nan_to_num, or drop the sample)", ipath, ikey,
+					     (long long)(i % per), (long long)(i / per), isnan(ds->x[i]) ? "NaN" : "infinite");
+				goto out;
+			}
 		}
 	}
 	ds->n = n;

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # libFuzzer harnesses (tests/fuzz/fuzz-*.c) for every parser of untrusted
 # bytes: the INI config (reader and resolver), safetensors, checkpoint
-# state.json, and Fashion-MNIST IDX files.
+# state.json, Fashion-MNIST IDX files, GPT-2's tokenizer files (vocab.json,
+# merges.txt, and any text through them) and the npy data source's .npy.
 #
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="config idx"]
 #
@@ -18,7 +19,7 @@
 # the INI reader.
 
 FUZZ_SECONDS = 60
-FUZZ_TARGETS = config safetensors state idx
+FUZZ_TARGETS = config safetensors state idx bpe npy
 FUZZ_CC = clang
 FUZZ_FLAGS = -g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer
@@ -36,12 +37,15 @@ FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c core/outputs
 FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/weights.c core/outputs.c core/runlock.c core/config.c \
 	core/inifile.c core/options.c core/loader.c core/device.c core/loader-trust.c $(FUZZ_DATA_SRC)
 FUZZ_IDX_SRC = tests/fuzz/fuzz-idx.c $(FUZZ_DATA_SRC)
+FUZZ_BPE_SRC = tests/fuzz/fuzz-bpe.c core/bpe.c
+FUZZ_NPY_SRC = tests/fuzz/fuzz-npy.c $(FUZZ_DATA_SRC)
 FUZZ_HDRS = $(top_srcdir)/tests/fuzz/fuzz-util.h $(top_srcdir)/core/*.h $(top_srcdir)/include/pipehost/*.h
 
 EXTRA_DIST += tests/fuzz/fuzz-util.h tests/fuzz/fuzz-config.c tests/fuzz/fuzz-safetensors.c \
-	tests/fuzz/fuzz-state.c tests/fuzz/fuzz-idx.c tests/fuzz/config.dict tests/fuzz/safetensors.dict \
-	tests/fuzz/state.dict tests/fuzz/corpus-config tests/fuzz/corpus-safetensors tests/fuzz/corpus-state \
-	tests/fuzz/corpus-idx
+	tests/fuzz/fuzz-state.c tests/fuzz/fuzz-idx.c tests/fuzz/fuzz-bpe.c tests/fuzz/fuzz-npy.c \
+	tests/fuzz/config.dict tests/fuzz/safetensors.dict tests/fuzz/state.dict tests/fuzz/bpe.dict \
+	tests/fuzz/npy.dict tests/fuzz/corpus-config tests/fuzz/corpus-safetensors tests/fuzz/corpus-state \
+	tests/fuzz/corpus-idx tests/fuzz/corpus-bpe tests/fuzz/corpus-npy
 
 $(FUZZ_DIR)/fuzz-config: $(FUZZ_CONFIG_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
 	@$(MKDIR_P) $(FUZZ_DIR)
@@ -55,6 +59,12 @@ $(FUZZ_DIR)/fuzz-state: $(FUZZ_STATE_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
 $(FUZZ_DIR)/fuzz-idx: $(FUZZ_IDX_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
 	@$(MKDIR_P) $(FUZZ_DIR)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) -o $@ $(FUZZ_IDX_SRC:%=$(top_srcdir)/%) $(FUZZ_LIBS)
+$(FUZZ_DIR)/fuzz-bpe: $(FUZZ_BPE_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
+	@$(MKDIR_P) $(FUZZ_DIR)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) -o $@ $(FUZZ_BPE_SRC:%=$(top_srcdir)/%) $(FUZZ_LIBS)
+$(FUZZ_DIR)/fuzz-npy: $(FUZZ_NPY_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
+	@$(MKDIR_P) $(FUZZ_DIR)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) -o $@ $(FUZZ_NPY_SRC:%=$(top_srcdir)/%) $(FUZZ_LIBS)
 
 # First check this clang can link a fuzzer at all (FUZZ_DIR/probe).
 fuzz-build: all

@@ -64,6 +64,16 @@ expect_error "npy: labels of another set" "^pipehost: npy: $tmp/tx.npy has 256 s
 expect_error "npy: a FIFO is refused before any read" "^pipehost: npy: $tmp/fifo.npy \(train_images\) is not a regular file" \
 	-c "$tiny" "$@" --set "data.train_images=$tmp/fifo.npy"
 expect_error "npy: no files given" "^pipehost: npy: \[data\] train_images is not set" -c "$tiny" --set data.source=npy
+# float32 inputs, 4 samples of 1x2x2, all 0.5 but input 2 of sample 1 (element 6): NaN
+npy "$tmp/nan.npy" '<f4' '(4, 1, 2, 2)'
+bytes "for (i = 0; i < 16; i++) { if (i == 6) { print 0; print 0; print 192; print 127 } else { print 0; print 0; print 0; print 63 } }" >>"$tmp/nan.npy"
+npy "$tmp/nanl.npy" '|u1' '(4,)'; labels 4 >>"$tmp/nanl.npy"
+npy "$tmp/fin.npy" '<f4' '(4, 1, 2, 2)'
+bytes "for (i = 0; i < 16; i++) { print 0; print 0; print 0; print 63 }" >>"$tmp/fin.npy"
+expect_error "npy: a NaN input is named, not left to the loss" \
+	"^pipehost: npy: $tmp/nan.npy \(train_images\): input 2 of sample 1 is NaN; the inputs must be finite" \
+	-c "$tiny" "$@" --set "data.train_images=$tmp/nan.npy" --set "data.train_labels=$tmp/nanl.npy" \
+	--set "data.test_images=$tmp/fin.npy" --set "data.test_labels=$tmp/nanl.npy" --set run.batch=4
 
 # tokens: a sequence of period 7 over ids 100..106 (vocab 256), as
 # nanoGPT's train.bin (raw uint16) and as llm.c's (its header, then uint16)
