@@ -575,13 +575,15 @@ static inline void ph_lnw_at_chunks(int C, F launch)
 #define PH_CS_COLS 8
 #define PH_CS_ROWS 128
 
-/* the tree over ty of v; the result is valid in threads with ty == 0 */
-static __device__ __forceinline__ float ph_block_colsum(float v, float (*sm)[PH_CS_COLS])
+/* the tree over ty (ROWS of them, a power of 2) of v in a block of
+ * (COLS, ROWS) threads; the result is valid in threads with ty == 0 */
+template <int ROWS, int COLS>
+static __device__ __forceinline__ float ph_tree_colsum(float v, float (*sm)[COLS])
 {
 	const int tx = threadIdx.x, ty = threadIdx.y;
 	sm[ty][tx] = v;
 	__syncthreads();
-	for (int h = PH_CS_ROWS / 2; h > 0; h >>= 1) {
+	for (int h = ROWS / 2; h > 0; h >>= 1) {
 		if (ty < h)
 			sm[ty][tx] = __fadd_rn(sm[ty][tx], sm[ty + h][tx]);
 		__syncthreads();
@@ -606,7 +608,7 @@ static __global__ void ph_colsum_kernel(const TX *x, int rows, int cols, float *
 		}
 	if (!out)
 		return; /* the whole block: no barrier follows */
-	a = ph_block_colsum(a, sm);
+	a = ph_tree_colsum<PH_CS_ROWS, PH_CS_COLS>(a, sm);
 	if (threadIdx.y == 0 && c < cols)
 		out[c] = __fadd_rn(out[c], a);
 }
@@ -623,8 +625,8 @@ static __global__ void ph_ln_dgdb_kernel(const float *dy, const float *x, const 
 			ag = __fadd_rn(ag, __fmul_rn(dv, __fmul_rn(__fsub_rn(x[i * d + c], mean[i]), rstd[i])));
 			ab = __fadd_rn(ab, dv);
 		}
-	ag = ph_block_colsum(ag, sm);
-	ab = ph_block_colsum(ab, sm);
+	ag = ph_tree_colsum<PH_CS_ROWS, PH_CS_COLS>(ag, sm);
+	ab = ph_tree_colsum<PH_CS_ROWS, PH_CS_COLS>(ab, sm);
 	if (threadIdx.y == 0 && c < d) {
 		if (dg)
 			dg[c] = __fadd_rn(dg[c], ag);
@@ -664,22 +666,6 @@ static __global__ void ph_ln_dgdb_kernel(const float *dy, const float *x, const 
 #define PH_CSS_SLICES 64  /* slices at most: the workspace's rows */
 #define PH_CSS_MIN_ROWS 32 /* rows a slice takes at least */
 
-/* the tree over ty of v; valid in threads with ty == 0 */
-static __device__ __forceinline__ float ph_slice_colsum(float v, float (*sm)[PH_CSS_COLS])
-{
-	const int tx = threadIdx.x, ty = threadIdx.y;
-	sm[ty][tx] = v;
-	__syncthreads();
-	for (int h = PH_CSS_LANES / 2; h > 0; h >>= 1) {
-		if (ty < h)
-			sm[ty][tx] = __fadd_rn(sm[ty][tx], sm[ty + h][tx]);
-		__syncthreads();
-	}
-	float r = sm[0][tx];
-	__syncthreads(); /* sm may be reused */
-	return r;
-}
-
 template <typename TX>
 static __global__ void ph_colsum_part_kernel(const TX *__restrict__ x, int rows, int cols, int span,
 					     float *__restrict__ part, __nv_bfloat16 *__restrict__ x16)
@@ -712,7 +698,7 @@ static __global__ void ph_colsum_part_kernel(const TX *__restrict__ x, int rows,
 	}
 	if (!part)
 		return; /* the whole block: no barrier follows */
-	a = ph_slice_colsum(a, sm);
+	a = ph_tree_colsum<PH_CSS_LANES, PH_CSS_COLS>(a, sm);
 	if (threadIdx.y == 0 && c < cols)
 		part[(int64_t)blockIdx.y * cols + c] = a;
 }
@@ -750,8 +736,8 @@ static __global__ void ph_ln_dgdb_part_kernel(const float *__restrict__ dy, cons
 			ab = __fadd_rn(ab, dv);
 		}
 	}
-	ag = ph_slice_colsum(ag, sm);
-	ab = ph_slice_colsum(ab, sm);
+	ag = ph_tree_colsum<PH_CSS_LANES, PH_CSS_COLS>(ag, sm);
+	ab = ph_tree_colsum<PH_CSS_LANES, PH_CSS_COLS>(ab, sm);
 	if (threadIdx.y == 0 && c < d) {
 		part[(int64_t)blockIdx.y * d + c] = ag;
 		part[((int64_t)gridDim.y + blockIdx.y) * d + c] = ab;
