@@ -82,6 +82,9 @@
 #   PH_GPU_BENCH          benchmarks, in order (default "gpt2 fashion kernels profile gemm":
 #                         the measurements issue 6 asks for first, then the diagnostics)
 #   STEPS, WARMUP, M      gpt2-124m.sh's (default 5, 2, 8)
+#   PH_GPU_KERNEL_M       the micro-batch counts of bench kernels, one
+#                         table each (default M; "8 1" adds the batch as
+#                         one micro-batch)
 #   PH_GPU_TORCH=0        skip gpt2-124m.sh's PyTorch rows
 #   PH_GPU_LINK_DATA=0    do not symlink the data sets to their Debian paths
 #   PH_GPU_FORCE_RTLIB=1  put every carried runtime library on
@@ -1248,35 +1251,46 @@ bench_profile() {
 }
 
 # bench/gpt2-kernels.sh: one GPT-2 step's kernels, pipehost under ncu and
-# PyTorch eager under torch.profiler, the heaviest first (M micro-batches).
+# PyTorch eager under torch.profiler, the heaviest first, once for each
+# micro-batch count in PH_GPU_KERNEL_M (default M): "8 1" gives the table
+# at 8 micro-batches and the one with the batch as one micro-batch (issue
+# 21's line 3 row), each in a stage of its own.
 bench_kernels() {
-	local t rc py=python3
+	local km
+	for km in ${PH_GPU_KERNEL_M:-${M:-8}}; do
+		bench_kernels_m "$km"
+	done
+}
+
+bench_kernels_m() {
+	local t rc py=python3 km=$1 log
+	log=$PH/logs/kernels-m$km.txt
 	STAGE_T0=$SECONDS
 	t=$(stage_time 180 60) || {
-		say "bench kernels: not run: $(left_s) s left (needs 60); run 'run bench' in a later call"
+		say "bench kernels M=$km: not run: $(left_s) s left (needs 60); run 'run bench' in a later call"
 		return
 	}
 	[ "${PH_GPU_TORCH:-1}" = 0 ] && py=false
-	echo "=== bench/gpt2-kernels.sh $SRC, M=${M:-8}, timeout $t s" >>"$OUT/bench.txt"
+	echo "=== bench/gpt2-kernels.sh $SRC, M=$km, timeout $t s" >>"$OUT/bench.txt"
 	# STEPS of its own: the gpt2 bench's STEPS (10 in the first session)
 	# made ncu replay 20,000 launches and run out of the stage's time
-	PYTHON=$py M=${M:-8} TOP=${TOP:-25} STEPS=${PH_GPU_KERNEL_STEPS:-1} KEEP=$PH/logs/kernels \
+	PYTHON=$py M=$km TOP=${TOP:-25} STEPS=${PH_GPU_KERNEL_STEPS:-1} KEEP=$PH/logs/kernels-m$km \
 		tmo "$t" sh "$SRC/bench/gpt2-kernels.sh" "$SRC" \
-		>"$PH/logs/kernels.txt" 2>&1
+		>"$log" 2>&1
 	rc=$?
-	cat "$PH/logs/kernels.txt" >>"$OUT/bench.txt"
+	cat "$log" >>"$OUT/bench.txt"
 	echo "=== exit $rc" >>"$OUT/bench.txt"
 	case $rc in
 	0)
-		say "bench kernels: OK ($(since) s); per step, the 8 heaviest kernels of each side:"
-		awk '/^(pipehost|torch-eager): / { n = 0; print; next } /^  / && n++ <= 8' "$PH/logs/kernels.txt" |
+		say "bench kernels M=$km: OK ($(since) s); per step, the 8 heaviest kernels of each side:"
+		awk '/^(pipehost|torch-eager): / { n = 0; print; next } /^  / && n++ <= 8' "$log" |
 			say_block "    "
 		;;
-	77) say "bench kernels: SKIP: $(grep -m1 'gpt2-kernels.sh:' "$PH/logs/kernels.txt")" ;;
-	124 | 137) say "bench kernels: TIMEOUT after $t s" ;;
+	77) say "bench kernels M=$km: SKIP: $(grep -m1 'gpt2-kernels.sh:' "$log")" ;;
+	124 | 137) say "bench kernels M=$km: TIMEOUT after $t s" ;;
 	*)
-		say "bench kernels: FAIL (exit $rc):"
-		tail -4 "$PH/logs/kernels.txt" | say_block "    "
+		say "bench kernels M=$km: FAIL (exit $rc):"
+		tail -4 "$log" | say_block "    "
 		;;
 	esac
 }
