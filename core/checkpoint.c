@@ -619,8 +619,9 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 	    (rc = write_tensors(tmp, OPTIM_FILE, s, ns, step, id, &sizes[2], &hashes[2], err)))
 		goto fail;
 	/* the optimizer in use, from the engine's names for its state */
-	const char *opt = ns > 0 ? (strstr(s[0].name, ".momentum") ? "sgd" : "adamw")
-				 : (strstr(id->text ? id->text : "", "optimizer.type=sgd") ? "sgd" : "adamw");
+	const char *itext = id->text ? id->text : "";
+	const char *opt = ns > 0 ? (strstr(s[0].name, ".momentum") ? "sgd" : strstr(s[0].name, ".lion_m") ? "lion" : "adamw")
+				 : (strstr(itext, "optimizer.type=sgd") ? "sgd" : strstr(itext, "optimizer.type=lion") ? "lion" : "adamw");
 	json = state_json(step, id, seed, total_steps, opt);
 	if (!json) {
 		rc = ph_fail(err, PH_ENOMEM, "out of memory for %s", STATE_FILE);
@@ -769,8 +770,9 @@ int ph_checkpoint_parse_state(const char *text, size_t len, const char *where, p
 	}
 	memcpy(st->digest, dg->valuestring, 17);
 	const cJSON *op = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
-	if (!cJSON_IsString(op) || (strcmp(op->valuestring, "sgd") && strcmp(op->valuestring, "adamw"))) {
-		rc = ph_fail(err, PH_EINVAL, "%s: \"optimizer\" missing or not \"sgd\"/\"adamw\": corrupt checkpoint",
+	if (!cJSON_IsString(op) ||
+	    (strcmp(op->valuestring, "sgd") && strcmp(op->valuestring, "adamw") && strcmp(op->valuestring, "lion"))) {
+		rc = ph_fail(err, PH_EINVAL, "%s: \"optimizer\" missing or not \"sgd\"/\"adamw\"/\"lion\": corrupt checkpoint",
 			     where);
 		goto done;
 	}

@@ -2,7 +2,7 @@
 /* Checkpoints: everything a run needs to continue exactly where it stopped.
  *
  *   DIR/step-00000120/weights.safetensors     LAYER.PARAM, F32
- *   DIR/step-00000120/optimizer.safetensors   LAYER.PARAM.momentum | .adam_m/.adam_v
+ *   DIR/step-00000120/optimizer.safetensors   LAYER.PARAM.momentum | .adam_m/.adam_v | .lion_m
  *   DIR/step-00000120/state.json              format, version, step, seed, digest
  *   DIR/step-00000120/manifest.txt            run id, step, each file's size and XXH3-64
  *
@@ -59,7 +59,7 @@ typedef struct {
 	int64_t seed;
 	int64_t total_steps; /* the writing run's length (for people; -1 if absent) */
 	char digest[17];
-	char optimizer[16];  /* "sgd" | "adamw" */
+	char optimizer[16];  /* "sgd" | "adamw" | "lion" */
 	char *identity;      /* the writer's identity text, or NULL if absent */
 } ph_ckpt_state;
 

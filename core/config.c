@@ -79,13 +79,15 @@ const ph_option ph_data_options[] = {
 };
 
 const ph_option ph_optimizer_options[] = {
-	PH_OPT_CHOICE_(ph_optim_config, type, "type", "adamw", "sgd|adamw", "update rule"),
+	PH_OPT_CHOICE_(ph_optim_config, type, "type", "adamw", "sgd|adamw|lion", "update rule"),
 	PH_OPT_FLOAT_(ph_optim_config, lr, "lr", "0.001", 0, 10, "peak learning rate"),
 	PH_OPT_FLOAT_(ph_optim_config, momentum, "momentum", "0.9", 0, 1, "SGD momentum"),
 	PH_OPT_BOOL_(ph_optim_config, nesterov, "nesterov", "no", "SGD: Nesterov momentum"),
 	/* below 1: AdamW's bias correction divides by 1 - beta^t */
-	PH_OPT_FLOAT_(ph_optim_config, beta1, "beta1", "0.9", 0, 0.999999, "AdamW first-moment decay"),
-	PH_OPT_FLOAT_(ph_optim_config, beta2, "beta2", "0.999", 0, 0.999999, "AdamW second-moment decay"),
+	PH_OPT_FLOAT_(ph_optim_config, beta1, "beta1", "0.9", 0, 0.999999,
+		      "AdamW first-moment decay; Lion: the moment's weight in the step's sign"),
+	PH_OPT_FLOAT_(ph_optim_config, beta2, "beta2", "0.999", 0, 0.999999,
+		      "AdamW second-moment decay; Lion: the moment's decay (its paper: 0.99)"),
 	PH_OPT_FLOAT_(ph_optim_config, eps, "eps", "1e-8", 0, 1, "AdamW denominator epsilon"),
 	PH_OPT_FLOAT_(ph_optim_config, weight_decay, "weight_decay", "0", 0, 10, "weight decay (biases exempt)"),
 	PH_OPT_INT_(ph_optim_config, warmup, "warmup", "0", 0, PH_NO_MAX, "steps of linear learning-rate warm-up"),

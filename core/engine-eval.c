@@ -217,6 +217,7 @@ int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err)
 {
 	int spp = ph_optim_state_per_param(&e->cfg->optim), total = 0, rc = download_tensors(e, 1, err);
+	const char *one = e->cfg->optim.type == PH_OPTIM_LION ? "lion_m" : "momentum"; /* spp == 1's name */
 	if (rc || (rc = ph_eng_shard_gather(e, 1, err)))
 		return rc;
 	for (int l = 0; l < e->model->n; l++)
@@ -235,7 +236,7 @@ int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *
 			for (int j = 0; j < spp; j++, k++) {
 				/* state j of tensor q lives at s + off*spp + j*numel (optim.h layout) */
 				snprintf(t[k].name, sizeof t[k].name, "%s.%s.%s", L->cfg->name, L->meta.params[q].name,
-					 spp == 1 ? "momentum" : j == 0 ? "adam_m" : "adam_v");
+					 spp == 1 ? one : j == 0 ? "adam_m" : "adam_v");
 				t[k].shape = L->meta.params[q].shape;
 				t[k].data = ph_eng_shard_whole(e, l, q, 1, j); /* a sharded tensor's whole */
 				if (!t[k].data)

@@ -52,8 +52,8 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 /* The parameters as named tensors LAYER.PARAM, in layer order. */
 int ph_engine_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
 
-/* The optimizer state as named tensors LAYER.PARAM.momentum (SGD) or
- * LAYER.PARAM.adam_m / .adam_v (AdamW), pointing into the live arrays: write
+/* The optimizer state as named tensors LAYER.PARAM.momentum (SGD),
+ * LAYER.PARAM.adam_m / .adam_v (AdamW) or LAYER.PARAM.lion_m, pointing into the live arrays: write
  * them for a checkpoint, read into them to resume. */
 int ph_engine_state_tensors(ph_engine *e, ph_tensor_ref **refs, int *n, ph_err *err);
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* SGD with momentum, AdamW, and the warm-up + cosine learning-rate schedule.
- * The update rules follow PyTorch's torch.optim.SGD and torch.optim.AdamW so
- * that hyper-parameters carry over.  Per-element arithmetic is float, as in
+/* SGD with momentum, AdamW, Lion, and the warm-up + cosine learning-rate
+ * schedule.  The update rules follow PyTorch's torch.optim.SGD and
+ * torch.optim.AdamW, and Lion the paper's (Chen et al., "Symbolic Discovery
+ * of Optimization Algorithms", 2023, program 1), so that hyper-parameters
+ * carry over.  Per-element arithmetic is float, as in
  * PyTorch; step-wide scalars (bias corrections) are computed in double and
  * rounded once.  Each update is a plain loop in index order, so the same
  * inputs give the same bits every time. */
@@ -56,6 +58,34 @@ static void sgd(const ph_optim_config *c, double lr, float *w, const float *g,
 		s[i] = v;
 		float step = c->nesterov ? d + mom * v : v;
 		w[i] -= flr * step;
+	}
+}
+
+/* Lion: decoupled decay w *= 1 - lr*wd, then
+ * c = b1*m + (1-b1)*g;  w -= lr * sign(c);  m = b2*m + (1-b2)*g,
+ * sign(0) = 0.  Every element moves by lr (or not at all): the step's size
+ * does not follow the gradient's, which is what keeps a delayed gradient
+ * (2bw) from growing into a blow-up where AdamW's would
+ * (docs/delayed-update.md).  The products are exact (lr times +-1), so the
+ * only roundings are the decay's, c's and m's. */
+static void lion(const ph_optim_config *c, double lr, float *w, const float *g, float *s, int64_t n, int decay)
+{
+	const float flr = (float)lr;
+	const float b1 = (float)c->beta1, one_b1 = (float)(1.0 - c->beta1);
+	const float b2 = (float)c->beta2, one_b2 = (float)(1.0 - c->beta2);
+	const float keep = (float)(1.0 - lr * (decay ? c->weight_decay : 0.0));
+	for (int64_t i = 0; i < n; i++) {
+		float wi = w[i];
+		if (keep != 1.f)
+			wi *= keep;
+		const float gi = g[i];
+		const float ci = b1 * s[i] + one_b1 * gi;
+		if (ci > 0.f)
+			wi -= flr;
+		else if (ci < 0.f)
+			wi += flr;
+		w[i] = wi;
+		s[i] = b2 * s[i] + one_b2 * gi;
 	}
 }
 
@@ -146,6 +176,8 @@ void ph_optim_update(const ph_optim_config *c, int64_t t, double lr, float *w,
 {
 	if (c->type == PH_OPTIM_ADAMW)
 		adamw(c, t, lr, w, g, s, n, decay);
+	else if (c->type == PH_OPTIM_LION)
+		lion(c, lr, w, g, s, n, decay);
 	else
 		sgd(c, lr, w, g, s, n, decay);
 }

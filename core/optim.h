@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* Optimizers (SGD with momentum, AdamW) and the learning-rate schedule. */
+/* Optimizers (SGD with momentum, AdamW, Lion) and the learning-rate schedule. */
 #ifndef PH_CORE_OPTIM_H
 #define PH_CORE_OPTIM_H
 
 #include <stdint.h>
 
-enum { PH_OPTIM_SGD = 0, PH_OPTIM_ADAMW = 1 };
+enum { PH_OPTIM_SGD = 0, PH_OPTIM_ADAMW = 1, PH_OPTIM_LION = 2 }; /* [optimizer] type's choices, in order */
 enum { PH_LR_CONSTANT = 0, PH_LR_COSINE = 1 };
 
 typedef struct {
@@ -13,7 +13,7 @@ typedef struct {
 	double lr;              /* peak learning rate */
 	double momentum;        /* SGD */
 	int nesterov;           /* SGD */
-	double beta1, beta2, eps; /* AdamW */
+	double beta1, beta2, eps; /* AdamW; Lion reads beta1 and beta2 */
 	double weight_decay;    /* SGD: L2 added to the gradient; AdamW: decoupled */
 	int64_t warmup;         /* steps of linear warm-up from lr/warmup to lr */
 	int lr_schedule;        /* PH_LR_* after warm-up */
@@ -25,7 +25,8 @@ typedef struct {
 /* Learning rate for step t = 0, 1, ... */
 double ph_lr_at(const ph_optim_config *c, int64_t t);
 
-/* Optimizer state floats per parameter: 1 for SGD (momentum), 2 for AdamW. */
+/* Optimizer state floats per parameter: 1 for SGD (momentum) and Lion (its
+ * moment), 2 for AdamW. */
 int ph_optim_state_per_param(const ph_optim_config *c);
 
 /* Update n weights in place.  t is the 1-based step count (Adam's bias

@@ -98,7 +98,7 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		 add_int(root, "m", p->m) && add_int(root, "micro_batch", m->max_batch) &&
 		 add_int(root, "batch", (int64_t)m->max_batch * p->m * (c->run.replicas > 1 ? c->run.replicas : 1)) &&
 		 add_int(root, "replicas", c->run.replicas > 1 ? c->run.replicas : 1) &&
-		 add_str(root, "optimizer", c->optim.type == PH_OPTIM_ADAMW ? "adamw" : "sgd") &&
+		 add_str(root, "optimizer", c->optim.type == PH_OPTIM_ADAMW ? "adamw" : c->optim.type == PH_OPTIM_LION ? "lion" : "sgd") &&
 		 add_int(root, "optimizer_state_per_param", spp) &&
 		 add_int(root, "memory_limit_bytes", (int64_t)(c->part.memory_gib * 1024.0 * 1024.0 * 1024.0)) &&
 		 add_shape(root, "input", &m->input);

@@ -46,6 +46,23 @@ if ph --set run.steps=40 --resume "$tmp/ck/step-00000030" --save-weights "$tmp/r
 else
 	not_ok "resume from step 30: $(cat "$tmp/err") $(grep resumed "$tmp/out")"
 fi
+# Lion's one moment per weight: saved as LAYER.PARAM.lion_m, state.json
+# says "lion", and a resume gives the uninterrupted run's bytes
+lion="--set optimizer.type=lion --set optimizer.lr=0.001 --set optimizer.beta2=0.99"
+# shellcheck disable=SC2086
+{
+	ph --set run.steps=20 $lion --save-weights "$tmp/lref.st" >/dev/null 2>&1
+	ph --set run.steps=20 $lion --set "checkpoint.dir=$tmp/lk" --set checkpoint.every=10 >/dev/null 2>&1
+	rm -rf "$tmp/lk/step-00000020"
+	ph --set run.steps=20 $lion --resume "$tmp/lk" --save-weights "$tmp/lr.st" >"$tmp/out" 2>"$tmp/err"
+}
+f="$tmp/lk/step-00000010"
+if grep -q '"conv1.weight.lion_m"' "$f/optimizer.safetensors" && ! grep -q 'adam_m\|momentum' "$f/optimizer.safetensors" &&
+	grep -q '"optimizer":[[:space:]]*"lion"' "$f/state.json" && cmp -s "$tmp/lref.st" "$tmp/lr.st"; then
+	ok "Lion: step 10 holds LAYER.PARAM.lion_m and \"optimizer\": \"lion\"; the resume gives the uninterrupted run's bytes"
+else
+	not_ok "Lion checkpoint: $(cat "$tmp/err") $(head -c 300 "$f/state.json")"
+fi
 # a step in the middle of an epoch (32 steps per epoch), resumed under
 # another schedule, stage count and partitioner
 ph --set run.steps=40 --set "checkpoint.dir=$tmp/ck2" --set checkpoint.every=7 >/dev/null 2>&1

@@ -15,7 +15,7 @@ expect_error "integer past 64 bits" "--set: \[run\] steps = 99999999999999999999
 	-c "$tiny" --set run.steps=99999999999999999999999
 expect_error "float that is not a number" "--set: \[layer drop\] rate = nan is not a number" -c "$tiny" --set "layer drop.rate=nan"
 expect_error "boolean that is not one" "--set: \[run\] eval = maybe is not a boolean; use yes or no" -c "$tiny" --set run.eval=maybe
-expect_error "choice not offered" "--set: \[optimizer\] type = adam is not one of sgd\|adamw" -c "$tiny" --set optimizer.type=adam
+expect_error "choice not offered" "--set: \[optimizer\] type = adam is not one of sgd\|adamw\|lion" -c "$tiny" --set optimizer.type=adam
 printf '[run]\nstages = 1\n[run]\nseed = 2\n' >"$tmp/dups.ini"
 expect_error "section twice" "$tmp/dups.ini:3: section \[run\] appears twice \(first at line 1\)" -c "$tmp/dups.ini"
 printf 'seed = 1\n[run]\n' >"$tmp/before.ini"

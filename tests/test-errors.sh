@@ -148,7 +148,7 @@ expect_error "--save-weights= with an empty path" "^pipehost: --save-weights: th
 
 # a long value is cut in the message, so that the reason still fits
 long=$(printf 'y%.0s' $(seq 250))
-expect_error "a long value keeps the reason" "\[optimizer\] type = y{40}\.\.\. is not one of sgd\|adamw$" \
+expect_error "a long value keeps the reason" "\[optimizer\] type = y{40}\.\.\. is not one of sgd\|adamw\|lion$" \
 	-c "$tiny" --plan --set "optimizer.type=$long"
 expect_error "a long --set keeps the reason" "^pipehost: --set run\.seed=y{31}\.\.\.: the key is longer than 63 characters or the value than [0-9]+$" \
 	-c "$tiny" --plan --set "run.seed=$(printf 'y%.0s' $(seq 5000))"

@@ -22,7 +22,8 @@
 #    and the first loss has 100x of room; the ok lines print the relative
 #    differences, to narrow the bounds from a GPU's figures;
 #  - the step's end with all of a rank's tensors in one launch against one
-#    launch per tensor (PIPEHOST_OPTIM_MANY=0): byte-identical;
+#    launch per tensor (PIPEHOST_OPTIM_MANY=0): byte-identical, AdamW, SGD
+#    and Lion (whose last loss is also held to the CPU's, within 1e-3);
 #  - bf16: 1 against 4 ranks byte-identical, the first loss within 2e-2 of
 #    fp32's, the last loss a finite number; products from bf16 copies
 #    against PIPEHOST_GEMM_CAST=0 (byte-identical in the emulator, the last
@@ -171,6 +172,26 @@ if train m3 $gpu --set run.stages=3 --set optimizer.clip=0.5 &&
 	same_weights "SGD, clip 0.05: the step's end batched" o1 s1
 else
 	not_ok "PIPEHOST_OPTIM_MANY=0: run failed: $(tail -3 "$tmp/m3.log") $(tail -3 "$tmp/o3.log") $(tail -3 "$tmp/o1.log")"
+fi
+
+# Lion (an element moves by exactly lr, or not at all, so its kernels
+# differ from AdamW's in kind): batched against one launch per tensor
+# byte-identical, the last loss within 1e-3 of the CPU's, and apart from
+# AdamW's (g1) by more than 1e-2, so the kernel ran Lion's rule.
+lion="--set optimizer.type=lion --set optimizer.lr=0.001 --set optimizer.beta2=0.99 --set optimizer.clip=0.5"
+# shellcheck disable=SC2086
+if train l1 $gpu --set run.stages=1 $lion &&
+	PIPEHOST_OPTIM_MANY=0 train l0 $gpu --set run.stages=1 $lion &&
+	train lc --set run.devices=cpu --set run.micro_batches=8 --set run.stages=1 $lion; then
+	same_weights "Lion, clip 0.5: the step's end batched" l0 l1
+	a=$(loss_at l1 last) b=$(loss_at lc last) c=$(loss_at g1 last)
+	if rel_within "$a" "$b" 1e-3 && ! rel_within "$a" "$c" 1e-2; then
+		ok "Lion: last loss GPU $a, CPU $b (relative difference $(rel_diff "$a" "$b"), within 1e-3); AdamW's $c ($(rel_diff "$a" "$c") apart)"
+	else
+		not_ok "Lion: last loss GPU $a, CPU $b (want within 1e-3: $(rel_diff "$a" "$b")), AdamW's $c (want apart by > 1e-2: $(rel_diff "$a" "$c"))"
+	fi
+else
+	not_ok "Lion: run failed: $(tail -3 "$tmp/l1.log") $(tail -3 "$tmp/l0.log") $(tail -3 "$tmp/lc.log")"
 fi
 
 # bf16

@@ -196,6 +196,63 @@ START_TEST(test_adamw)
 }
 END_TEST
 
+/* Lion (Chen et al. 2023, program 1) in double: w *= 1 - lr*wd;
+ * c = b1*m + (1-b1)*g; w -= lr*sign(c); m = b2*m + (1-b2)*g. */
+static void ref_lion(double lr, double b1, double b2, double wd, double *w, double *m)
+{
+	for (int i = 0; i < N; i++) {
+		w[i] = w0[i];
+		m[i] = 0;
+	}
+	for (int t = 0; t < 3; t++)
+		for (int i = 0; i < N; i++) {
+			double g = grads[t][i], c = b1 * m[i] + (1 - b1) * g;
+			w[i] *= 1 - lr * wd;
+			w[i] -= lr * (c > 0 ? 1 : c < 0 ? -1 : 0);
+			m[i] = b2 * m[i] + (1 - b2) * g;
+		}
+}
+
+START_TEST(test_lion)
+{
+	ph_optim_config c;
+	memset(&c, 0, sizeof c);
+	c.type = PH_OPTIM_LION;
+	c.lr = 1e-2;
+	c.beta1 = 0.9;
+	c.beta2 = 0.99;
+	c.weight_decay = 0.1;
+	ck_assert_int_eq(ph_optim_state_per_param(&c), 1);
+	float w[N], s[2 * N];
+	double r[N], m[N];
+	run3(&c, 1, w, s);
+	ref_lion(1e-2, 0.9, 0.99, 0.1, r, m);
+	near_d(w, r, 1e-6);
+	near_d(s, m, 1e-7);
+
+	/* Without decay every element moves by lr a step, or not at all: the
+	 * step's size does not follow the gradient's. */
+	c.weight_decay = 0;
+	run3(&c, 1, w, s);
+	ref_lion(1e-2, 0.9, 0.99, 0, r, m);
+	for (int i = 0; i < N; i++) {
+		double steps = (w0[i] - w[i]) / 1e-2;
+		ck_assert_double_eq_tol(steps, round(steps), 1e-4);
+		ck_assert_double_eq_tol(w[i], r[i], 1e-6);
+	}
+	/* sign(0) = 0: a zero gradient on a zero moment leaves the weight */
+	const float g0[N] = { 0.f, 0.f, 1e-30f, -1e-30f, 0.f };
+	float w1[N], s1[N] = { 0 };
+	memcpy(w1, w0, sizeof w1);
+	ph_optim_update(&c, 1, 1e-2, w1, g0, s1, N, 1);
+	ck_assert_float_eq(w1[0], w0[0]);
+	ck_assert_float_eq(w1[1], w0[1]);
+	ck_assert_float_eq(w1[2], w0[2] - 1e-2f);
+	ck_assert_float_eq(w1[3], w0[3] + 1e-2f);
+	ck_assert_float_eq(w1[4], w0[4]);
+}
+END_TEST
+
 START_TEST(test_decay_exemption)
 {
 	/* decay = 0 must give exactly what weight_decay = 0 gives. */
@@ -364,6 +421,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_sgd_plain);
 	tcase_add_test(tc, test_sgd_momentum);
 	tcase_add_test(tc, test_adamw);
+	tcase_add_test(tc, test_lion);
 	tcase_add_test(tc, test_decay_exemption);
 	tcase_add_test(tc, test_deterministic);
 	tcase_add_test(tc, test_adamw_kernel_bitwise);

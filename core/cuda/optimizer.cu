@@ -24,6 +24,24 @@ typedef struct {
 	float keep; /* 1 - lr * weight_decay, for tensors with decay; the others keep 1 */
 } adamw_args;
 
+typedef struct {
+	float lr, b1, one_b1, b2, one_b2;
+	float keep; /* 1 - lr * weight_decay, for tensors with decay; the others keep 1 */
+} lion_args;
+
+/* optim.c lion()'s step scalars */
+static lion_args lion_make(const ph_optim_config *c, double lr)
+{
+	lion_args a;
+	a.lr = (float)lr;
+	a.b1 = (float)c->beta1;
+	a.one_b1 = (float)(1.0 - c->beta1);
+	a.b2 = (float)c->beta2;
+	a.one_b2 = (float)(1.0 - c->beta2);
+	a.keep = (float)(1.0 - lr * c->weight_decay);
+	return a;
+}
+
 static sgd_args sgd_make(const ph_optim_config *c, double lr)
 {
 	sgd_args a;
@@ -95,6 +113,24 @@ __device__ static inline void adamw_vals(const adamw_args &a, float keep, float 
 	wi = __fsub_rn(wi, __fmul_rn(a.step_size, __fdiv_rn(mi, denom)));
 }
 
+/* optim.c lion() on one element: decoupled decay, the sign of
+ * b1*m + (1-b1)*g as the step, then the moment */
+__device__ static inline void lion_elem(const lion_args &a, float keep, double clip, float *w, float *g, float *m,
+					int64_t i)
+{
+	float wi = w[i], mi = m[i];
+	const float gi = take_grad(g, i, clip);
+	if (keep != 1.f)
+		wi = __fmul_rn(wi, keep);
+	const float ci = __fadd_rn(__fmul_rn(a.b1, mi), __fmul_rn(a.one_b1, gi));
+	if (ci > 0.f)
+		wi = __fsub_rn(wi, a.lr);
+	else if (ci < 0.f)
+		wi = __fadd_rn(wi, a.lr);
+	m[i] = __fadd_rn(__fmul_rn(a.b2, mi), __fmul_rn(a.one_b2, gi));
+	w[i] = wi;
+}
+
 __device__ static inline void adamw_elem(const adamw_args &a, float keep, double clip, float *w, float *g, float *m,
 					 float *v, int64_t i)
 {
@@ -110,6 +146,12 @@ __global__ static void k_sgd(sgd_args a, float wd, double clip, float *w, float 
 {
 	K_GRID_STRIDE(i, n)
 	sgd_elem(a, wd, clip, w, g, s, i);
+}
+
+__global__ static void k_lion(lion_args a, float keep, double clip, float *w, float *g, float *m, int64_t n)
+{
+	K_GRID_STRIDE(i, n)
+	lion_elem(a, keep, clip, w, g, m, i);
 }
 
 __global__ static void k_adamw(adamw_args a, float keep, double clip, float *w, float *g, float *m, float *v,
@@ -128,6 +170,9 @@ int ph_cuda_optim_update(cudaStream_t st, const ph_optim_config *c, int64_t t, d
 	if (c->type == PH_OPTIM_ADAMW) {
 		const adamw_args a = adamw_make(c, t, lr);
 		k_adamw<<<blocks, 256, 0, st>>>(a, decay ? a.keep : 1.f, clip, w, g, s, s + n, n);
+	} else if (c->type == PH_OPTIM_LION) {
+		const lion_args a = lion_make(c, lr);
+		k_lion<<<blocks, 256, 0, st>>>(a, decay ? a.keep : 1.f, clip, w, g, s, n);
 	} else {
 		const sgd_args a = sgd_make(c, lr);
 		k_sgd<<<blocks, 256, 0, st>>>(a, decay ? a.wd : 0.f, clip, w, g, s, n);
@@ -152,8 +197,8 @@ enum { PER_THREAD = 4, UPDATE_THREADS = 256, SLOT_UPDATE = 0, SLOT_SUMSQ = 1 };
 
 /* The update kernel's blocks: each tensor's share, PER_THREAD elements a
  * thread, the tensor found by a binary search over first_block. */
-__global__ static void k_update_many(int adam, adamw_args a, sgd_args sg, double clip, const tensor_desc *T,
-				     int count)
+__global__ static void k_update_many(int type, adamw_args a, sgd_args sg, lion_args li, double clip,
+				     const tensor_desc *T, int count)
 {
 	const unsigned b = blockIdx.x;
 	int lo = 0, hi = count - 1; /* the last tensor whose first block is <= b */
@@ -166,7 +211,7 @@ __global__ static void k_update_many(int adam, adamw_args a, sgd_args sg, double
 	}
 	const tensor_desc d = T[lo];
 	const int64_t base = (int64_t)(b - d.first_block) * blockDim.x * PER_THREAD + threadIdx.x;
-	if (adam) {
+	if (type == PH_OPTIM_ADAMW) {
 		/* every load of the thread's elements first, so that 4 x 4 are in
 		 * flight at once rather than 4 (the stores of one element could
 		 * alias the loads of the next, which the compiler would not move
@@ -201,7 +246,10 @@ __global__ static void k_update_many(int adam, adamw_args a, sgd_args sg, double
 		const int64_t i = base + (int64_t)k * blockDim.x;
 		if (i >= d.n)
 			break;
-		sgd_elem(sg, d.decay ? sg.wd : 0.f, clip, d.w, d.g, d.s, i);
+		if (type == PH_OPTIM_LION)
+			lion_elem(li, d.decay ? li.keep : 1.f, clip, d.w, d.g, d.s, i);
+		else
+			sgd_elem(sg, d.decay ? sg.wd : 0.f, clip, d.w, d.g, d.s, i);
 	}
 }
 
@@ -309,16 +357,20 @@ int ph_optim_many_update(ph_optim_many *m, cudaStream_t st, const ph_optim_confi
 	free(d);
 	if (rc || blocks == 0)
 		return rc;
-	const int adam = c->type == PH_OPTIM_ADAMW;
 	adamw_args a;
 	sgd_args sg;
+	lion_args li;
 	memset(&a, 0, sizeof a);
 	memset(&sg, 0, sizeof sg);
-	if (adam)
+	memset(&li, 0, sizeof li);
+	if (c->type == PH_OPTIM_ADAMW)
 		a = adamw_make(c, t, lr);
+	else if (c->type == PH_OPTIM_LION)
+		li = lion_make(c, lr);
 	else
 		sg = sgd_make(c, lr);
-	k_update_many<<<(unsigned)blocks, UPDATE_THREADS, 0, st>>>(adam, a, sg, clip, m->slot[SLOT_UPDATE].dev, count);
+	k_update_many<<<(unsigned)blocks, UPDATE_THREADS, 0, st>>>(c->type, a, sg, li, clip, m->slot[SLOT_UPDATE].dev,
+								   count);
 	TRY(err, cudaGetLastError());
 	return PH_OK;
 }
