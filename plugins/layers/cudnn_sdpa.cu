@@ -86,6 +86,17 @@ static void *carve(carver *c, size_t n)
 	return nullptr;
 }
 
+/* whether some span still has room for n bytes, 256-aligned */
+static int carve_fits(const carver *c, size_t n)
+{
+	for (int i = 0; i < c->n; i++) {
+		const uintptr_t p = (uintptr_t)c->s[i].p, a = (p + 255) & ~(uintptr_t)255;
+		if (c->s[i].bytes >= (a - p) + n)
+			return 1;
+	}
+	return n == 0;
+}
+
 static int carver_init(carver *c, const ph_sdpa_span *work, int nwork, ph_err *err)
 {
 	if (nwork < 0 || nwork > 4)
@@ -210,8 +221,6 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	size_t wsb;
 	/* 1: the deterministic algorithm; 2 (PIPEHOST_ATTN_CUDNN=2): cuDNN's default */
 	const int kind = ph_sdpa_requested() == 2 ? 2 : 1;
-	if ((rc = ph_sdpa_graph(st, kind, B, T, H, hd, &graph, &wsb, err)))
-		return rc;
 	const int64_t d = (int64_t)H * hd, nqkv = (int64_t)B * T * 3 * d, no = (int64_t)B * T * d;
 	const int64_t nl = (int64_t)B * H * T;
 	carver c;
@@ -225,6 +234,24 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 		o_direct ? (const __nv_bfloat16 *)att : (const __nv_bfloat16 *)carve(&c, (size_t)no * 2);
 	__nv_bfloat16 *g16 = g_direct ? (__nv_bfloat16 *)dqkv : (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
 	float *stats = (float *)carve(&c, (size_t)nl * sizeof(float));
+	if (c.n < 0)
+		return carve_failed(&c, work, nwork, "backward", err);
+	/* Samples a run: all of them where the workspace fits.  On Hopper
+	 * below cuDNN 9.25 the deterministic backward keeps dP in its
+	 * workspace (cudnn-frontend 1.32: B*H*T*T*2 bytes, 192 MiB at GPT-2's
+	 * 8 x 1024, more than the layer's scratch has left), so it runs over
+	 * groups of samples, as ph_flash_backward does: the largest group,
+	 * halving from B, whose workspace fits a span.  A group's pointers
+	 * stay 16-byte aligned where H*T is a multiple of 4 (GPT-2's sizes);
+	 * elsewhere cuDNN's execute refuses them in its own words. */
+	int Bg = B;
+	for (;;) {
+		if ((rc = ph_sdpa_graph(st, kind, Bg, T, H, hd, &graph, &wsb, err)))
+			return rc;
+		if (Bg == 1 || carve_fits(&c, wsb))
+			break;
+		Bg = (Bg + 1) / 2;
+	}
 	void *ws = carve(&c, wsb);
 	if (c.n < 0)
 		return carve_failed(&c, work, nwork, "backward", err);
@@ -234,18 +261,33 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 		return rc;
 	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(L2, stats, PH_SDPA_LN2, nl);
 	SDPA_LAUNCHED("cuDNN attention backward: the statistic to natural log");
-	void *ptrs[PH_SDPA_DV + 1] = { nullptr };
-	ptrs[PH_SDPA_Q] = q16;
-	ptrs[PH_SDPA_K] = q16 + d;
-	ptrs[PH_SDPA_V] = q16 + 2 * d;
-	ptrs[PH_SDPA_O] = (void *)o16;
-	ptrs[PH_SDPA_DO] = do16;
-	ptrs[PH_SDPA_STATS] = stats;
-	ptrs[PH_SDPA_DQ] = g16;
-	ptrs[PH_SDPA_DK] = g16 + d;
-	ptrs[PH_SDPA_DV] = g16 + 2 * d;
-	if ((rc = ph_sdpa_execute(graph, ptrs, ws, err)))
-		return rc;
+	const size_t ws_cap = wsb;
+	for (int b0 = 0; b0 < B; b0 += Bg) {
+		const int nb = B - b0 < Bg ? B - b0 : Bg;
+		if (nb != Bg) { /* the last, smaller group: a graph of its own */
+			if ((rc = ph_sdpa_graph(st, kind, nb, T, H, hd, &graph, &wsb, err)))
+				return rc;
+			if (wsb > ws_cap)
+				return ph_fail(err, PH_ENOMEM,
+					       "attention: cuDNN's backward for %d sample(s) needs %zu bytes of workspace, "
+					       "more than the %zu for %d; unset PIPEHOST_ATTN_CUDNN",
+					       nb, wsb, ws_cap, Bg);
+		}
+		/* the graphs' strides are per sample, so a group is an offset */
+		const int64_t oq = (int64_t)b0 * T * 3 * d, oo = (int64_t)b0 * T * d, ol = (int64_t)b0 * H * T;
+		void *ptrs[PH_SDPA_DV + 1] = { nullptr };
+		ptrs[PH_SDPA_Q] = q16 + oq;
+		ptrs[PH_SDPA_K] = q16 + oq + d;
+		ptrs[PH_SDPA_V] = q16 + oq + 2 * d;
+		ptrs[PH_SDPA_O] = (void *)(o16 + oo);
+		ptrs[PH_SDPA_DO] = do16 + oo;
+		ptrs[PH_SDPA_STATS] = stats + ol;
+		ptrs[PH_SDPA_DQ] = g16 + oq;
+		ptrs[PH_SDPA_DK] = g16 + oq + d;
+		ptrs[PH_SDPA_DV] = g16 + oq + 2 * d;
+		if ((rc = ph_sdpa_execute(graph, ptrs, ws, err)))
+			return rc;
+	}
 	return g_direct ? PH_OK : from_bf16(st, g16, dqkv, dqkv16, nqkv, "dqkv", err);
 }
 

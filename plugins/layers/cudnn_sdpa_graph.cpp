@@ -48,6 +48,7 @@ int ph_sdpa_execute(const void *, void *const *, void *, ph_err *err)
 
 #else /* PH_WITH_CUDNN_FE */
 
+#include <exception>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -181,8 +182,18 @@ std::shared_ptr<fe::graph::Graph> describe(int kind, int B, int T, int H, int hd
 
 } // namespace
 
-int ph_sdpa_graph(cudaStream_t st, int kind, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
-		  ph_err *err)
+/* The frontend can still throw (Graph::sdpa() when no implementation
+ * takes the attributes, std::bad_alloc, .at()): an exception must not
+ * unwind into the C host's frames, where it would end the process without
+ * a word, so both entry points turn one into an error. */
+static int fe_threw(const char *what, const char *where, ph_err *err)
+{
+	return ph_fail(err, PH_EINTERNAL, "attention: cuDNN frontend threw in %s: %s; unset PIPEHOST_ATTN_CUDNN", where,
+		       what);
+}
+
+static int graph_for(cudaStream_t st, int kind, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
+		     ph_err *err)
 {
 	const int bwd = kind != 0;
 	int rc = handle_for(st, err);
@@ -211,14 +222,32 @@ int ph_sdpa_graph(cudaStream_t st, int kind, int B, int T, int H, int hd, const 
 	return PH_OK;
 }
 
+int ph_sdpa_graph(cudaStream_t st, int kind, int B, int T, int H, int hd, const void **graph, size_t *ws_bytes,
+		  ph_err *err)
+{
+	try {
+		return graph_for(st, kind, B, T, H, hd, graph, ws_bytes, err);
+	} catch (const std::exception &e) {
+		return fe_threw(e.what(), "building a graph", err);
+	} catch (...) {
+		return fe_threw("an exception of unknown type", "building a graph", err);
+	}
+}
+
 int ph_sdpa_execute(const void *graph, void *const *ptrs, void *ws, ph_err *err)
 {
-	const sdpa_graph *sg = (const sdpa_graph *)graph;
-	std::unordered_map<int64_t, void *> pack;
-	const int bwd = sg->kind != 0, last = bwd ? PH_SDPA_DV : PH_SDPA_STATS; /* the forward's uids come first */
-	for (int u = PH_SDPA_Q; u <= last; u++)
-		pack.emplace(u, ptrs[u]);
-	return fe_step(sg->g->execute(cache.h, pack, ws), "execute", bwd, sg->B, sg->T, sg->H, sg->hd, err);
+	try {
+		const sdpa_graph *sg = (const sdpa_graph *)graph;
+		std::unordered_map<int64_t, void *> pack;
+		const int bwd = sg->kind != 0, last = bwd ? PH_SDPA_DV : PH_SDPA_STATS; /* the forward's uids first */
+		for (int u = PH_SDPA_Q; u <= last; u++)
+			pack.emplace(u, ptrs[u]);
+		return fe_step(sg->g->execute(cache.h, pack, ws), "execute", bwd, sg->B, sg->T, sg->H, sg->hd, err);
+	} catch (const std::exception &e) {
+		return fe_threw(e.what(), "execute", err);
+	} catch (...) {
+		return fe_threw("an exception of unknown type", "execute", err);
+	}
 }
 
 #endif /* PH_WITH_CUDNN_FE */
