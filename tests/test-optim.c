@@ -69,6 +69,18 @@ static ph_optim_config adamw_cfg(double wd)
 	return c;
 }
 
+static ph_optim_config lion_cfg(double wd)
+{
+	ph_optim_config c;
+	memset(&c, 0, sizeof c);
+	c.type = PH_OPTIM_LION;
+	c.lr = 1e-2;
+	c.beta1 = 0.9;
+	c.beta2 = 0.99;
+	c.weight_decay = wd;
+	return c;
+}
+
 /* Three steps of the optimizer on w0 with grads, at a constant lr. */
 static void run3(const ph_optim_config *c, int decay, float *w, float *s)
 {
@@ -215,13 +227,7 @@ static void ref_lion(double lr, double b1, double b2, double wd, double *w, doub
 
 START_TEST(test_lion)
 {
-	ph_optim_config c;
-	memset(&c, 0, sizeof c);
-	c.type = PH_OPTIM_LION;
-	c.lr = 1e-2;
-	c.beta1 = 0.9;
-	c.beta2 = 0.99;
-	c.weight_decay = 0.1;
+	ph_optim_config c = lion_cfg(0.1);
 	ck_assert_int_eq(ph_optim_state_per_param(&c), 1);
 	float w[N], s[2 * N];
 	double r[N], m[N];
