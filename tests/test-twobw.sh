@@ -233,6 +233,16 @@ else
 	not_ok "warm-up note: 2bw warmup 4: $(note_count "$tmp/n1"), warmup 5: $(note_count "$tmp/n2"), 1f1b: $(note_count "$tmp/n3"), sgd: $(note_count "$tmp/n4")"
 fi
 
+# The note points at an example that exists and follows its own advice: a
+# 2bw job that is not AdamW (etc/gpt-fortunes-2bw.ini: Lion, batch 16).
+rec=$(grep -o 'etc/[a-z0-9-]*\.ini (optimizer' "$tmp/n1" | sed 's/ (optimizer$//')
+if [ -n "$rec" ] && [ -f "$top_srcdir/$rec" ] &&
+	grep -q '^type = 2bw' "$top_srcdir/$rec" && grep -q '^type = lion' "$top_srcdir/$rec"; then
+	ok "warm-up note points at $rec, a 2bw example under lion"
+else
+	not_ok "warm-up note's recipe '${rec}' is not a 2bw example under lion in $top_srcdir"
+fi
+
 # --- refusals ----------------------------------------------------------------
 expect_error "2bw with fewer micro-batches than stages" \
 	"2bw: needs micro_batches >= stages \(got 2 micro-batches, 4 stages\)" \
