@@ -63,11 +63,17 @@ if [ ! -d /usr/share/games/fortunes ]; then
 	echo "(no /usr/share/games/fortunes: training on $top/core's text instead; throughput is the same)"
 fi
 
+# vtag VAR=VALUE -> VAR-VALUE, for file names
+vtag() {
+	printf '%s' "$1" | tr '=' '-'
+}
+
 # pipehost with $1 ranks on cuda:0, $2 (optional) one VAR=VALUE for its
 # environment, $3 (optional) micro-batches instead of M -> "tokens/s step_ms"
 ph_run() {
 	mb=${3:-$m}
-	tag=$1${2:+-${2%%=*}}-$mb
+	# the whole switch names the logs: PIPEHOST_ATTN_CUDNN=1 and =2 are two runs
+	tag=$1${2:+-$(vtag "$2")}-$mb
 	# shellcheck disable=SC2086 # $data is a list of options
 	if ! env ${2:-} "$bin" -c "$ini" $data --set run.stages="$1" --set run.devices=cuda:0 --set run.micro_batches="$mb" \
 		--set schedule.type=1f1b --set run.steps=$((steps + warm)) --set run.log_every=1 \
@@ -78,14 +84,23 @@ ph_run() {
 		return
 	fi
 	grep -h 'cuBLASLt refused' "$tmp/ph$tag.log" >&2 || true
-	grep '"step"' "$tmp/m$tag.jsonl" | grep -v '"eval"' | sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' |
+	r=$(grep '"step"' "$tmp/m$tag.jsonl" | grep -v '"eval"' | sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' |
 		awk -v warm="$warm" -v steps="$steps" -v tok="$tokens" '
 			{ t[NR] = $1 }
 			END {
 				if (NR != warm + steps || t[NR] <= t[warm]) { print "failed failed"; exit }
 				dt = t[NR] - t[warm]
 				printf "%.0f %.1f\n", steps * tok / dt, 1000 * dt / steps
-			}'
+			}')
+	done_row "pipehost, $1 rank(s), ${2:-default}, $mb micro-batch(es)" "$r"
+	echo "$r"
+}
+
+# done_row NAME "TOKENS/S MS": each run's figures on stderr as it ends, so
+# a run the caller's timeout cuts short still shows the rows it finished
+# (the table below comes only at the end)
+done_row() {
+	echo "gpt2-124m.sh: row done: $1: ${2% *} tokens/s, ${2#* } ms/step" >&2
 }
 
 # PyTorch in mode $1, $2 (optional) micro-batches instead of TORCH_MB -> "tokens/s step_ms"
@@ -108,6 +123,7 @@ pt_run() {
 		tail -3 "$tmp/pt-$1-$ptmb.log" >&2
 		r="failed failed"
 	fi
+	done_row "PyTorch $1, $ptmb micro-batch(es)" "$r"
 	echo "$r"
 }
 
@@ -178,15 +194,15 @@ echo
 # PyTorch's held_mib, with its caching allocator's own peaks beside.
 echo "peak GPU memory, MiB beyond the CUDA context (same batch, $m micro-batches):"
 for tag in 1-$m 4-$m; do
-	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph$tag.log" 2>/dev/null)
+	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph$tag.log" 2>/dev/null || true)
 	echo "  pipehost ${tag%%-*} rank(s): ${l:-n/a}"
 done
 # the variants' too: PIPEHOST_GRAD_IN_PLACE=0 shows what the loss writing
 # over the logits saves, PIPEHOST_TIE_SHARE=0 what the shared table does
 for v in $variants; do
-	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph1-${v%%=*}-$m.log" 2>/dev/null)
+	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph1-$(vtag "$v")-$m.log" 2>/dev/null || true)
 	echo "  pipehost 1 rank, $v: ${l:-n/a}"
 done
 l=$(sed -n 's/.*peak_reserved_mib=\([0-9.]*\) peak_allocated_mib=\([0-9.]*\) held_mib=\([0-9.]*\).*/held \3 (reserved \1, allocated \2)/p' \
-	"$tmp/pt-eager-$tmb.log" 2>/dev/null)
+	"$tmp/pt-eager-$tmb.log" 2>/dev/null || true) # no log without torch: set -e must not end the script here
 echo "  PyTorch eager: ${l:-n/a}"

@@ -1180,7 +1180,8 @@ bench_gpt2() {
 		;;
 	77) say "bench gpt2-124m: SKIP: $(sed -n '/^=== bench\/gpt2/,$p' "$OUT/bench.txt" | grep -m1 'gpt2-124m.sh:')" ;;
 	124 | 137)
-		say "bench gpt2-124m: TIMEOUT after $t s; steps reached:"
+		say "bench gpt2-124m: TIMEOUT after $t s; the runs it finished, then steps reached:"
+		sed -n '/^=== bench\/gpt2/,$p' "$OUT/bench.txt" | grep 'row done:' | say_block "    "
 		for f in "m1-${M:-8}.jsonl" "m4-${M:-8}.jsonl"; do
 			f=$(bench_left "$f")
 			[ -n "$f" ] && say "    ${f##*/}: $(grep -c '"step"' "$f") steps, last: $(tail -1 "$f" | cut -c1-160)"

@@ -53,6 +53,9 @@ EXTRA_DIST += tests/test-sections.sh
 # ... and that they reach the CUDA code (in the emulator build; skips elsewhere).
 TESTS += tests/test-gpu-switches.sh
 EXTRA_DIST += tests/test-gpu-switches.sh
+# bench/gpt2-124m.sh's rows and logs, with stand-ins for nvidia-smi and pipehost.
+TESTS += tests/test-bench-gpt2-script.sh
+EXTRA_DIST += tests/test-bench-gpt2-script.sh
 # [data] source through the registry of data sources.
 TESTS += tests/test-data-sources.sh
 EXTRA_DIST += tests/test-data-sources.sh
