@@ -63,17 +63,22 @@ if [ ! -d /usr/share/games/fortunes ]; then
 	echo "(no /usr/share/games/fortunes: training on $top/core's text instead; throughput is the same)"
 fi
 
-# vtag VAR=VALUE -> VAR-VALUE, for file names
-vtag() {
-	printf '%s' "$1" | tr '=' '-'
+# ph_tag RANKS [VAR=VALUE] MB -> the name of that run's log and metrics
+# files; the whole switch is in it (PIPEHOST_ATTN_CUDNN=1 and =2 are two runs)
+ph_tag() {
+	printf '%s' "$1${2:+-$2}-$3" | tr '=' '-'
+}
+
+# ph_peak TAG: the 'peak GPU memory' figures of that run's log, or nothing
+ph_peak() {
+	sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph$1.log" 2>/dev/null || true
 }
 
 # pipehost with $1 ranks on cuda:0, $2 (optional) one VAR=VALUE for its
 # environment, $3 (optional) micro-batches instead of M -> "tokens/s step_ms"
 ph_run() {
 	mb=${3:-$m}
-	# the whole switch names the logs: PIPEHOST_ATTN_CUDNN=1 and =2 are two runs
-	tag=$1${2:+-$(vtag "$2")}-$mb
+	tag=$(ph_tag "$1" "${2:-}" "$mb")
 	# shellcheck disable=SC2086 # $data is a list of options
 	if ! env ${2:-} "$bin" -c "$ini" $data --set run.stages="$1" --set run.devices=cuda:0 --set run.micro_batches="$mb" \
 		--set schedule.type=1f1b --set run.steps=$((steps + warm)) --set run.log_every=1 \
@@ -194,13 +199,13 @@ echo
 # PyTorch's held_mib, with its caching allocator's own peaks beside.
 echo "peak GPU memory, MiB beyond the CUDA context (same batch, $m micro-batches):"
 for tag in 1-$m 4-$m; do
-	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph$tag.log" 2>/dev/null || true)
+	l=$(ph_peak "$tag")
 	echo "  pipehost ${tag%%-*} rank(s): ${l:-n/a}"
 done
 # the variants' too: PIPEHOST_GRAD_IN_PLACE=0 shows what the loss writing
 # over the logits saves, PIPEHOST_TIE_SHARE=0 what the shared table does
 for v in $variants; do
-	l=$(sed -n 's/^peak GPU memory[^:]*: //p' "$tmp/ph1-$(vtag "$v")-$m.log" 2>/dev/null || true)
+	l=$(ph_peak "$(ph_tag 1 "$v" "$m")")
 	echo "  pipehost 1 rank, $v: ${l:-n/a}"
 done
 l=$(sed -n 's/.*peak_reserved_mib=\([0-9.]*\) peak_allocated_mib=\([0-9.]*\) held_mib=\([0-9.]*\).*/held \3 (reserved \1, allocated \2)/p' \
