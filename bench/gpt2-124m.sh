@@ -17,7 +17,9 @@
 # TFLOP/s = tokens/s x 855,383,040 FLOPs per token: 6 N + 12 L T d with
 # N = 123,689,472 (every parameter in a matrix product: all but the position
 # table, the tied token table once), L = 12, T = 1024, d = 768 (see
-# bench/gpt2_124m_torch.py).
+# bench/gpt2_124m_torch.py). Each pipehost row also gives its last step's
+# training loss, marked "(differs)" when more than 2% from the default
+# 1-rank run's (same seed, same data: the fast path trains something else).
 #
 #     bench/gpt2-124m.sh [BUILD_DIR]
 #
@@ -75,7 +77,10 @@ ph_peak() {
 }
 
 # pipehost with $1 ranks on cuda:0, $2 (optional) one VAR=VALUE for its
-# environment, $3 (optional) micro-batches instead of M -> "tokens/s step_ms"
+# environment, $3 (optional) micro-batches instead of M -> "tokens/s step_ms
+# last_loss" (the last step's training loss: every run trains the same
+# seed on the same data, so a fast path that computes the wrong thing shows
+# as a loss apart from the default run's, in the same table)
 ph_run() {
 	mb=${3:-$m}
 	tag=$(ph_tag "$1" "${2:-}" "$mb")
@@ -85,11 +90,12 @@ ph_run() {
 		--set "run.metrics=$tmp/m$tag.jsonl" </dev/null >"$tmp/ph$tag.log" 2>&1; then
 		echo "gpt2-124m.sh: pipehost on $1 rank(s) ${2:-} failed:" >&2
 		tail -5 "$tmp/ph$tag.log" >&2
-		echo "failed failed"
+		echo "failed failed failed"
 		return
 	fi
 	grep -h 'cuBLASLt refused' "$tmp/ph$tag.log" >&2 || true
-	r=$(grep '"step"' "$tmp/m$tag.jsonl" | grep -v '"eval"' | sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' |
+	r=$(grep '"step"' "$tmp/m$tag.jsonl" | grep -v '"eval"' |
+		sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' |
 		awk -v warm="$warm" -v steps="$steps" -v tok="$tokens" '
 			{ t[NR] = $1 }
 			END {
@@ -97,29 +103,35 @@ ph_run() {
 				dt = t[NR] - t[warm]
 				printf "%.0f %.1f\n", steps * tok / dt, 1000 * dt / steps
 			}')
+	l=$(grep '"step"' "$tmp/m$tag.jsonl" | grep -v '"eval"' | tail -1 |
+		sed -n 's/.*"loss":\([-0-9.eE+]*\).*/\1/p')
+	r="$r ${l:-n/a}"
 	done_row "pipehost, $1 rank(s), ${2:-default}, $mb micro-batch(es)" "$r"
 	echo "$r"
 }
 
-# done_row NAME "TOKENS/S MS": each run's figures on stderr as it ends, so
-# a run the caller's timeout cuts short still shows the rows it finished
-# (the table below comes only at the end)
+# done_row NAME "TOKENS/S MS [LOSS]": each run's figures on stderr as it
+# ends, so a run the caller's timeout cuts short still shows the rows it
+# finished (the table below comes only at the end)
 done_row() {
-	echo "gpt2-124m.sh: row done: $1: ${2% *} tokens/s, ${2#* } ms/step" >&2
+	# shellcheck disable=SC2086 # the figures are words
+	set -- "$1" $2
+	echo "gpt2-124m.sh: row done: $1: $2 tokens/s, $3 ms/step${4:+, last loss $4}" >&2
 }
 
-# PyTorch in mode $1, $2 (optional) micro-batches instead of TORCH_MB -> "tokens/s step_ms"
+# PyTorch in mode $1, $2 (optional) micro-batches instead of TORCH_MB ->
+# "tokens/s step_ms -" (its data are not pipehost's: no loss to compare)
 pt_run() {
 	ptmb=${2:-$tmb}
 	if [ "$torch" = no ]; then
-		echo "n/a n/a"
+		echo "n/a n/a -"
 		return
 	fi
 	if ! "$py" "$top/bench/gpt2_124m_torch.py" --mode "$1" --micro-batches "$ptmb" --steps "$steps" \
 		--warmup "$warm" </dev/null >"$tmp/pt-$1-$ptmb.log" 2>&1; then
 		echo "gpt2-124m.sh: PyTorch $1 failed:" >&2
 		tail -5 "$tmp/pt-$1-$ptmb.log" >&2
-		echo "failed failed"
+		echo "failed failed -"
 		return
 	fi
 	r=$(sed -n 's/^torch-[a-z]* tokens\/s=\([0-9.]*\) .*step_ms=\([0-9.]*\) .*/\1 \2/p' "$tmp/pt-$1-$ptmb.log")
@@ -128,6 +140,7 @@ pt_run() {
 		tail -3 "$tmp/pt-$1-$ptmb.log" >&2
 		r="failed failed"
 	fi
+	r="$r -"
 	done_row "PyTorch $1, $ptmb micro-batch(es)" "$r"
 	echo "$r"
 }
@@ -139,55 +152,66 @@ echo "GPU: ${gpu:-unknown}; PyTorch $tv; bf16; batch 8 x 1024 tokens, pipehost i
 echo "mean over $steps steps after $warm warm-up; TFLOP/s at 855.4 MFLOP per token (6N + 12LTd)"
 echo
 
-r=$(ph_run 1) && p1=${r% *} p1ms=${r#* }
-r=$(ph_run 4) && p4=${r% *} p4ms=${r#* }
+# Each run's figures are one word list, "TOKENS/S MS LOSS"; tokens/s is
+# its first word.
+p1f=$(ph_run 1) p1=${p1f%% *}
+p4f=$(ph_run 4) p4=${p4f%% *}
 variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_COLSUM_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0 PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0}
 vrows=""
 for v in $variants; do
-	r=$(ph_run 1 "$v") && vrows="$vrows$v ${r% *} ${r#* }
+	vrows="$vrows$v $(ph_run 1 "$v")
 "
 done
-r=$(pt_run eager) && te=${r% *} tems=${r#* }
+tef=$(pt_run eager) te=${tef%% *}
 # the whole batch as one micro-batch, both sides (fewer, larger products)
 if [ "${WHOLE:-1}" = 1 ] && [ "$m" != 1 ]; then
-	r=$(ph_run 1 "" 1) && w1=${r% *} w1ms=${r#* }
-	r=$(pt_run eager 1) && we=${r% *} wems=${r#* }
+	w1f=$(ph_run 1 "" 1) w1=${w1f%% *}
+	wef=$(pt_run eager 1) we=${wef%% *}
 	wrows=""
 	for v in ${WHOLE_VARIANTS:-}; do
-		r=$(ph_run 1 "$v" 1) && wrows="$wrows$v ${r% *} ${r#* }
+		wrows="$wrows$v $(ph_run 1 "$v" 1)
 "
 	done
 fi
-tc=skipped tcms=
-[ "${COMPILE:-1}" = 1 ] && r=$(pt_run compile) && tc=${r% *} tcms=${r#* }
+tcf="skipped - -"
+[ "${COMPILE:-1}" = 1 ] && tcf=$(pt_run compile)
+tc=${tcf%% *}
+ref_loss=$(echo "$p1f" | awk '{ print $3 }')
 
-# row NAME TOKENS/S STEP_MS: tokens/s, TFLOP/s, ms and the ratio to pipehost's 1 rank
+# row NAME "TOKENS/S STEP_MS LOSS": tokens/s, TFLOP/s, ms, the ratio to
+# pipehost's 1 rank and the last loss; a loss more than 2% from the 1-rank
+# run's is marked: that fast path trains something else, whatever its speed
 row() {
-	awk -v n="$1" -v t="$2" -v ms="$3" -v f="$fpt" -v ref="$p1" 'BEGIN {
-		if (t !~ /^[0-9.]+$/) { printf "| %s | %s | | | |\n", n, t; exit }
+	echo "$2" | awk -v n="$1" -v f="$fpt" -v ref="$p1" -v rl="$ref_loss" '{
+		t = $1; ms = $2; l = $3
+		if (l == "-") l = ""
+		else if (l ~ /^[0-9.]+$/ && rl ~ /^[0-9.]+$/ && (l - rl > 0.02 * rl || rl - l > 0.02 * rl))
+			l = l " (differs)"
+		if (l != "") l = " " l
+		if (t !~ /^[0-9.]+$/) { printf "| %s | %s | | | |%s |\n", n, t, l; exit }
 		r = ref ~ /^[0-9.]+$/ ? sprintf("%.2f", t / ref) : ""
-		printf "| %s | %.0f | %.1f | %s | %s |\n", n, t, t * f / 1e12, ms, r }'
+		printf "| %s | %.0f | %.1f | %s | %s |%s |\n", n, t, t * f / 1e12, ms, r, l }'
 }
 # ratio A B: A / B, or n/a
 ratio() {
 	awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2f", a / b; else printf "n/a" }'
 }
 
-printf '| run | tokens/s | TFLOP/s | ms/step | vs pipehost 1 rank |\n|---|---:|---:|---:|---:|\n'
-row "pipehost, 1 rank on cuda:0" "$p1" "$p1ms"
-row "pipehost, 4 ranks on cuda:0 (1F1B)" "$p4" "$p4ms"
-printf '%s' "$vrows" | while read -r v t ms; do
-	[ -n "$v" ] && row "pipehost, 1 rank, $v" "$t" "$ms"
+printf '| run | tokens/s | TFLOP/s | ms/step | vs pipehost 1 rank | last loss |\n|---|---:|---:|---:|---:|---:|\n'
+row "pipehost, 1 rank on cuda:0" "$p1f"
+row "pipehost, 4 ranks on cuda:0 (1F1B)" "$p4f"
+printf '%s' "$vrows" | while read -r v r; do
+	[ -n "$v" ] && row "pipehost, 1 rank, $v" "$r"
 done
-row "PyTorch eager" "$te" "$tems"
+row "PyTorch eager" "$tef"
 if [ -n "${w1:-}" ]; then
-	row "pipehost, 1 rank, batch as 1 micro-batch" "$w1" "$w1ms"
-	printf '%s' "$wrows" | while read -r v t ms; do
-		[ -n "$v" ] && row "pipehost, 1 rank, batch as 1 micro-batch, $v" "$t" "$ms"
+	row "pipehost, 1 rank, batch as 1 micro-batch" "$w1f"
+	printf '%s' "$wrows" | while read -r v r; do
+		[ -n "$v" ] && row "pipehost, 1 rank, batch as 1 micro-batch, $v" "$r"
 	done
-	row "PyTorch eager, batch as 1 micro-batch" "$we" "$wems"
+	row "PyTorch eager, batch as 1 micro-batch" "$wef"
 fi
-row "PyTorch torch.compile" "$tc" "$tcms"
+row "PyTorch torch.compile" "$tcf"
 echo
 echo "pipehost / PyTorch eager:   $(ratio "$p1" "$te")"
 echo "pipehost / torch.compile:   $(ratio "$p1" "$tc")"

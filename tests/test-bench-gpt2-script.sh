@@ -8,6 +8,9 @@
 #   - every finished run prints a "row done:" line at once, so a timeout
 #     of the whole script still leaves the rows it finished
 #   - a run that fails shows "failed" in its row, the others their figures
+#   - each pipehost row shows its run's last loss, and one more than 2%
+#     from the default run's is marked: a fast path that trains something
+#     else must not pass for the fastest
 . "$top_srcdir/tests/lib.sh"
 
 mkdir -p "$tmp/bin" "$tmp/build"
@@ -17,7 +20,8 @@ case "$*" in *-L*) echo "GPU 0: stand-in (UUID: none)" ;; *) echo stand-in ;; es
 EOF
 # The stand-in pipehost: run.steps step lines in run.metrics, 30 ms a step
 # plus 1 ms per unit of PIPEHOST_ATTN_CUDNN; its peak memory line names the
-# switch; PH_STUB_FAIL (a value of PIPEHOST_ATTN_CUDNN) fails that run,
+# switch; its loss is 5.0, 5.05 with PIPEHOST_ATTN_CUDNN=1 (within 2%),
+# 5.5 with =2 (not); PH_STUB_FAIL (a value of PIPEHOST_ATTN_CUDNN) fails that run,
 # PH_STUB_HANG hangs the first batch-as-one-micro-batch run.
 cat >"$tmp/build/pipehost" <<'EOF'
 #!/bin/sh
@@ -33,7 +37,8 @@ done
 c=${PIPEHOST_ATTN_CUDNN:-0}
 [ -n "${PH_STUB_FAIL:-}" ] && [ "$c" = "$PH_STUB_FAIL" ] && { echo "stand-in failure" >&2; exit 1; }
 [ -n "${PH_STUB_HANG:-}" ] && [ "$mb" = 1 ] && exec sleep 20
-awk -v n="$steps" -v c="$c" 'BEGIN { for (i = 1; i <= n; i++) printf "{\"step\":%d,\"elapsed_s\":%.4f}\n", i, i * (0.030 + 0.001 * c) }' >"$met"
+awk -v n="$steps" -v c="$c" 'BEGIN { l = c == 2 ? 5.5 : 5 + 0.05 * c
+	for (i = 1; i <= n; i++) printf "{\"step\":%d,\"loss\":%g,\"elapsed_s\":%.4f}\n", i, l, i * (0.030 + 0.001 * c) }' >"$met"
 echo "peak GPU memory (stand-in): 100$c.0 MiB"
 EOF
 chmod +x "$tmp/bin/nvidia-smi" "$tmp/build/pipehost"
@@ -49,10 +54,11 @@ bench env
 rc=$?
 if [ "$rc" -eq 0 ]; then ok "the script runs with stand-ins"; else not_ok "exit $rc: $(tail -3 "$tmp/out")"; fi
 # 30, 31 and 32 ms a step: 8192 tokens / 0.030 s = 273067 tokens/s
-for want in "1 rank on cuda:0 | 273067 | 233.6 | 30.0" \
-	"1 rank, PIPEHOST_ATTN_CUDNN=1 | 264258 | 226.0 | 31.0" \
-	"1 rank, PIPEHOST_ATTN_CUDNN=2 | 256000 | 219.0 | 32.0" \
-	"batch as 1 micro-batch, PIPEHOST_ATTN_CUDNN=2 | 256000 | 219.0 | 32.0"; do
+for want in "1 rank on cuda:0 | 273067 | 233.6 | 30.0 | 1.00 | 5 |" \
+	"1 rank, PIPEHOST_ATTN_CUDNN=1 | 264258 | 226.0 | 31.0 | 0.97 | 5.05 |" \
+	"1 rank, PIPEHOST_ATTN_CUDNN=2 | 256000 | 219.0 | 32.0 | 0.94 | 5.5 (differs) |" \
+	"batch as 1 micro-batch, PIPEHOST_ATTN_CUDNN=2 | 256000 | 219.0 | 32.0 | 0.94 | 5.5 (differs) |" \
+	"PyTorch eager | n/a | | | | |"; do
 	if grep -qF "$want" "$tmp/out"; then ok "row: $want"; else not_ok "no row '$want': $(grep '^|' "$tmp/out" | tr '\n' ' ')"; fi
 done
 for v in 1 2; do
@@ -76,7 +82,7 @@ PH_STUB_HANG=1 bench timeout 5 env
 rc=$?
 done_rows=$(grep -c 'row done:' "$tmp/out")
 if [ "$rc" -eq 124 ] && [ "$done_rows" -eq 4 ] &&
-	grep -q 'row done: pipehost, 1 rank(s), PIPEHOST_ATTN_CUDNN=2, 8 micro-batch(es): 256000 tokens/s, 32.0 ms/step' "$tmp/out"; then
+	grep -q 'row done: pipehost, 1 rank(s), PIPEHOST_ATTN_CUDNN=2, 8 micro-batch(es): 256000 tokens/s, 32.0 ms/step, last loss 5.5$' "$tmp/out"; then
 	ok "a timeout keeps the $done_rows runs that finished"
 else
 	not_ok "timeout: exit $rc, $done_rows 'row done' lines (want 124, 4): $(tail -4 "$tmp/out" | tr '\n' ' ')"
