@@ -10,9 +10,11 @@
 # Target on 2 free cores: >= 1.8x with m = 16 (ideal 1.88x).
 #     bench/pipeline-speedup.sh [BUILD_DIR] [INI] [--set ...]
 # Environment: STEPS (default 30), WARMUP (5), ROUNDS (3): the two runs
-# alternate ROUNDS times and the figures are the medians of the rounds,
-# because on a shared 2-core VM the 2-stage step time moves by 10%
-# between runs (124-139 ms on 2026-12-04) while 1 stage stays within 2%.
+# alternate ROUNDS times and the speedup is the median of the rounds'
+# speedups, because a shared 2-core VM's speed drifts from minute to
+# minute (1 stage took 205-235 ms a step over one afternoon of
+# 2026-12-04), and a 1-stage run and the 2-stage run right after it see
+# more nearly the same machine than two medians taken apart do.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top}
@@ -50,12 +52,14 @@ median() { # numbers, one per line -> their median
 
 : >"$tmp/ones"
 : >"$tmp/twos"
+: >"$tmp/ratios"
 r=1
 while [ "$r" -le "$rounds" ]; do
 	one=$(run 1 "$@")
 	two=$(run 2 "$@")
 	echo "$one" >>"$tmp/ones"
 	echo "$two" >>"$tmp/twos"
+	awk -v a="$one" -v b="$two" 'BEGIN { printf "%.4f\n", a / b }' >>"$tmp/ratios"
 	awk -v r="$r" -v a="$one" -v b="$two" 'BEGIN { printf "round %d: 1 stage %.1f, 2 stages %.1f ms/step, speedup %.2fx\n", r, a, b, a / b }'
 	r=$((r + 1))
 done
@@ -65,4 +69,5 @@ m=$(sed -n 's/^plan: .* \([0-9]*\) micro-batches.*/\1/p' "$tmp/out.txt")
 grep '^  [0-9]' "$tmp/out.txt" || true
 echo "1 stage x 1 thread:  $one ms/step (median of $rounds)"
 echo "2 stages x 1 thread: $two ms/step (median of $rounds)"
-awk -v a="$one" -v b="$two" -v m="$m" 'BEGIN { printf "speedup %.2fx; 1F1B ideal 2m/(m+1) = %.2fx (m = %d)\n", a / b, 2 * m / (m + 1), m }'
+sp=$(sort -n "$tmp/ratios" | awk '{ x[n++] = $1 } END { printf "%.2f", n % 2 ? x[int(n / 2)] : (x[n / 2 - 1] + x[n / 2]) / 2 }')
+awk -v s="$sp" -v r="$rounds" -v m="$m" 'BEGIN { printf "speedup %.2fx (median of %d rounds); 1F1B ideal 2m/(m+1) = %.2fx (m = %d)\n", s, r, 2 * m / (m + 1), m }'
