@@ -28,12 +28,16 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -x "$bin" ] || { echo "pipeline-speedup.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
 
-median_ms() {
+case $rounds in
+''|*[!0-9]*|0) echo "pipeline-speedup.sh: ROUNDS=$rounds is not a count of rounds; give 1 or more (default 3)" >&2; exit 1 ;;
+esac
+
+median() { # FORMAT; numbers, one per line -> their median, printed with FORMAT
+	sort -n | awk -v f="$1" '{ x[n++] = $1 } END { printf f, n % 2 ? x[int(n / 2)] : (x[n / 2 - 1] + x[n / 2]) / 2 }'
+}
+median_ms() { # METRICS -> the median step time after the warm-up, ms
 	sed -n 's/.*"elapsed_s":\([0-9.]*\).*/\1/p' "$1" |
-		awk -v w="$warm" 'NR > 1 { d[n++] = $1 - p } { p = $1 }
-			END { for (i = w; i < n; i++) x[k++] = d[i]
-			      for (i = 0; i < k; i++) for (j = i + 1; j < k; j++) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
-			      printf "%.1f", 1000 * (k % 2 ? x[int(k / 2)] : (x[k / 2 - 1] + x[k / 2]) / 2) }'
+		awk -v w="$warm" 'NR > 1 && n++ >= w { print 1000 * ($1 - p) } { p = $1 }' | median %.1f
 }
 run() { # STAGES [--set ...] -> median ms
 	st=$1
@@ -46,10 +50,6 @@ run() { # STAGES [--set ...] -> median ms
 	median_ms "$tmp/m.jsonl"
 }
 
-median() { # numbers, one per line -> their median
-	sort -n | awk '{ x[n++] = $1 } END { printf "%.1f", n % 2 ? x[int(n / 2)] : (x[n / 2 - 1] + x[n / 2]) / 2 }'
-}
-
 : >"$tmp/ones"
 : >"$tmp/twos"
 : >"$tmp/ratios"
@@ -57,17 +57,18 @@ r=1
 while [ "$r" -le "$rounds" ]; do
 	one=$(run 1 "$@")
 	two=$(run 2 "$@")
+	ratio=$(awk -v a="$one" -v b="$two" 'BEGIN { printf "%.4f", a / b }')
 	echo "$one" >>"$tmp/ones"
 	echo "$two" >>"$tmp/twos"
-	awk -v a="$one" -v b="$two" 'BEGIN { printf "%.4f\n", a / b }' >>"$tmp/ratios"
-	awk -v r="$r" -v a="$one" -v b="$two" 'BEGIN { printf "round %d: 1 stage %.1f, 2 stages %.1f ms/step, speedup %.2fx\n", r, a, b, a / b }'
+	echo "$ratio" >>"$tmp/ratios"
+	awk -v r="$r" -v a="$one" -v b="$two" -v s="$ratio" 'BEGIN { printf "round %d: 1 stage %.1f, 2 stages %.1f ms/step, speedup %.2fx\n", r, a, b, s }'
 	r=$((r + 1))
 done
-one=$(median <"$tmp/ones")
-two=$(median <"$tmp/twos")
+one=$(median %.1f <"$tmp/ones")
+two=$(median %.1f <"$tmp/twos")
 m=$(sed -n 's/^plan: .* \([0-9]*\) micro-batches.*/\1/p' "$tmp/out.txt")
 grep '^  [0-9]' "$tmp/out.txt" || true
 echo "1 stage x 1 thread:  $one ms/step (median of $rounds)"
 echo "2 stages x 1 thread: $two ms/step (median of $rounds)"
-sp=$(sort -n "$tmp/ratios" | awk '{ x[n++] = $1 } END { printf "%.2f", n % 2 ? x[int(n / 2)] : (x[n / 2 - 1] + x[n / 2]) / 2 }')
+sp=$(median %.2f <"$tmp/ratios")
 awk -v s="$sp" -v r="$rounds" -v m="$m" 'BEGIN { printf "speedup %.2fx (median of %d rounds); 1F1B ideal 2m/(m+1) = %.2fx (m = %d)\n", s, r, 2 * m / (m + 1), m }'
