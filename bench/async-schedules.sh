@@ -24,6 +24,13 @@ short=${SHORT:-16}
 long=${LONG:-48}
 rounds=${ROUNDS:-2}
 stages=${STAGES:-4}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+need_count async-schedules.sh SHORT "$short" 1
+need_count async-schedules.sh LONG "$long" 1
+[ "$long" -gt "$short" ] || bench_bad async-schedules.sh LONG "$long" "is not more than SHORT=$short (a step is their difference)"
+need_count async-schedules.sh ROUNDS "$rounds" 1
+need_count async-schedules.sh STAGES "$stages" 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -x "$bin" ] || { echo "async-schedules.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }

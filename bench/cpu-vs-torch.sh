@@ -37,6 +37,17 @@ build=${1:-$top}
 bin="$build/pipehost"
 py=${PYTHON:-python3}
 jobs=${JOBS:-fashion gpt}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+need_words cpu-vs-torch.sh JOBS "$jobs" fashion gpt
+need_flag cpu-vs-torch.sh QUICK "${QUICK:-0}"
+need_flag cpu-vs-torch.sh ONECORE "${ONECORE:-0}"
+[ -z "${FM_STEPS:-}" ] || need_count cpu-vs-torch.sh FM_STEPS "$FM_STEPS" 1
+[ -z "${GPT_STEPS:-}" ] || need_count cpu-vs-torch.sh GPT_STEPS "$GPT_STEPS" 1
+if [ -n "${CORES:-}" ]; then
+	need_count cpu-vs-torch.sh CORES "$CORES" 1
+	[ "$CORES" -le "$(nproc)" ] || bench_bad cpu-vs-torch.sh CORES "$CORES" "is more than the $(nproc) cores here"
+fi
 [ -x "$bin" ] || { echo "cpu-vs-torch.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
 if [ -n "${LOGDIR:-}" ]; then
 	mkdir -p "$LOGDIR"

@@ -20,6 +20,11 @@ ini="$top/etc/gpt-fortunes.ini"
 py=${PYTHON:-python3}
 steps=${STEPS:-20}
 warm=${WARMUP:-5}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+need_count gpt-cpu.sh STEPS "$steps" 1
+need_count gpt-cpu.sh WARMUP "$warm" 0
+need_flag gpt-cpu.sh PROFILE "${PROFILE:-0}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -x "$bin" ] || { echo "gpt-cpu.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }

@@ -43,6 +43,14 @@ steps=${STEPS:-20}
 warm=${WARMUP:-5}
 m=${M:-8}
 tmb=${TORCH_MB:-$m}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+need_count gpt2-124m.sh STEPS "$steps" 1
+need_count gpt2-124m.sh WARMUP "$warm" 0
+need_count gpt2-124m.sh M "$m" 1
+need_count gpt2-124m.sh TORCH_MB "$tmb" 1
+need_flag gpt2-124m.sh WHOLE "${WHOLE:-1}"
+need_flag gpt2-124m.sh COMPILE "${COMPILE:-1}"
 tokens=$((8 * 1024)) # per step
 fpt=855383040        # FLOPs per token
 tmp=$(mktemp -d)

@@ -34,6 +34,12 @@ m=${M:-8}
 steps=${STEPS:-1}
 ntop=${TOP:-25}
 maxl=${MAX_LAUNCHES:-20000}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+need_count gpt2-kernels.sh M "$m" 1
+need_count gpt2-kernels.sh STEPS "$steps" 1
+need_count gpt2-kernels.sh TOP "$ntop" 1
+need_count gpt2-kernels.sh MAX_LAUNCHES "$maxl" 1
 tmp=${KEEP:-$(mktemp -d)}
 mkdir -p "$tmp"
 [ -n "${KEEP:-}" ] || trap 'rm -rf "$tmp"' EXIT

@@ -21,6 +21,10 @@ bin="$build/pipehost"
 ini="$top/etc/gpt-fortunes.ini"
 steps=${STEPS:-30}
 warm=${WARMUP:-5}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+need_count parallel-cpu.sh STEPS "$steps" 1
+need_count parallel-cpu.sh WARMUP "$warm" 0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -x "$bin" ] || { echo "parallel-cpu.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }

@@ -24,13 +24,14 @@ bin="$build/pipehost"
 steps=${STEPS:-30}
 warm=${WARMUP:-5}
 rounds=${ROUNDS:-3}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+need_count pipeline-speedup.sh STEPS "$steps" 1
+need_count pipeline-speedup.sh WARMUP "$warm" 0
+need_count pipeline-speedup.sh ROUNDS "$rounds" 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -x "$bin" ] || { echo "pipeline-speedup.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
-
-case $rounds in
-''|*[!0-9]*|0) echo "pipeline-speedup.sh: ROUNDS=$rounds is not a count of rounds; give 1 or more (default 3)" >&2; exit 1 ;;
-esac
 
 median() { # FORMAT; numbers, one per line -> their median, printed with FORMAT
 	sort -n | awk -v f="$1" '{ x[n++] = $1 } END { printf f, n % 2 ? x[int(n / 2)] : (x[n / 2 - 1] + x[n / 2]) / 2 }'

@@ -21,6 +21,10 @@ ini=${2:-$top/etc/fashion-mnist.ini}
 [ $# -ge 2 ] && shift 2 || shift $#
 bin="$build/pipehost"
 steps=${STEPS:-60}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+# PIPEHOST_LAYER_TIMES times the calls from step 3 on
+need_count profile-vs-step.sh STEPS "$steps" 3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 [ -x "$bin" ] || { echo "profile-vs-step.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }

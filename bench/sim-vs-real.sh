@@ -11,6 +11,11 @@ build=${1:-$top}
 bin="$build/pipehost"
 ini="$top/etc/fashion-mnist.ini"
 steps=${STEPS:-40}
+# shellcheck source=bench/args-lib.sh
+. "$top/bench/args-lib.sh"
+# the median skips the first 5 step times: 7 steps give one
+need_count sim-vs-real.sh STEPS "$steps" 7
+[ -x "$bin" ] || { echo "sim-vs-real.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 common="--set run.stages=4 --set run.micro_batches=8 --set run.batch=128 --set partition.cost=profile --set partition.profile_cache=$tmp/cache"

@@ -56,6 +56,9 @@ EXTRA_DIST += tests/test-gpu-switches.sh
 # bench/gpt2-124m.sh's rows and logs, with stand-ins for nvidia-smi and pipehost.
 TESTS += tests/test-bench-gpt2-script.sh
 EXTRA_DIST += tests/test-bench-gpt2-script.sh
+# The benchmarks' environment checked before anything runs (bench/args-lib.sh).
+TESTS += tests/test-bench-args.sh
+EXTRA_DIST += tests/test-bench-args.sh
 # [data] source through the registry of data sources.
 TESTS += tests/test-data-sources.sh
 EXTRA_DIST += tests/test-data-sources.sh

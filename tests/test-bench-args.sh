@@ -1,0 +1,95 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The benchmarks' environment (bench/args-lib.sh): a value a script cannot
+# use stops it before anything runs, with one line on stderr that names the
+# variable and its value, nothing on stdout (no table header left half
+# written), and exit 1; the defaults pass the same checks.  Runs no
+# benchmark: a stand-in pipehost fails at once, a stand-in nvidia-smi lists
+# no GPU, and PYTHON=false has no torch.
+. "$top_srcdir/tests/lib.sh"
+
+bench="$top_srcdir/bench"
+mkdir -p "$tmp/bin" "$tmp/build"
+printf '#!/bin/sh\necho "stand-in pipehost" >&2\nexit 3\n' >"$tmp/build/pipehost"
+printf '#!/bin/sh\nexit 0\n' >"$tmp/bin/nvidia-smi"
+chmod +x "$tmp/build/pipehost" "$tmp/bin/nvidia-smi"
+
+# run SCRIPT [NAME=VALUE ...]: the script on the stand-ins, out/err/rc in $tmp
+run() {
+	s=$1
+	shift
+	env PATH="$tmp/bin:$PATH" PYTHON=false NCU=/nonexistent "$@" timeout 60 sh "$bench/$s" "$tmp/build" \
+		>"$tmp/out" 2>"$tmp/err" </dev/null
+	rc=$?
+}
+
+# refused SCRIPT NAME=VALUE: exit 1, stdout empty, one stderr line naming it
+refused() {
+	run "$1" "$2"
+	name=${2%%=*}
+	lines=$(wc -l <"$tmp/err")
+	if [ "$rc" -eq 1 ] && [ ! -s "$tmp/out" ] && [ "$lines" -eq 1 ] &&
+		grep -Fq -- "$1: $2 " "$tmp/err" && grep -Fq "unset $name for the default" "$tmp/err"; then
+		ok "$1 $2: $(cat "$tmp/err")"
+	else
+		not_ok "$1 $2: exit $rc, $lines stderr line(s): $(head -c 400 "$tmp/err"), stdout: $(head -c 200 "$tmp/out")"
+	fi
+}
+
+# accepted SCRIPT [NAME=VALUE]: the checks let it through to the stand-ins
+accepted() {
+	s=$1
+	shift
+	run "$s" "$@"
+	if grep -q "for the default" "$tmp/err"; then
+		not_ok "$s ${*:-(defaults)} refused: $(cat "$tmp/err")"
+	else
+		ok "$s ${*:-(defaults)} passes the checks (exit $rc at the stand-ins)"
+	fi
+}
+
+refused pipeline-speedup.sh STEPS=x
+refused pipeline-speedup.sh WARMUP=-1
+refused pipeline-speedup.sh ROUNDS=0
+refused parallel-cpu.sh STEPS=08
+refused parallel-cpu.sh WARMUP=abc
+refused sim-vs-real.sh STEPS=6
+refused profile-vs-step.sh STEPS=2
+refused async-schedules.sh SHORT=0
+refused async-schedules.sh LONG=16
+refused async-schedules.sh ROUNDS=x
+refused async-schedules.sh STAGES=0
+refused gpt-cpu.sh STEPS=1e3
+refused gpt-cpu.sh WARMUP=x
+refused gpt-cpu.sh PROFILE=yes
+refused gpt2-kernels.sh M=0
+refused gpt2-kernels.sh STEPS=x
+refused gpt2-kernels.sh TOP=-5
+refused gpt2-kernels.sh MAX_LAUNCHES=1234567890
+refused gpt2-124m.sh STEPS=0
+refused gpt2-124m.sh WARMUP=x
+refused gpt2-124m.sh M=x
+refused gpt2-124m.sh TORCH_MB=0
+refused gpt2-124m.sh WHOLE=2
+refused gpt2-124m.sh COMPILE=yes
+refused cpu-vs-torch.sh JOBS=fashon
+refused cpu-vs-torch.sh "JOBS= "
+refused cpu-vs-torch.sh QUICK=2
+refused cpu-vs-torch.sh ONECORE=x
+refused cpu-vs-torch.sh FM_STEPS=0
+refused cpu-vs-torch.sh GPT_STEPS=x
+refused cpu-vs-torch.sh CORES=0
+refused cpu-vs-torch.sh CORES=$(($(nproc) + 1))
+
+for s in pipeline-speedup.sh parallel-cpu.sh sim-vs-real.sh profile-vs-step.sh async-schedules.sh gpt-cpu.sh \
+	gpt2-kernels.sh gpt2-124m.sh cpu-vs-torch.sh; do
+	accepted "$s"
+done
+# the smallest values each check allows
+accepted pipeline-speedup.sh STEPS=1 WARMUP=0 ROUNDS=1
+accepted sim-vs-real.sh STEPS=7
+accepted profile-vs-step.sh STEPS=3
+accepted async-schedules.sh SHORT=1 LONG=2 STAGES=1
+accepted gpt2-124m.sh M=1 WARMUP=0 WHOLE=0 COMPILE=0
+accepted cpu-vs-torch.sh JOBS=gpt CORES=1 QUICK=1 ONECORE=1 FM_STEPS=1
+finish
