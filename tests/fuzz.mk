@@ -2,7 +2,9 @@
 # libFuzzer harnesses (tests/fuzz/fuzz-*.c) for every parser of untrusted
 # bytes: the INI config (reader and resolver), safetensors, checkpoint
 # state.json, Fashion-MNIST IDX files, GPT-2's tokenizer files (vocab.json,
-# merges.txt, and any text through them) and the npy data source's .npy.
+# merges.txt, and any text through them), the npy data source's .npy, the
+# tokens data source's .bin (nanoGPT's, llm.c's) and a schedule table's CSV
+# (through the table plugin and the host's checks of any schedule).
 #
 #   make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="config idx"]
 #
@@ -19,7 +21,7 @@
 # the INI reader.
 
 FUZZ_SECONDS = 60
-FUZZ_TARGETS = config safetensors state idx bpe npy
+FUZZ_TARGETS = config safetensors state idx bpe npy tokens table
 FUZZ_CC = clang
 FUZZ_FLAGS = -g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer
@@ -39,13 +41,21 @@ FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/weights.c core/o
 FUZZ_IDX_SRC = tests/fuzz/fuzz-idx.c $(FUZZ_DATA_SRC)
 FUZZ_BPE_SRC = tests/fuzz/fuzz-bpe.c core/bpe.c
 FUZZ_NPY_SRC = tests/fuzz/fuzz-npy.c $(FUZZ_DATA_SRC)
+FUZZ_TOKENS_SRC = tests/fuzz/fuzz-tokens.c $(FUZZ_DATA_SRC)
+# plan.c's memory estimates reach engine-layout.c; the harness stands in
+# for the engine's allocator, which the checks it fuzzes never call.
+FUZZ_TABLE_SRC = tests/fuzz/fuzz-table.c plugins/schedules/table.c core/plan.c core/engine-layout.c core/optim.c \
+	core/inifile.c core/device.c core/readfile.c
 FUZZ_HDRS = $(top_srcdir)/tests/fuzz/fuzz-util.h $(top_srcdir)/core/*.h $(top_srcdir)/include/pipehost/*.h
 
 EXTRA_DIST += tests/fuzz/fuzz-util.h tests/fuzz/fuzz-config.c tests/fuzz/fuzz-safetensors.c \
 	tests/fuzz/fuzz-state.c tests/fuzz/fuzz-idx.c tests/fuzz/fuzz-bpe.c tests/fuzz/fuzz-npy.c \
+	tests/fuzz/fuzz-tokens.c tests/fuzz/fuzz-table.c \
 	tests/fuzz/config.dict tests/fuzz/safetensors.dict tests/fuzz/state.dict tests/fuzz/bpe.dict \
-	tests/fuzz/npy.dict tests/fuzz/corpus-config tests/fuzz/corpus-safetensors tests/fuzz/corpus-state \
-	tests/fuzz/corpus-idx tests/fuzz/corpus-bpe tests/fuzz/corpus-npy
+	tests/fuzz/npy.dict tests/fuzz/tokens.dict tests/fuzz/table.dict \
+	tests/fuzz/corpus-config tests/fuzz/corpus-safetensors tests/fuzz/corpus-state \
+	tests/fuzz/corpus-idx tests/fuzz/corpus-bpe tests/fuzz/corpus-npy tests/fuzz/corpus-tokens \
+	tests/fuzz/corpus-table
 
 $(FUZZ_DIR)/fuzz-config: $(FUZZ_CONFIG_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
 	@$(MKDIR_P) $(FUZZ_DIR)
@@ -65,6 +75,12 @@ $(FUZZ_DIR)/fuzz-bpe: $(FUZZ_BPE_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
 $(FUZZ_DIR)/fuzz-npy: $(FUZZ_NPY_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
 	@$(MKDIR_P) $(FUZZ_DIR)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) -o $@ $(FUZZ_NPY_SRC:%=$(top_srcdir)/%) $(FUZZ_LIBS)
+$(FUZZ_DIR)/fuzz-tokens: $(FUZZ_TOKENS_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
+	@$(MKDIR_P) $(FUZZ_DIR)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) -o $@ $(FUZZ_TOKENS_SRC:%=$(top_srcdir)/%) $(FUZZ_LIBS)
+$(FUZZ_DIR)/fuzz-table: $(FUZZ_TABLE_SRC:%=$(top_srcdir)/%) $(FUZZ_HDRS)
+	@$(MKDIR_P) $(FUZZ_DIR)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) -o $@ $(FUZZ_TABLE_SRC:%=$(top_srcdir)/%) $(FUZZ_LIBS)
 
 # First check this clang can link a fuzzer at all (FUZZ_DIR/probe).
 fuzz-build: all
