@@ -284,10 +284,11 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 	if (cli->gen_flags && !cli->gen.prompt)
 		return ph_fail(err, PH_EINVAL, "--max-new-tokens, --temperature, --top-k, --seed, --load-weights and --logits "
 			       "are for --generate PROMPT only");
-	if (cli->gen.prompt && (cli->plan_only || cli->simulate || cli->resume || cli->save_weights || cli->trace))
+	if (cli->gen.prompt &&
+	    (cli->plan_only || cli->simulate || cli->resume || cli->save_weights || cli->trace || cli->plan_json))
 		return ph_fail(err, PH_EINVAL, "--generate runs alone: drop %s",
 			       cli->plan_only ? "--plan" : cli->simulate ? "--simulate" : cli->resume ? "--resume"
-			       : cli->save_weights ? "--save-weights" : "--trace");
+			       : cli->save_weights ? "--save-weights" : cli->trace ? "--trace" : "--plan-json");
 	if ((cli->shape || cli->batch) && !cli->check_plugin)
 		return ph_fail(err, PH_EINVAL, "%s is for --check-plugin FILE.so only", cli->shape ? "--shape" : "--batch");
 	if (cli->check_plugin && (cli->config || cli->list_plugins || cli->list_options))
@@ -300,6 +301,40 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		return ph_fail(err, PH_EINVAL, "--svg %s needs --simulate (it draws the simulated timeline); add --simulate, "
 				       "or use --trace for a real run's timeline", cli->svg);
 	return PH_OK;
+}
+
+/* The files this invocation will write, checked before it measures, loads
+ * or trains anything (ph_run_check_outputs): writable, none of its inputs
+ * (an --svg or --plan-json naming the INI once replaced it), no two the
+ * same.  Which files depends on what the line asks for. */
+static int check_outputs(const cli_t *cli, const ph_config *cfg, ph_err *err)
+{
+	ph_output outs[4];
+	int n = 0;
+	const char *plan_json = cli->plan_json && strcmp(cli->plan_json, "-") ? cli->plan_json : NULL;
+	if (cli->gen.prompt) {
+		/* the weights --generate will read are an input; if none can be
+		 * found, ph_generate says so in its own words */
+		char w[4096] = "";
+		ph_err ignored;
+		if (cli->gen.weights)
+			snprintf(w, sizeof w, "%s", cli->gen.weights);
+		else if (ph_generate_weights_path(cfg, w, sizeof w, &ignored))
+			w[0] = 0;
+		outs[n++] = (ph_output){ "--logits", cli->gen.logits_path };
+		return ph_run_check_outputs(cfg, cli->config, NULL, w, outs, n, err);
+	}
+	outs[n++] = (ph_output){ "--plan-json", plan_json };
+	if (cli->simulate) {
+		outs[n++] = (ph_output){ "--svg", cli->svg };
+		outs[n++] = (ph_output){ "--trace", cli->trace };
+	} else if (!cli->plan_only) {
+		const char *w = cli->save_weights ? cli->save_weights : cfg->run.save_weights;
+		outs[n++] = (ph_output){ cli->save_weights ? "--save-weights" : "[run] save_weights", w };
+		outs[n++] = (ph_output){ "[run] metrics", cfg->run.metrics };
+		outs[n++] = (ph_output){ "--trace", cli->trace };
+	}
+	return ph_run_check_outputs(cfg, cli->config, cli->resume, NULL, outs, n, err);
 }
 
 static void plugin_path(const cli_t *cli, const char *from_ini, char *buf, size_t len)
@@ -422,6 +457,8 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		ph_registry_print(stdout, &reg);
 	if ((rc = ph_config_resolve(&cfg, &reg, err)))
 		goto out;
+	if ((rc = check_outputs(cli, &cfg, err)))
+		goto out; /* an output that cannot be written fails now, not after the work */
 	ph_shape in;
 	const ph_data_source *source = cfg.data_source;
 	if ((rc = source->sample_shape(&cfg, &in, err)))
@@ -494,8 +531,6 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	if ((rc = ph_memcheck_run(&plan, &model, &cfg, err)))
 		goto out;
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
-	if ((rc = ph_train_check_outputs(&cfg, cli->config, cli->resume, cli->trace, wpath, err)))
-		goto out; /* an output that cannot be written fails now, not after training */
 	if (!data_loaded && (rc = source->load(&cfg, &in, &train, &test, err)))
 		goto out;
 	/* The engine copies batch x numel(in) floats per step: a data set of

@@ -122,7 +122,7 @@ static int probe_dir(const char *what, const char *path, const char *dir, ph_err
 		return ph_fail(err, PH_EINVAL, "%s %s: path too long", what, path);
 	int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
-		return ph_fail(err, PH_EIO, "%s %s: cannot create files in %s: %s; fix it before training, not after",
+		return ph_fail(err, PH_EIO, "%s %s: cannot create files in %s: %s; fix it and run again (nothing has run yet)",
 			       what, path, dir, strerror(errno));
 	close(fd);
 	unlink(p);
@@ -150,7 +150,7 @@ int ph_outputs_check(const ph_output *outs, int nouts, const char *const *inputs
 				return ph_fail(err, PH_EINVAL, "%s %s is not a file, a device or a FIFO; give a file name",
 					       what, path);
 			if (access(target, W_OK))
-				return ph_fail(err, PH_EIO, "%s %s is not writable: %s; fix it before training, not after",
+				return ph_fail(err, PH_EIO, "%s %s is not writable: %s; fix it and run again (nothing has run yet)",
 					       what, path, strerror(errno));
 			if (is_input(&st, inputs, ninputs, which, sizeof which))
 				return ph_fail(err, PH_EINVAL, "%s %s is %s, an input of this run; write to another file",

@@ -453,7 +453,7 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 		return ph_fail(err, PH_EINVAL, "SVG path %s is too long", path);
 	FILE *f = fopen(tmp, "w");
 	if (!f)
-		return ph_fail(err, PH_EIO, "cannot write the timeline %s: %s", tmp, strerror(errno));
+		return ph_fail(err, PH_EIO, "cannot write the timeline to %s: %s", path, strerror(errno));
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		   "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "
 		   "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\">\n",

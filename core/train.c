@@ -516,8 +516,8 @@ out:
 	return rc;
 }
 
-int ph_train_check_outputs(const ph_config *c, const char *config_path, const char *resume, const char *trace_path,
-			   const char *weights_path, ph_err *err)
+int ph_run_check_outputs(const ph_config *c, const char *config_path, const char *resume, const char *weights_in,
+			 const ph_output *outs, int nouts, ph_err *err)
 {
 	if (!ph_comm_writer(&c->comm))
 		return PH_OK; /* only process 0 writes files */
@@ -527,13 +527,12 @@ int ph_train_check_outputs(const ph_config *c, const char *config_path, const ch
 		if (ph_checkpoint_latest(resume, latest, sizeof latest, NULL, &ignored) != 1)
 			latest[0] = 0;
 	}
-	const char *const inputs[] = { config_path, c->data.path, c->run.init, resume, latest };
-	const ph_output outs[] = {
-		{ weights_path == c->run.save_weights ? "[run] save_weights" : "--save-weights", weights_path },
-		{ "[run] metrics", c->run.metrics },
-		{ "--trace", trace_path },
-	};
-	return ph_outputs_check(outs, 3, inputs, 5, err);
+	const ph_data_cfg *d = &c->data;
+	const char *const inputs[] = { config_path,     c->run.init,     resume,          latest,
+				       weights_in,      d->path,         d->vocab,        d->merges,
+				       d->train_images, d->train_labels, d->test_images,  d->test_labels,
+				       d->tokens,       d->test_tokens };
+	return ph_outputs_check(outs, nouts, inputs, (int)(sizeof inputs / sizeof *inputs), err);
 }
 
 static int write_weights(ph_engine *e, const char *path, ph_err *err)

@@ -5,6 +5,7 @@
 #define PH_CORE_TRAIN_H
 
 #include "engine.h"
+#include "outputs.h"
 
 typedef struct {
 	int64_t steps;            /* steps completed, counting those before a resume */
@@ -47,13 +48,15 @@ typedef struct {
 int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
 		const ph_train_ckpt *ck, ph_train_result *res, ph_err *err);
 
-/* Before the data loads and step 1: every output file of the run (the
- * weights, the metrics file, the trace) can be written, is not an input
- * (the INI, the data, the initial weights, the checkpoint resumed from) and
- * is not shared (core/outputs.h).  The checkpoint dir is checked by
- * ph_train_ck before step 1. */
-int ph_train_check_outputs(const ph_config *c, const char *config_path, const char *resume, const char *trace_path,
-			   const char *weights_path, ph_err *err);
+/* Before anything is measured, loaded or trained: every file this run
+ * writes (outs: the weights, the metrics file, the trace, the plan's JSON,
+ * the simulated timeline, the logits) can be written, is none of the files
+ * it reads (the INI, the data and tokenizer files, the initial weights,
+ * the checkpoint resumed from, weights_in: the weights --generate reads)
+ * and is not shared (core/outputs.h).  The checkpoint dir is checked by
+ * ph_train_ck before step 1.  Only process 0 checks: it alone writes. */
+int ph_run_check_outputs(const ph_config *c, const char *config_path, const char *resume, const char *weights_in,
+			 const ph_output *outs, int nouts, ph_err *err);
 
 /* After training: the trace (trace_path) and the weights (weights_path),
  * each attempted even when an earlier output failed (res->failed too).

@@ -166,7 +166,32 @@ refused_early "--save-weights the initial weights" "--save-weights $tmp/init.st 
 	-c "$tmp/run.ini" --set run.steps=8 --set "run.init=$tmp/init.st" --save-weights "$tmp/init.st"
 refused_early "--trace a data file" "--trace $tmp/data/text.txt is $tmp/data/text.txt, an input of this run" \
 	-c "$fixtures/tiny-lm.ini" --set run.steps=2 --set "data.path=$tmp/data/text.txt" --trace "$tmp/data/text.txt"
-[ "$(sums "$tmp/run.ini" "$tmp/init.st" "$tmp/data")" = "$before" ] && ok "... the INI, initial weights and data unchanged (sha256)" ||
+# the outputs of --plan, --simulate and --generate, each once written over its input
+refused_early "--plan-json the run's own INI" "--plan-json $tmp/run.ini is $tmp/run.ini, an input of this run" \
+	-c "$tmp/run.ini" --plan --plan-json "$tmp/run.ini"
+refused_early "--simulate --svg the run's own INI" "--svg $tmp/run.ini is $tmp/run.ini, an input of this run" \
+	-c "$tmp/run.ini" --simulate --svg "$tmp/run.ini"
+refused_early "--simulate --trace the run's own INI" "--trace $tmp/run.ini is $tmp/run.ini, an input of this run" \
+	-c "$tmp/run.ini" --simulate --trace "$tmp/run.ini"
+for i in 1 2 3 4 5 6 7 8 9 10; do printf 'a little text for a tiny language model, line %d.\n' "$i"; done >"$tmp/lm.txt"
+"$PIPEHOST" -c "$fixtures/tiny-lm.ini" --set run.steps=2 --set "data.path=$tmp/lm.txt" --save-weights "$tmp/lm.st" \
+	>/dev/null 2>"$tmp/err" || not_ok "the tiny LM's weights: $(cat "$tmp/err")"
+# a token file of the tokens source: 64 byte ids, uint16
+printf 'the tokens of a tiny corpus, sixty-four bytes of them in all.  x' | od -An -v -tu1 |
+	tr -s ' ' '\n' | awk 'NF { printf "%c%c", $1, 0 }' >"$tmp/data/train.bin"
+before=$(sums "$tmp/run.ini" "$tmp/init.st" "$tmp/data" "$tmp/lm.st")
+refused_early "--generate --logits the weights it reads" "--logits $tmp/lm.st is $tmp/lm.st, an input of this run" \
+	-c "$fixtures/tiny-lm.ini" --set "data.path=$tmp/lm.txt" --generate hi --load-weights "$tmp/lm.st" \
+	--logits "$tmp/lm.st"
+refused_early "[run] metrics the token file" "\[run\] metrics $tmp/data/train.bin is $tmp/data/train.bin, an input of this run" \
+	-c "$fixtures/tiny-lm.ini" --set run.steps=2 --set data.source=tokens --set "data.tokens=$tmp/data/train.bin" \
+	--set data.vocab_size=256 --set data.seq_len=4 --set run.batch=2 --set "run.metrics=$tmp/data/train.bin"
+refused_early "--plan-json and --save-weights on one file" \
+	"--save-weights $tmp/same is also another output of this run; give each its own file" \
+	-c "$tiny" --set run.steps=8 --plan-json "$tmp/same" --save-weights "$tmp/same"
+[ ! -e "$tmp/same" ] && ok "... and the plan was not written first" || not_ok "$tmp/same was written"
+[ "$(sums "$tmp/run.ini" "$tmp/init.st" "$tmp/data" "$tmp/lm.st")" = "$before" ] &&
+	ok "... the INI, initial weights, data, token file and LM weights unchanged (sha256)" ||
 	not_ok "an input of the run changed"
 refused_early "two outputs on one file" "\[run\] metrics $tmp/same is also another output of this run; give each its own file" \
 	-c "$tiny" --set run.steps=8 --save-weights "$tmp/same" --set "run.metrics=$tmp/same"

@@ -169,7 +169,7 @@ print(" ".join("%d-%d" % (st["first"], st["last"]) for st in s))' "$tmp/plan.jso
 		not_ok "--plan-json FILE writes the JSON and keeps the table ($(head -c 300 "$tmp/perr"))"
 	fi
 	expect_error "--plan=bogus" "--plan=yaml: expected --plan, --plan=text or --plan=json" -c "$tiny" --plan=yaml
-	expect_error "--plan-json into a missing directory" "cannot write the plan to $tmp/no/such/p\.json" \
+	expect_error "--plan-json into a missing directory" "--plan-json $tmp/no/such/p\.json: cannot create files in $tmp/no/such: No such file or directory" \
 		-c "$tiny" --plan --plan-json "$tmp/no/such/p.json"
 fi
 
