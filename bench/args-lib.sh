@@ -35,23 +35,49 @@ need_flag() {
 # need_words SCRIPT NAME VALUE WORD...: every word of VALUE one of the WORDs,
 # and at least one word.
 need_words() {
-	s=$1 k=$2 v=$3
+	_bw_s=$1 _bw_k=$2 _bw_v=$3
 	shift 3
 	set -f
 	# shellcheck disable=SC2086 # VALUE is a list of words
-	set -- "$@" -- $v
+	set -- "$@" -- $_bw_v
 	set +f
-	allowed=""
+	_bw_allowed=""
 	while [ "$1" != -- ]; do
-		allowed="$allowed $1"
+		_bw_allowed="$_bw_allowed $1"
 		shift
 	done
 	shift
-	[ $# -gt 0 ] || bench_bad "$s" "$k" "$v" "names nothing (give some of:$allowed)"
-	for w in "$@"; do
-		case " $allowed " in
-		*" $w "*) ;;
-		*) bench_bad "$s" "$k" "$v" "has \"$w\", not one of:$allowed" ;;
+	[ $# -gt 0 ] || bench_bad "$_bw_s" "$_bw_k" "$_bw_v" "names nothing (give some of:$_bw_allowed)"
+	for _bw_w in "$@"; do
+		case " $_bw_allowed " in
+		*" $_bw_w "*) ;;
+		*) bench_bad "$_bw_s" "$_bw_k" "$_bw_v" "has \"$_bw_w\", not one of:$_bw_allowed" ;;
 		esac
 	done
+}
+
+# The environment switches of the GPU code that a benchmark's VARIANTS may
+# set (docs/reference.md, Environment variables).  tests/test-bench-args.sh
+# checks that the sources still read each one: a switch renamed there must
+# be renamed here, or a variant row would time the default path under
+# another name.
+bench_switches="PIPEHOST_ATTN_CUDNN PIPEHOST_ATTN_FLASH PIPEHOST_ATTN_MMA PIPEHOST_ATTN_SPLIT PIPEHOST_BF16_ACT \
+PIPEHOST_COLSUM_SPLIT PIPEHOST_GELU_FUSE PIPEHOST_GEMM_CAST PIPEHOST_GEMM_LT PIPEHOST_GRAD_IN_PLACE PIPEHOST_LN_WARP \
+PIPEHOST_MEMCHECK PIPEHOST_NCCL PIPEHOST_OPTIM_MANY PIPEHOST_TIE_SHARE"
+
+# need_switches SCRIPT NAME VALUE: every word of VALUE a NAME=SETTING with
+# NAME among bench_switches and SETTING not empty (none at all is allowed).
+need_switches() {
+	set -f
+	for _bw_w in $3; do
+		case $_bw_w in
+		*=?*) ;;
+		*) bench_bad "$1" "$2" "$3" "has \"$_bw_w\", not SWITCH=VALUE" ;;
+		esac
+		case " $bench_switches " in
+		*" ${_bw_w%%=*} "*) ;;
+		*) bench_bad "$1" "$2" "$3" "has \"${_bw_w%%=*}\", not a switch pipehost reads (bench/args-lib.sh lists them)" ;;
+		esac
+	done
+	set +f
 }

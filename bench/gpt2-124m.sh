@@ -51,6 +51,9 @@ need_count gpt2-124m.sh M "$m" 1
 need_count gpt2-124m.sh TORCH_MB "$tmb" 1
 need_flag gpt2-124m.sh WHOLE "${WHOLE:-1}"
 need_flag gpt2-124m.sh COMPILE "${COMPILE:-1}"
+variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_COLSUM_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0 PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0}
+need_switches gpt2-124m.sh VARIANTS "$variants"
+need_switches gpt2-124m.sh WHOLE_VARIANTS "${WHOLE_VARIANTS:-}"
 tokens=$((8 * 1024)) # per step
 fpt=855383040        # FLOPs per token
 tmp=$(mktemp -d)
@@ -164,7 +167,6 @@ echo
 # its first word.
 p1f=$(ph_run 1) p1=${p1f%% *}
 p4f=$(ph_run 4) p4=${p4f%% *}
-variants=${VARIANTS-PIPEHOST_ATTN_FLASH=0 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_COLSUM_SPLIT=0 PIPEHOST_GELU_FUSE=0 PIPEHOST_GEMM_LT=0 PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0}
 vrows=""
 for v in $variants; do
 	vrows="$vrows$v $(ph_run 1 "$v")

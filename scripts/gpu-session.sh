@@ -39,6 +39,13 @@
 # fails unless configure found cuDNN and NCCL, built the CUDA backend for
 # sm_90 alone, and linked cuDNN and NCCL from the wheels.
 #
+# check (here, before a device call, with the call's environment): the
+# environment run reads, checked as the benchmarks check theirs
+# (bench/args-lib.sh), in a second and with no GPU: a typo in PH_GPU_BENCH,
+# VARIANTS or a count stops with one line and exit 1.  run checks it too,
+# first, so that a typo fails in the first second of a call, not after its
+# tests stage has spent the minutes.
+#
 # run STAGE... (default: tests; all = deps build tests bench; deps and
 # build always run first, build being a no-op when the build tree is current):
 #   deps   unpack the .debs with dpkg-deb -x into /tmp/deps, never into /
@@ -503,6 +510,30 @@ tmo() {
 }
 
 since() { echo $((SECONDS - STAGE_T0)); }
+
+# The environment of run (the list above), checked before anything runs.
+check_env() {
+	local g=gpu-session.sh km
+	# shellcheck source=bench/args-lib.sh
+	. "$top/bench/args-lib.sh"
+	need_count $g PH_GPU_BUDGET "${PH_GPU_BUDGET:-550}" 30
+	need_count $g PH_GPU_JOBS "${PH_GPU_JOBS:-16}" 1
+	need_flag $g PH_GPU_CHECK "${PH_GPU_CHECK:-1}"
+	need_flag $g PH_GPU_TORCH "${PH_GPU_TORCH:-1}"
+	need_words $g PH_GPU_BENCH "${PH_GPU_BENCH:-gpt2 fashion kernels profile gemm}" gpt2 fashion kernels profile gemm
+	need_count $g STEPS "${STEPS:-5}" 1
+	need_count $g WARMUP "${WARMUP:-2}" 0
+	need_count $g M "${M:-8}" 1
+	for km in ${PH_GPU_KERNEL_M:-${M:-8}}; do
+		(need_count $g PH_GPU_KERNEL_M "$km" 1) 2>/dev/null ||
+			bench_bad $g PH_GPU_KERNEL_M "${PH_GPU_KERNEL_M:-}" "has \"$km\", not a count of micro-batches"
+	done
+	need_count $g PH_GPU_KERNEL_STEPS "${PH_GPU_KERNEL_STEPS:-1}" 1
+	need_flag $g WHOLE "${WHOLE:-1}"
+	need_flag $g COMPILE "${COMPILE:-1}"
+	need_switches $g VARIANTS "${VARIANTS:-}"
+	need_switches $g WHOLE_VARIANTS "${WHOLE_VARIANTS:-}"
+}
 
 run_main() {
 	local want=" " s
@@ -1352,8 +1383,13 @@ rehearse)
 	shift
 	rehearse "$@"
 	;;
+check)
+	check_env
+	echo "check: OK: the environment of run is usable"
+	;;
 run)
 	shift
+	check_env
 	run_main "$@"
 	;;
 *)

@@ -80,6 +80,44 @@ refused cpu-vs-torch.sh FM_STEPS=0
 refused cpu-vs-torch.sh GPT_STEPS=x
 refused cpu-vs-torch.sh CORES=0
 refused cpu-vs-torch.sh CORES=$(($(nproc) + 1))
+refused gpt2-124m.sh VARIANTS=PIPEHOST_ATTN_CUDDN=1
+refused gpt2-124m.sh WHOLE_VARIANTS=PIPEHOST_ATTN_MMA
+refused gpt2-124m.sh "VARIANTS=PIPEHOST_ATTN_MMA=1 ATTN_CUDNN=1"
+
+# scripts/gpu-session.sh check: run's environment, as a device call gets it
+gpu_check() { # NAME=VALUE ...: out/err/rc in $tmp
+	env "$@" timeout 60 bash "$top_srcdir/scripts/gpu-session.sh" check >"$tmp/out" 2>"$tmp/err" </dev/null
+	rc=$?
+}
+for bad in PH_GPU_BENCH=gtp2 PH_GPU_BUDGET=560s PH_GPU_KERNEL_M="1 x" VARIANTS=PIPEHOST_ATTN_CUDNN \
+	WHOLE_VARIANTS=PIPEHOST_COLSUM_SPLT=0 STEPS=0 PH_GPU_TORCH=no; do
+	gpu_check "$bad"
+	if [ "$rc" -eq 1 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+		grep -Fq "gpu-session.sh: $bad " "$tmp/err"; then
+		ok "gpu-session.sh check $bad: $(cat "$tmp/err")"
+	else
+		not_ok "gpu-session.sh check $bad: exit $rc: $(head -c 300 "$tmp/err") $(head -c 200 "$tmp/out")"
+	fi
+done
+# the calls docs/gpu-session.md plans for the next GPU
+gpu_check PH_GPU_BUDGET=560 PH_GPU_BENCH=gpt2 \
+	VARIANTS="PIPEHOST_ATTN_MMA=1 PIPEHOST_ATTN_CUDNN=1 PIPEHOST_ATTN_CUDNN=2 PIPEHOST_ATTN_SPLIT=0 PIPEHOST_COLSUM_SPLIT=0" \
+	WHOLE=1 WHOLE_VARIANTS="PIPEHOST_ATTN_CUDNN=1 PIPEHOST_ATTN_CUDNN=2 PIPEHOST_ATTN_MMA=1 PIPEHOST_COLSUM_SPLIT=0" COMPILE=0
+[ "$rc" -eq 0 ] && ok "gpu-session.sh check: the next session's call 1 passes" ||
+	not_ok "call 1's environment refused: $(cat "$tmp/err")"
+gpu_check PH_GPU_BENCH="gpt2 kernels" PH_GPU_KERNEL_M="1 8" VARIANTS= WHOLE=1 COMPILE=0 WHOLE_VARIANTS=PIPEHOST_ATTN_CUDNN=1
+[ "$rc" -eq 0 ] && ok "gpu-session.sh check: the next session's call 2 passes" ||
+	not_ok "call 2's environment refused: $(cat "$tmp/err")"
+
+# every switch a variant may set is still read by the sources
+. "$bench/args-lib.sh"
+for sw in $bench_switches; do
+	if grep -rqF "\"$sw\"" "$top_srcdir/core" "$top_srcdir/plugins"; then
+		ok "$sw is read by the sources"
+	else
+		not_ok "$sw is in bench/args-lib.sh's bench_switches but no source reads \"$sw\""
+	fi
+done
 
 for s in pipeline-speedup.sh parallel-cpu.sh sim-vs-real.sh profile-vs-step.sh async-schedules.sh gpt-cpu.sh \
 	gpt2-kernels.sh gpt2-124m.sh cpu-vs-torch.sh; do
