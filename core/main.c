@@ -92,6 +92,8 @@ typedef struct {
 	const char *resume;     /* --resume DIR */
 	int allow_writable;     /* --allow-writable-plugins */
 	const char *plan_json; /* --plan=json: "-"; --plan-json FILE */
+	int plan_as_json;      /* --plan=json given */
+	int plan_json_file;    /* --plan-json given */
 	const char *trace;
 	int simulate;
 	const char *svg;
@@ -204,11 +206,11 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		case OPT_PLAN:
 			cli->plan_only = 1;
 			if (optarg && !strcmp(optarg, "json"))
-				cli->plan_json = "-";
+				cli->plan_json = "-", cli->plan_as_json = 1;
 			else if (optarg && strcmp(optarg, "text"))
 				return ph_fail(err, PH_EINVAL, "--plan=%s: expected --plan, --plan=text or --plan=json", optarg);
 			break;
-		case OPT_PLANJSON: cli->plan_json = optarg; break;
+		case OPT_PLANJSON: cli->plan_json = optarg, cli->plan_json_file = 1; break;
 		case OPT_LIST: cli->list_plugins = 1; break;
 		case OPT_LISTOPT: cli->list_options = 1; break;
 		case OPT_SAVE: cli->save_weights = optarg; break;
@@ -296,6 +298,13 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			       cli->config ? "-c" : cli->list_plugins ? "--list-plugins" : "--list-options");
 	if (!cli->config && !cli->list_plugins && !cli->list_options && !cli->check_plugin)
 		return ph_fail(err, PH_EINVAL, "no config given; run pipehost -c FILE (see pipehost --help)");
+	/* --plan=json's stdout is one JSON document and nothing else */
+	if (cli->plan_as_json && cli->plan_json_file)
+		return ph_fail(err, PH_EINVAL, "--plan=json prints the plan's JSON on stdout and --plan-json writes it to a "
+			       "file: give one of them");
+	if (cli->plan_as_json && cli->simulate)
+		return ph_fail(err, PH_EINVAL, "--plan=json prints only the plan's JSON on stdout, --simulate a report beside "
+			       "it: for both, give --simulate --plan-json FILE");
 	/* the SVG draws the simulated timeline; a real run's is --trace */
 	if (cli->svg && !cli->simulate)
 		return ph_fail(err, PH_EINVAL, "--svg %s needs --simulate (it draws the simulated timeline); add --simulate, "

@@ -169,6 +169,11 @@ print(" ".join("%d-%d" % (st["first"], st["last"]) for st in s))' "$tmp/plan.jso
 		not_ok "--plan-json FILE writes the JSON and keeps the table ($(head -c 300 "$tmp/perr"))"
 	fi
 	expect_error "--plan=bogus" "--plan=yaml: expected --plan, --plan=text or --plan=json" -c "$tiny" --plan=yaml
+	# --plan=json's stdout is one JSON document: nothing printed beside it, no file silently dropped
+	expect_error "--plan=json with --simulate" "--plan=json prints only the plan's JSON on stdout, --simulate a report beside it: for both, give --simulate --plan-json FILE" \
+		-c "$tiny" --plan=json --simulate
+	expect_error "--plan=json with --plan-json FILE" "--plan=json prints the plan's JSON on stdout and --plan-json writes it to a file: give one of them" \
+		-c "$tiny" --plan-json "$tmp/p2.json" --plan=json
 	expect_error "--plan-json into a missing directory" "--plan-json $tmp/no/such/p\.json: cannot create files in $tmp/no/such: No such file or directory" \
 		-c "$tiny" --plan --plan-json "$tmp/no/such/p.json"
 fi
