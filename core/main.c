@@ -462,8 +462,14 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	ph_registry_search_path(&reg, path);
 	if ((rc = ph_registry_load_for_ini(&reg, &cfg.ini, err)))
 		goto out;
+	/* with -c the lists take the INI's plugin path, and the run stops
+	 * there, as after --plan: a listing is not a request to train */
+	if (cli->list_options)
+		list_options();
 	if (cli->list_plugins)
 		ph_registry_print(stdout, &reg);
+	if (cli->list_plugins || cli->list_options)
+		goto out;
 	if ((rc = ph_config_resolve(&cfg, &reg, err)))
 		goto out;
 	if ((rc = check_outputs(cli, &cfg, err)))

@@ -43,4 +43,23 @@ if env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -n -W build-config.h -C "$top_bu
 else
 	not_ok "make -n -W build-config.h core/pipehost: $(grep -c . "$tmp/dry") lines: $(head -c 600 "$tmp/dry")"
 fi
+
+# With -c, --list-plugins lists what the INI's plugin_path adds (here the
+# test plugins' ep_linear) and --list-options the core keys, and either
+# stops there: neither once went on to train the INI's model.
+mkdir -p "$tmp/pp" && cp "$TEST_PLUGIN_DIR/ep-linear.so" "$tmp/pp/" # the directory's other plugins are bad on purpose
+printf '[run]\nplugin_path = %s\n' "$tmp/pp" >"$tmp/pp.ini"
+sed 1d "$tiny" | sed '/^\[run\]$/d' >>"$tmp/pp.ini"
+if "$PIPEHOST" -c "$tmp/pp.ini" --list-plugins >"$tmp/out" 2>"$tmp/err" && grep -q '^  ep_linear ' "$tmp/out" &&
+	! grep -q '^plan:\|^trained' "$tmp/out"; then
+	ok "-c INI --list-plugins lists the INI's plugin_path and trains nothing"
+else
+	not_ok "-c INI --list-plugins: $(grep -c '^trained' "$tmp/out") trained line(s), ep_linear listed: $(grep -c ep_linear "$tmp/out"); $(head -c 300 "$tmp/err")"
+fi
+if "$PIPEHOST" -c "$tiny" --list-options >"$tmp/out" 2>"$tmp/err" && grep -q '^\[run\]$' "$tmp/out" &&
+	! grep -q '^plan:\|^trained' "$tmp/out"; then
+	ok "-c INI --list-options lists the keys and trains nothing"
+else
+	not_ok "-c INI --list-options: $(head -c 300 "$tmp/out") $(head -c 300 "$tmp/err")"
+fi
 finish
