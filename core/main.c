@@ -298,6 +298,21 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			       cli->config ? "-c" : cli->list_plugins ? "--list-plugins" : "--list-options");
 	if (!cli->config && !cli->list_plugins && !cli->list_options && !cli->check_plugin)
 		return ph_fail(err, PH_EINVAL, "no config given; run pipehost -c FILE (see pipehost --help)");
+	/* --plan and --simulate stop before training: a flag only training
+	 * reads would be dropped without a word */
+	if (cli->plan_only || cli->simulate) {
+		const char *stop = cli->simulate ? "--simulate" : "--plan";
+		if (cli->save_weights)
+			return ph_fail(err, PH_EINVAL, "%s stops before training, so --save-weights %s would write nothing: "
+				       "drop it, or drop %s to train", stop, cli->save_weights, stop);
+		if (cli->resume)
+			return ph_fail(err, PH_EINVAL, "%s stops before training and reads no checkpoint, so --resume %s "
+				       "would do nothing: drop it, or drop %s to resume", stop, cli->resume, stop);
+		if (!cli->simulate && cli->trace)
+			return ph_fail(err, PH_EINVAL, "--plan stops before training, so --trace %s would write nothing: "
+				       "add --simulate for the simulated timeline, or drop --plan to trace a real run",
+				       cli->trace);
+	}
 	/* --plan=json's stdout is one JSON document and nothing else */
 	if (cli->plan_as_json && cli->plan_json_file)
 		return ph_fail(err, PH_EINVAL, "--plan=json prints the plan's JSON on stdout and --plan-json writes it to a "
