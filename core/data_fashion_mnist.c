@@ -228,8 +228,12 @@ int ph_data_load_fashion_mnist(const char *dir, int train, ph_dataset *ds, ph_er
 		return ph_fail(err, PH_EINVAL, "fashion-mnist: path %s is too long", dir);
 
 	/* Check both files exist before spending half a second on the images;
-	 * a missing directory shows up here as a missing file, named in full. */
+	 * a missing directory shows up here as a missing file, named in full,
+	 * but a file given for the directory is named as such. */
 	struct stat st;
+	if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+		return ph_fail(err, PH_EINVAL, "fashion-mnist: [data] path %s is a file, not a directory; point it at the "
+			       "directory holding the four .gz files (%s-images-idx3-ubyte.gz ...)", dir, pre);
 	if (stat(ipath, &st) != 0)
 		return ph_fail(err, PH_EIO, "fashion-mnist: %s not found; %s", ipath,
 			       INSTALL_HINT);

@@ -73,6 +73,9 @@ sed 's/^source = synthetic$/source = fashion-mnist/' "$tiny" | sed 's/^shape = 1
 printf '[data]\n' >/dev/null
 expect_error "missing data set" "$tmp/no-such-dir/train-images-idx3-ubyte.gz not found; install Debian's dataset-fashion-mnist package" \
 	-c "$tmp/data.ini" --set "data.path=$tmp/no-such-dir"
+expect_error "data set path that is a file" \
+	"fashion-mnist: \[data\] path $tmp/data.ini is a file, not a directory; point it at the directory holding the four .gz files" \
+	-c "$tmp/data.ini" --set "data.path=$tmp/data.ini"
 
 printf '[run]\nbatch = 30\nmicro_batches = 4\n[layer l]\ntype = softmax_xent\n' >"$tmp/batch.ini"
 expect_error "batch not divisible by micro-batches" "batch = 30 does not split into 4 equal micro-batches; use batch = 28 or 32" -c "$tmp/batch.ini"
