@@ -115,8 +115,11 @@ int ph_placement_parse(ph_placement *pl, const char *spec, int ranks, int replic
 		 * box still runs (slowly) on a laptop */
 		int n = 0;
 		ph_err quiet = { { 0 } };
-		if (gpu_count(&n, &quiet) || n <= 0)
+		if (gpu_count(&n, &quiet) || n <= 0) {
+			snprintf(pl->auto_cpu, sizeof pl->auto_cpu, "%s",
+				 quiet.msg[0] ? quiet.msg : "the CUDA driver counts 0 GPUs");
 			n = 0;
+		}
 		for (int r = 0; r < ranks; r++)
 			pl->ordinal[r] = n ? ((first + r) % n + n) % n : -1; /* first may be < 0 */
 		pl->cuda = n > 0;

@@ -174,6 +174,8 @@ typedef struct {
 	int *process;    /* a pipeline split over processes on GPUs: [rank]
 			  * the process that runs it, -1 for this one; NULL
 			  * otherwise */
+	char auto_cpu[PH_ERR_MAX]; /* devices = auto found no GPU: why (the backend's
+			     * words), for the line that says so; else "" */
 } ph_placement;
 
 /* Parse `[run] devices` for `ranks` ranks in each of this process's

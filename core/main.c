@@ -385,6 +385,8 @@ static void print_threads(const ph_config *c)
 {
 	if (c->place.cuda)
 		return;
+	if (c->place.auto_cpu[0]) /* a job written for GPUs, on none: said, not silent */
+		printf("devices = auto: no GPU (%s); every rank runs on the CPU\n", c->place.auto_cpu);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	int threads = ph_profile_run_threads(c);
 	long ranks = ph_config_busy(c, (int)c->run.stages);

@@ -116,6 +116,25 @@ fi
 expect_error "a GPU that is not there" \
 	"devices = cuda:99: (this pipehost was built without CUDA|no CUDA device is visible|rank 0 asks for cuda:99 but only)" \
 	-c "$tiny" --set run.devices=cuda:99
+# devices = auto on no GPU runs on the CPU, and says so (with the reason)
+# rather than leaving it to the plan's device column; with GPUs, no line
+if "$PIPEHOST" -c "$tiny" --set run.devices=auto --set run.steps=1 >"$tmp/out" 2>"$tmp/err"; then
+	if grep -q '^  0     0    cuda' "$tmp/out"; then
+		! grep -q '^devices = auto: no GPU' "$tmp/out" && ok "devices = auto on a GPU: no CPU line" ||
+			not_ok "devices = auto on a GPU said it found none"
+	elif grep -Eq '^devices = auto: no GPU \(.+\); every rank runs on the CPU$' "$tmp/out"; then
+		ok "devices = auto without a GPU: $(grep '^devices = auto' "$tmp/out")"
+	else
+		not_ok "devices = auto ran on the CPU without a word: $(head -c 400 "$tmp/out")"
+	fi
+else
+	not_ok "devices = auto: $(cat "$tmp/err")"
+fi
+PIPEHOST_CUDA_BACKEND=/nonexistent.so "$PIPEHOST" -c "$tiny" --set run.devices=auto --set run.steps=1 >"$tmp/out" 2>&1
+# (a build without CUDA says that instead)
+grep -Eq '^devices = auto: no GPU \((cannot load the CUDA backend: /nonexistent.so: |this pipehost was built without CUDA)' \
+	"$tmp/out" && ok "devices = auto names a backend that does not load: $(grep -m1 '^devices' "$tmp/out" | cut -c1-90)" ||
+	not_ok "devices = auto, no backend: $(grep -m1 devices "$tmp/out")"
 expect_error "a device name that is not one" "devices = gpu0: 'gpu0' is not a device; write cpu, auto, cuda, or cuda:N" \
 	-c "$tiny" --set run.devices=gpu0
 expect_error "a device list of the wrong length" "devices = cuda:0,cuda:0,cuda:0 lists 3 devices for 2 ranks" \
