@@ -11,6 +11,7 @@
  * failure, 2 a usage error (the command line), 130/143 stopped by
  * SIGINT/SIGTERM after writing a checkpoint (docs/conventions.md). */
 #include "build-config.h"
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <getopt.h>
@@ -236,20 +237,25 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			cli->gen.max_new_tokens = (int64_t)v, cli->gen_flags = 1;
 			break;
 		case OPT_GEN_TEMP:
-			if (gen_number("--temperature", optarg, 0, 1e6, 0, &v, "a number >= 0 (0 = greedy)", err))
+			if (gen_number("--temperature", optarg, 0, 1e6, 0, &v, "a number from 0 to 1e6 (0 = greedy)", err))
 				return PH_EINVAL;
 			cli->gen.temperature = v, cli->gen_flags = 1;
 			break;
 		case OPT_GEN_TOPK:
-			if (gen_number("--top-k", optarg, 0, 1 << 30, 1, &v, "a whole number >= 0 (0 = every token)", err))
+			if (gen_number("--top-k", optarg, 0, 1 << 30, 1, &v, "a whole number from 0 to 2^30 (0 = every token)", err))
 				return PH_EINVAL;
 			cli->gen.top_k = (int64_t)v, cli->gen_flags = 1;
 			break;
-		case OPT_GEN_SEED:
-			if (gen_number("--seed", optarg, 0, 9007199254740992.0, 1, &v, "a whole number from 0 to 2^53", err))
-				return PH_EINVAL;
-			cli->gen.seed = (uint64_t)v, cli->gen_flags = 1, cli->gen_seed_set = 1;
+		case OPT_GEN_SEED: {
+			/* digits, read exactly: through a double, 2^53 + 1 became 2^53 */
+			char *end;
+			errno = 0;
+			unsigned long long u = strtoull(optarg, &end, 10);
+			if (!isdigit((unsigned char)optarg[0]) || *end || errno || u > (1ull << 53))
+				return ph_fail(err, PH_EINVAL, "--seed %s: give a whole number from 0 to 2^53", optarg);
+			cli->gen.seed = (uint64_t)u, cli->gen_flags = 1, cli->gen_seed_set = 1;
 			break;
+		}
 		case OPT_GEN_LOAD: cli->gen.weights = optarg, cli->gen_flags = 1; break;
 		case OPT_GEN_LOGITS: cli->gen.logits_path = optarg, cli->gen_flags = 1; break;
 		case OPT_PROGRESS: {

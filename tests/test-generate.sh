@@ -109,9 +109,14 @@ expect_error "weights of another model" "w.st: embed.tokens has shape \[256,16\]
 expect_error "negative --max-new-tokens" "^pipehost: --max-new-tokens -1: give a number of tokens from 0" \
 	-c "$lm" --generate "x" --max-new-tokens -1
 expect_error "--max-new-tokens not a number" "^pipehost: --max-new-tokens ten: give" -c "$lm" --generate "x" --max-new-tokens ten
-expect_error "negative --temperature" "^pipehost: --temperature -0.5: give a number >= 0" -c "$lm" --generate "x" --temperature -0.5
-expect_error "fractional --top-k" "^pipehost: --top-k 1.5: give a whole number >= 0" -c "$lm" --generate "x" --top-k 1.5
+expect_error "negative --temperature" "^pipehost: --temperature -0.5: give a number from 0 to 1e6" -c "$lm" --generate "x" --temperature -0.5
+expect_error "fractional --top-k" "^pipehost: --top-k 1.5: give a whole number from 0 to 2\^30" -c "$lm" --generate "x" --top-k 1.5
 expect_error "--seed without --generate" "are for --generate PROMPT only" -c "$lm" --seed 4
+# the bounds are said, and the seed read exactly: 2^53 + 1 once passed as 2^53
+expect_error "--temperature past its bound" "^pipehost: --temperature 1e30: give a number from 0 to 1e6 \(0 = greedy\)$" \
+	-c "$lm" --generate "x" --temperature 1e30
+expect_error "--seed past 2^53" "^pipehost: --seed 9007199254740993: give a whole number from 0 to 2\^53$" \
+	-c "$lm" --generate "x" --seed 9007199254740993
 expect_error "--generate with --plan" "^pipehost: --generate runs alone: drop --plan" -c "$lm" --plan --generate "x"
 expect_error "an empty prompt" "^pipehost: --generate: the prompt is empty" -c "$lm" --set "data.path=$tmp/corpus.txt" \
 	--load-weights "$tmp/w.st" --generate ""
