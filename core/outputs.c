@@ -301,3 +301,47 @@ void ph_outfile_abort(ph_outfile *o)
 		unlink(o->tmp);
 	o->tmp[0] = 0;
 }
+
+/* ------------------------------------------------------------------ */
+/* Through stdio.                                                       */
+
+int ph_outstream_open(ph_outfile *o, FILE **f, const char *path, const char *what, ph_err *err)
+{
+	*f = NULL;
+	int rc = ph_outfile_open(o, path, what, err);
+	if (rc)
+		return rc;
+	/* a second descriptor for stdio: fclose must not close the one
+	 * ph_outfile_commit fsyncs */
+	int fd = dup(o->fd);
+	*f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!*f) {
+		rc = ph_fail(err, PH_EIO, "%s %s: cannot write: %s", what, path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		ph_outfile_abort(o);
+	}
+	return rc;
+}
+
+int ph_outstream_commit(ph_outfile *o, FILE *f, const char *what, ph_err *err)
+{
+	errno = 0;
+	int bad = ferror(f) || fflush(f) != 0;
+	int e = errno;
+	if (fclose(f) != 0 && !bad)
+		bad = 1, e = errno;
+	if (bad) {
+		ph_outfile_abort(o);
+		return ph_fail(err, PH_EIO, "%s %s: writing failed: %s; the previous file is unchanged", what, o->target,
+			       e ? strerror(e) : "I/O error");
+	}
+	return ph_outfile_commit(o, what, err);
+}
+
+void ph_outstream_abort(ph_outfile *o, FILE *f)
+{
+	if (f)
+		fclose(f);
+	ph_outfile_abort(o);
+}

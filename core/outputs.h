@@ -19,6 +19,7 @@
 
 #include <pipehost/plugin.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* One output of a run, for ph_outputs_check.  what names it for people
@@ -54,6 +55,15 @@ int ph_outfile_write(ph_outfile *o, const void *buf, size_t len);
 int ph_outfile_commit(ph_outfile *o, const char *what, ph_err *err);
 /* Give up: close and remove the temporary file. */
 void ph_outfile_abort(ph_outfile *o);
+
+/* The same through stdio, for writers that fprintf: *f is a stream on the
+ * output, opened by ph_outfile_open's rules.  ph_outstream_commit flushes
+ * and closes *f and commits (or, on a write error, aborts: the previous
+ * file is unchanged); ph_outstream_abort gives up.  what names the output
+ * in messages ("--svg", "--plan-json", "--trace"). */
+int ph_outstream_open(ph_outfile *o, FILE **f, const char *path, const char *what, ph_err *err);
+int ph_outstream_commit(ph_outfile *o, FILE *f, const char *what, ph_err *err);
+void ph_outstream_abort(ph_outfile *o, FILE *f);
 
 /* fsync a directory, so that a rename or a new file in it survives a
  * crash; file systems that cannot (EINVAL, EROFS) are not our failure.

@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "outputs.h"
 #include "planjson.h"
 
 /* Integers as raw text: cJSON prints numbers as doubles ("1e+15"). */
@@ -227,21 +228,17 @@ int ph_plan_write_json_file(const char *path, const ph_plan *p, const ph_model *
 {
 	if (!strcmp(path, "-"))
 		return ph_plan_write_json_costs(stdout, p, m, c, fwd_s, bwd_s, err);
-	char tmp[4200];
-	if ((size_t)snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= sizeof tmp)
-		return ph_fail(err, PH_EINVAL, "plan file name too long: %s", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return ph_fail(err, PH_EIO, "cannot write the plan to %s: %s", path, strerror(errno));
+	/* through core/outputs.h: a symlink followed, a device or FIFO
+	 * written through, a file replaced atomically */
+	ph_outfile o;
+	FILE *f;
+	int rc = ph_outstream_open(&o, &f, path, "--plan-json", err);
+	if (rc)
+		return rc;
 	ph_err e2 = { { 0 } };
-	int rc = ph_plan_write_json_costs(f, p, m, c, fwd_s, bwd_s, &e2);
-	if (fclose(f) && !rc)
-		rc = ph_fail(&e2, PH_EIO, "%s", strerror(errno));
-	if (!rc && rename(tmp, path))
-		rc = ph_fail(&e2, PH_EIO, "rename: %s", strerror(errno));
-	if (rc) {
-		unlink(tmp);
+	if ((rc = ph_plan_write_json_costs(f, p, m, c, fwd_s, bwd_s, &e2))) {
+		ph_outstream_abort(&o, f);
 		return ph_fail(err, rc, "cannot write the plan to %s: %s", path, e2.msg);
 	}
-	return PH_OK;
+	return ph_outstream_commit(&o, f, "--plan-json", err);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "outputs.h"
 #include "simulate.h"
 
 void ph_sim_free(ph_sim_result *r)
@@ -448,12 +449,14 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 	double mult;
 	time_unit(span, &unit, &mult);
 
-	char tmp[4096];
-	if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-		return ph_fail(err, PH_EINVAL, "SVG path %s is too long", path);
-	FILE *f = fopen(tmp, "w");
-	if (!f)
-		return ph_fail(err, PH_EIO, "cannot write the timeline to %s: %s", path, strerror(errno));
+	/* through core/outputs.h, as the trace: a symlink followed, a device
+	 * or FIFO written through (a rename over /dev/null, as root, once
+	 * replaced the device with the drawing), a file replaced atomically */
+	ph_outfile o;
+	FILE *f;
+	int rc = ph_outstream_open(&o, &f, path, "--svg", err);
+	if (rc)
+		return rc;
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		   "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "
 		   "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\">\n",
@@ -533,5 +536,5 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 	fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555555\">%s; grey = idle</text>\n", lx + 10, ly + 11.5,
 		v > 1 ? "labels: chunk, kind, micro-batch" : "labels: kind, micro-batch");
 	fprintf(f, "</g>\n</svg>\n");
-	return ph_file_commit(f, tmp, path, "timeline", err);
+	return ph_outstream_commit(&o, f, "--svg", err);
 }

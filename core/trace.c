@@ -14,25 +14,6 @@
 #include "plan.h"
 #include "trace.h"
 
-int ph_file_commit(FILE *f, const char *tmp, const char *path, const char *what, ph_err *err)
-{
-	errno = 0;
-	int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-	int e = errno;
-	if (fclose(f) != 0 && !bad)
-		bad = 1, e = errno;
-	if (bad) {
-		unlink(tmp);
-		return ph_fail(err, PH_EIO, "cannot write the %s %s: %s", what, path, e ? strerror(e) : "I/O error");
-	}
-	if (rename(tmp, path)) {
-		e = errno;
-		unlink(tmp);
-		return ph_fail(err, PH_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-	}
-	return PH_OK;
-}
-
 /* "F3", "2B0" (chunk first when v > 1), "send-act 3", "recv-grad 3". */
 static void event_name(const ph_trace_event *e, int v, char *buf, size_t len)
 {
@@ -60,18 +41,10 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 	/* through core/outputs.h: a symlink followed, a device or FIFO
 	 * written through, a file replaced atomically */
 	ph_outfile o;
-	int rc = ph_outfile_open(&o, path, "--trace", err);
+	FILE *f;
+	int rc = ph_outstream_open(&o, &f, path, "--trace", err);
 	if (rc)
 		return rc;
-	int fd = dup(o.fd);
-	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
-	if (!f) {
-		rc = ph_fail(err, PH_EIO, "cannot write the trace %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		ph_outfile_abort(&o);
-		return rc;
-	}
 	/* the processes (mpirun) and which ranks each ran: one named track
 	 * per (process, rank) with events; without mpirun every rank, as before */
 	int procs = 1;
@@ -80,8 +53,7 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 			procs = ev[k].proc + 1;
 	unsigned char *ran = calloc((size_t)procs * (size_t)(ranks > 0 ? ranks : 1), 1);
 	if (!ran) {
-		fclose(f);
-		ph_outfile_abort(&o);
+		ph_outstream_abort(&o, f);
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	}
 	for (int r = 0; procs == 1 && r < ranks; r++)
@@ -131,16 +103,5 @@ int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int
 			(long long)e->step);
 	}
 	fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
-
-	errno = 0;
-	int bad = ferror(f) || fflush(f) != 0;
-	int e = errno;
-	if (fclose(f) != 0 && !bad)
-		bad = 1, e = errno;
-	if (bad) {
-		ph_outfile_abort(&o);
-		return ph_fail(err, PH_EIO, "cannot write the trace %s: %s; the previous file is unchanged", path,
-			       e ? strerror(e) : "I/O error");
-	}
-	return ph_outfile_commit(&o, "--trace", err);
+	return ph_outstream_commit(&o, f, "--trace", err);
 }

@@ -26,9 +26,4 @@ typedef struct {
  * device or FIFO written through (core/outputs.h). */
 int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err);
 
-/* Finish a file written to tmp and rename it over path (fsync first; on any
- * failure tmp is removed and path left as it was).  Closes f.  `what` names
- * the file in the message ("trace", "timeline"). */
-int ph_file_commit(FILE *f, const char *tmp, const char *path, const char *what, ph_err *err);
-
 #endif

@@ -153,6 +153,45 @@ if [ -n "$fifo_ok" ] && [ -c /dev/null ]; then
 		not_ok "/dev/null: $(cat "$tmp/err")"
 	fi
 fi
+# --svg and --plan-json by the same rules: both once renamed a file of
+# their own over the path, replacing a symlink itself, a FIFO, and (as
+# root) /dev/null's device node
+echo "not a drawing" >"$tmp/target.svg" && ln -s "$tmp/target.svg" "$tmp/link.svg"
+echo "not a plan" >"$tmp/target-plan.json" && ln -s "$tmp/target-plan.json" "$tmp/link-plan.json"
+if "$PIPEHOST" -c "$tiny" --simulate --svg "$tmp/link.svg" --plan-json "$tmp/link-plan.json" >/dev/null 2>"$tmp/err" &&
+	[ -L "$tmp/link.svg" ] && grep -q '<svg ' "$tmp/target.svg" && [ -L "$tmp/link-plan.json" ] &&
+	grep -q '"pipehost-plan"' "$tmp/target-plan.json"; then
+	ok "--svg and --plan-json a symlink: followed, the links stay links, their targets hold the files"
+else
+	not_ok "svg/plan symlinks: $(ls -l "$tmp/link.svg" "$tmp/link-plan.json") $(cat "$tmp/err")"
+fi
+mkfifo "$tmp/fifo.svg" "$tmp/fifo.json"
+cat "$tmp/fifo.svg" >"$tmp/from-fifo.svg" &
+svg_pid=$!
+cat "$tmp/fifo.json" >"$tmp/from-fifo.json" &
+json_pid=$!
+"$PIPEHOST" -c "$tiny" --simulate --svg "$tmp/fifo.svg" --plan-json "$tmp/fifo.json" >/dev/null 2>"$tmp/err"
+rc=$?
+svgfifo_ok=
+if [ -p "$tmp/fifo.svg" ] && [ -p "$tmp/fifo.json" ]; then
+	wait "$svg_pid" "$json_pid"
+	svgfifo_ok=1
+else
+	kill "$svg_pid" "$json_pid" 2>/dev/null
+fi
+if [ "$rc" -eq 0 ] && [ -n "$svgfifo_ok" ] && grep -q '<svg ' "$tmp/from-fifo.svg" &&
+	grep -q '"pipehost-plan"' "$tmp/from-fifo.json"; then
+	ok "--svg and --plan-json a FIFO: written through, still FIFOs"
+else
+	not_ok "svg/plan FIFO: exit $rc, $(ls -l "$tmp/fifo.svg" "$tmp/fifo.json") $(cat "$tmp/err")"
+fi
+if [ -n "$svgfifo_ok" ] && [ -c /dev/null ]; then
+	if "$PIPEHOST" -c "$tiny" --simulate --svg /dev/null --plan-json /dev/null >/dev/null 2>"$tmp/err" && [ -c /dev/null ]; then
+		ok "--svg and --plan-json /dev/null: written through, still a device"
+	else
+		not_ok "svg/plan /dev/null: $(cat "$tmp/err")"
+	fi
+fi
 cp "$tiny" "$tmp/run.ini"
 "$PIPEHOST" -c "$tiny" --set run.steps=2 --save-weights "$tmp/init.st" >/dev/null 2>&1
 mkdir -p "$tmp/data" && printf 'hello world, hello text. ' >"$tmp/data/text.txt"
