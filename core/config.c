@@ -472,6 +472,25 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 	if (rc)
 		return rc;
 	ph_ini_entry *te = ph_ini_find(&c->ini, s->name, "type");
+	if (!te && s->line == 0) {
+		/* a --set naming a layer the INI lacks: most likely a typo of a
+		 * name; say the nearest, and how to add a layer on purpose */
+		const char *best = NULL;
+		int bd = 1 << 30;
+		for (int i = 0; i < c->ini.nsections; i++) {
+			const ph_ini_section *o = &c->ini.sections[i];
+			if (o->line == 0 || strncmp(o->name, "layer ", 6))
+				continue;
+			int d = ph_edit_distance(name, o->name + 6);
+			if (d < bd)
+				bd = d, best = o->name + 6;
+		}
+		if (best && bd <= 3)
+			return where_fail(c, 0, PH_EINVAL, err, "no layer '%s' in the INI; did you mean '%s'? (to add a layer, "
+					  "--set its type too)", name, best);
+		return where_fail(c, 0, PH_EINVAL, err, "no layer '%s' in the INI (to add a layer, --set its type too)",
+				  name);
+	}
 	if (!te) {
 		char names[512];
 		ph_registry_names(reg, PH_KIND_LAYER, names, sizeof names);

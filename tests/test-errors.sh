@@ -193,6 +193,9 @@ awk '/^\[layer relu1\]/{skip=1} skip&&/^type = /{skip=0; next} {print}' "$tiny" 
 line=$(grep -n '^\[layer relu1\]' "$tmp/notype.ini" | cut -d: -f1)
 expect_error "layer without a type" "$tmp/notype.ini:$line: \[layer relu1\] has no type; add type = one of: .*gelu" \
 	-c "$tmp/notype.ini" --plan
+expect_error "a --set to a layer the INI lacks" \
+	"^pipehost: --set: no layer 'fc' in the INI; did you mean 'fc1'\? \(to add a layer, --set its type too\)$" \
+	-c "$tiny" --set layer.fc.units=3
 
 # inih keeps 49 characters of a section's name: a longer one is refused at
 # its line, not cut short (which lost the layer's type)
