@@ -26,7 +26,11 @@
  * workers, which depend on nothing but their own replica's pipeline.  The
  * replicas' jobs run at the same time (ph_engine_train_step starts all
  * before waiting for any; evaluation runs every replica when any layer
- * shards its parameters).  A replica that fails stops the others' waits. */
+ * shards its parameters).  A replica that fails stops the others' waits.
+ *
+ * Figures (report, and report_device's from device memory, ABI 1.8) go
+ * into one table per process; a GPU's are first copied into a ring on
+ * that GPU and read back at the step's reports. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +60,19 @@ struct ph_eng_group {
 	float *tmp;          /* host: R blocks for all_reduce_sum; device: 2 buffers */
 	size_t tmp_n;
 	int tmp_dev;         /* tmp is device memory (ph_eng_balloc) */
+	/* ABI 1.8, report_device on a GPU: each figure copied on the rank's
+	 * stream into a slot of ring (device memory, made on first use) and
+	 * read back at the step's reports, so the layer never waits */
+	float *ring;         /* [RING] */
+	float *ring_h;       /* [RING] the host's copy, read by flush_ring */
+	int *ring_rep;       /* [RING] the slot's entry in shared_t.rep */
+	int ring_n;          /* slots used */
 };
+
+/* Figures a group holds on its GPU before it reads them back: a flush
+ * waits for the rank's stream, so rarely within a step (MoE layers report
+ * 3 figures a micro-batch and layer). */
+enum { RING = 1024 };
 
 /* rep[0]'s: one stage_t per rank, and the reports. */
 typedef struct {
@@ -375,38 +391,168 @@ out:
 
 /* ---- Reports ---------------------------------------------------------- */
 
-static void g_report(const ph_group *g, const ph_ctx *ctx, const char *key, double value)
+/* The process's table of figures where ctx's figure counts (a training
+ * forward's), else NULL: the figure is dropped. */
+static shared_t *reports_for(const ph_engine *e, const ph_ctx *ctx, const char *key)
 {
-	struct ph_eng_group *G = g->host;
-	ph_engine *e = G->e, *e0 = e->rep0;
-	if (!ctx || !ctx->training || !key || !e0 || !e0->grp)
-		return;
-	shared_t *S = e0->grp;
-	char name[sizeof S->rep[0].name];
+	const ph_engine *e0 = e->rep0;
+	if (!ctx || !ctx->training || !key || !e0)
+		return NULL;
+	return e0->grp;
+}
+
+/* What the figure is printed as: LAYER.KEY. */
+static void report_name(const ph_engine *e, const ph_ctx *ctx, const char *key, char *name, size_t n)
+{
 	int l = (int)ctx->layer;
-	snprintf(name, sizeof name, "%s.%s", l >= 0 && l < e->model->n ? e->model->layers[l].cfg->name : "?", key);
-	pthread_mutex_lock(&S->mu);
+	snprintf(name, n, "%s.%s", l >= 0 && l < e->model->n ? e->model->layers[l].cfg->name : "?", key);
+}
+
+/* name's entry in S->rep, made (sum and count 0) if new; -1 where there
+ * is no room.  Under S->mu.  Entries stay where they are until
+ * ph_engine_reports empties the table, so a ring's slots may keep the
+ * index. */
+static int report_entry(shared_t *S, const char *name)
+{
 	int i;
 	for (i = 0; i < S->nrep && strcmp(S->rep[i].name, name); i++)
 		;
-	if (i == S->nrep) {
-		if (S->nrep == S->cap) {
-			int cap = S->cap ? 2 * S->cap : 8;
-			ph_report *n = realloc(S->rep, (size_t)cap * sizeof *n);
-			if (!n) {
-				pthread_mutex_unlock(&S->mu);
-				return; /* a figure lost, never a failure */
-			}
-			S->rep = n;
-			S->cap = cap;
-		}
-		memset(&S->rep[i], 0, sizeof S->rep[i]);
-		snprintf(S->rep[i].name, sizeof S->rep[i].name, "%s", name);
-		S->nrep++;
+	if (i < S->nrep)
+		return i;
+	if (S->nrep == S->cap) {
+		int cap = S->cap ? 2 * S->cap : 8;
+		ph_report *n = realloc(S->rep, (size_t)cap * sizeof *n);
+		if (!n)
+			return -1;
+		S->rep = n;
+		S->cap = cap;
 	}
-	S->rep[i].sum += value;
-	S->rep[i].count += 1;
+	memset(&S->rep[i], 0, sizeof S->rep[i]);
+	snprintf(S->rep[i].name, sizeof S->rep[i].name, "%s", name);
+	S->nrep++;
+	return i;
+}
+
+static void g_report(const ph_group *g, const ph_ctx *ctx, const char *key, double value)
+{
+	struct ph_eng_group *G = g->host;
+	shared_t *S = reports_for(G->e, ctx, key);
+	if (!S)
+		return;
+	char name[sizeof S->rep[0].name];
+	report_name(G->e, ctx, key, name, sizeof name);
+	pthread_mutex_lock(&S->mu);
+	int i = report_entry(S, name);
+	if (i >= 0) { /* else a figure lost, never a failure */
+		S->rep[i].sum += value;
+		S->rep[i].count += 1;
+	}
 	pthread_mutex_unlock(&S->mu);
+}
+
+/* The ring's figures into the table, in the order they were given, and
+ * the ring emptied.  The copy waits for the rank's stream, so for the
+ * work that wrote them.  A failed copy loses them (the device's error
+ * stops the step anyway): a figure lost, never a failure. */
+static void flush_ring(struct ph_eng_group *G)
+{
+	ph_engine *e = G->e;
+	shared_t *S = e->rep0->grp;
+	int n = G->ring_n;
+	ph_err err = { { 0 } };
+	G->ring_n = 0;
+	if (!n || e->dev->copy(e->rs[G->stage], G->ring_h, G->ring, (size_t)n * sizeof(float), PH_COPY_D2H, &err))
+		return;
+	pthread_mutex_lock(&S->mu);
+	for (int j = 0; j < n; j++) {
+		S->rep[G->ring_rep[j]].sum += G->ring_h[j];
+		S->rep[G->ring_rep[j]].count += 1;
+	}
+	pthread_mutex_unlock(&S->mu);
+}
+
+/* The ring on the rank's GPU and its host side.  The device's own alloc,
+ * not ph_eng_balloc: a failure here is no error of the job's. */
+static int make_ring(struct ph_eng_group *G)
+{
+	ph_engine *e = G->e;
+	ph_err err = { { 0 } };
+	void *p = NULL;
+	G->ring_h = malloc(RING * sizeof *G->ring_h);
+	G->ring_rep = malloc(RING * sizeof *G->ring_rep);
+	if (!G->ring_h || !G->ring_rep || e->dev->alloc(e->rs[G->stage], RING * sizeof(float), &p, &err)) {
+		free(G->ring_h);
+		free(G->ring_rep);
+		G->ring_h = NULL;
+		G->ring_rep = NULL;
+		return PH_ENOMEM;
+	}
+	G->ring = p;
+	return PH_OK;
+}
+
+/* Without a ring: the figure read now, which waits for the stream (the
+ * host's wait, not the layer's), rather than lost. */
+static void report_now(const ph_group *g, const ph_ctx *ctx, const char *key, const float *value)
+{
+	struct ph_eng_group *G = g->host;
+	ph_engine *e = G->e;
+	ph_err err = { { 0 } };
+	float v;
+	if (!e->dev->copy(e->rs[G->stage], &v, value, sizeof v, PH_COPY_D2H, &err))
+		g_report(g, ctx, key, v);
+}
+
+/* ABI 1.8.  On the CPU the figure is there: report()'s path, the same
+ * sums in the same order.  On a GPU a device copy queued behind the work
+ * that writes it, read at the step's reports (ph_engine_reports) or when
+ * the ring is full. */
+static void g_report_device(const ph_group *g, const ph_ctx *ctx, const char *key, const float *value)
+{
+	struct ph_eng_group *G = g->host;
+	ph_engine *e = G->e;
+	shared_t *S = reports_for(e, ctx, key);
+	if (!S || !value)
+		return;
+	if (e->dev->host_memory) {
+		g_report(g, ctx, key, *value);
+		return;
+	}
+	if (!G->ring && make_ring(G)) {
+		report_now(g, ctx, key, value);
+		return;
+	}
+	if (G->ring_n == RING)
+		flush_ring(G);
+	char name[sizeof S->rep[0].name];
+	report_name(e, ctx, key, name, sizeof name);
+	pthread_mutex_lock(&S->mu);
+	int i = report_entry(S, name);
+	pthread_mutex_unlock(&S->mu);
+	ph_err err = { { 0 } };
+	if (i < 0 || e->dev->copy(e->rs[G->stage], G->ring + G->ring_n, value, sizeof(float), PH_COPY_D2D, &err))
+		return; /* a figure lost, never a failure */
+	G->ring_rep[G->ring_n++] = i;
+}
+
+/* Every local replica's rings read into the table (the workers are idle). */
+static void flush_rings(ph_engine *e)
+{
+	for (int r = 0; r < e->nrep; r++)
+		for (int k = 0; e->rep[r]->groups && k < e->plan->ranks; k++)
+			if (e->rep[r]->groups[k].ring_n)
+				flush_ring(&e->rep[r]->groups[k]);
+}
+
+/* Entries no figure reached (their ring's copy failed): dropped, not
+ * printed as 0 / 0. */
+static int drop_empty(ph_report *r, int k)
+{
+	int n = 0;
+	for (int i = 0; i < k; i++)
+		if (r[i].count > 0)
+			r[n++] = r[i];
+	return n;
 }
 
 static int by_name(const void *a, const void *b)
@@ -421,6 +567,7 @@ int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err)
 	*n = 0;
 	if (!S)
 		return PH_OK;
+	flush_rings(e);
 	pthread_mutex_lock(&S->mu);
 	int k = S->nrep;
 	ph_report *r = k ? malloc((size_t)k * sizeof *r) : NULL;
@@ -430,6 +577,7 @@ int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err)
 	pthread_mutex_unlock(&S->mu);
 	if (k && !r)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	k = drop_empty(r, k);
 	if (k)
 		qsort(r, (size_t)k, sizeof *r, by_name);
 	const ph_comm *cm = &e->cfg->comm;
@@ -508,7 +656,7 @@ int ph_eng_groups_create(ph_engine *e, ph_err *err)
 			G->local = r;
 			G->sh = &S->stages[k];
 			G->g = (ph_group){ sizeof(ph_group), (int)e->cfg->run.replicas, q->replica, g_all_to_all,
-					   g_all_reduce_sum, g_report, G };
+					   g_all_reduce_sum, g_report, G, g_report_device };
 		}
 	}
 	return PH_OK;
@@ -530,6 +678,9 @@ void ph_eng_groups_destroy(ph_engine *e)
 				ph_eng_bfree(q, k, G->tmp);
 			else
 				free(G->tmp);
+			ph_eng_bfree(q, k, G->ring);
+			free(G->ring_h);
+			free(G->ring_rep);
 		}
 		free(q->groups);
 		q->groups = NULL;

@@ -93,10 +93,12 @@ int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err);
  * of process 0's replicas are not all in process 0.  (engine-shard.c) */
 int ph_engine_eval_together(const ph_engine *e);
 
-/* The figures layers reported (ph_group.report) since the last call, each
+/* The figures layers reported (ph_group.report, and report_device, whose
+ * figures it reads back from the GPUs first) since the last call, each
  * LAYER.KEY with its sum and count over the calls of every replica of
  * every process, sorted by name; *out is the caller's to free.  Every
- * process calls it (a collective under mpirun).  (engine-group.c) */
+ * process calls it (a collective under mpirun), between jobs.
+ * (engine-group.c) */
 typedef struct {
 	char name[96];
 	double sum, count;

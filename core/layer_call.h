@@ -26,8 +26,9 @@ int ph_layer_backward_weight(const ph_layer_ops *ops, void *state, int max_batch
 			     const float *dy, ph_err *err);
 
 /* ctx->group for layer calls outside the engine (generation, checks,
- * profiling) and a stage of one replica: size 1, all_to_all copies,
- * all_reduce_sum leaves the buffer, report drops the figure. */
+ * profiling; the engine gives every stage a group, of one replica too):
+ * size 1, all_to_all copies, all_reduce_sum leaves the buffer, report and
+ * report_device drop the figure. */
 const ph_group *ph_group_solo(void);
 
 /* The device twins' release(), then the layer's destroy(); state may be NULL. */

@@ -244,6 +244,13 @@ static void solo_report(const ph_group *g, const ph_ctx *ctx, const char *key, d
 	(void)g, (void)ctx, (void)key, (void)value;
 }
 
+/* As solo_report: outside the engine nobody prints figures.  (Never read:
+ * on a GPU `value` is device memory.) */
+static void solo_report_device(const ph_group *g, const ph_ctx *ctx, const char *key, const float *value)
+{
+	(void)g, (void)ctx, (void)key, (void)value;
+}
+
 static int solo_all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send, float *recv, size_t count,
 			   ph_err *err)
 {
@@ -262,6 +269,7 @@ static int solo_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf,
 
 const ph_group *ph_group_solo(void)
 {
-	static const ph_group solo = { sizeof(ph_group), 1, 0, solo_all_to_all, solo_all_reduce_sum, solo_report, NULL };
+	static const ph_group solo = { sizeof(ph_group), 1, 0, solo_all_to_all, solo_all_reduce_sum, solo_report,
+				       NULL, solo_report_device };
 	return &solo;
 }

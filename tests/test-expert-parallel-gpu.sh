@@ -8,6 +8,10 @@
 #    two GPUs the same bits as 4 on cuda:0;
 #  - R = 2 and R = 4 train the model R = 1 trains, to 1e-4 relative;
 #  - the GPU trains the model the CPU trains, to 1e-4 relative;
+#  - a figure the twin gives in device memory (report_device, ABI 1.8:
+#    queued behind the kernel that writes it) averages as the same figure
+#    read back and given to report, on one GPU and two, and in a step of
+#    more figures than the host's ring holds;
 #  - under mpirun without NCCL the exchange is refused in one line; with
 #    NCCL (all-to-all over ncclSend/ncclRecv, one replica a process on its
 #    own GPU) it gives the bits of the 2 replicas on cuda:0 and cuda:1.
@@ -20,10 +24,12 @@ PIPEHOST_PLUGIN_PATH="$TEST_PLUGIN_DIR:${PIPEHOST_PLUGIN_PATH:-}"
 export PIPEHOST_PLUGIN_PATH
 command -v python3 >/dev/null 2>&1 || skip "no python3 to compare safetensors files"
 
-ep() { # ep NAME R DEVICES: 20 steps of ep.ini, one stage
+ep() { # ep NAME R DEVICES [ARGS]: 20 steps of ep.ini, one stage
 	name=$1 R=$2 devs=$3
+	shift 3
 	"$PIPEHOST" -c "$ini" --set run.stages=1 --set run.replicas="$R" --set run.micro_batches=$((4 / R)) \
-		--set optimizer.clip=0.05 --set run.devices="$devs" --save-weights "$tmp/$name.st" </dev/null >"$tmp/$name.log" 2>&1 ||
+		--set optimizer.clip=0.05 --set run.devices="$devs" --set run.log_every=1 \
+		--set run.metrics="$tmp/$name.jsonl" --save-weights "$tmp/$name.st" "$@" </dev/null >"$tmp/$name.log" 2>&1 ||
 		not_ok "$name: R = $R on $devs failed: $(tail -3 "$tmp/$name.log")"
 }
 ep g1 1 cuda:0
@@ -78,6 +84,29 @@ if ph_have_mpi; then
 	else
 		not_ok "experts across 2 processes over NCCL: $(grep -v '^-\|^\s*$' "$tmp/epn.log" | tail -2)"
 	fi
+fi
+# ep.y0 (read back, report) and ep.y0_at (report_device): one figure
+y0_same() { # y0_same NAME STEPS: every step's two means equal, and they change
+	v=$(sed -n 's/.*"ep.y0":\([-+0-9.e]*\),"ep.y0_at":\([-+0-9.e]*\)}.*/\1 \2/p' "$tmp/$1.jsonl" |
+		awk '$1 == $2 { same++ } { seen[$1] = 1 } END { n = 0; for (k in seen) n++; print NR, same + 0, n }')
+	# shellcheck disable=SC2086 # three counts
+	set -- $v "$2"
+	[ "$1" = "$4" ] && [ "$2" = "$4" ] && [ "$3" -gt $(($4 / 2)) ]
+}
+for name in g1 g2b g4b c2; do
+	if y0_same "$name" 20; then
+		ok "$name: report_device's mean is report's at every step"
+	else
+		not_ok "$name: ep.y0 against ep.y0_at (steps, equal, different): '$v': $(head -1 "$tmp/$name.jsonl")"
+	fi
+done
+# 1100 micro-batches of one sample: more figures in a step than the
+# group's ring of 1024 on the GPU holds (read back when full)
+ep ring 1 cuda:0 --set data.samples=2200 --set run.batch=1100 --set run.micro_batches=1100 --set run.steps=2
+if y0_same ring 2; then
+	ok "1100 figures a step on one GPU: report_device's mean is report's"
+else
+	not_ok "1100 figures a step: ep.y0 against ep.y0_at (steps, equal, different): '$v': $(head -1 "$tmp/ring.jsonl")"
 fi
 if grep -q 'ep.load_max 0.25' "$tmp/g2b.log"; then
 	ok "the layer's figures from the GPUs: $(grep -m1 -o 'ep.load_max [0-9.]* ep.tokens [0-9]*' "$tmp/g2b.log")"

@@ -11,7 +11,9 @@
 #  - a given R gives the same bits in one process and under mpirun
 #    (skipped without Open MPI), replicas all remote or mixed;
 #  - kill (SIGTERM) and resume: the same bits as the run without a stop;
-#  - the layer's figures in the progress line and the metrics file;
+#  - the layer's figures in the progress line and the metrics file; a
+#    figure given through report_device (ABI 1.8) averaged exactly as the
+#    same figure through report, for R = 1, 2, 4;
 #  - R not dividing the experts: one line naming the layer.
 . "$top_srcdir/tests/lib.sh"
 . "$top_srcdir/tests/ep-lib.sh"
@@ -33,11 +35,25 @@ else
 fi
 
 # The figures, averaged over the step's calls.
-if grep -q 'ep.load_max 0.25 ep.tokens 16' "$tmp/r2.log" && grep -q '"elapsed_s":[0-9.]*,"ep.load_max":0.25,"ep.tokens":16}' "$tmp/r2.jsonl"; then
-	ok "ep.load_max and ep.tokens in the progress line and the metrics file"
+if grep -q 'ep.load_max 0.25 ep.tokens 16 ep.y0 [-+0-9.e]* ep.y0_at [-+0-9.e]* ' "$tmp/r2.log" &&
+	grep -q '"elapsed_s":[0-9.]*,"ep.load_max":0.25,"ep.tokens":16,"ep.y0":[-+0-9.e]*,"ep.y0_at":[-+0-9.e]*}' "$tmp/r2.jsonl"; then
+	ok "ep.load_max, ep.tokens, ep.y0 and ep.y0_at in the progress line and the metrics file"
 else
 	not_ok "no layer figures: $(grep -m1 'step 1/' "$tmp/r2.log"); $(head -1 "$tmp/r2.jsonl")"
 fi
+# ep.y0 (report) and ep.y0_at (report_device) are one figure, the
+# micro-batch's first output: every step's means the same, and they change.
+for R in 1 2 4; do
+	v=$(sed -n 's/.*"ep.y0":\([-+0-9.e]*\),"ep.y0_at":\([-+0-9.e]*\)}.*/\1 \2/p' "$tmp/r$R.jsonl" |
+		awk '$1 == $2 { same++ } { seen[$1] = 1 } END { n = 0; for (k in seen) n++; print NR, same + 0, n }')
+	# shellcheck disable=SC2086 # three counts
+	set -- $v
+	if [ "$1" = 20 ] && [ "$2" = 20 ] && [ "$3" -gt 10 ]; then
+		ok "R = $R: report_device's mean is report's at all $1 steps ($3 different means)"
+	else
+		not_ok "R = $R: ep.y0 against ep.y0_at: '$v' (steps, equal, different): $(head -1 "$tmp/r$R.jsonl")"
+	fi
+done
 
 # Kill and resume: every replica gets its own experts back.
 ck="$tmp/ck"

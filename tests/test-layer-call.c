@@ -11,7 +11,11 @@
  *  - a plugin of ABI 1.3 (a shorter ph_layer_ops) that looks at
  *    ctx->device itself gets its own hooks on CUDA, and whatever lies past
  *    its struct is never read as a `cuda` pointer;
- *  - ph_layer_destroy runs the twin's release(), then destroy().
+ *  - ph_layer_destroy runs the twin's release(), then destroy();
+ *  - ph_group_report_at (ABI 1.8) calls the group's report_device with
+ *    the layer's arguments, and says 0 without calling anything for a
+ *    host of ABI 1.7 (a shorter ph_group, garbage past it), a NULL hook
+ *    or no group.
  */
 #include <check.h>
 #include <stddef.h>
@@ -198,6 +202,44 @@ START_TEST(test_destroy_releases_the_twin_first)
 }
 END_TEST
 
+/* What report_device got. */
+static const ph_group *rd_g;
+static const ph_ctx *rd_ctx;
+static const char *rd_key;
+static const float *rd_value;
+static int rd_calls;
+
+static void rec_report_device(const ph_group *g, const ph_ctx *ctx, const char *key, const float *value)
+{
+	rd_g = g, rd_ctx = ctx, rd_key = key, rd_value = value, rd_calls++;
+}
+
+START_TEST(test_report_at_only_where_the_host_has_it)
+{
+	ph_group g = { .struct_size = sizeof(ph_group), .size = 1, .report_device = rec_report_device };
+	ph_ctx ctx = { .batch = 1, .training = 1, .group = &g };
+	float v = 0.25f;
+	rd_calls = 0;
+	ck_assert_int_eq(ph_group_report_at(&ctx, "drop_frac", &v), 1);
+	ck_assert_int_eq(rd_calls, 1);
+	ck_assert_ptr_eq(rd_g, &g);
+	ck_assert_ptr_eq(rd_ctx, &ctx);
+	ck_assert_str_eq(rd_key, "drop_frac");
+	ck_assert_ptr_eq(rd_value, &v);
+	/* a 1.7 host's group ends at `host`: what follows is not a hook */
+	g.struct_size = (uint32_t)offsetof(ph_group, report_device);
+	memset(&g.report_device, 0xa5, sizeof g.report_device);
+	ck_assert_int_eq(ph_group_report_at(&ctx, "drop_frac", &v), 0);
+	g.struct_size = sizeof(ph_group);
+	g.report_device = NULL;
+	ck_assert_int_eq(ph_group_report_at(&ctx, "drop_frac", &v), 0);
+	ctx.group = NULL;
+	ck_assert_int_eq(ph_group_report_at(&ctx, "drop_frac", &v), 0);
+	ck_assert_int_eq(ph_group_report_at(NULL, "drop_frac", &v), 0);
+	ck_assert_int_eq(rd_calls, 1);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("layer-call");
@@ -206,6 +248,7 @@ int main(void)
 	tcase_add_test(tc, test_device_picks_the_hooks);
 	tcase_add_test(tc, test_abi_1_3_layer_dispatches_itself);
 	tcase_add_test(tc, test_destroy_releases_the_twin_first);
+	tcase_add_test(tc, test_report_at_only_where_the_host_has_it);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 7 /* 1.1: optional split backward (backward_input/weight)
+#define PH_ABI_MINOR 8 /* 1.1: optional split backward (backward_input/weight)
                        * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
                        *      gains device_scratch_bytes (see device.h)
                        * 1.3: ph_gpu_api gains reuse_operand (device.h)
@@ -59,7 +59,9 @@ extern "C" {
                        * 1.7: flags PH_LAYER_DX_OVER_X and
                        *      PH_LAYER_BACKWARD_NO_Y: the host may hand a
                        *      layer its input as dx (a loss writes the
-                       *      logits' gradient over the logits) */
+                       *      logits' gradient over the logits)
+                       * 1.8: ph_group gains report_device, a figure in
+                       *      device memory */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -263,7 +265,30 @@ typedef struct ph_group {
 	void (*report)(const struct ph_group *g, const ph_ctx *ctx,
 		       const char *key, double value);
 	void *host;             /* the host's; a layer never touches it */
+	/* ABI 1.8 (check struct_size; ph_group_report_at below): report's
+	 * figure where the layer computed it: `value` points at one float in
+	 * memory of the layer's device (device memory on CUDA, written by work
+	 * queued on ctx->stream before this call; host memory on the CPU).
+	 * The host reads it later, after that work, without making the layer
+	 * wait (work queued after the call may reuse the float); the figure
+	 * then counts exactly as report()'s would.
+	 * Forward passes in training only; may be NULL. */
+	void (*report_device)(const struct ph_group *g, const ph_ctx *ctx,
+			      const char *key, const float *value);
 } ph_group;
+
+/* ctx->group->report_device where the host has it: 1 if queued, 0 if not
+ * (an older host, or no group): the caller may then skip the figure, or
+ * copy it to the host and give it to report().  A CUDA twin's way to
+ * report without synchronising its stream. */
+static inline int ph_group_report_at(const ph_ctx *ctx, const char *key, const float *value)
+{
+	const ph_group *g = ctx ? ctx->group : NULL;
+	if (!g || g->struct_size < offsetof(ph_group, report_device) + sizeof(void *) || !g->report_device)
+		return 0;
+	g->report_device(g, ctx, key, value);
+	return 1;
+}
 
 /* ABI 1.4: a layer's hooks for one device besides the CPU (its CUDA twin,
  * in a file of its own compiled with nvcc; docs/plugins-cuda.md).  The

@@ -10,6 +10,9 @@
  * same two exchanges carry (x, dy) out and dx back, and the expert's owner
  * adds dW.  all_reduce_sum gives the experts' loads over every replica,
  * reported as ep.load_max (the busiest expert's share) and ep.tokens.
+ * The micro-batch's first output, a figure that differs with every call,
+ * goes both through report (ep.y0) and through report_device (ep.y0_at,
+ * plugin ABI 1.8): the host must average both the same way.
  *
  * Buffers [E][C][1 + 2D] (C = max_batch tokens an expert, so none is
  * dropped): row = [used, x (D), dy or product (D)].  Block j of R, for
@@ -162,6 +165,10 @@ static int forward(void *st, const ph_ctx *ctx, float *const *params, const floa
 		}
 		g->report(g, ctx, "load_max", total > 0 ? most / total : 0);
 		g->report(g, ctx, "tokens", total);
+		if (ctx->batch > 0) { /* (every micro-batch of ep.ini is full) */
+			g->report(g, ctx, "y0", y[0]);
+			ph_group_report_at(ctx, "y0_at", y);
+		}
 	}
 out:
 	free(ex);

@@ -4,7 +4,10 @@
  * output.  The exchanges are the host's (ctx->group on the layer's GPU:
  * device copies between the replicas' GPUs in one process).  The experts'
  * loads go through all_reduce_sum on the device and come back to the host
- * for report (a synchronisation a real layer would avoid; a test's). */
+ * for report (a synchronisation a real layer would avoid; a test's), with
+ * the micro-batch's first output for ep.y0.  ep.y0_at is the same float
+ * through report_device (ABI 1.8), the way without a synchronisation:
+ * given as soon as the kernel that writes it is queued. */
 #include <pipehost/cuda.h>
 
 #include "ep-linear_state.h"
@@ -142,6 +145,8 @@ static int ep_cuda_forward(void *state, const ph_ctx *ctx, float *const *params,
 		unpack_fwd_kernel<<<ph_blocks((int64_t)ctx->batch * s->D), 256, 0, st>>>(a, params[1], y, ctx->batch, s->D,
 											  s->E, s->C, base);
 		PH_CUDA_CHECK_LAUNCH(err, "ep_linear: unpack");
+		if (ctx->training)
+			ph_group_report_at(ctx, "y0_at", y);
 	}
 	/* the loads: counted here, summed over the replicas on the device */
 	float h[4096];
@@ -153,7 +158,10 @@ static int ep_cuda_forward(void *state, const ph_ctx *ctx, float *const *params,
 	PH_CUDA_TRY(err, cudaStreamSynchronize(st));
 	if ((rc = g->all_reduce_sum(g, ctx, load, (size_t)s->E, err)))
 		return rc;
+	float y0 = 0;
 	PH_CUDA_TRY(err, cudaMemcpyAsync(h, load, (size_t)s->E * sizeof(float), cudaMemcpyDeviceToHost, st));
+	if (ctx->batch > 0)
+		PH_CUDA_TRY(err, cudaMemcpyAsync(&y0, y, sizeof y0, cudaMemcpyDeviceToHost, st));
 	PH_CUDA_TRY(err, cudaStreamSynchronize(st));
 	if (g->report && ctx->training) {
 		double total = 0, most = 0;
@@ -163,6 +171,8 @@ static int ep_cuda_forward(void *state, const ph_ctx *ctx, float *const *params,
 		}
 		g->report(g, ctx, "load_max", total > 0 ? most / total : 0);
 		g->report(g, ctx, "tokens", total);
+		if (ctx->batch > 0)
+			g->report(g, ctx, "y0", y0);
 	}
 	return PH_OK;
 }
