@@ -12,6 +12,7 @@
 #   test-nccl.sh        two (emulated) GPUs in one process, then one replica
 #                       per process under mpirun with NCCL's sums between them
 #   test-expert-parallel-gpu.sh  experts split over two GPUs (replica groups)
+#   test-moe-gpu.sh     the MoE MLP on the GPU against the CPU, R = 2, bf16
 #   test-gpu-switches.sh  the [gpu] keys reach the kernels' switches
 #   test-out-of-tree.sh a third party's layer with its CUDA twin, built
 #                       against the installed headers, trained on cuda:0
@@ -30,7 +31,7 @@ mkdir -p "$root"
 cd "$root"
 "$src/configure" -q --enable-cuda-emulator
 make -j"$jobs"
-suites="tests/test-cuemu.sh tests/test-cuda-sums.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh"
+suites="tests/test-cuemu.sh tests/test-cuda-sums.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh tests/test-moe-gpu.sh"
 for order in forward reverse shuffle; do
 	if ! PH_CUEMU_ORDER=$order PH_CUEMU_DEVICES=2 make -j"$jobs" check TESTS="$suites" >"check-$order.log" 2>&1; then
 		cat "check-$order.log"

@@ -59,7 +59,9 @@
 #          (bench/fashion-mnist-gpu.sh), kernels (bench/gpt2-kernels.sh: one
 #          step's kernels under ncu and torch.profiler), profile (the GPT-2
 #          model's layers timed on the GPU, cost = profile, bf16 and fp32,
-#          and in PyTorch), gemm (bench/gemm-modes)
+#          and in PyTorch), gemm (bench/gemm-modes), moe (bench/moe-gpu.sh:
+#          the fortunes GPT with MoE MLPs against dense, fp32 and bf16,
+#          100 steps; not in the default list)
 # Each stage runs under `timeout`, cut to what is left of PH_GPU_BUDGET, so the
 # command ends before the tool's 600 s.  $OUT/summary.txt is written line by
 # line as stages end (and printed, so the tool's output_tail shows it); the
@@ -520,7 +522,7 @@ check_env() {
 	need_count $g PH_GPU_JOBS "${PH_GPU_JOBS:-16}" 1
 	need_flag $g PH_GPU_CHECK "${PH_GPU_CHECK:-1}"
 	need_flag $g PH_GPU_TORCH "${PH_GPU_TORCH:-1}"
-	need_words $g PH_GPU_BENCH "${PH_GPU_BENCH:-gpt2 fashion kernels profile gemm}" gpt2 fashion kernels profile gemm
+	need_words $g PH_GPU_BENCH "${PH_GPU_BENCH:-gpt2 fashion kernels profile gemm}" gpt2 fashion kernels profile gemm moe
 	need_count $g STEPS "${STEPS:-5}" 1
 	need_count $g WARMUP "${WARMUP:-2}" 0
 	need_count $g M "${M:-8}" 1
@@ -1349,6 +1351,32 @@ bench_gemm() {
 	fi
 }
 
+# bench/moe-gpu.sh: 4 runs of 100 steps (dense and MoE, fp32 and bf16).
+bench_moe() {
+	local t rc
+	STAGE_T0=$SECONDS
+	t=$(stage_time 200 60) || {
+		say "bench moe: not run: $(left_s) s left (needs 60); run 'run bench' in a later call"
+		return
+	}
+	echo "=== bench/moe-gpu.sh $SRC, STEPS=100, timeout $t s" >>"$OUT/bench.txt"
+	STEPS=100 tmo "$t" sh "$SRC/bench/moe-gpu.sh" "$SRC" >>"$OUT/bench.txt" 2>&1
+	rc=$?
+	echo "=== exit $rc" >>"$OUT/bench.txt"
+	case $rc in
+	0)
+		say "bench moe: OK ($(since) s)"
+		sed -n '/^=== bench\/moe/,$p' "$OUT/bench.txt" | grep -E '^\||^router' | say_block "    "
+		;;
+	77) say "bench moe: SKIP: $(sed -n '/^=== bench\/moe/,$p' "$OUT/bench.txt" | grep -m1 'moe-gpu.sh:')" ;;
+	124 | 137) say "bench moe: TIMEOUT after $t s" ;;
+	*)
+		say "bench moe: FAIL (exit $rc); bench.txt:"
+		tail -5 "$OUT/bench.txt" | say_block "    "
+		;;
+	esac
+}
+
 stage_bench() {
 	local b
 	if [ "$BUILD_OK" != 1 ]; then
@@ -1366,7 +1394,8 @@ stage_bench() {
 		fashion) bench_fashion ;;
 		gpt2) bench_gpt2 ;;
 		kernels) bench_kernels ;;
-		*) say "bench: unknown '$b' in PH_GPU_BENCH (profile, gemm, fashion, gpt2, kernels)" ;;
+		moe) bench_moe ;;
+		*) say "bench: unknown '$b' in PH_GPU_BENCH (profile, gemm, fashion, gpt2, kernels, moe)" ;;
 		esac
 	done
 	unset TMPDIR

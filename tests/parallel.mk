@@ -19,6 +19,6 @@ tests_plugins_ep_linear_la_LIBADD = tests/plugins/ep-linear_cuda.lo $(CUDA_LAYER
 tests/plugins/ep-linear_cuda.lo: tests/plugins/ep-linear_cuda.cu $(top_srcdir)/tests/plugins/ep-linear_state.h \
 	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/cuda.h
 endif
-TESTS += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/test-moe-ep.sh
+TESTS += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/test-moe-ep.sh tests/test-moe-gpu.sh
 EXTRA_DIST += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/fixtures/ep.ini tests/st-diff.py \
-	tests/test-moe-ep.sh tests/fixtures/moe-lm.ini tests/ep-lib.sh
+	tests/test-moe-ep.sh tests/test-moe-gpu.sh tests/fixtures/moe-lm.ini tests/ep-lib.sh

@@ -274,6 +274,39 @@ static const gpu_case cases[] = {
 	  .what = "cuDNN's fused attention: hd 64, T = 77, one sample (B*T odd: saved att 8-byte aligned)" },
 	{ "gpt_block", KV("heads", "2", "dropout", "0.1"), S(72, 96), 2, .pscale = 0.25f, .deep = 1, .flash = 2,
 	  .cudnn = 1, .what = "PIPEHOST_ATTN_CUDNN=1 with dropout 0.1: pipehost's core" },
+	/* gpt_block with mlp = moe: the block's attention as above, the MLP
+	 * moe_cuda.cuh's (h2 saved in fp32 for the router).  The router's
+	 * input h2 comes out of the attention branch, which bf16 moves by
+	 * ~1e-2: the random second expert's draw (u < 2 c2) would then flip
+	 * for some token against the CPU's fp32, legitimately; so these keep
+	 * the second expert always (the moe cases below draw it, from the
+	 * same x on both devices).  Even so an expert's choice is a
+	 * discontinuity: a token whose two best experts lie within that noise
+	 * picks another expert under bf16 (one did at pscale 0.5 once the
+	 * test negates the weights, 46 elements far off, with and without
+	 * PIPEHOST_GEMM_CAST=0, so no stale copy; at 0.4 one did on the first
+	 * forward).  Small parameters keep the attention branch's share of x1,
+	 * and so of h2's noise, small against the gaps between the gate's
+	 * logits; these draws have no token within it.  A shape that has one
+	 * fails here and needs another draw. */
+	{ "gpt_block", KV("heads", "2", "mlp", "moe", "moe_experts", "4", "moe_capacity_factor", "1",
+			  "moe_second_expert", "always"), S(16, 32), 2,
+	  .pscale = 0.1f, .deep = 1, .flash = 2, .what = "mlp = moe: 4 experts, top-2, capacity drops" },
+	{ "gpt_block", KV("heads", "2", "dropout", "0.1", "mlp", "moe", "moe_experts", "2", "moe_top_k", "1",
+			  "moe_group_size", "8"), S(16, 32), 3, .pscale = 0.5f, .deep = 1, .flash = 2,
+	  .what = "mlp = moe: Switch top-1, groups of 8, dropout 0.1" },
+	/* the mixture of experts (moe_cuda.cuh): routing on the GPU, the
+	 * router's products in fp32 under bf16 too, so both devices route
+	 * alike; capacity 1 drops tokens, the random second expert draws */
+	{ "moe", KV("experts", "4", "hidden", "16", "capacity_factor", "1"), S(8, 8), 2, .pscale = 0.5f,
+	  .deep = 1, .what = "top-2, random second expert, capacity drops" },
+	{ "moe", KV("experts", "3", "top_k", "1", "hidden", "12", "group_size", "4", "residual", "no"), S(12, 8), 3,
+	  .pscale = 0.5f, .deep = 1, .what = "Switch top-1, groups of 4, no residual" },
+	{ "moe", KV("experts", "4", "capacity_factor", "0", "second_expert", "always", "hidden", "8"), S(6, 16), 2,
+	  .pscale = 0.5f, .deep = 1, .what = "dropless, second expert always" },
+	{ "moe", KV("experts", "4", "hidden", "16"), S(8, 8), 2, .eval = 1, .pscale = 0.5f, .deep = 1,
+	  .what = "evaluation: the second expert always kept" },
+	{ "moe", KV("experts", "8", "hidden", "32"), S(32), 3, .pscale = 0.5f, .deep = 1, .what = "[d] input: T = 1" },
 	{ "seq_xent", NULL, S(3, 5), 2, .what = "T = 3, V = 5" },
 	{ "seq_xent", NULL, S(16, 50), 3, .what = "T = 16, V = 50" },
 	{ "seq_xent", NULL, S(8, 300), 2, .what = "V = 300, a row wider than a block" },
@@ -283,7 +316,7 @@ static const gpu_case cases[] = {
 /* Every layer type with a CUDA twin. */
 static const char *const cuda_layers[] = { "linear",    "relu",      "conv2d",       "maxpool2d", "flatten",
 					   "dropout",   "softmax_xent", "embedding", "layernorm", "gelu",
-					   "attention", "gpt_block", "seq_xent" };
+					   "attention", "gpt_block", "seq_xent", "moe" };
 #define NLAYERS ((int)(sizeof cuda_layers / sizeof cuda_layers[0]))
 
 /* ------------------------------------------------------------------ */
@@ -634,7 +667,11 @@ static const char *case_option(const gpu_case *c, const char *key)
  *    too (else a GELU kernel follows a BIAS product), and without dropout
  *    its two residuals (beta = 1);
  *  - gpt_block's backward under bf16 takes the GELU's gradient (DGELU);
- *    no other layer asks for DGELU.
+ *    no other layer asks for DGELU;
+ *  - gpt_block with mlp = moe: qkv and the projection as above (the
+ *    residual in the projection's without dropout), then each of the E
+ *    experts' two products with its bias (moe_cuda.cuh); no GELU epilogue,
+ *    forward or backward.
  * cuBLASLt wants 16-byte aligned operands (core/cuda/gemm.cu falls back to
  * the unfused path otherwise): every buffer here is its own allocation,
  * and the regions inside saved (attention_ops.cuh, gpt_block_state.h)
@@ -663,6 +700,10 @@ static void expected_fused(const gpu_case *c, int bf16, int nparams, unsigned lo
 		want[LT_BIAS] = nparams == 2; /* W, and b unless bias = no */
 	} else if (attention) {
 		want[LT_BIAS] = 2;
+	} else if (gpt && case_option(c, "mlp") && !strcmp(case_option(c, "mlp"), "moe")) {
+		const char *ne = case_option(c, "moe_experts");
+		want[LT_BIAS] = 2 + 2 * (unsigned long)(ne ? atoi(ne) : 8);
+		want[LT_RESID] = drop ? 0 : 1;
 	} else if (gpt) {
 		/* under bf16 with its activations in bf16 (act16) the forward's
 		 * GELU is a kernel of its own after a BIAS product */
@@ -744,18 +785,23 @@ typedef unsigned long (*launch_counter_fn)(const char *name);
  * is bf16 already (h1, att, h2, g; the weights have their shadows), and
  * the backward rounds its gradients itself (the branches' dy and du in the
  * pass that sums their columns, dqkv in the fused core): the host rounds
- * nothing, forward or backward. */
-static long expected_staging(const gpu_case *c, int bf16)
+ * nothing, forward or backward.  With mlp = moe the experts' products
+ * read fp32 slots (dispatched tokens, their GELU): the forward rounds
+ * those two of each expert; the backward is not counted. */
+static long expected_staging(const gpu_case *c, const char *call, int bf16)
 {
 	if (strcmp(c->type, "gpt_block") || !bf16 || !c->flash || !act16_on() || !gemm_casts())
 		return -1;
+	const char *mlp = case_option(c, "mlp"), *ne = case_option(c, "moe_experts");
+	if (mlp && !strcmp(mlp, "moe"))
+		return strcmp(call, "forward") ? -1 : 2L * (ne ? atoi(ne) : 8);
 	return 0;
 }
 
 static void expect_staging(const char *label, const char *call, const gpu_case *c, int bf16,
 			   launch_counter_fn launches, unsigned long before)
 {
-	const long want = expected_staging(c, bf16);
+	const long want = expected_staging(c, call, bf16);
 	if (!launches || want < 0)
 		return;
 	const unsigned long got = launches("k_cast_rows") - before;

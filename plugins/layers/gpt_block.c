@@ -115,13 +115,6 @@ static const ph_option gpt_block_options[] = {
 enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS, P_COUNT };
 enum { P_GATE = 4, P_EFC = 5, P_EFCPROJ = 7 }; /* mlp = moe */
 
-/* gpt_state and, for mlp = moe, the MoE's geometry (the CUDA twin sees
- * the gpt_state at its head). */
-typedef struct {
-	gpt_state b;
-	moe_geom mg;
-} gpt_moe_state;
-
 /* mlp = moe: check the options against [T, d] into *mg. */
 static int moe_geom_of(const gpt_block_config *cfg, int64_t T, int64_t d, int max_batch,
 		       moe_geom *mg, ph_err *err)
@@ -293,6 +286,9 @@ static int gpt_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	m->device_scratch_bytes = gpt_device_scratch_floats((size_t)s->max_batch, (size_t)s->g.T, (size_t)s->g.d,
 							    (size_t)s->r, (size_t)s->g.H, s->g.rate > 0.0f) *
 				  sizeof(float);
+	if (s->moe) /* the block without its dense MLP, then the MoE's (moe_cuda.cuh) */
+		m->device_scratch_bytes = (gpt_moe_scratch_at(s) + (size_t)s->max_batch *
+						  moe_device_scratch_floats(moe_of(s))) * sizeof(float);
 	const int64_t D = s->g.d, rd = (int64_t)s->r * s->g.d;
 	add_param(m, "ln_weight", 2, 2, D, PH_INIT_ONES, 0, 1);
 	add_param(m, "ln_bias", 2, 2, D, PH_INIT_ZEROS, 0, 1);

@@ -29,6 +29,10 @@
  * instead of flash_attention.cuh's, where there is no dropout: same saved
  * layout, its bf16 copies and workspace in the scratch that is free at
  * that point.
+ * mlp = moe: the MLP is moe_cuda.cuh's, y = x1 + drop2(moe(h2)); the block
+ * then has no u and g (an MLP ratio of 0 here), h2 stays fp32 (the router
+ * and the experts read it), and the MoE's saved regions follow the
+ * block's, its scratch past the block's (gpt_moe_scratch_at).
  *
  * Device scratch (gpt_block.c's meta sets device_scratch_bytes):
  *   forward:  tmp [R, d], then Pd [H, T, T] (dropout only)
@@ -41,6 +45,7 @@
 #include "attention_ops.cuh"
 #include "cuda_ops.cuh"
 #include "flash_attention.cuh"
+#include "moe_cuda.cuh"
 #include "cudnn_sdpa.h"
 #include "gpt_block_state.h"
 
@@ -49,19 +54,23 @@ static_assert(GPT_REDUCE_SLICES == PH_CSS_SLICES, "gpt_block_state.h sizes the s
 /* The geometry as plain values, from the state gpt_block.c made. */
 typedef struct {
 	int T, d, H, hd; /* sequence, model width, heads, head width */
-	int r;           /* mlp_ratio */
+	int r;           /* mlp_ratio; 0 with mlp = moe */
 	float rate;      /* dropout, as (float)option */
 	float scale;     /* (float)(1 / (1 - option)) */
+	const moe_geom *mg; /* mlp = moe, else NULL */
+	size_t moe_at;   /* mlp = moe: where its scratch starts (floats) */
 } gpt_block_dims;
 
 static gpt_block_dims dims_of(const void *state)
 {
 	const gpt_state *s = (const gpt_state *)state;
-	gpt_block_dims g = { s->g.T, s->g.d, s->g.H, s->g.hd, s->r, s->g.rate, s->g.scale };
+	gpt_block_dims g = { s->g.T, s->g.d, s->g.H, s->g.hd, s->moe ? 0 : s->r, s->g.rate, s->g.scale,
+			     s->moe ? &((const gpt_moe_state *)state)->mg : NULL, s->moe ? gpt_moe_scratch_at(s) : 0 };
 	return g;
 }
 
 enum { P_LNW, P_LNB, P_QKV, P_PROJ, P_FC, P_FCPROJ, P_BIAS };
+enum { P_GATE = 4, P_EFC = 5, P_EFCPROJ = 7 }; /* mlp = moe (gpt_block.c) */
 
 static int layout16(int precision);
 
@@ -90,6 +99,7 @@ static int check_call(const ph_ctx *ctx, ph_err *err)
  * (layout16, ph_flash_usable_at), so the hook computes it without a call. */
 typedef struct {
 	float *h1, *mean1, *rstd1, *qkv, *P, *att, *x1, *h2, *mean2, *rstd2, *u, *g;
+	float *moe; /* mlp = moe: the MoE's regions (moe_cuda.cuh) */
 } gpt_saved;
 
 /* Floats of the P region per sample: the materialised [H, T, T], or the
@@ -131,11 +141,12 @@ static size_t saved_layout(const gpt_block_dims *g, size_t B, int precision, flo
 	REGION(P, B * p_floats(g, fused));
 	REGION(att, held(R * d, o16));
 	REGION(x1, R * d);
-	REGION(h2, held(R * d, a16));
+	REGION(h2, held(R * d, a16 && !g->mg)); /* mlp = moe reads it in fp32 */
 	REGION(mean2, R);
 	REGION(rstd2, R);
 	REGION(u, R * r * d);
 	REGION(g, held(R * r * d, a16));
+	REGION(moe, g->mg ? B * moe_saved_floats(g->mg) : 0);
 #undef REGION
 	return at;
 }
@@ -290,12 +301,22 @@ static int gpt_block_fwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 	}
 
 	/* MLP branch */
-	if (a16)
+	if (a16 && !g->mg)
 		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, (__nv_bfloat16 *)v.h2, v.mean2, v.rstd2,
 						    R, d, GPT_LN_EPS));
 	else
 		PH_CUDA_TRY(err, ph_k_layernorm_fwd(st, v.x1, lnw + d, lnb + d, v.h2, v.mean2, v.rstd2, R, d,
 						    GPT_LN_EPS));
+	if (g->mg) { /* tmp = moe(h2), then y = x1 + drop2(tmp), as gpt_block.c */
+		const moe_params mp = { params[P_GATE], params[P_EFC], params[P_EFCPROJ], bias + 4 * (size_t)d };
+		TRY(moe_d_mlp_forward(g->mg, ctx, &mp, v.h2, tmp, 0, v.moe, (float *)ctx->scratch + g->moe_at, err));
+		if (drop)
+			PH_CUDA_TRY(err, ph_k_dropout_add(st, site_key(ctx, GPT_SITE_RESID2), drop, g->rate, g->scale,
+							  v.x1, tmp, y, n));
+		else
+			PH_CUDA_TRY(err, ph_k_add(st, v.x1, tmp, y, n));
+		return PH_OK;
+	}
 	if (!a16 && gelu_fused(ctx)) {
 		TRY(ph_gemm_xwt_bias_gelu(ctx, R, rd, d, v.h2, params[P_FC], bias + 4 * d, v.u, v.g, err));
 	} else {
@@ -356,7 +377,14 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 						  dbr, n));
 		db = dbr;
 	}
-	if (d16) {
+	if (g->mg) { /* dh = d moe(h2) / d h2 */
+		const moe_params mp = { params[P_GATE], params[P_EFC], params[P_EFCPROJ], params[P_BIAS] + 4 * (size_t)d };
+		const moe_grads mgr = grads ? moe_grads{ grads[P_GATE], grads[P_EFC], grads[P_EFCPROJ],
+							 grads[P_BIAS] + 4 * (size_t)d }
+					    : moe_grads{ NULL, NULL, NULL, NULL };
+		TRY(moe_d_mlp_backward(g->mg, ctx, &mp, grads ? &mgr : NULL, v.h2, db, dh, v.moe,
+				       (float *)ctx->scratch + g->moe_at, err));
+	} else if (d16) {
 		PH_CUDA_TRY(err, ph_k_colsum_cast_ws(st, db, R, d, grads ? grads[P_BIAS] + 4 * d + rd : NULL, db16, ws));
 		if (grads)
 			TRY(ph_gemm_dy16t_x16_acc(ctx, R, d, rd, db16, v.g, grads[P_FCPROJ], err));
@@ -453,19 +481,9 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 }
 
 /* The hooks: the geometry from the state, then the code above. */
-/* mlp = moe has no CUDA path yet (issue #27's follow-up): refuse it. */
-#define GPT_REFUSE_MOE(state, err)                                                            \
-	do {                                                                                  \
-		if (((const gpt_state *)(state))->moe)                                        \
-			return ph_fail(err, PH_EUNSUPPORTED,                                  \
-				       "gpt_block: mlp = moe runs on the CPU only for now; "   \
-				       "put this layer on a CPU rank or use mlp = dense");    \
-	} while (0)
-
 static int gpt_block_cuda_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y,
 				  ph_err *err)
 {
-	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_fwd(&g, ctx, params, x, y, err);
 }
@@ -473,7 +491,6 @@ static int gpt_block_cuda_forward(void *state, const ph_ctx *ctx, float *const *
 static int gpt_block_cuda_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
 				   const float *x, const float *y, const float *dy, float *dx, ph_err *err)
 {
-	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_bwd(&g, ctx, params, grads, x, dy, dx, err);
 }
@@ -481,7 +498,6 @@ static int gpt_block_cuda_backward(void *state, const ph_ctx *ctx, float *const 
 static int gpt_block_cuda_backward_input(void *state, const ph_ctx *ctx, float *const *params, const float *x,
 					 const float *y, const float *dy, float *dx, ph_err *err)
 {
-	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_bwd(&g, ctx, params, NULL, x, dy, dx, err);
 }
@@ -490,7 +506,6 @@ static int gpt_block_cuda_backward_weight(void *state, const ph_ctx *ctx, float 
 					  float *const *grads, const float *x, const float *y, const float *dy,
 					  ph_err *err)
 {
-	GPT_REFUSE_MOE(state, err);
 	const gpt_block_dims g = dims_of(state);
 	return gpt_block_bwd(&g, ctx, params, grads, x, dy, NULL, err);
 }
@@ -500,9 +515,6 @@ static int gpt_block_cuda_backward_weight(void *state, const ph_ctx *ctx, float 
  * at most one sample's); fp32 keeps gpt_block.c's figure exactly. */
 static size_t gpt_block_cuda_saved_bytes(const void *state, int precision)
 {
-	const gpt_state *s = (const gpt_state *)state;
-	if (s->moe)
-		return 0;
 	const gpt_block_dims g = dims_of(state);
 	return saved_layout(&g, 1, precision, NULL, NULL) * sizeof(float);
 }

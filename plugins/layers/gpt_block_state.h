@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "attn_geom.h"
+#include "moe_core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -21,8 +22,14 @@ typedef struct {
 	tf_attn_geom g; /* T, d, heads, rate, scale */
 	int r;          /* mlp_ratio */
 	int max_batch;  /* sizes the scratch */
-	int moe;        /* mlp = moe (gpt_block.c; CPU only: the twin refuses it) */
+	int moe;        /* mlp = moe: the state is a gpt_moe_state */
 } gpt_state;
+
+/* gpt_state and, for mlp = moe, the MoE's geometry (moe_core.h). */
+typedef struct {
+	gpt_state b;
+	moe_geom mg;
+} gpt_moe_state;
 
 /* The backward's split column sums (bias and layernorm gradients,
  * cuda_ops.cuh's ph_colsum_ws_floats for the widest of d, 3d and rd):
@@ -42,6 +49,17 @@ static inline size_t gpt_reduce_floats(size_t d, size_t r)
 static inline size_t gpt_device_scratch_floats(size_t batch, size_t T, size_t d, size_t r, size_t H, int dropout)
 {
 	return batch * T * d * (7 + r) + H * T * T * (dropout ? 2 : 1) + gpt_reduce_floats(d, r);
+}
+
+/* mlp = moe on the GPU: the MoE's device scratch (moe_device_scratch_floats
+ * per sample) starts here, past the block's own at max_batch (an MLP
+ * ratio of 0: the block has no dense MLP), 16-byte aligned for the
+ * products. */
+static inline size_t gpt_moe_scratch_at(const gpt_state *s)
+{
+	const size_t at = gpt_device_scratch_floats((size_t)s->max_batch, (size_t)s->g.T, (size_t)s->g.d, 0,
+						    (size_t)s->g.H, s->g.rate > 0.0f);
+	return (at + 3) / 4 * 4;
 }
 
 #ifdef __cplusplus

@@ -104,9 +104,10 @@ plugins_layers_gpt_block_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_gpt_block_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 
 # Mixture of experts (issue #27): the MLP in moe_*.c, shared with gpt_block's
-# `mlp = moe`; docs/moe.md.  CPU only for now.
+# `mlp = moe`; docs/moe.md.  Its CUDA twin is moe_cuda.cu over moe_cuda.cuh,
+# which gpt_block_cuda.cu includes too.
 pkglib_LTLIBRARIES += plugins/layers/moe.la
-plugins_layers_moe_la_SOURCES = plugins/layers/moe.c $(MOE_SOURCES) plugins/layers/transformer_ops.h
+plugins_layers_moe_la_SOURCES = plugins/layers/moe.c plugins/layers/moe_state.h $(MOE_SOURCES) plugins/layers/transformer_ops.h
 plugins_layers_moe_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 plugins_layers_moe_la_LIBADD = $(BLAS_LIBS) -lm
 plugins_layers_moe_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
@@ -119,7 +120,8 @@ plugins_layers_moe_la_CFLAGS = $(AM_CFLAGS) $(BLAS_CFLAGS) $(TF_VEC_CFLAGS)
 # SOURCES); a change to one rebuilds every twin, which is rare.
 CUDA_TWIN_DEPS = $(top_srcdir)/plugins/layers/cuda_common.cuh $(top_srcdir)/plugins/layers/cuda_ops.cuh \
 	$(top_srcdir)/plugins/layers/attention_ops.cuh $(top_srcdir)/plugins/layers/flash_attention.cuh \
-	$(top_srcdir)/plugins/layers/flash_mma.cuh \
+	$(top_srcdir)/plugins/layers/flash_mma.cuh $(top_srcdir)/plugins/layers/moe_cuda.cuh \
+	$(top_srcdir)/plugins/layers/moe_core.h $(top_srcdir)/plugins/layers/moe_state.h \
 	$(top_srcdir)/plugins/layers/attn_geom.h $(top_srcdir)/plugins/layers/attention_state.h \
 	$(top_srcdir)/plugins/layers/conv2d_state.h $(top_srcdir)/plugins/layers/dropout_state.h \
 	$(top_srcdir)/plugins/layers/embedding_state.h $(top_srcdir)/plugins/layers/flatten_state.h \
@@ -130,7 +132,7 @@ CUDA_TWIN_DEPS = $(top_srcdir)/plugins/layers/cuda_common.cuh $(top_srcdir)/plug
 	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/device.h $(top_srcdir)/include/pipehost/rng.h \
 	$(top_srcdir)/include/pipehost/cuda.h
 EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins/layers/attention_ops.cuh \
-	plugins/layers/flash_attention.cuh plugins/layers/flash_mma.cuh \
+	plugins/layers/flash_attention.cuh plugins/layers/flash_mma.cuh plugins/layers/moe_cuda.cuh \
 	plugins/layers/linear_cuda.cu \
 	plugins/layers/relu_cuda.cu \
 	plugins/layers/conv2d_cuda.cu \
@@ -144,6 +146,7 @@ EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins
 	plugins/layers/seq_xent_cuda.cu \
 	plugins/layers/attention_cuda.cu \
 	plugins/layers/gpt_block_cuda.cu \
+	plugins/layers/moe_cuda.cu \
 	plugins/layers/cudnn_sdpa.h plugins/layers/cudnn_sdpa.cu plugins/layers/cudnn_sdpa_graph.cpp
 if PH_CUDA
 plugins_layers_linear_la_LIBADD += plugins/layers/linear_cuda.lo $(CUDA_LAYER_LIBS)
@@ -170,6 +173,8 @@ plugins_layers_seq_xent_la_LIBADD += plugins/layers/seq_xent_cuda.lo $(CUDA_LAYE
 plugins/layers/seq_xent_cuda.lo: plugins/layers/seq_xent_cuda.cu $(CUDA_TWIN_DEPS)
 plugins_layers_attention_la_LIBADD += plugins/layers/attention_cuda.lo $(CUDA_LAYER_LIBS)
 plugins/layers/attention_cuda.lo: plugins/layers/attention_cuda.cu $(CUDA_TWIN_DEPS)
+plugins_layers_moe_la_LIBADD += plugins/layers/moe_cuda.lo $(CUDA_LAYER_LIBS)
+plugins/layers/moe_cuda.lo: plugins/layers/moe_cuda.cu $(CUDA_TWIN_DEPS)
 # gpt_block's attention core may also run through cuDNN's fused attention
 # (cudnn_sdpa.h): the bf16 passes in cudnn_sdpa.cu, the graphs in plain C++
 # (cudnn_sdpa_graph.cpp, cudnn-frontend's headers; a stub without them),

@@ -18,14 +18,16 @@
  * The auxiliary load-balancing loss (coefficient aux_coef) is part of the
  * objective: backward adds its gradient, scaled by ctx->loss_scale.  The
  * exchanges over the stage's replicas (expert parallelism) are in
- * moe_mlp.c.  CPU only: the CUDA twin is a follow-up.
+ * moe_mlp.c.  The CUDA twin is moe_cuda.cu (moe_cuda.cuh).
  */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <pipehost/plugin.h>
-#include "moe_core.h"
+#include "moe_state.h"
+
+PH_LAYER_TWIN(moe_cuda_ops);
 
 typedef struct {
 	int64_t experts;
@@ -57,14 +59,7 @@ static const ph_option moe_options[] = {
 	PH_OPT_END
 };
 
-enum { P_GATE, P_W1, P_W2, P_BIAS, P_COUNT };
-
-typedef struct {
-	moe_geom g;
-	int residual;
-	int max_batch;
-	int ndim;
-} moe_state;
+enum { P_GATE = MOE_P_GATE, P_W1 = MOE_P_W1, P_W2 = MOE_P_W2, P_BIAS = MOE_P_BIAS };
 
 /* Check the options against [T, d]; fill g.  Shared with nothing: the
  * gpt_block checks its own copy of the same rules. */
@@ -149,6 +144,7 @@ static int moe_meta(const void *state, ph_layer_meta *m, ph_err *err)
 	m->bwd_flops = 2.0 * moe_fwd_flops(g) + (s->residual ? (double)g->T * g->d : 0);
 	m->saved_bytes = moe_saved_floats(g) * sizeof(float);
 	m->scratch_bytes = (size_t)s->max_batch * moe_scratch_floats(g) * sizeof(float);
+	m->device_scratch_bytes = (size_t)s->max_batch * moe_device_scratch_floats(g) * sizeof(float);
 	const int64_t E = g->E, d = g->d, h = g->h;
 	add_param(m, "gate_weight", (ph_shape){ 2, { E, d } }, PH_INIT_NORMAL, 0.02f, 0);
 	add_param(m, "fc_weight", (ph_shape){ 3, { E, h, d } }, PH_INIT_NORMAL, 0.02f, 0);
@@ -216,6 +212,7 @@ static const ph_layer_ops moe_ops = {
 	.meta = moe_meta,
 	.forward = moe_forward,
 	.backward = moe_backward,
+	.cuda = &moe_cuda_ops,
 };
 
 static const ph_layer_ops *const moe_layers[] = { &moe_ops, NULL };

@@ -41,6 +41,10 @@
 
 #include <pipehost/plugin.h>
 
+#ifdef __cplusplus
+extern "C" { /* moe_cuda.cuh's kernels call these from C++ */
+#endif
+
 #define MOE_SITE_ROUTE 0x6d6f652d726f7574ull /* "moe-rout": the second expert's draws */
 #define MOE_ROUTE_W 6                          /* floats of route per token */
 #define MOE_MAX_E 256                          /* experts at most */
@@ -69,6 +73,9 @@ int moe_capacity(double cf, int k, int S, int E);
 
 size_t moe_saved_floats(const moe_geom *g);   /* per sample */
 size_t moe_scratch_floats(const moe_geom *g); /* per sample */
+/* The GPU's (moe_cuda.cuh): the CPU's regions, then the routing's counts
+ * and figures, per sample. */
+size_t moe_device_scratch_floats(const moe_geom *g);
 double moe_fwd_flops(const moe_geom *g);      /* per sample */
 
 /* R and rank of ctx's group (1, 0 without one). */
@@ -132,4 +139,7 @@ int moe_mlp_backward(const moe_geom *g, const ph_ctx *ctx, const moe_params *p,
 		     const moe_grads *gr, const float *x, const float *dy, float *dx, float *saved,
 		     float *scratch, ph_err *err);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

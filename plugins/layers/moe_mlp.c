@@ -38,6 +38,14 @@ size_t moe_scratch_floats(const moe_geom *g)
 	return 2 * slots(g) * d + 2 * per_expert * h + 2 * T + T * E;
 }
 
+size_t moe_device_scratch_floats(const moe_geom *g)
+{
+	const size_t E = g->E, groups = (size_t)(g->T / g->S);
+	/* cnt and loadg [G, E], gstat [G, 3], then 4 for the figures (a
+	 * sample's share: at least one sample calls) */
+	return moe_scratch_floats(g) + groups * (2 * E + 3) + 4;
+}
+
 /* The routed FLOPs of one sample: the gate (2 d E a token, softmax ~5 E),
  * every expert at capacity (4 d h a slot, gelu ~10 h, biases d + h),
  * dispatch and combine (~3 d a slot). */
