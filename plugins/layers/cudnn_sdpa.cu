@@ -241,9 +241,13 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	 * workspace (cudnn-frontend 1.32: B*H*T*T*2 bytes, 192 MiB at GPT-2's
 	 * 8 x 1024, more than the layer's scratch has left), so it runs over
 	 * groups of samples, as ph_flash_backward does: the largest group,
-	 * halving from B, whose workspace fits a span.  A group's pointers
-	 * stay 16-byte aligned where H*T is a multiple of 4 (GPT-2's sizes);
-	 * elsewhere cuDNN's execute refuses them in its own words. */
+	 * halving from B, whose workspace fits a span.  A group's bf16
+	 * pointers stay 16-byte aligned (hd, so d, a multiple of 8: the
+	 * frontend checks them at execute); its statistic is converted into
+	 * the start of `stats` for each group, so that pointer is aligned
+	 * whatever H*T is: cuDNN checks no Stats pointer, and a misaligned
+	 * one gives wrong gradients on Hopper (cudnn-frontend 1.32's
+	 * sdpa_support_surface.h). */
 	int Bg = B;
 	for (;;) {
 		if ((rc = ph_sdpa_graph(st, kind, Bg, T, H, hd, &graph, &wsb, err)))
@@ -259,8 +263,6 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	if ((rc = to_bf16(st, qkv, 0, q16, nqkv, "qkv", err)) || (rc = to_bf16(st, datt, 0, do16, no, "datt", err)) ||
 	    (!o_direct && (rc = to_bf16(st, att, att16, (__nv_bfloat16 *)o16, no, "att", err))))
 		return rc;
-	ph_sdpa_k_scale<<<grid_for(nl), 256, 0, st>>>(L2, stats, PH_SDPA_LN2, nl);
-	SDPA_LAUNCHED("cuDNN attention backward: the statistic to natural log");
 	const size_t ws_cap = wsb;
 	for (int b0 = 0; b0 < B; b0 += Bg) {
 		const int nb = B - b0 < Bg ? B - b0 : Bg;
@@ -275,13 +277,16 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 		}
 		/* the graphs' strides are per sample, so a group is an offset */
 		const int64_t oq = (int64_t)b0 * T * 3 * d, oo = (int64_t)b0 * T * d, ol = (int64_t)b0 * H * T;
+		const int64_t nlg = (int64_t)nb * H * T;
+		ph_sdpa_k_scale<<<grid_for(nlg), 256, 0, st>>>(L2 + ol, stats, PH_SDPA_LN2, nlg);
+		SDPA_LAUNCHED("cuDNN attention backward: the statistic to natural log");
 		void *ptrs[PH_SDPA_DV + 1] = { nullptr };
 		ptrs[PH_SDPA_Q] = q16 + oq;
 		ptrs[PH_SDPA_K] = q16 + oq + d;
 		ptrs[PH_SDPA_V] = q16 + oq + 2 * d;
 		ptrs[PH_SDPA_O] = (void *)(o16 + oo);
 		ptrs[PH_SDPA_DO] = do16 + oo;
-		ptrs[PH_SDPA_STATS] = stats + ol;
+		ptrs[PH_SDPA_STATS] = stats;
 		ptrs[PH_SDPA_DQ] = g16 + oq;
 		ptrs[PH_SDPA_DK] = g16 + oq + d;
 		ptrs[PH_SDPA_DV] = g16 + oq + 2 * d;

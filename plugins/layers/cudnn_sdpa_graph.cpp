@@ -111,10 +111,10 @@ int fe_step(fe::error_t e, const char *step, int bwd, int B, int T, int H, int h
 {
 	if (e.is_good())
 		return PH_OK;
-	return ph_fail(err, PH_EUNSUPPORTED,
-		       "attention: cuDNN's fused attention %s (B=%d T=%d H=%d hd=%d) failed at %s: %s; "
-		       "unset PIPEHOST_ATTN_CUDNN to use pipehost's kernels",
-		       bwd ? "backward" : "forward", B, T, H, hd, step, e.get_message().c_str());
+	/* short: ph_err holds 255 characters, and cuDNN's words are the
+	 * part that tells what went wrong */
+	return ph_fail(err, PH_EUNSUPPORTED, "cuDNN SDPA %s B=%d T=%d H=%d hd=%d, %s (unset PIPEHOST_ATTN_CUDNN): %s",
+		       bwd ? "bwd" : "fwd", B, T, H, hd, step, e.get_message().c_str());
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> qkv_tensor(fe::graph::Graph &g, const char *name, int64_t uid, int B,
