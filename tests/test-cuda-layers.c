@@ -669,9 +669,10 @@ static const char *case_option(const gpu_case *c, const char *key)
  *  - gpt_block's backward under bf16 takes the GELU's gradient (DGELU);
  *    no other layer asks for DGELU;
  *  - gpt_block with mlp = moe: qkv and the projection as above (the
- *    residual in the projection's without dropout), then each of the E
- *    experts' two products with its bias (moe_cuda.cuh); no GELU epilogue,
- *    forward or backward.
+ *    residual in the projection's without dropout); the experts' two
+ *    products are batched over the experts, their biases added by a
+ *    kernel of moe_cuda.cuh's (a batched product has no epilogue); no
+ *    GELU epilogue, forward or backward.
  * cuBLASLt wants 16-byte aligned operands (core/cuda/gemm.cu falls back to
  * the unfused path otherwise): every buffer here is its own allocation,
  * and the regions inside saved (attention_ops.cuh, gpt_block_state.h)
@@ -701,8 +702,7 @@ static void expected_fused(const gpu_case *c, int bf16, int nparams, unsigned lo
 	} else if (attention) {
 		want[LT_BIAS] = 2;
 	} else if (gpt && case_option(c, "mlp") && !strcmp(case_option(c, "mlp"), "moe")) {
-		const char *ne = case_option(c, "moe_experts");
-		want[LT_BIAS] = 2 + 2 * (unsigned long)(ne ? atoi(ne) : 8);
+		want[LT_BIAS] = 2;
 		want[LT_RESID] = drop ? 0 : 1;
 	} else if (gpt) {
 		/* under bf16 with its activations in bf16 (act16) the forward's
@@ -787,14 +787,15 @@ typedef unsigned long (*launch_counter_fn)(const char *name);
  * pass that sums their columns, dqkv in the fused core): the host rounds
  * nothing, forward or backward.  With mlp = moe the experts' products
  * read fp32 slots (dispatched tokens, their GELU): the forward rounds
- * those two of each expert; the backward is not counted. */
+ * those two, once for all the experts (the products are batched, and
+ * these cases have no replicas); the backward is not counted. */
 static long expected_staging(const gpu_case *c, const char *call, int bf16)
 {
 	if (strcmp(c->type, "gpt_block") || !bf16 || !c->flash || !act16_on() || !gemm_casts())
 		return -1;
-	const char *mlp = case_option(c, "mlp"), *ne = case_option(c, "moe_experts");
+	const char *mlp = case_option(c, "mlp");
 	if (mlp && !strcmp(mlp, "moe"))
-		return strcmp(call, "forward") ? -1 : 2L * (ne ? atoi(ne) : 8);
+		return strcmp(call, "forward") ? -1 : 2;
 	return 0;
 }
 

@@ -73,8 +73,8 @@ int moe_capacity(double cf, int k, int S, int E);
 
 size_t moe_saved_floats(const moe_geom *g);   /* per sample */
 size_t moe_scratch_floats(const moe_geom *g); /* per sample */
-/* The GPU's (moe_cuda.cuh): the CPU's regions, then the routing's counts
- * and figures, per sample. */
+/* The GPU's (moe_cuda.cuh), per sample: the CPU's with every expert
+ * block's GELU (batched products), then the routing's counts and figures. */
 size_t moe_device_scratch_floats(const moe_geom *g);
 double moe_fwd_flops(const moe_geom *g);      /* per sample */
 

@@ -12,9 +12,11 @@
  *    stays fp32 under bf16, as Switch Transformer keeps it ("selective
  *    precision"), so that bf16 rounding does not move tokens between
  *    experts.  The gate's two backward products are fp32 too;
- *  - the experts' products run at the run's precision, their biases in
- *    the products' epilogues; bias gradients are cuda_ops.cuh's fixed-tree
- *    column sums;
+ *  - the experts' products run at the run's precision, batched: one
+ *    strided product for all El local experts' blocks from each replica
+ *    (R products a layer, not E), their biases added by the kernel that
+ *    follows (with the GELU after the first); bias gradients are
+ *    cuda_ops.cuh's fixed-tree column sums, a block at a time;
  *  - the router's figures (aux_loss, load_max_over_mean, drop_frac) are
  *    computed on the GPU and handed to the host where they lie
  *    (ph_group_report_at, ABI 1.8): nothing waits for them.  They are
@@ -25,10 +27,12 @@
  * Given the same probabilities it makes the same choices bit for bit.
  *
  * Device scratch per call (floats; moe_device_scratch_floats per sample):
- *   the CPU's moe_scratch_floats regions: A, Bf [Q d], a, dh [rows h],
- *   dc [2 N], dlog [N E]; then cnt [G E] (ints: slots taken; the
- *   backward's per-group f), loadg [G E] (choices before capacity),
- *   gstat [G 3] (E l_g, choices, drops), stats [4] (the figures).
+ *   A, Bf [Q d] as the CPU's; a [Q h] (every block's GELU, where the
+ *   CPU keeps one block's: the products are batched; the backward's dh
+ *   reuses it once the GELU is spent), dc [2 N], dlog [N E]; then cnt
+ *   [G E] (ints: slots taken; the backward's per-group f), loadg [G E]
+ *   (choices before capacity), gstat [G 3] (E l_g, choices, drops),
+ *   stats [4] (the figures).
  */
 #ifndef PH_LAYERS_MOE_CUDA_CUH
 #define PH_LAYERS_MOE_CUDA_CUH
@@ -299,6 +303,33 @@ static __global__ void moe_gate_bwd_kernel(moe_geom g, int N, const float *probs
 	}
 }
 
+/* The experts' biases after a batched product: y [E blocks][rows][n] +=
+ * bias [expert of the block][n], where block q holds local expert q % El,
+ * global e0 + q % El; with gelu, also a = gelu(y) (the first product's
+ * pre-activation stays in y, as its epilogue kept it). */
+static __global__ void moe_bias_kernel(int64_t total, int rows, int n, int El, int e0, const float *bias,
+				       float *y, float *a)
+{
+	PH_GRID_STRIDE(i, total) {
+		const int64_t q = i / ((int64_t)rows * n);
+		const int c = (int)(i % n);
+		const float v = __fadd_rn(y[i], bias[(int64_t)(e0 + q % El) * n + c]);
+		y[i] = v;
+		if (a)
+			a[i] = ph_d_gelu(v);
+	}
+}
+
+static inline cudaError_t moe_k_bias(cudaStream_t st, int E, int rows, int n, int El, int e0, const float *bias,
+				     float *y, float *a)
+{
+	const int64_t total = (int64_t)E * rows * n;
+	if (total <= 0)
+		return cudaSuccess;
+	moe_bias_kernel<<<ph_blocks(total), 256, 0, st>>>(total, rows, n, El, e0, bias, y, a);
+	return cudaGetLastError();
+}
+
 /* ---- The MLP ---------------------------------------------------------- */
 
 /* Expert slots per sample (moe_mlp.c's slots()). */
@@ -325,7 +356,7 @@ static inline moe_d_saved moe_d_saved_views(const moe_geom *g, int B, float *sav
 }
 
 typedef struct {
-	float *A, *Bf, *a, *dh, *dc, *dlog, *loadg, *gstat, *stats;
+	float *A, *Bf, *a, *dc, *dlog, *loadg, *gstat, *stats;
 	int *cnt;
 } moe_d_scratch;
 
@@ -333,13 +364,12 @@ typedef struct {
 static inline moe_d_scratch moe_d_scratch_views(const moe_geom *g, int B, float *scratch)
 {
 	const size_t N = (size_t)B * g->T, Q = (size_t)B * moe_d_slots(g), d = g->d, h = g->h;
-	const size_t rows = N / g->S * g->C, G = N / g->S, E = g->E;
+	const size_t G = N / g->S, E = g->E;
 	moe_d_scratch s;
 	s.A = scratch;
 	s.Bf = s.A + Q * d;
 	s.a = s.Bf + Q * d;
-	s.dh = s.a + rows * h;
-	s.dc = s.dh + rows * h;
+	s.dc = s.a + Q * h;
 	s.dlog = s.dc + 2 * N;
 	s.cnt = (int *)(s.dlog + N * E);
 	s.loadg = (float *)s.cnt + G * E;
@@ -390,63 +420,78 @@ static inline int moe_d_expert(const ph_ctx *ctx, int E, int q)
 	return moe_group_rank(ctx) * El + q % El;
 }
 
-/* moe_experts_forward: per block q, u = xin w1^T + b1, a = gelu(u),
- * out = a w2^T + b2 (biases in the products' epilogues). */
+/* moe_experts_forward over the E blocks of `rows` slots (block q = j El +
+ * l: replica j's tokens for local expert l): u = xin w1^T + b1, a =
+ * gelu(u), out = a w2^T + b2.  Each product is one strided batch over a
+ * replica's El blocks (the weights' stride wraps there), so R products,
+ * not E; a holds every block's GELU. */
 static inline int moe_d_experts_forward(const moe_geom *g, const ph_ctx *ctx, int rows, const moe_params *p,
 					const float *xin, float *u, float *a, float *out, ph_err *err)
 {
-	const int d = g->d, h = g->h, E = g->E, El = E / moe_group_size(ctx);
+	const int d = g->d, h = g->h, E = g->E, R = moe_group_size(ctx), El = E / R, e0 = moe_d_expert(ctx, E, 0);
+	const int64_t xs = (int64_t)rows * d, hs = (int64_t)rows * h; /* a block's floats */
 	const float *b1 = p->biases, *b2 = p->biases + (size_t)E * h;
+	cudaStream_t st = PH_STREAM(ctx);
 	int rc;
-	for (int q = 0; q < E && rows > 0; q++) {
-		const int l = q % El, e = moe_d_expert(ctx, E, q);
-		const size_t off = (size_t)q * rows;
-		const float *w1 = p->w1 + (size_t)l * h * d, *w2 = p->w2 + (size_t)l * d * h;
-		if ((rc = ph_gemm_xwt_bias(ctx, rows, h, d, xin + off * d, w1, b1 + (size_t)e * h, u + off * h, err)))
+	if (rows <= 0)
+		return PH_OK;
+	for (int j = 0; j < R; j++)
+		if ((rc = ctx->gpu->gemm(ctx, 0, 1, rows, h, d, 1.0f, xin + j * El * xs, d, xs, p->w1, d,
+					 (int64_t)h * d, 0.0f, u + j * El * hs, h, hs, El, err)))
 			return rc;
-		PH_CUDA_TRY(err, ph_k_gelu_fwd(PH_STREAM(ctx), u + off * h, a, (int64_t)rows * h));
-		if ((rc = ph_gemm_xwt_bias(ctx, rows, d, h, a, w2, b2 + (size_t)e * d, out + off * d, err)))
+	PH_CUDA_TRY(err, moe_k_bias(st, E, rows, h, El, e0, b1, u, a));
+	for (int j = 0; j < R; j++)
+		if ((rc = ctx->gpu->gemm(ctx, 0, 1, rows, d, h, 1.0f, a + j * El * hs, h, hs, p->w2, h,
+					 (int64_t)d * h, 0.0f, out + j * El * xs, d, xs, El, err)))
 			return rc;
-	}
+	PH_CUDA_TRY(err, moe_k_bias(st, E, rows, d, El, e0, b2, out, NULL));
 	return PH_OK;
 }
 
-/* moe_experts_backward; dxin distinct from dout. */
+/* moe_experts_backward, batched as the forward; dxin distinct from dout.
+ * a [E rows h] is the GELU for dw2, then dh (the same floats). */
 static inline int moe_d_experts_backward(const moe_geom *g, const ph_ctx *ctx, int rows, const moe_params *p,
 					 const moe_grads *gr, const float *xin, const float *u,
-					 const float *dout, float *a, float *dh, float *dxin, ph_err *err)
+					 const float *dout, float *a, float *dxin, ph_err *err)
 {
-	const int d = g->d, h = g->h, E = g->E, El = E / moe_group_size(ctx);
+	const int d = g->d, h = g->h, E = g->E, R = moe_group_size(ctx), El = E / R;
+	const int64_t xs = (int64_t)rows * d, hs = (int64_t)rows * h, w = (int64_t)h * d;
 	const ph_gpu_api *gp = ctx->gpu;
 	cudaStream_t st = PH_STREAM(ctx);
+	float *dh = a;
 	int rc;
-	for (int q = 0; q < E && rows > 0; q++) {
-		const int l = q % El, e = moe_d_expert(ctx, E, q);
-		const size_t off = (size_t)q * rows;
-		const float *w1 = p->w1 + (size_t)l * h * d, *w2 = p->w2 + (size_t)l * d * h;
-		const float *uq = u + off * h, *dq = dout + off * d, *xq = xin + off * d;
-		if (gr) { /* dw2 [d, h] += dout^T gelu(u);  db2 += colsum dout */
-			PH_CUDA_TRY(err, ph_k_gelu_fwd(st, uq, a, (int64_t)rows * h));
-			if ((rc = gp->gemm(ctx, 1, 0, d, h, rows, 1.0f, dq, d, 0, a, h, 0, 1.0f,
-					   gr->w2 + (size_t)l * d * h, h, 0, 1, err)))
+	if (rows <= 0)
+		return PH_OK;
+	if (gr) { /* dw2 [d, h] += dout^T gelu(u);  db2 += colsum dout */
+		PH_CUDA_TRY(err, ph_k_gelu_fwd(st, u, a, (int64_t)E * hs));
+		for (int j = 0; j < R; j++)
+			if ((rc = gp->gemm(ctx, 1, 0, d, h, rows, 1.0f, dout + j * El * xs, d, xs, a + j * El * hs, h,
+					   hs, 1.0f, gr->w2, h, w, El, err)))
 				return rc;
-			PH_CUDA_TRY(err, ph_k_colsum_acc(st, dq, rows, d, gr->biases + (size_t)E * h + (size_t)e * d));
-		}
-		/* dh [rows, h] = dout w2, then * gelu'(u) */
-		if ((rc = gp->gemm(ctx, 0, 0, rows, h, d, 1.0f, dq, d, 0, w2, h, 0, 0.0f, dh, h, 0, 1, err)))
-			return rc;
-		PH_CUDA_TRY(err, ph_k_gelu_bwd(st, uq, dh, dh, (int64_t)rows * h));
-		if (gr) { /* dw1 [h, d] += du^T xin;  db1 += colsum du */
-			if ((rc = gp->gemm(ctx, 1, 0, h, d, rows, 1.0f, dh, h, 0, xq, d, 0, 1.0f,
-					   gr->w1 + (size_t)l * h * d, d, 0, 1, err)))
-				return rc;
-			PH_CUDA_TRY(err, ph_k_colsum_acc(st, dh, rows, h, gr->biases + (size_t)e * h));
-		}
-		/* dxin [rows, d] = du w1 */
-		if ((rc = gp->gemm(ctx, 0, 0, rows, d, h, 1.0f, dh, h, 0, w1, d, 0, 0.0f, dxin + off * d, d, 0, 1,
-				   err)))
-			return rc;
+		for (int q = 0; q < E; q++)
+			PH_CUDA_TRY(err, ph_k_colsum_acc(st, dout + q * xs, rows, d,
+							 gr->biases + (size_t)E * h + (size_t)moe_d_expert(ctx, E, q) * d));
 	}
+	/* dh [rows, h] = dout w2, then * gelu'(u) */
+	for (int j = 0; j < R; j++)
+		if ((rc = gp->gemm(ctx, 0, 0, rows, h, d, 1.0f, dout + j * El * xs, d, xs, p->w2, h, w, 0.0f,
+				   dh + j * El * hs, h, hs, El, err)))
+			return rc;
+	PH_CUDA_TRY(err, ph_k_gelu_bwd(st, u, dh, dh, (int64_t)E * hs));
+	if (gr) { /* dw1 [h, d] += du^T xin;  db1 += colsum du */
+		for (int j = 0; j < R; j++)
+			if ((rc = gp->gemm(ctx, 1, 0, h, d, rows, 1.0f, dh + j * El * hs, h, hs, xin + j * El * xs, d,
+					   xs, 1.0f, gr->w1, d, w, El, err)))
+				return rc;
+		for (int q = 0; q < E; q++)
+			PH_CUDA_TRY(err, ph_k_colsum_acc(st, dh + q * hs, rows, h,
+							 gr->biases + (size_t)moe_d_expert(ctx, E, q) * h));
+	}
+	/* dxin [rows, d] = du w1 */
+	for (int j = 0; j < R; j++)
+		if ((rc = gp->gemm(ctx, 0, 0, rows, d, h, 1.0f, dh + j * El * hs, h, hs, p->w1, d, w, 0.0f,
+				   dxin + j * El * xs, d, xs, El, err)))
+			return rc;
 	return PH_OK;
 }
 
@@ -530,7 +575,7 @@ static inline int moe_d_mlp_backward(const moe_geom *g, const ph_ctx *ctx, const
 	PH_CUDA_CHECK_LAUNCH(err, "moe: combine backward");
 	if ((rc = moe_d_all_to_all(ctx, s.A, s.Bf, Q * d, err)))
 		return rc;
-	if ((rc = moe_d_experts_backward(g, ctx, rows, p, gr, v.xin, v.u, s.Bf, s.a, s.dh, s.A, err)))
+	if ((rc = moe_d_experts_backward(g, ctx, rows, p, gr, v.xin, v.u, s.Bf, s.a, s.A, err)))
 		return rc;
 	if ((rc = moe_d_all_to_all(ctx, s.A, s.Bf, Q * d, err)))
 		return rc;

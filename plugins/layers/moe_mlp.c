@@ -40,10 +40,12 @@ size_t moe_scratch_floats(const moe_geom *g)
 
 size_t moe_device_scratch_floats(const moe_geom *g)
 {
-	const size_t E = g->E, groups = (size_t)(g->T / g->S);
-	/* cnt and loadg [G, E], gstat [G, 3], then 4 for the figures (a
-	 * sample's share: at least one sample calls) */
-	return moe_scratch_floats(g) + groups * (2 * E + 3) + 4;
+	const size_t T = g->T, E = g->E, d = g->d, h = g->h, groups = (size_t)(g->T / g->S);
+	/* moe_cuda.cuh's list: A, Bf [slots d], a [slots h] (every block's
+	 * GELU: the products are batched), dc [2 T], dlog [T E]; then cnt and
+	 * loadg [G, E], gstat [G, 3], and 4 for the figures (a sample's
+	 * share: at least one sample calls) */
+	return 2 * slots(g) * d + slots(g) * h + 2 * T + T * E + groups * (2 * E + 3) + 4;
 }
 
 /* The routed FLOPs of one sample: the gate (2 d E a token, softmax ~5 E),
