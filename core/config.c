@@ -627,15 +627,21 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 		int64_t m = c->run.micro_batches * c->run.replicas, b = c->run.batch;
 		int64_t lo = b / m * m, hi = lo + m;
 		ph_ini_entry *e = ph_ini_find(&c->ini, "run", "batch");
+		/* the nearest batches that split, below and above; below b
+		 * there may be none (b < m) */
+		char fix[96];
+		if (lo)
+			snprintf(fix, sizeof fix, "use batch = %lld or %lld", (long long)lo, (long long)hi);
+		else
+			snprintf(fix, sizeof fix, "use batch = %lld (or a multiple of it), or fewer micro-batches",
+				 (long long)hi);
 		if (c->run.replicas > 1)
 			return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
-					  "[run] batch = %lld does not split into %lld replicas of %lld equal micro-batches; "
-					  "use batch = %lld or %lld",
-					  (long long)b, (long long)c->run.replicas, (long long)c->run.micro_batches,
-					  (long long)(lo ? lo : hi), (long long)hi);
+					  "[run] batch = %lld does not split into %lld replicas of %lld equal micro-batches; %s",
+					  (long long)b, (long long)c->run.replicas, (long long)c->run.micro_batches, fix);
 		return where_fail(c, e ? e->line : 0, PH_EINVAL, err,
-				  "[run] batch = %lld does not split into %lld equal micro-batches; use batch = %lld or %lld",
-				  (long long)b, (long long)m, (long long)(lo ? lo : hi), (long long)hi);
+				  "[run] batch = %lld does not split into %lld equal micro-batches; %s", (long long)b,
+				  (long long)m, fix);
 	}
 	/* a file where the cache directory goes: said now, not only when a
 	 * run happens to measure (cost = flops never reads the cache) */

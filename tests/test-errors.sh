@@ -148,6 +148,10 @@ expect_error "bf16 on the CPU" "precision = bf16 needs a CUDA device" \
 expect_error "batch not split among replicas" \
 	"batch = 32 does not split into 3 replicas of 4 equal micro-batches; use batch = 24 or 36" \
 	-c "$tiny" --set run.replicas=3
+# a batch smaller than replicas x micro-batches has no smaller batch to offer
+expect_error "batch below replicas x micro-batches" \
+	"batch = 8 does not split into 3 replicas of 4 equal micro-batches; use batch = 12 \\(or a multiple of it\\), or fewer micro-batches" \
+	-c "$tiny" --set run.replicas=3 --set run.batch=8
 expect_error "a device list of the wrong length for the replicas" \
 	"devices = cpu,cpu,cpu lists 3 devices for 2 ranks in each of 2 replicas" \
 	-c "$tiny" --set run.stages=2 --set run.replicas=2 --set run.devices=cpu,cpu,cpu
