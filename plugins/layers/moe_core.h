@@ -57,6 +57,61 @@ typedef struct {
 	float aux_coef;     /* coefficient of the load-balancing loss */
 } moe_geom;
 
+/* What the CPU and the CUDA twin (moe_cuda.cuh) share to the bit: the
+ * saved layout and the gate's per-token backward. */
+#ifdef __CUDACC__
+#define MOE_FN static inline __host__ __device__
+#else
+#define MOE_FN static inline
+#endif
+
+/* Expert slots per sample: E C for each of its T / S groups. */
+MOE_FN size_t moe_slots(const moe_geom *g)
+{
+	return (size_t)g->E * (size_t)(g->T / g->S) * (size_t)g->C;
+}
+
+/* The saved regions of B samples (the list above). */
+typedef struct {
+	float *probs, *route, *xin, *u, *eo;
+} moe_saved;
+
+MOE_FN moe_saved moe_saved_views(const moe_geom *g, int B, float *saved)
+{
+	const size_t N = (size_t)B * g->T, Q = (size_t)B * moe_slots(g);
+	moe_saved v;
+	v.probs = saved;
+	v.route = v.probs + N * g->E;
+	v.xin = v.route + N * MOE_ROUTE_W;
+	v.u = v.xin + Q * g->d;
+	v.eo = v.u + Q * g->h;
+	return v;
+}
+
+/* One token's dlogits [E] (k experts, probabilities pn, route r): dp =
+ * f (the group's aux gradient) plus the combine weights' gradients dc1,
+ * dc2 through the top-k renormalisation, then through the softmax. */
+MOE_FN void moe_token_dlogits(int k, int E, const float *pn, const float *r, const float *f, float dc1, float dc2,
+			      float *dl)
+{
+	for (int e = 0; e < E; e++)
+		dl[e] = f[e];
+	const int e1 = (int)r[0], e2 = (int)r[1];
+	if (k == 1) {
+		dl[e1] += dc1;
+	} else {
+		const float p1 = pn[e1], p2 = pn[e2], s = p1 + p2;
+		const float inv2 = 1.0f / (s * s);
+		dl[e1] += p2 * (dc1 - dc2) * inv2;
+		dl[e2] += p1 * (dc2 - dc1) * inv2;
+	}
+	float dot = 0;
+	for (int e = 0; e < E; e++)
+		dot += pn[e] * dl[e];
+	for (int e = 0; e < E; e++)
+		dl[e] = pn[e] * (dl[e] - dot);
+}
+
 /* Parameters of this replica: w1, w2 point at its El experts, gate and
  * biases are whole. */
 typedef struct {

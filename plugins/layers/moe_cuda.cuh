@@ -282,24 +282,7 @@ static __global__ void moe_gate_bwd_kernel(moe_geom g, int N, const float *probs
 	const int E = g.E, S = g.S;
 	PH_GRID_STRIDE(n, N) {
 		const float *pn = probs + n * E, *r = route + n * MOE_ROUTE_W, *fg = f + (n / S) * E;
-		float *dl = dlogits + n * E;
-		for (int e = 0; e < E; e++)
-			dl[e] = fg[e];
-		const int e1 = (int)r[0], e2 = (int)r[1];
-		const float dc1 = dc[2 * n], dc2 = dc[2 * n + 1];
-		if (g.k == 1) {
-			dl[e1] += dc1;
-		} else {
-			const float p1 = pn[e1], p2 = pn[e2], s = p1 + p2;
-			const float inv2 = 1.0f / (s * s);
-			dl[e1] += p2 * (dc1 - dc2) * inv2;
-			dl[e2] += p1 * (dc2 - dc1) * inv2;
-		}
-		float dot = 0;
-		for (int e = 0; e < E; e++)
-			dot += pn[e] * dl[e];
-		for (int e = 0; e < E; e++)
-			dl[e] = pn[e] * (dl[e] - dot);
+		moe_token_dlogits(g.k, E, pn, r, fg, dc[2 * n], dc[2 * n + 1], dlogits + n * E);
 	}
 }
 
@@ -332,29 +315,6 @@ static inline cudaError_t moe_k_bias(cudaStream_t st, int E, int rows, int n, in
 
 /* ---- The MLP ---------------------------------------------------------- */
 
-/* Expert slots per sample (moe_mlp.c's slots()). */
-static inline size_t moe_d_slots(const moe_geom *g)
-{
-	return (size_t)g->E * (size_t)(g->T / g->S) * (size_t)g->C;
-}
-
-typedef struct {
-	float *probs, *route, *xin, *u, *eo;
-} moe_d_saved;
-
-/* moe_mlp.c's saved_views: the same layout. */
-static inline moe_d_saved moe_d_saved_views(const moe_geom *g, int B, float *saved)
-{
-	const size_t N = (size_t)B * g->T, Q = (size_t)B * moe_d_slots(g);
-	moe_d_saved v;
-	v.probs = saved;
-	v.route = v.probs + N * g->E;
-	v.xin = v.route + N * MOE_ROUTE_W;
-	v.u = v.xin + Q * g->d;
-	v.eo = v.u + Q * g->h;
-	return v;
-}
-
 typedef struct {
 	float *A, *Bf, *a, *dc, *dlog, *loadg, *gstat, *stats;
 	int *cnt;
@@ -363,7 +323,7 @@ typedef struct {
 /* The scratch regions for B samples (the header's list). */
 static inline moe_d_scratch moe_d_scratch_views(const moe_geom *g, int B, float *scratch)
 {
-	const size_t N = (size_t)B * g->T, Q = (size_t)B * moe_d_slots(g), d = g->d, h = g->h;
+	const size_t N = (size_t)B * g->T, Q = (size_t)B * moe_slots(g), d = g->d, h = g->h;
 	const size_t G = N / g->S, E = g->E;
 	moe_d_scratch s;
 	s.A = scratch;
@@ -513,8 +473,8 @@ static inline int moe_d_mlp_forward(const moe_geom *g, const ph_ctx *ctx, const 
 	if (rc || ctx->batch == 0)
 		return rc;
 	const int B = ctx->batch, N = B * g->T, G = N / g->S, rows = G * g->C, E = g->E, d = g->d;
-	const size_t Q = (size_t)B * moe_d_slots(g);
-	const moe_d_saved v = moe_d_saved_views(g, B, saved);
+	const size_t Q = (size_t)B * moe_slots(g);
+	const moe_saved v = moe_saved_views(g, B, saved);
 	const moe_d_scratch s = moe_d_scratch_views(g, B, scratch);
 	const ph_ctx c32 = moe_d_fp32(ctx);
 	cudaStream_t st = PH_STREAM(ctx);
@@ -561,8 +521,8 @@ static inline int moe_d_mlp_backward(const moe_geom *g, const ph_ctx *ctx, const
 	if (rc || ctx->batch == 0)
 		return rc;
 	const int B = ctx->batch, N = B * g->T, G = N / g->S, rows = G * g->C, E = g->E, d = g->d;
-	const size_t Q = (size_t)B * moe_d_slots(g);
-	const moe_d_saved v = moe_d_saved_views(g, B, saved);
+	const size_t Q = (size_t)B * moe_slots(g);
+	const moe_saved v = moe_saved_views(g, B, saved);
 	const moe_d_scratch s = moe_d_scratch_views(g, B, scratch);
 	const ph_ctx c32 = moe_d_fp32(ctx);
 	cudaStream_t st = PH_STREAM(ctx);

@@ -190,24 +190,7 @@ void moe_gate_backward(const moe_geom *g, const ph_ctx *ctx, const float *probs,
 		for (int t = 0; t < S; t++) {
 			const int n = gi * S + t;
 			const float *pn = probs + (size_t)n * E, *r = route + (size_t)n * MOE_ROUTE_W;
-			float *dl = dlogits + (size_t)n * E; /* dp first, in place */
-			for (int e = 0; e < E; e++)
-				dl[e] = f[e];
-			const int e1 = (int)r[0], e2 = (int)r[1];
-			const float dc1 = dc[2 * n], dc2 = dc[2 * n + 1];
-			if (g->k == 1) {
-				dl[e1] += dc1;
-			} else {
-				const float p1 = pn[e1], p2 = pn[e2], s = p1 + p2;
-				const float inv2 = 1.0f / (s * s);
-				dl[e1] += p2 * (dc1 - dc2) * inv2;
-				dl[e2] += p1 * (dc2 - dc1) * inv2;
-			}
-			float dot = 0;
-			for (int e = 0; e < E; e++)
-				dot += pn[e] * dl[e];
-			for (int e = 0; e < E; e++)
-				dl[e] = pn[e] * (dl[e] - dot);
+			moe_token_dlogits(g->k, E, pn, r, f, dc[2 * n], dc[2 * n + 1], dlogits + (size_t)n * E);
 		}
 	}
 }

@@ -19,23 +19,17 @@
 #include <cblas.h>
 #include "moe_core.h"
 
-/* expert slots per sample: E C for each of its T / S groups */
-static size_t slots(const moe_geom *g)
-{
-	return (size_t)g->E * (size_t)(g->T / g->S) * (size_t)g->C;
-}
-
 size_t moe_saved_floats(const moe_geom *g)
 {
 	const size_t T = g->T, E = g->E, d = g->d, h = g->h;
-	return T * E + T * MOE_ROUTE_W + slots(g) * (2 * d + h);
+	return T * E + T * MOE_ROUTE_W + moe_slots(g) * (2 * d + h);
 }
 
 size_t moe_scratch_floats(const moe_geom *g)
 {
 	const size_t T = g->T, E = g->E, d = g->d, h = g->h;
 	const size_t per_expert = (size_t)(g->T / g->S) * g->C; /* rows of one block */
-	return 2 * slots(g) * d + 2 * per_expert * h + 2 * T + T * E;
+	return 2 * moe_slots(g) * d + 2 * per_expert * h + 2 * T + T * E;
 }
 
 size_t moe_device_scratch_floats(const moe_geom *g)
@@ -45,7 +39,7 @@ size_t moe_device_scratch_floats(const moe_geom *g)
 	 * GELU: the products are batched), dc [2 T], dlog [T E]; then cnt and
 	 * loadg [G, E], gstat [G, 3], and 4 for the figures (a sample's
 	 * share: at least one sample calls) */
-	return 2 * slots(g) * d + slots(g) * h + 2 * T + T * E + groups * (2 * E + 3) + 4;
+	return 2 * moe_slots(g) * d + moe_slots(g) * h + 2 * T + T * E + groups * (2 * E + 3) + 4;
 }
 
 /* The routed FLOPs of one sample: the gate (2 d E a token, softmax ~5 E),
@@ -53,24 +47,8 @@ size_t moe_device_scratch_floats(const moe_geom *g)
  * dispatch and combine (~3 d a slot). */
 double moe_fwd_flops(const moe_geom *g)
 {
-	const double T = g->T, E = g->E, d = g->d, h = g->h, Q = (double)slots(g);
+	const double T = g->T, E = g->E, d = g->d, h = g->h, Q = (double)moe_slots(g);
 	return T * (2.0 * d * E + 5.0 * E) + Q * (4.0 * d * h + 11.0 * h + 4.0 * d);
-}
-
-typedef struct {
-	float *probs, *route, *xin, *u, *eo;
-} moe_saved;
-
-static moe_saved saved_views(const moe_geom *g, int B, float *saved)
-{
-	const size_t N = (size_t)B * g->T, Q = (size_t)B * slots(g);
-	moe_saved v;
-	v.probs = saved;
-	v.route = v.probs + N * g->E;
-	v.xin = v.route + N * MOE_ROUTE_W;
-	v.u = v.xin + Q * g->d;
-	v.eo = v.u + Q * g->h;
-	return v;
 }
 
 static int check_group(const moe_geom *g, const ph_ctx *ctx, ph_err *err)
@@ -91,8 +69,8 @@ int moe_mlp_forward(const moe_geom *g, const ph_ctx *ctx, const moe_params *p, c
 	if (rc)
 		return rc;
 	const int B = ctx->batch, N = B * g->T, rows = N / g->S * g->C;
-	const size_t Q = (size_t)B * slots(g);
-	moe_saved v = saved_views(g, B, saved);
+	const size_t Q = (size_t)B * moe_slots(g);
+	moe_saved v = moe_saved_views(g, B, saved);
 	float *A = scratch, *Bf = A + Q * g->d, *a = Bf + Q * g->d; /* a: [rows, h] */
 	moe_stats st;
 
@@ -120,8 +98,8 @@ int moe_mlp_backward(const moe_geom *g, const ph_ctx *ctx, const moe_params *p,
 	if (rc)
 		return rc;
 	const int B = ctx->batch, N = B * g->T, rows = N / g->S * g->C, E = g->E, d = g->d;
-	const size_t Q = (size_t)B * slots(g);
-	moe_saved v = saved_views(g, B, saved);
+	const size_t Q = (size_t)B * moe_slots(g);
+	moe_saved v = moe_saved_views(g, B, saved);
 	float *A = scratch, *Bf = A + Q * d, *a = Bf + Q * d, *dh = a + (size_t)rows * g->h;
 	float *dc = dh + (size_t)rows * g->h, *dlog = dc + 2 * (size_t)N;
 
