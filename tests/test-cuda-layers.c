@@ -171,6 +171,7 @@ typedef struct {
 	int flash;        /* attention heads when bf16 takes the fused core (flash_attention.cuh) */
 	int mma;          /* run with PIPEHOST_ATTN_MMA=1: the fused core in registers (flash_mma.cuh) */
 	int cudnn;        /* run with PIPEHOST_ATTN_CUDNN=1: cuDNN's fused attention (cudnn_sdpa.h) */
+	int cudnn_group;  /* and PIPEHOST_ATTN_CUDNN_GROUP=N: its backward over groups of N samples */
 	const char *what;
 } gpu_case;
 
@@ -310,6 +311,11 @@ static const gpu_case cases[] = {
 	{ "seq_xent", NULL, S(3, 5), 2, .what = "T = 3, V = 5" },
 	{ "seq_xent", NULL, S(16, 50), 3, .what = "T = 16, V = 50" },
 	{ "seq_xent", NULL, S(8, 300), 2, .what = "V = 300, a row wider than a block" },
+	/* last, so the cases above keep their seeds (1000 + index): the grouped
+	 * path of cuDNN's backward, forced (PIPEHOST_ATTN_CUDNN_GROUP) */
+	{ "gpt_block", KV("heads", "2", "mlp_ratio", "2"), S(72, 96), 3, .pscale = 0.25f, .deep = 1, .flash = 2,
+	  .cudnn = 1, .cudnn_group = 2,
+	  .what = "cuDNN's fused attention, its backward in groups of 2 of 3 samples (the last a graph of its own)" },
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -964,6 +970,13 @@ static void run_case(int idx)
 		setenv("PIPEHOST_ATTN_CUDNN", "1", 1);
 	else
 		unsetenv("PIPEHOST_ATTN_CUDNN");
+	if (c->cudnn_group) {
+		char g[16];
+		snprintf(g, sizeof g, "%d", c->cudnn_group);
+		setenv("PIPEHOST_ATTN_CUDNN_GROUP", g, 1);
+	} else {
+		unsetenv("PIPEHOST_ATTN_CUDNN_GROUP");
+	}
 
 	const ph_layer_ops *ops = load_layer(c->type);
 	/* Before any device pointer reaches it: a CPU-only layer would

@@ -25,7 +25,9 @@
 #include <pipehost/plugin.h>
 #include "options.h"
 
+#include "gpt_block_state.h" /* gpt_sdpa_backward_spans */
 #include "layer-harness.h"
+#include "sdpa_place.h"
 #include "fd-harness.h"
 
 /* This file's use of the harness (tests/fd-harness.h): seq_xent's input is
@@ -699,6 +701,131 @@ START_TEST(test_gpt_block_bad_config)
 }
 END_TEST
 
+/* ---- cuDNN's fused attention: where its blocks go (sdpa_place.h) ---- */
+
+/* Every placed block aligned, inside one span, apart from the others. */
+static void check_placement(const ph_sdpa_span *sp, int ns, const size_t *sz, int n, void *const *at)
+{
+	for (int i = 0; i < n; i++) {
+		if (sz[i] == 0) {
+			ck_assert_ptr_null(at[i]);
+			continue;
+		}
+		const uintptr_t a = (uintptr_t)at[i];
+		ck_assert_uint_eq(a % PH_SDPA_ALIGN, 0);
+		int inside = 0;
+		for (int j = 0; j < ns; j++)
+			inside += a >= (uintptr_t)sp[j].p && a + sz[i] <= (uintptr_t)sp[j].p + sp[j].bytes;
+		ck_assert_msg(inside == 1, "block %d (%zu bytes) lies in %d spans", i, sz[i], inside);
+		for (int k = 0; k < i; k++)
+			if (sz[k])
+				ck_assert_msg(a + sz[i] <= (uintptr_t)at[k] || (uintptr_t)at[k] + sz[k] <= a,
+					      "blocks %d and %d overlap", k, i);
+	}
+}
+
+static uint64_t xs64(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+START_TEST(test_sdpa_place_random)
+{
+	uint64_t x = 0x5dbaULL;
+	int placed = 0, refused = 0;
+	for (int trial = 0; trial < 2000; trial++) {
+		ph_sdpa_span sp[PH_SDPA_SPANS];
+		size_t sz[PH_SDPA_BLOCKS], biggest = 0, need = 0;
+		void *at[PH_SDPA_BLOCKS];
+		const int ns = (int)(xs64(&x) % PH_SDPA_SPANS) + 1, n = (int)(xs64(&x) % PH_SDPA_BLOCKS) + 1;
+		uintptr_t base = 0x100000 + (uintptr_t)(xs64(&x) % 4096); /* spans at odd addresses too */
+		for (int j = 0; j < ns; j++) {
+			sp[j].p = (void *)base;
+			sp[j].bytes = (size_t)(xs64(&x) % 100000);
+			base += sp[j].bytes + (size_t)(xs64(&x) % 1000);
+			biggest = sp[j].bytes > biggest ? sp[j].bytes : biggest;
+		}
+		for (int i = 0; i < n; i++) {
+			sz[i] = xs64(&x) % 5 == 0 ? 0 : (size_t)(xs64(&x) % 60000);
+			need += sz[i] + PH_SDPA_ALIGN;
+		}
+		const int ok = ph_sdpa_place(sp, ns, sz, n, at);
+		if (ok)
+			check_placement(sp, ns, sz, n, at);
+		else /* it refuses only what one span of them all could not take */
+			ck_assert_msg(need > biggest, "refused %zu bytes in %d blocks with a span of %zu", need, n,
+				      biggest);
+		placed += ok;
+		refused += !ok;
+	}
+	ck_assert_int_gt(placed, 100); /* both outcomes exercised */
+	ck_assert_int_gt(refused, 100);
+
+	/* largest first: taken in call order, best fit puts the 30 in the
+	 * 60-span and the 70 then has no room */
+	const size_t k = PH_SDPA_ALIGN;
+	const ph_sdpa_span sp[2] = { { (void *)(uintptr_t)(1000 * k), 100 * k }, { (void *)(uintptr_t)(2000 * k), 60 * k } };
+	const size_t sz[3] = { 30 * k, 60 * k, 70 * k };
+	void *at[3];
+	ck_assert(ph_sdpa_place(sp, 2, sz, 3, at));
+	check_placement(sp, 2, sz, 3, at);
+}
+END_TEST
+
+/* GPT-2 small's block (8 x 1024, d 768, 12 heads of 64, MLP x4) in bf16:
+ * the spans gpt_block_cuda.cu lends cuDNN's backward miss every buffer
+ * still live, and with the deterministic backward's workspace as
+ * cudnn-frontend 1.32 sizes it on Hopper (dP, B*H*T*T*2 bytes) plus dQ's
+ * fp32 accumulator, the copies and workspace of 4 samples fit beside each
+ * other: the backward runs in 2 groups, not 4 (the cut from the front that
+ * came before) or 8. */
+START_TEST(test_sdpa_gpt2_spans)
+{
+	const size_t B = 8, T = 1024, d = 768, r = 4, H = 12, hd = 64, n = B * T * d;
+	for (int dqkv16 = 0; dqkv16 <= 1; dqkv16++) {
+		gpt_scratch_span gs[3];
+		const int ns = gpt_sdpa_backward_spans(B, T, d, r, H, dqkv16, gs);
+		const size_t end = gpt_device_scratch_floats(B, T, d, r, H, 0);
+		const size_t dqkv = 4 * n + r * n;
+		/* live: dx1, dh (datt), dqkv's used part */
+		const size_t live[3][2] = { { 0, n }, { 2 * n, 3 * n }, { dqkv, dqkv + (dqkv16 ? 3 * n / 2 : 3 * n) } };
+		size_t free_floats = 0;
+		for (int j = 0; j < ns; j++) {
+			ck_assert_uint_le(gs[j].at + gs[j].floats, end);
+			for (int k = 0; k < 3; k++)
+				ck_assert_msg(gs[j].at + gs[j].floats <= live[k][0] || live[k][1] <= gs[j].at,
+					      "span %d overlaps live buffer %d", j, k);
+			free_floats += gs[j].floats;
+		}
+		/* and nothing else is live: the spans and the live buffers cover the scratch */
+		ck_assert_uint_eq(free_floats + 2 * n + (live[2][1] - live[2][0]), end);
+
+		ph_sdpa_span sp[3];
+		for (int j = 0; j < ns; j++)
+			sp[j] = (ph_sdpa_span){ (void *)(uintptr_t)(0x40000000u + gs[j].at * sizeof(float)),
+						gs[j].floats * sizeof(float) };
+		int fits[9] = { 0 };
+		for (size_t Bg = 1; Bg <= B; Bg *= 2) {
+			/* q16, do16, o16 (att saved in bf16: none), g16 (none where dqkv16), stats, workspace */
+			const size_t sz[6] = { n * 3 * 2,     n * 2,
+					       0,             dqkv16 ? 0 : n * 3 * 2,
+					       Bg * H * T * 4, Bg * H * T * T * 2 + Bg * H * T * hd * 4 };
+			void *at[6];
+			fits[Bg] = ph_sdpa_place(sp, ns, sz, 6, at);
+			if (fits[Bg])
+				check_placement(sp, ns, sz, 6, at);
+		}
+		/* fp32 also copies dqkv through bf16: 36 MiB more, groups of 2 */
+		const size_t want = dqkv16 ? 4 : 2;
+		ck_assert_msg(fits[1] && fits[want] && !fits[2 * want], "dqkv16 %d: groups of 1 %d, 2 %d, 4 %d, 8 %d",
+			      dqkv16, fits[1], fits[2], fits[4], fits[8]);
+	}
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 
 static Suite *transformer_suite(void)
@@ -744,6 +871,11 @@ static Suite *transformer_suite(void)
 	tcase_add_test(tc, test_gpt_block_forward_meta);
 	tcase_add_test(tc, test_gpt_block_causal);
 	tcase_add_test(tc, test_gpt_block_bad_config);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cudnn_scratch");
+	tcase_add_test(tc, test_sdpa_place_random);
+	tcase_add_test(tc, test_sdpa_gpt2_spans);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -24,6 +24,16 @@ int ph_sdpa_requested(void)
 	return !v ? 0 : !strcmp(v, "1") ? 1 : !strcmp(v, "2") ? 2 : 0;
 }
 
+/* PIPEHOST_ATTN_CUDNN_GROUP=N: the backward over groups of at most N
+ * samples even where more fit, so that a test of a few samples takes the
+ * grouped path (offsets, the last group's own graph); 0 (unset) none. */
+static int group_cap(void)
+{
+	const char *v = getenv("PIPEHOST_ATTN_CUDNN_GROUP");
+	const long n = v ? strtol(v, NULL, 10) : 0;
+	return n > 0 && n < 65536 ? (int)n : 0;
+}
+
 /* ---- element-wise passes ---- */
 
 static __global__ void ph_sdpa_k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n)
@@ -59,64 +69,35 @@ static int aligned16(const void *p)
 #define PH_SDPA_LOG2E 1.4426950408889634f
 #define PH_SDPA_LN2 0.6931471805599453f
 
-/* ---- carving the caller's free memory ---- */
+/* ---- the caller's free memory ---- */
 
-struct carver {
-	ph_sdpa_span s[4];
-	int n;
-	size_t want; /* bytes asked for in all, for the message */
-};
-
-/* n bytes, 256-aligned, from the first span with room; NULL if none */
-static void *carve(carver *c, size_t n)
-{
-	c->want += n;
-	if (n == 0)
-		return nullptr;
-	for (int i = 0; i < c->n; i++) {
-		const uintptr_t p = (uintptr_t)c->s[i].p, a = (p + 255) & ~(uintptr_t)255;
-		const size_t skip = a - p;
-		if (c->s[i].bytes >= skip + n) {
-			c->s[i].p = (char *)a + n;
-			c->s[i].bytes -= skip + n;
-			return (void *)a;
-		}
-	}
-	c->n = -1; /* failed: later carves fail too, the message counts them all */
-	return nullptr;
-}
-
-/* whether some span still has room for n bytes, 256-aligned */
-static int carve_fits(const carver *c, size_t n)
-{
-	for (int i = 0; i < c->n; i++) {
-		const uintptr_t p = (uintptr_t)c->s[i].p, a = (p + 255) & ~(uintptr_t)255;
-		if (c->s[i].bytes >= (a - p) + n)
-			return 1;
-	}
-	return n == 0;
-}
-
-static int carver_init(carver *c, const ph_sdpa_span *work, int nwork, ph_err *err)
-{
-	if (nwork < 0 || nwork > 4)
-		return ph_fail(err, PH_EINTERNAL, "attention: %d scratch spans for cuDNN's attention", nwork);
-	c->n = nwork;
-	c->want = 0;
-	for (int i = 0; i < nwork; i++)
-		c->s[i] = work[i];
-	return PH_OK;
-}
-
-static int carve_failed(const carver *c, const ph_sdpa_span *work, int nwork, const char *what, ph_err *err)
+static size_t span_bytes(const ph_sdpa_span *work, int nwork)
 {
 	size_t have = 0;
 	for (int i = 0; i < nwork; i++)
 		have += work[i].bytes;
+	return have;
+}
+
+/* The blocks of sizes[0..n) in the spans (sdpa_place.h), or PH_ENOMEM with
+ * the sizes where they do not fit. */
+static int place(const ph_sdpa_span *work, int nwork, const size_t *sizes, int n, void **at, const char *what,
+		 ph_err *err)
+{
+	if (nwork < 0 || nwork > PH_SDPA_SPANS)
+		return ph_fail(err, PH_EINTERNAL, "attention: %d scratch spans for cuDNN's attention", nwork);
+	if (ph_sdpa_place(work, nwork, sizes, n, at))
+		return PH_OK;
+	size_t want = 0, biggest = 0;
+	for (int i = 0; i < n; i++) {
+		want += sizes[i];
+		biggest = sizes[i] > biggest ? sizes[i] : biggest;
+	}
 	return ph_fail(err, PH_ENOMEM,
 		       "attention: cuDNN's fused attention %s needs %zu bytes of scratch (bf16 copies and "
-		       "workspace), the layer has %zu free in %d span(s); unset PIPEHOST_ATTN_CUDNN",
-		       what, c->want, have, nwork);
+		       "workspace, the largest block %zu), the layer has %zu free in %d span(s); unset "
+		       "PIPEHOST_ATTN_CUDNN",
+		       what, want, biggest, span_bytes(work, nwork), nwork);
 }
 
 #define SDPA_LAUNCHED(what)                                                                                \
@@ -176,20 +157,21 @@ int ph_sdpa_forward(cudaStream_t st, int B, int T, int H, int hd, const float *q
 	if ((rc = ph_sdpa_graph(st, 0, B, T, H, hd, &graph, &wsb, err)))
 		return rc;
 	const int64_t d = (int64_t)H * hd, nqkv = (int64_t)B * T * 3 * d, no = (int64_t)B * T * d;
-	carver c;
-	if ((rc = carver_init(&c, work, nwork, err)))
-		return rc;
 	/* cuDNN wants 16-byte aligned tensors; the layer's saved regions are
 	 * only 8-aligned where B*T is odd, so O goes through a copy there,
 	 * and the statistic always does (it is scaled on the way anyway) */
 	const int o_direct = att16 && aligned16(att);
 	const int64_t nl = (int64_t)B * H * T;
-	__nv_bfloat16 *q16 = (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
-	__nv_bfloat16 *o16 = o_direct ? (__nv_bfloat16 *)att : (__nv_bfloat16 *)carve(&c, (size_t)no * 2);
-	float *stats = (float *)carve(&c, (size_t)nl * sizeof(float));
-	void *ws = carve(&c, wsb);
-	if (c.n < 0)
-		return carve_failed(&c, work, nwork, "forward", err);
+	enum { Q16, O16, STATS, WS, NBLOCKS };
+	const size_t sizes[NBLOCKS] = { (size_t)nqkv * 2, o_direct ? 0 : (size_t)no * 2, (size_t)nl * sizeof(float),
+					wsb };
+	void *at[NBLOCKS];
+	if ((rc = place(work, nwork, sizes, NBLOCKS, at, "forward", err)))
+		return rc;
+	__nv_bfloat16 *q16 = (__nv_bfloat16 *)at[Q16];
+	__nv_bfloat16 *o16 = o_direct ? (__nv_bfloat16 *)att : (__nv_bfloat16 *)at[O16];
+	float *stats = (float *)at[STATS];
+	void *ws = at[WS];
 
 	if ((rc = to_bf16(st, qkv, 0, q16, nqkv, "qkv", err)))
 		return rc;
@@ -222,43 +204,50 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	/* 1: the deterministic algorithm; 2 (PIPEHOST_ATTN_CUDNN=2): cuDNN's default */
 	const int kind = ph_sdpa_requested() == 2 ? 2 : 1;
 	const int64_t d = (int64_t)H * hd, nqkv = (int64_t)B * T * 3 * d, no = (int64_t)B * T * d;
-	const int64_t nl = (int64_t)B * H * T;
-	carver c;
-	if ((rc = carver_init(&c, work, nwork, err)))
-		return rc;
 	/* 16-byte alignment, as in the forward */
 	const int o_direct = att16 && aligned16(att), g_direct = dqkv16 && aligned16(dqkv);
-	__nv_bfloat16 *q16 = (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
-	__nv_bfloat16 *do16 = (__nv_bfloat16 *)carve(&c, (size_t)no * 2);
-	const __nv_bfloat16 *o16 =
-		o_direct ? (const __nv_bfloat16 *)att : (const __nv_bfloat16 *)carve(&c, (size_t)no * 2);
-	__nv_bfloat16 *g16 = g_direct ? (__nv_bfloat16 *)dqkv : (__nv_bfloat16 *)carve(&c, (size_t)nqkv * 2);
-	float *stats = (float *)carve(&c, (size_t)nl * sizeof(float));
-	if (c.n < 0)
-		return carve_failed(&c, work, nwork, "backward", err);
+	enum { Q16, DO16, O16, G16, STATS, WS, NBLOCKS };
+	size_t sizes[NBLOCKS] = { (size_t)nqkv * 2,
+				  (size_t)no * 2,
+				  o_direct ? 0 : (size_t)no * 2,
+				  g_direct ? 0 : (size_t)nqkv * 2,
+				  0, /* the statistic: set with the group */
+				  0 };
+	void *at[NBLOCKS];
 	/* Samples a run: all of them where the workspace fits.  On Hopper
 	 * below cuDNN 9.25 the deterministic backward keeps dP in its
 	 * workspace (cudnn-frontend 1.32: B*H*T*T*2 bytes, 192 MiB at GPT-2's
-	 * 8 x 1024, more than the layer's scratch has left), so it runs over
+	 * 8 x 1024, more than the layer's free scratch), so it runs over
 	 * groups of samples, as ph_flash_backward does: the largest group,
-	 * halving from B, whose workspace fits a span.  A group's bf16
-	 * pointers stay 16-byte aligned (hd, so d, a multiple of 8: the
+	 * halving from B, whose workspace fits beside the copies.  A group's
+	 * bf16 pointers stay 16-byte aligned (hd, so d, a multiple of 8: the
 	 * frontend checks them at execute); its statistic is converted into
 	 * the start of `stats` for each group, so that pointer is aligned
 	 * whatever H*T is: cuDNN checks no Stats pointer, and a misaligned
 	 * one gives wrong gradients on Hopper (cudnn-frontend 1.32's
 	 * sdpa_support_surface.h). */
+	if (nwork < 0 || nwork > PH_SDPA_SPANS)
+		return ph_fail(err, PH_EINTERNAL, "attention: %d scratch spans for cuDNN's attention", nwork);
 	int Bg = B;
+	const int cap = group_cap(); /* PIPEHOST_ATTN_CUDNN_GROUP, for the tests */
+	if (cap > 0 && cap < Bg)
+		Bg = cap;
 	for (;;) {
 		if ((rc = ph_sdpa_graph(st, kind, Bg, T, H, hd, &graph, &wsb, err)))
 			return rc;
-		if (Bg == 1 || carve_fits(&c, wsb))
+		sizes[WS] = wsb;
+		sizes[STATS] = (size_t)Bg * H * T * sizeof(float); /* one group's at a time */
+		if (Bg == 1 || ph_sdpa_place(work, nwork, sizes, NBLOCKS, at))
 			break;
 		Bg = (Bg + 1) / 2;
 	}
-	void *ws = carve(&c, wsb);
-	if (c.n < 0)
-		return carve_failed(&c, work, nwork, "backward", err);
+	if ((rc = place(work, nwork, sizes, NBLOCKS, at, "backward", err)))
+		return rc;
+	__nv_bfloat16 *q16 = (__nv_bfloat16 *)at[Q16], *do16 = (__nv_bfloat16 *)at[DO16];
+	const __nv_bfloat16 *o16 = o_direct ? (const __nv_bfloat16 *)att : (const __nv_bfloat16 *)at[O16];
+	__nv_bfloat16 *g16 = g_direct ? (__nv_bfloat16 *)dqkv : (__nv_bfloat16 *)at[G16];
+	float *stats = (float *)at[STATS];
+	void *ws = at[WS];
 
 	if ((rc = to_bf16(st, qkv, 0, q16, nqkv, "qkv", err)) || (rc = to_bf16(st, datt, 0, do16, no, "datt", err)) ||
 	    (!o_direct && (rc = to_bf16(st, att, att16, (__nv_bfloat16 *)o16, no, "att", err))))

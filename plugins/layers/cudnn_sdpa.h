@@ -19,7 +19,7 @@
  * Scratch: the caller names the free device memory it has (up to four
  * spans); the bf16 copies, the statistic, a copy of att or dqkv where it
  * is not 16-byte aligned (cuDNN's need; saved regions are 8-aligned where
- * B*T is odd) and cuDNN's workspace are carved from it, and a
+ * B*T is odd) and cuDNN's workspace are placed in it (sdpa_place.h), and a
  * call that does not fit fails with the sizes (PH_ENOMEM), as does a shape
  * cuDNN declines (PH_EUNSUPPORTED, with cuDNN's words) or a build without
  * cudnn-frontend (configure --with-cudnn-frontend=DIR).
@@ -31,11 +31,7 @@
 
 #include <pipehost/cuda.h>
 
-/* Free device memory a call may use. */
-typedef struct {
-	void *p;
-	size_t bytes;
-} ph_sdpa_span;
+#include "sdpa_place.h" /* ph_sdpa_span: free device memory a call may use */
 
 /* Whether PIPEHOST_ATTN_CUDNN asks for this path: 1 ("1": with cuDNN's
  * deterministic backward, so runs repeat bit for bit), 2 ("2": its default

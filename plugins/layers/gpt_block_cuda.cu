@@ -444,11 +444,15 @@ static int gpt_block_bwd(const gpt_block_dims *g, const ph_ctx *ctx, float *cons
 		TRY(ph_gemm(ctx, 0, 0, R, d, d, 1.0f, db, d, params[P_PROJ], d, 0.0f, dh, d, err)); /* datt */
 	}
 	ph_bf16 *dqkv16 = (ph_bf16 *)dqkv; /* o16: dqkv in bf16, in the first half of its place */
-	if (sdpa_on(ctx, &ag, drop)) { /* free now: dh1 and dgu (db16 and du are spent), and tmp */
-		const ph_sdpa_span work[2] = { { dh1, ((size_t)n + (size_t)R * rd) * sizeof(float) },
-					       { tmp, (size_t)ag.H * T * T * sizeof(float) } };
+	if (sdpa_on(ctx, &ag, drop)) { /* free now: gpt_sdpa_backward_spans */
+		gpt_scratch_span sp[3];
+		ph_sdpa_span work[3];
+		const int nsp = gpt_sdpa_backward_spans((size_t)ctx->batch, (size_t)T, (size_t)d, (size_t)g->r,
+							(size_t)ag.H, o16, sp);
+		for (int i = 0; i < nsp; i++)
+			work[i] = { (float *)ctx->scratch + sp[i].at, sp[i].floats * sizeof(float) };
 		TRY(ph_sdpa_backward(st, ctx->batch, T, ag.H, ag.hd, v.qkv, v.P, v.att, o16, dh,
-				     o16 ? (void *)dqkv16 : (void *)dqkv, o16, work, 2, err));
+				     o16 ? (void *)dqkv16 : (void *)dqkv, o16, work, nsp, err));
 	} else if (o16)
 		TRY(ph_flash_backward(ctx, &ag, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P,
 				      (const ph_bf16 *)v.att, dh, dqkv16, tmp, err));

@@ -51,6 +51,34 @@ static inline size_t gpt_device_scratch_floats(size_t batch, size_t T, size_t d,
 	return batch * T * d * (7 + r) + H * T * T * (dropout ? 2 : 1) + gpt_reduce_floats(d, r);
 }
 
+/*
+ * The backward's device scratch that is free while cuDNN's fused attention
+ * (cudnn_sdpa.h, never with dropout) makes dqkv: gpt_block_cuda.cu's
+ * layout at `batch` samples, as float offsets from the scratch's start and
+ * counts.  Live then: dx1 [R, d] (the residual's gradient), dh [R, d]
+ * (datt, cuDNN's input) and dqkv's first R * 3d floats, or its first half
+ * where dqkv16 (cuDNN writes it in bf16 there).  Free: dbr (dropout's
+ * alone), dh1 and dgu (spent), and everything past dqkv's used part: the
+ * rest of dqkv, dP's place, the split sums' partials.  Three spans.
+ */
+typedef struct {
+	size_t at, floats;
+} gpt_scratch_span;
+
+static inline int gpt_sdpa_backward_spans(size_t batch, size_t T, size_t d, size_t r, size_t H, int dqkv16,
+					  gpt_scratch_span sp[3])
+{
+	const size_t n = batch * T * d, dqkv = 4 * n + n * r, used = dqkv16 ? 3 * n / 2 : 3 * n;
+	const size_t end = gpt_device_scratch_floats(batch, T, d, r, H, 0);
+	sp[0].at = n; /* dbr */
+	sp[0].floats = n;
+	sp[1].at = 3 * n; /* dh1, dgu */
+	sp[1].floats = n + n * r;
+	sp[2].at = dqkv + used;
+	sp[2].floats = end - sp[2].at;
+	return 3;
+}
+
 /* mlp = moe on the GPU: the MoE's device scratch (moe_device_scratch_floats
  * per sample) starts here, past the block's own at max_batch (an MLP
  * ratio of 0: the block has no dense MLP), 16-byte aligned for the

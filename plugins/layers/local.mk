@@ -147,7 +147,7 @@ EXTRA_DIST += plugins/layers/cuda_common.cuh plugins/layers/cuda_ops.cuh plugins
 	plugins/layers/attention_cuda.cu \
 	plugins/layers/gpt_block_cuda.cu \
 	plugins/layers/moe_cuda.cu \
-	plugins/layers/cudnn_sdpa.h plugins/layers/cudnn_sdpa.cu plugins/layers/cudnn_sdpa_graph.cpp
+	plugins/layers/cudnn_sdpa.h plugins/layers/cudnn_sdpa.cu plugins/layers/cudnn_sdpa_graph.cpp plugins/layers/sdpa_place.h
 if PH_CUDA
 plugins_layers_linear_la_LIBADD += plugins/layers/linear_cuda.lo $(CUDA_LAYER_LIBS)
 plugins/layers/linear_cuda.lo: plugins/layers/linear_cuda.cu $(CUDA_TWIN_DEPS)
@@ -181,8 +181,8 @@ plugins/layers/moe_cuda.lo: plugins/layers/moe_cuda.cu $(CUDA_TWIN_DEPS)
 # which nvcc hands to the host compiler.
 plugins_layers_gpt_block_la_LIBADD += plugins/layers/gpt_block_cuda.lo plugins/layers/cudnn_sdpa.lo \
 	plugins/layers/cudnn_sdpa_graph.lo $(CUDA_LAYER_LIBS) $(CUDNN_LIBS) $(CUDNN_FE_LIBS)
-plugins/layers/gpt_block_cuda.lo: plugins/layers/gpt_block_cuda.cu plugins/layers/cudnn_sdpa.h $(CUDA_TWIN_DEPS)
-plugins/layers/cudnn_sdpa.lo: plugins/layers/cudnn_sdpa.cu plugins/layers/cudnn_sdpa.h $(CUDA_TWIN_DEPS)
-plugins/layers/cudnn_sdpa_graph.lo: plugins/layers/cudnn_sdpa_graph.cpp plugins/layers/cudnn_sdpa.h build-config.h
+plugins/layers/gpt_block_cuda.lo: plugins/layers/gpt_block_cuda.cu plugins/layers/cudnn_sdpa.h plugins/layers/sdpa_place.h $(CUDA_TWIN_DEPS)
+plugins/layers/cudnn_sdpa.lo: plugins/layers/cudnn_sdpa.cu plugins/layers/cudnn_sdpa.h plugins/layers/sdpa_place.h $(CUDA_TWIN_DEPS)
+plugins/layers/cudnn_sdpa_graph.lo: plugins/layers/cudnn_sdpa_graph.cpp plugins/layers/cudnn_sdpa.h plugins/layers/sdpa_place.h build-config.h
 	$(AM_V_GEN)$(SHELL) $(top_srcdir)/scripts/nvcc-lt.sh $@ $(NVCC) $(NVCC_ALL_FLAGS) -c $(top_srcdir)/plugins/layers/cudnn_sdpa_graph.cpp
 endif
