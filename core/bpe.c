@@ -243,14 +243,17 @@ static int read_file(const char *path, const char *what, char **out, size_t *len
 	*out = NULL;
 	struct stat st;
 	if (stat(path, &st) != 0)
-		return ph_fail(err, PH_EIO, "bpe: %s %s not found: %s", what, path, strerror(errno));
+		return ph_fail(err, PH_EIO, "bpe: %s %s not found: %s; check [data] %s", what, path, strerror(errno),
+			       what);
 	if (!S_ISREG(st.st_mode))
-		return ph_fail(err, PH_EINVAL, "bpe: %s %s is not a regular file", what, path);
+		return ph_fail(err, PH_EINVAL, "bpe: %s %s is not a regular file; check [data] %s", what, path, what);
 	if (st.st_size > BPE_MAX_FILE)
-		return ph_fail(err, PH_EINVAL, "bpe: %s %s is larger than 1 GiB", what, path);
+		return ph_fail(err, PH_EINVAL, "bpe: %s %s is larger than 1 GiB, not a tokenizer file; check [data] %s",
+			       what, path, what);
 	FILE *f = fopen(path, "rb");
 	if (!f)
-		return ph_fail(err, PH_EIO, "bpe: cannot read %s %s: %s", what, path, strerror(errno));
+		return ph_fail(err, PH_EIO, "bpe: cannot read %s %s: %s; check [data] %s", what, path,
+			       strerror(errno), what);
 	char *buf = malloc((size_t)st.st_size + 1);
 	if (!buf) {
 		fclose(f);

@@ -1191,6 +1191,22 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 		return rc;
 	if (n == 0) {
 		free(v);
+		/* a step directory itself, without its state.json: that step
+		 * is incomplete, not a directory of steps */
+		size_t l = strlen(path_or_dir);
+		while (l > 1 && path_or_dir[l - 1] == '/')
+			l--;
+		const char *base = path_or_dir + l;
+		while (base > path_or_dir && base[-1] != '/')
+			base--;
+		char name[64];
+		if ((size_t)(path_or_dir + l - base) < sizeof name) {
+			snprintf(name, sizeof name, "%.*s", (int)(path_or_dir + l - base), base);
+			if (parse_step_name(name) >= 0)
+				return ph_fail(err, PH_EINVAL, "checkpoint %s has no " STATE_FILE ": an incomplete or damaged "
+					       "step; resume from another step, or from the checkpoint dir (its newest "
+					       "complete step)", path_or_dir);
+		}
 		return ph_fail(err, PH_EINVAL, "no checkpoint in %s (expected %s/step-NNNNNNNN/state.json); check "
 			       "--resume", path_or_dir, path_or_dir);
 	}

@@ -16,6 +16,17 @@
 	"install Debian's dataset-fashion-mnist package " \
 	"(apt-get install dataset-fashion-mnist) or set [data] path"
 
+/* zlib's reason for a failed read, without the "PATH: " it puts first
+ * (the messages name the file once already). */
+static const char *gz_reason(gzFile f, const char *path, int *zerr)
+{
+	const char *msg = gzerror(f, zerr);
+	size_t n = strlen(path);
+	if (msg && !strncmp(msg, path, n) && msg[n] == ':' && msg[n + 1] == ' ')
+		msg += n + 2;
+	return *zerr == Z_ERRNO ? strerror(errno) : msg;
+}
+
 /* Read exactly len bytes; say what is wrong with the file otherwise. */
 static int gz_read_all(gzFile f, const char *path, void *buf, size_t len,
 		       const char *what, ph_err *err)
@@ -30,10 +41,9 @@ static int gz_read_all(gzFile f, const char *path, void *buf, size_t len,
 		int r = gzread(f, p + got, (unsigned)want);
 		if (r < 0) {
 			int zerr;
-			const char *msg = gzerror(f, &zerr);
 			return ph_fail(err, PH_EIO, "fashion-mnist: %s: reading %s: %s; "
 				       "the file is damaged, reinstall it", path, what,
-				       zerr == Z_ERRNO ? strerror(errno) : msg);
+				       gz_reason(f, path, &zerr));
 		}
 		if (r == 0)
 			return ph_fail(err, PH_EIO, "fashion-mnist: %s: truncated: "
@@ -80,9 +90,8 @@ static int expect_eof(gzFile f, const char *path, ph_err *err)
 	int r = gzread(f, &extra, 1);
 	if (r < 0) {
 		int zerr;
-		const char *msg = gzerror(f, &zerr);
-		return ph_fail(err, PH_EIO, "fashion-mnist: %s: %s; the file is damaged, "
-			       "reinstall it", path, zerr == Z_ERRNO ? strerror(errno) : msg);
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s: after the last record: %s; "
+			       "the file is damaged, reinstall it", path, gz_reason(f, path, &zerr));
 	}
 	if (r > 0)
 		return ph_fail(err, PH_EINVAL, "fashion-mnist: %s has bytes after the "

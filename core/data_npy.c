@@ -62,7 +62,7 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 		start = 10;
 	} else if (major == 2 || major == 3) {
 		if (fread(pre + 10, 1, 2, f) != 2)
-			return ph_fail(err, PH_EINVAL, "npy: %s: header cut short", path);
+			return ph_fail(err, PH_EINVAL, "npy: %s: header cut short; the file is truncated", path);
 		hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
 		start = 12;
 	} else {
@@ -95,8 +95,8 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 	char q = descr[0];
 	if ((q != '\'' && q != '"') || !descr[1] || !descr[2] || !descr[3] || descr[4] != q) {
 		const char *end = strchr(descr, ',');
-		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %.*s; use float32, uint8, int32 or int64", path,
-			     end ? (int)(end - descr) : 20, descr);
+		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %.*s; use float32, uint8, int32 or int64 ('<f4', '|u1', "
+			     "'<i4', '<i8')", path, end ? (int)(end - descr) : 20, descr);
 		goto out;
 	}
 	char endian = descr[1];
@@ -109,7 +109,8 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 	}
 	if (!((h->kind == 'f' && h->size == 4) || (h->kind == 'u' && h->size == 1) ||
 	      (h->kind == 'i' && (h->size == 4 || h->size == 8)))) {
-		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %.5s; use float32, uint8, int32 or int64", path, descr);
+		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %.5s; use float32, uint8, int32 or int64 ('<f4', '|u1', "
+			     "'<i4', '<i8')", path, descr);
 		goto out;
 	}
 	/* shape: (N, d1, ...) or (N,) */

@@ -46,10 +46,11 @@ static int append_file(const char *path, unsigned char **buf, size_t *len, size_
 		if (got == 0)
 			break;
 	}
-	int bad = ferror(f);
+	int bad = ferror(f), e = errno;
 	fclose(f);
 	if (bad)
-		return ph_fail(err, PH_EIO, "text: error reading %s", path);
+		return ph_fail(err, PH_EIO, "text: error reading %s: %s; check the file or set [data] path to another",
+			       path, strerror(e));
 	if (memchr(*buf + start, 0, *len - start)) {
 		*len = start; /* binary (an index, an image): not part of the corpus */
 		(*skipped)++;

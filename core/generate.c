@@ -376,8 +376,16 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 		int L = n > g.T ? g.T : (int)n;
 		if ((rc = gen_forward(&g, c, ids + n - L, L, logits, err)))
 			goto out;
-		if (k == 0 && o->logits_path && (rc = write_logits(o->logits_path, logits, L, g.V, err)))
-			goto out;
+		if (k == 0 && o->logits_path) {
+			/* a file of NaN logits is no answer: refuse it before it is written */
+			if (!all_finite(logits, (int64_t)L * g.V)) {
+				rc = ph_fail(err, PH_EINVAL, "--logits %s: not written: the logits of the %d prompt tokens are not "
+					     "finite; the weights in %s are broken (NaN or Inf)", o->logits_path, L, wpath);
+				goto out;
+			}
+			if ((rc = write_logits(o->logits_path, logits, L, g.V, err)))
+				goto out;
+		}
 		if (k == o->max_new_tokens)
 			break;
 		const float *z = logits + (size_t)(L - 1) * (size_t)g.V;

@@ -277,7 +277,8 @@ static int check_config_json(const char *path, const ph_model *m, int nblocks, p
 	rc = PH_OK;
 	if (!cJSON_IsObject(j)) {
 		cJSON_Delete(j);
-		return ph_fail(err, PH_EINVAL, "%s: not a JSON object", cpath);
+		return ph_fail(err, PH_EINVAL, "%s: not a JSON object; give Hugging Face's config.json of these weights "
+			       "or remove it", cpath);
 	}
 	cJSON *nh = cJSON_GetObjectItemCaseSensitive(j, "n_head"), *nl = cJSON_GetObjectItemCaseSensitive(j, "n_layer");
 	cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");

@@ -262,7 +262,8 @@ int ph_ini_load(const char *path, ph_ini *ini, ph_err *err)
 {
 	memset(ini, 0, sizeof *ini);
 	if (strlen(path) >= sizeof ini->path)
-		return ph_fail(err, PH_EINVAL, "config path too long: %s", path);
+		return ph_fail(err, PH_EINVAL, "config path " PH_ECHO " is longer than %zu characters; give -c a shorter "
+			       "(e.g. relative) path", PH_ECHO_ARG(path), sizeof ini->path - 1);
 	strcpy(ini->path, path);
 	char *buf;
 	size_t len;

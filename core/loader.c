@@ -313,7 +313,8 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 	if (!dl) {
 		guard_off(&g);
 		const char *why = dlerror();
-		return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; check `ldd %s` for missing libraries",
+		return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; rebuild it if it is damaged, "
+			       "or check `ldd %s` for missing libraries",
 			       file, why && why[0] ? why : "the dynamic loader gave no reason", file);
 	}
 	int idx = r->nfiles++;

@@ -43,7 +43,7 @@ static int resolve(const char *what, const char *path, char *target, size_t len,
 		return PH_OK;
 	}
 	if (errno != ENOENT)
-		return ph_fail(err, PH_EIO, "%s %s: %s", what, path, strerror(errno));
+		return ph_fail(err, PH_EIO, "%s %s: %s; check the path", what, path, strerror(errno));
 	if ((size_t)snprintf(target, len, "%s", path) >= len)
 		return ph_fail(err, PH_EINVAL, "%s %s: path too long", what, path);
 	return PH_OK;

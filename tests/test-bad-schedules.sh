@@ -32,6 +32,30 @@ expect_error "table that does not exist" \
 	"^pipehost: cannot open schedule table $tmp/nope.csv: No such file or directory; check \[schedule\] file$" \
 	-c "$tiny" --plan $T "schedule.file=$tmp/nope.csv"
 expect_error "table without a file" "\[schedule\] needs file" -c "$tiny" --plan --set schedule.type=table
+# the rules, each broken by one row of rank 1 (rank 0's row is 1F1B's)
+rule() { # DESC ROW1 REGEX
+	printf 'F0, F1, B0, F2, B1, F3, B2, B3\n%s\n' "$2" >"$tmp/rule.csv"
+	expect_error "table $1" "^pipehost: schedule: $3$" -c "$tiny" --plan $T "schedule.file=$tmp/rule.csv"
+}
+rule "running a forward twice" "F0, B0, F1, B1, F2, B2, F3, F3" \
+	"rank 1 position 7: F3 runs twice \(first at position 6\); rule: every action exactly once"
+rule "missing a backward" "F0, B0, F1, B1, F2, B2, F3" \
+	"rank 1 never runs the backward of chunk 1 micro-batch 3; rule: every backward exactly once"
+rule "with a W before its I" "F0, W0, I0, F1, B1, F2, B2, F3, B3" \
+	"rank 1 position 1: W0 comes before its I; rule: each W after its I"
+rule "with both B and I/W" "F0, B0, I0, W0, F1, B1, F2, B2, F3, B3" "chunk 1 micro-batch 0 has both B and I/W; use one"
+rule "with an I and no W" "F0, I0, F1, B1, F2, B2, F3, B3" \
+	"rank 1 never runs W of chunk 1 micro-batch 0; rule: every I has its W"
+rule "naming a micro-batch past the last" "F0, B0, F1, B1, F2, B2, F3, B3, F4" \
+	"rank 1 position 8: action F4 is out of range \(chunks 0\.\.1, micro-batches 0\.\.3\)"
+{ printf 'F0, F1, B0, F2, B1, F3, B2, B3\n'; printf 'F0, B0\000, F1\n'; } >"$tmp/nul.csv"
+expect_error "table with a NUL byte" "^pipehost: $tmp/nul.csv:2: a NUL byte; a schedule table is a text file$" \
+	-c "$tiny" --plan $T "schedule.file=$tmp/nul.csv"
+# a read that fails after the open (EIO): /proc/self/mem at address 0
+if [ -r /proc/self/mem ]; then
+	expect_error "table whose read fails" "^pipehost: cannot read schedule table /proc/self/mem: .+; check \[schedule\] file$" \
+		-c "$tiny" --plan $T schedule.file=/proc/self/mem
+fi
 
 # A table equal to a built-in order trains to byte-identical weights.
 train() { # NAME ARGS...: train tiny, weights to $tmp/NAME.safetensors

@@ -91,6 +91,22 @@ fi
 expect_error "bpe: vocab not set" "^pipehost: bpe: needs both vocab.json and merges.txt; set \[data\] vocab and merges" \
 	-c "$lm" --set "data.path=$tmp/small.txt" --set data.tokenizer=bpe
 expect_error "bpe: vocab missing" "^pipehost: bpe: vocab $tmp/none.json not found" "$@" --set "data.vocab=$tmp/none.json"
+mkdir -p "$tmp/adir"
+expect_error "bpe: vocab a directory" "^pipehost: bpe: vocab $tmp/adir is not a regular file; check \[data\] vocab$" \
+	"$@" --set "data.vocab=$tmp/adir"
+expect_error "bpe: merges a directory" "^pipehost: bpe: merges $tmp/adir is not a regular file; check \[data\] merges$" \
+	"$@" --set "data.merges=$tmp/adir"
+truncate -s 1100M "$tmp/huge.json"
+expect_error "bpe: vocab of 1.1 GB (sparse)" \
+	"^pipehost: bpe: vocab $tmp/huge.json is larger than 1 GiB, not a tokenizer file; check \[data\] vocab$" \
+	"$@" --set "data.vocab=$tmp/huge.json"
+rm -f "$tmp/huge.json"
+printf '{"a": 0, "b": 0}' >"$tmp/dupid.json"
+expect_error "bpe: one id for two tokens" "^pipehost: bpe: $tmp/dupid.json: id 0 is given to two tokens \(\"b\" and another\)$" \
+	"$@" --set "data.vocab=$tmp/dupid.json"
+printf '{"a": 0, "a": 1}' >"$tmp/duptok.json"
+expect_error "bpe: one token twice" "^pipehost: bpe: $tmp/duptok.json: token \"a\" appears twice$" \
+	"$@" --set "data.vocab=$tmp/duptok.json"
 
 # bad files, through the tool: one line, exit 1
 bad() {

@@ -130,4 +130,9 @@ expect_error "--shape with a space" "^pipehost: --shape  4x8: expected 1 to 4 si
 expect_error "--shape with a sign" "^pipehost: --shape 4x[+]8: expected 1 to 4 sizes" --check-plugin "$linear" --shape 4x+8
 expect_error "--shape without --check-plugin" "^pipehost: --shape is for --check-plugin FILE.so only$" -c "$fixtures/tiny.ini" --shape 4
 expect_error "bad --batch" "^pipehost: --batch 0: give a number of samples from 1 to 4096$" --check-plugin "$linear" --batch 0
+expect_error "--shape ending with x" "^pipehost: --shape 4x ends with x; give the last size$" --check-plugin "$linear" --shape 4x
+expect_error "an empty --shape" "^pipehost: --shape is empty; give sizes joined by x, e\.g\. 4x8$" --check-plugin "$linear" --shape ""
+expect_error "--check-plugin a directory" "^pipehost: --check-plugin $tmp: not a file; give the plugin's \.so$" --check-plugin "$tmp"
+expect_error "--check-plugin with a config" "^pipehost: --check-plugin runs alone: drop -c$" \
+	--check-plugin "$linear" -c "$fixtures/tiny.ini"
 finish

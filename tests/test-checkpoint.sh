@@ -190,6 +190,29 @@ fresh && sed -i 's/"step":[[:space:]]*40,/"step": -40,/' "$st/state.json"
 resume "negative step" "\"step\" missing or not a whole number >= 0: corrupt checkpoint"
 fresh && sed -i 's/"config_digest":[[:space:]]*"[0-9a-f]*"/"config_digest": "xyz"/' "$st/state.json"
 resume "malformed digest" "\"config_digest\" missing or not 16 hex digits: corrupt checkpoint"
+fresh && echo x >>"$st/state.json"
+resume "state.json with bytes after the JSON" "state.json: bytes after the JSON \(at byte [0-9]+\): corrupt checkpoint$"
+fresh && echo '[1, 2]' >"$st/state.json"
+resume "state.json an array" "state.json: JSON but not an object: not a checkpoint state$"
+fresh && sed -i 's/"version":[[:space:]]*1,/"version": "1",/' "$st/state.json"
+resume "version a string" "state.json: \"version\" missing or not a whole number: corrupt checkpoint$"
+fresh && sed -i 's/"seed":[[:space:]]*[0-9]*,/"seed": -7,/' "$st/state.json"
+resume "negative seed" "state.json: \"seed\" missing or not a whole number >= 0: corrupt checkpoint$"
+fresh && sed -i 's/"total_steps":[[:space:]]*40,/"total_steps": 40.5,/' "$st/state.json"
+resume "fractional total_steps" "state.json: \"total_steps\" is not a whole number >= 0: corrupt checkpoint$"
+fresh && sed -i 's/"optimizer":[[:space:]]*"adamw"/"optimizer": "adam"/' "$st/state.json"
+resume "unknown optimizer" "state.json: \"optimizer\" missing or not \"sgd\"/\"adamw\"/\"lion\": corrupt checkpoint$"
+fresh && sed -i 's/"identity":[[:space:]]*\[/"identity": [1, /' "$st/state.json"
+resume "identity not of strings" "state.json: \"identity\" is not an array of one-line strings: corrupt checkpoint$"
+fresh && truncate -s 17M "$st/state.json"
+resume "state.json of 17 MiB (sparse)" "state.json: 17825792 bytes, over the 16777216-byte limit: not a checkpoint state$"
+fresh && sed -i '$d' "$st/manifest.txt"
+resume "manifest without its last line" "manifest.txt: no valid last line \"end xxh3 HEX\": damaged checkpoint$"
+fresh && rm "$st/state.json"
+expect_error "--resume of a step without state.json" \
+	"^pipehost: checkpoint $st has no state.json: an incomplete or damaged step; resume from another step, or from the checkpoint dir" \
+	-c "$tiny" --set run.steps=40 --resume "$st"
+rm -rf "$tmp/bad"
 fresh
 expect_error "config changed (another learning rate)" \
 	"checkpoint $st was written for another model or training config \(digest [0-9a-f]{16}, this one [0-9a-f]{16}; optimizer.lr = 0.01 in the checkpoint, 0.02 here\); use the matching config or start fresh" \
@@ -208,6 +231,21 @@ expect_error "resume from a dir without checkpoints" "no checkpoint in $tmp/empt
 printf 'x' >"$tmp/afile"
 expect_error "checkpoint dir is a file" "checkpoint dir $tmp/afile is not a directory" \
 	-c "$tiny" --set run.steps=2 --set "checkpoint.dir=$tmp/afile"
+expect_error "checkpoint dir below a file" \
+	"^pipehost: cannot create checkpoint dir $tmp/afile/ck: Not a directory; check \[checkpoint\] dir$" \
+	-c "$tiny" --set run.steps=2 --set "checkpoint.dir=$tmp/afile/ck"
+# a directory the run cannot write in: mode 555, or /sys for root
+mkdir -p "$tmp/ro" && chmod 555 "$tmp/ro"
+ro=$tmp/ro
+if touch "$tmp/ro/probe" 2>/dev/null; then
+	rm -f "$tmp/ro/probe"
+	ro=/sys
+fi
+if ! touch "$ro/probe" 2>/dev/null; then
+	expect_error "checkpoint dir not writable ($ro)" "^pipehost: checkpoint dir $ro is not writable: .+; check \[checkpoint\] dir$" \
+		-c "$tiny" --set run.steps=2 --set "checkpoint.dir=$ro"
+fi
+chmod 755 "$tmp/ro"
 expect_error "[checkpoint] key misspelt" "unknown key 'evry' in \[checkpoint\]; did you mean 'every'\?" \
 	-c "$tiny" --set checkpoint.evry=5
 finish

@@ -96,4 +96,27 @@ rm -rf "$tmp/fm" && set_files "$tmp/fm" && { printf '\000\000\010\003\000\000\00
 fm "images of another size (2x2)" "fashion-mnist: $I holds 2x2 images, Fashion-MNIST's are 28x28: another data set"
 rm -rf "$tmp/fm" && set_files "$tmp/fm" && rm "$I" && mkdir "$I"
 fm "a directory where a file should be" "fashion-mnist: $I is not a regular file; point \[data\] path at the directory holding the .gz files"
+rm -rf "$tmp/fm" && set_files "$tmp/fm" && images3 | gzip -c >"$L"
+fm "images where the labels should be (magic)" \
+	"fashion-mnist: $L: magic 0x00000803, expected 0x00000801 \(IDX unsigned-byte labels\): not a label file$"
+# a whole gzip member, then one whose header is good and whose data is not
+rm -rf "$tmp/fm" && set_files "$tmp/fm" &&
+	{ labels3 | gzip -c; printf '\037\213\010\000\000\000\000\000\000\003garbage-deflate'; } >"$L"
+fm "a broken gzip member after the labels" \
+	"fashion-mnist: $L: after the last record: invalid block type; the file is damaged, reinstall it$"
+
+# --- text corpora ([data] source = text) -------------------------------------
+lm="$fixtures/tiny-lm.ini"
+printf 'some text\000and a NUL byte, then more text than one sequence of 16 needs\n' >"$tmp/nul.txt"
+expect_error "a text corpus with a NUL byte" "^pipehost: text: $tmp/nul.txt holds NUL bytes: not a text file$" \
+	-c "$lm" --set "data.path=$tmp/nul.txt"
+printf 'too short' >"$tmp/short.txt"
+expect_error "a text corpus shorter than a sequence" \
+	"^pipehost: text: $tmp/short.txt has 9 bytes, too few for one training sequence of 16; use more text or a shorter seq_len$" \
+	-c "$lm" --set "data.path=$tmp/short.txt"
+if [ -r /proc/self/mem ]; then
+	expect_error "a text corpus whose read fails" \
+		"^pipehost: text: error reading /proc/self/mem: .+; check the file or set \[data\] path to another$" \
+		-c "$lm" --set data.path=/proc/self/mem
+fi
 finish

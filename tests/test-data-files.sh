@@ -64,6 +64,31 @@ expect_error "npy: labels of another set" "^pipehost: npy: $tmp/tx.npy has 256 s
 expect_error "npy: a FIFO is refused before any read" "^pipehost: npy: $tmp/fifo.npy \(train_images\) is not a regular file" \
 	-c "$tiny" "$@" --set "data.train_images=$tmp/fifo.npy"
 expect_error "npy: no files given" "^pipehost: npy: \[data\] train_images is not set" -c "$tiny" --set data.source=npy
+# broken headers, each as train_images (its header is read first, for the plan)
+bad_npy() { # DESC FILE REGEX ARGS...: refused naming the file
+	d=$1 f=$2 r=$3
+	shift 3
+	expect_error "npy: $d" "^pipehost: npy: $tmp/$f$r" -c "$tiny" "$@" --set "data.train_images=$tmp/$f"
+}
+printf '\223NUMPY\002\000\100\000' >"$tmp/v2cut.npy"
+bad_npy "a 2.0 header cut inside its length" v2cut.npy ": header cut short; the file is truncated$" "$@"
+printf '\223NUMPY\002\000\377\377\377\177' >"$tmp/hlen.npy"
+bad_npy "a header length of 2 GiB" hlen.npy ": header of 2147483647 bytes; the file is corrupt$" "$@"
+printf "\\223NUMPY\\001\\000\\100\\000{'descr': '|u1'" >"$tmp/hcut.npy"
+bad_npy "a header cut short" hcut.npy ": header cut short; the file is truncated$" "$@"
+npy "$tmp/nodescr.npy" '|u1' '(4, 1, 2, 2)' && sed -i "s/'descr'/'dtype'/" "$tmp/nodescr.npy"
+bad_npy "a header without descr" nodescr.npy ": header lacks 'descr'; the file is corrupt$" "$@"
+npy "$tmp/word.npy" 'float32' '(4, 1, 2, 2)'
+bad_npy "a dtype written as a word" word.npy " has dtype 'float32'; use float32, uint8, int32 or int64 \('<f4', '\|u1', '<i4', '<i8'\)$" "$@"
+npy "$tmp/shape.npy" '|u1' '(4, x, 2)'
+bad_npy "a shape that is no number" shape.npy ": unreadable shape; the file is corrupt$" "$@"
+npy "$tmp/dims.npy" '|u1' '(1, 1, 1, 1, 1, 1, 1)'
+bad_npy "7 dimensions" dims.npy " has more than 5 dimensions; reshape it$" "$@"
+npy "$tmp/huge.npy" '|u1' '(100000, 100000, 100000)'
+bad_npy "10^15 values (refused from the header)" huge.npy " holds more than 100000000 values; use a smaller set$" "$@"
+npy "$tmp/none.npy" '|u1' '(0, 1, 8, 8)'
+bad_npy "no samples" none.npy " holds no samples$" "$@"
+bad_npy "labels given as the inputs" tl.npy " \(train_images\) must be \[N, \.\.\.\] inputs; it has 1 dimension\(s\)$" "$@"
 # float32 inputs, 4 samples of 1x2x2, all 0.5 but input 2 of sample 1 (element 6): NaN
 npy "$tmp/nan.npy" '<f4' '(4, 1, 2, 2)'
 bytes "for (i = 0; i < 16; i++) { if (i == 6) { print 0; print 0; print 192; print 127 } else { print 0; print 0; print 0; print 63 } }" >>"$tmp/nan.npy"
@@ -112,4 +137,9 @@ expect_error "tokens: a cut raw file" "^pipehost: tokens: $tmp/odd.bin is trunca
 expect_error "tokens: a cut llm.c file" "^pipehost: tokens: $tmp/cut.bin is truncated: its header says 3000 tokens" \
 	-c "$lm" "$@" --set "data.tokens=$tmp/cut.bin"
 expect_error "tokens: missing file" "^pipehost: tokens: $tmp/none.bin not found" -c "$lm" "$@" --set "data.tokens=$tmp/none.bin"
+truncate -s 500M "$tmp/huge.bin"
+expect_error "tokens: 500 MB (sparse), past 10^8 tokens" \
+	"^pipehost: tokens: $tmp/huge.bin holds more than 100000000 tokens; use a smaller file$" \
+	-c "$lm" "$@" --set "data.tokens=$tmp/huge.bin"
+rm -f "$tmp/huge.bin"
 finish

@@ -223,4 +223,64 @@ printf '[run]\nstages = 1\n[%s]\nx = 1\n' "$(printf 's%.0s' $(seq 50))" >"$tmp/l
 expect_error "section name of 50 characters" "$tmp/longsec.ini:3: section name \[s{40}\.\.\.\] is longer than 49 characters" \
 	-c "$tmp/longsec.ini"
 
+# --- the command line -------------------------------------------------------
+expect_error "the config without -c" "^pipehost: unexpected argument $tiny; the config goes after -c$" "$tiny"
+set -- -c "$tiny" --plan
+for i in $(seq 257); do set -- "$@" --set "run.seed=$i"; done
+expect_error "257 --set options" "^pipehost: too many --set options \(256 at most\)$" "$@"
+expect_error "a --set section.key of 130 characters" \
+	"^pipehost: --set a{40}\.\.\.: the section\.key is longer than 127 characters$" \
+	-c "$tiny" --plan --set "$(printf 'a%.0s' $(seq 130)).x=1"
+expect_error "a config path of 300 characters" \
+	"^pipehost: config path a{40}\.\.\. is longer than 255 characters; give -c a shorter \(e\.g\. relative\) path$" \
+	-c "$(printf 'a%.0s' $(seq 300))"
+
+# --- configs that are no INI ----------------------------------------------
+truncate -s 17M "$tmp/big.ini"
+expect_error "a config of 17 MiB" "^pipehost: config $tmp/big.ini is larger than 16 MiB: not an INI file" -c "$tmp/big.ini"
+rm -f "$tmp/big.ini"
+printf '[run]\n%s = 1\n' "$(printf 'k%.0s' $(seq 70))" >"$tmp/longkey.ini"
+expect_error "a key of 70 characters in the INI" \
+	"^pipehost: $tmp/longkey.ini:2: the key is longer than 63 characters or the value than 255; shorten it$" \
+	-c "$tmp/longkey.ini"
+# a read that fails after the open (EIO): /proc/self/mem at address 0
+if [ -r /proc/self/mem ]; then
+	expect_error "a config whose read fails" "^pipehost: cannot read config /proc/self/mem: .+; pass an INI file with -c$" \
+		-c /proc/self/mem
+fi
+
+# --- values the model or the data refuse ----------------------------------
+expect_error "a batch larger than the training set" \
+	"^pipehost: the training set has 1024 samples, fewer than one batch of 100000; lower \[run\] batch$" \
+	-c "$tiny" --set run.batch=100000
+expect_error "tie = to a layer that is not there" \
+	"^pipehost: layer b: tie = zz\.weight names no layer; name another layer of the model$" \
+	-c "$fixtures/tied3.ini" --plan --set layer.b.tie=zz.weight
+expect_error "tie = to the layer itself" "^pipehost: layer b: tie = b\.weight names the layer itself" \
+	-c "$fixtures/tied3.ini" --plan --set layer.b.tie=b.weight
+expect_error "tie = to a copy (a chain)" "^pipehost: layer c: tie = b\.weight chains ties; tie every copy to the same source$" \
+	-c "$fixtures/tied3.ini" --plan --set layer.c.tie=b.weight
+expect_error "more partition bounds than an int list holds" "^pipehost: --set: \[partition\] bounds has more than 64 values$" \
+	-c "$tiny" --plan --set partition.type=explicit --set "partition.bounds=$(seq -s, 0 70)"
+expect_error "a partition bound of 70 digits" "^pipehost: --set: \[partition\] bounds: value too long$" \
+	-c "$tiny" --plan --set partition.type=explicit --set "partition.bounds=0,$(printf '1%.0s' $(seq 70))"
+expect_error "moe: fewer experts than experts per token" \
+	"gpt_block: moe_experts = 1, moe_top_k = 2; need 1 or 2 experts per token and at least that many experts" \
+	-c "$fixtures/tiny-lm.ini" --plan --set layer.block.mlp=moe --set layer.block.moe_experts=1
+expect_error "an embedding past float-exact ids" "embedding: vocab = 20000000; ids travel as floats, exact only up to 2\^24" \
+	-c "$fixtures/tiny-lm.ini" --plan --set layer.embed.vocab=20000000
+
+# --- plugins and initial weights that are broken ---------------------------
+mkdir -p "$tmp/garbage" && echo "not a shared library" >"$tmp/garbage/garbage.so"
+expect_error "a .so that is no ELF file" \
+	"^pipehost: plugin $tmp/garbage/garbage.so cannot be loaded: .*; rebuild it if it is damaged, or check \`ldd" \
+	-c "$tiny" --plan --plugin-dir "$tmp/garbage"
+# [run] init whose last float (fc2.bias[9]) is a NaN: named, not left to the loss
+"$PIPEHOST" -c "$tiny" --set run.steps=1 --save-weights "$tmp/init.st" >/dev/null 2>&1
+size=$(wc -c <"$tmp/init.st")
+printf '\000\000\300\177' | dd of="$tmp/init.st" bs=1 seek=$((size - 4)) conv=notrunc 2>/dev/null
+expect_error "[run] init holding a NaN" \
+	"^pipehost: \[run\] init $tmp/init.st: fc2\.bias holds NaN at element 9; give weights that are all finite$" \
+	-c "$tiny" --set "run.init=$tmp/init.st" --set run.steps=1
+
 finish

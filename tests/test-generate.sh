@@ -124,4 +124,19 @@ expect_error "a prompt byte outside a smaller vocab" "prompt token 0 is id 126, 
 	-c "$lm" --set "layer embed.vocab=100" --set "layer head.units=100" --load-weights "$tmp/w.st" --generate "~"
 expect_error "--generate on an image classifier" "^pipehost: --generate needs a language model .*takes \[1,8,8\]" \
 	-c "$fixtures/tiny.ini" --generate "x" --load-weights "$tmp/w.st"
+expect_error "a vocab past the byte tokenizer's 256" \
+	"^pipehost: --generate: the model has 300 logits a position, the bytes tokenizer only 256 ids; use a model whose vocab is 256" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --set "layer embed.vocab=300" --set "layer head.units=300" --generate "x"
+# weights whose last float is a NaN: the logits say so, no text is made of them
+cp "$tmp/w.st" "$tmp/nan.st"
+size=$(wc -c <"$tmp/nan.st")
+printf '\000\000\300\177' | dd of="$tmp/nan.st" bs=1 seek=$((size - 4)) conv=notrunc 2>/dev/null
+expect_error "weights holding a NaN" \
+	"^pipehost: --generate: the logits after 1 tokens are not finite; the weights in $tmp/nan.st are broken \(NaN or Inf\)$" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --load-weights "$tmp/nan.st" --generate "x"
+expect_error "--logits of weights holding a NaN" \
+	"^pipehost: --logits $tmp/nan-logits.st: not written: the logits of the 1 prompt tokens are not finite; the weights in $tmp/nan.st are broken \(NaN or Inf\)$" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --load-weights "$tmp/nan.st" --generate "x" --max-new-tokens 0 \
+	--logits "$tmp/nan-logits.st"
+[ ! -e "$tmp/nan-logits.st" ] && ok "... and no logits file" || not_ok "NaN logits written to $tmp/nan-logits.st"
 finish

@@ -82,4 +82,21 @@ if run --load-weights "$tmp/dir/model.safetensors" --generate x --max-new-tokens
 else
 	not_ok "a matching config.json was refused"
 fi
+printf '[1, 2]' >"$tmp/dir/config.json"
+expect_error "config.json not an object" \
+	"^pipehost: $tmp/dir/config.json: not a JSON object; give Hugging Face's config.json of these weights or remove it$" \
+	-c "$lm" --load-weights "$tmp/dir/model.safetensors" --generate x
+printf '{"n_head": 2, "n_layer": 3}' >"$tmp/dir/config.json"
+expect_error "config.json's n_layer" "config.json: n_layer = 3, the model has 2 gpt_block layers; set repeat = 3$" \
+	-c "$lm" --load-weights "$tmp/dir/model.safetensors" --generate x
+# models that GPT-2's tensors do not map onto
+expect_error "a head with a bias" "^pipehost: $tmp/hf.st: layer head has a bias; GPT-2's head has none: set bias = no$" \
+	-c "$lm" --set layer.head.bias=yes --load-weights "$tmp/hf.st" --generate x
+awk '/^\[layer lnf\]/ { print "[layer ln0]\ntype = layernorm" } { print }' "$lm" >"$tmp/ln2.ini"
+expect_error "a second layernorm" "^pipehost: $tmp/hf.st: the model has 2 layernorm layers besides its blocks; a GPT-2 file has one \(ln_f\)$" \
+	-c "$tmp/ln2.ini" --load-weights "$tmp/hf.st" --generate x
+awk '/^\[layer lnf\]/ { print "[layer att]\ntype = attention\nheads = 2" } { print }' "$lm" >"$tmp/att.ini"
+expect_error "a layer GPT-2 has no tensors for" \
+	"^pipehost: $tmp/hf.st: layer att \(attention\) parameter qkv_weight has no counterpart in a Hugging Face GPT-2 file" \
+	-c "$tmp/att.ini" --load-weights "$tmp/hf.st" --generate x
 finish

@@ -92,6 +92,17 @@ refused_early "--save-weights where files cannot be created ($ro)" \
 refused_early "[run] metrics where files cannot be created ($ro)" \
 	"\[run\] metrics $ro/m.jsonl: cannot create files in $ro" -c "$tiny" --set run.steps=8 --set "run.metrics=$ro/m.jsonl"
 chmod 755 "$tmp/ro"
+echo "not a directory" >"$tmp/plain"
+refused_early "--save-weights below a file" \
+	"^pipehost: --save-weights $tmp/plain/w.st: Not a directory; check the path$" \
+	-c "$tiny" --set run.steps=8 --save-weights "$tmp/plain/w.st"
+# a socket is neither a file to replace nor one to write through
+if command -v python3 >/dev/null 2>&1 &&
+	python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$tmp/sock" 2>/dev/null; then
+	refused_early "[run] metrics a socket" \
+		"^pipehost: \[run\] metrics $tmp/sock is not a file, a device or a FIFO; give a file name$" \
+		-c "$tiny" --set run.steps=8 --set "run.metrics=$tmp/sock"
+fi
 
 # the final checkpoint fails (ENOSPC on its first write): --save-weights is
 # still written, and the exit is 1 naming the checkpoint

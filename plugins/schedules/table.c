@@ -182,7 +182,7 @@ static int read_table(const table_cfg *cfg, const ph_schedule_shape *sh, int ran
 			row++;
 	}
 	if (!rc && ferror(f))
-		rc = ph_fail(err, PH_EIO, "cannot read schedule table %s: %s", file, strerror(errno));
+		rc = ph_fail(err, PH_EIO, "cannot read schedule table %s: %s; check [schedule] file", file, strerror(errno));
 	free(line);
 	fclose(f);
 	if (rc)
