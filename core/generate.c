@@ -366,8 +366,9 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 	ids = grown;
 	/* BLAS results depend on the thread count: [run] threads, one by default */
 	openblas_set_num_threads(c->run.threads > 0 ? (int)c->run.threads : 1);
-	fwrite(o->prompt, 1, plen, out);
-	fflush(out);
+	/* the prompt is echoed once the first logits are known to be finite:
+	 * broken weights then leave nothing on stdout */
+	int echoed = 0;
 	const uint64_t key = ph_mix64((uint64_t)o->seed ^ GEN_SITE);
 	double t0 = now_s();
 	for (int64_t k = 0; k <= o->max_new_tokens; k++) {
@@ -394,12 +395,18 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 				     "%s are broken (NaN or Inf)", (long long)n, wpath);
 			goto out;
 		}
+		if (!echoed) {
+			fwrite(o->prompt, 1, plen, out);
+			echoed = 1;
+		}
 		int32_t next = sample(z, g.V, o->temperature, o->top_k, ph_rng_uniform(key, (uint64_t)k), order);
 		ids[n++] = next;
 		if ((rc = tok->decode(tok->self, next, out, err)))
 			goto out;
 		fflush(out);
 	}
+	if (!echoed)
+		fwrite(o->prompt, 1, plen, out);
 	fputc('\n', out);
 	fflush(out);
 	double t = now_s() - t0;

@@ -222,14 +222,16 @@ int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int m
 		int rc = l->ops->create(lc->config, &in, max_batch, &l->state, &e2);
 		if (rc) {
 			m->n = i;
-			/* the layer's reason may be the shape or the micro-batch (a
-			 * product past BLAS's int): give both, the reason decides */
+			/* the layer's reason may be its options, the shape or the
+			 * micro-batch (a product past BLAS's int): its reason first,
+			 * then what it was given, so that an option's refusal does
+			 * not read as a shape mismatch */
 			if (i == 0)
-				return ph_fail(err, rc, "layer %s (%s) cannot take the data's samples %s in micro-batches "
-					       "of %d: %s", lc->name, l->ops->head.name, s_in, max_batch, e2.msg);
-			return ph_fail(err, rc, "layer %s (%s) cannot take layer %s's (%s) output %s in micro-batches of "
-				       "%d: %s", lc->name, l->ops->head.name, c->layers[i - 1].name,
-				       c->layers[i - 1].ops->head.name, s_in, max_batch, e2.msg);
+				return ph_fail(err, rc, "layer %s (%s): %s (its input: the data's samples %s, micro-batches "
+					       "of %d)", lc->name, l->ops->head.name, e2.msg, s_in, max_batch);
+			return ph_fail(err, rc, "layer %s (%s): %s (its input: layer %s's (%s) output %s, micro-batches "
+				       "of %d)", lc->name, l->ops->head.name, e2.msg, c->layers[i - 1].name,
+				       c->layers[i - 1].ops->head.name, s_in, max_batch);
 		}
 		m->n = i + 1;
 		memset(&l->meta, 0, sizeof l->meta);

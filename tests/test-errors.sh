@@ -47,7 +47,7 @@ expect_error "CUDA hooks split unlike the layer" "plugin $tmp/bad_twin_split/bad
 
 # flatten before the convolution: conv2d gets a vector
 awk '/^\[layer conv1\]/{print "[layer flat0]\ntype = flatten"} {print}' "$tiny" >"$tmp/shape.ini"
-expect_error "shape mismatch" "^pipehost: layer conv1 \\(conv2d\\) cannot take layer flat0's \\(flatten\\) output \\[64\\] in micro-batches of [0-9]+: conv2d: " -c "$tmp/shape.ini"
+expect_error "shape mismatch" "^pipehost: layer conv1 \\(conv2d\\): conv2d: .* \\(its input: layer flat0's \\(flatten\\) output \\[64\\], micro-batches of [0-9]+\\)$" -c "$tmp/shape.ini"
 
 # the chunk limit of a schedule that interleaves already: its limit, no
 # advice to switch to the schedule the run uses

@@ -134,6 +134,8 @@ printf '\000\000\300\177' | dd of="$tmp/nan.st" bs=1 seek=$((size - 4)) conv=not
 expect_error "weights holding a NaN" \
 	"^pipehost: --generate: the logits after 1 tokens are not finite; the weights in $tmp/nan.st are broken \(NaN or Inf\)$" \
 	-c "$lm" --set "data.path=$tmp/corpus.txt" --load-weights "$tmp/nan.st" --generate "x"
+[ ! -s "$tmp/out" ] && ok "... and nothing on stdout, not even the prompt" ||
+	not_ok "weights holding a NaN: stdout has $(head -c 100 "$tmp/out")"
 expect_error "--logits of weights holding a NaN" \
 	"^pipehost: --logits $tmp/nan-logits.st: not written: the logits of the 1 prompt tokens are not finite; the weights in $tmp/nan.st are broken \(NaN or Inf\)$" \
 	-c "$lm" --set "data.path=$tmp/corpus.txt" --load-weights "$tmp/nan.st" --generate "x" --max-new-tokens 0 \
