@@ -58,7 +58,7 @@ typedef struct {
 } moe_geom;
 
 /* What the CPU and the CUDA twin (moe_cuda.cuh) share to the bit: the
- * saved layout and the gate's per-token backward. */
+ * saved layout, the routing of a group and the gate's per-token backward. */
 #ifdef __CUDACC__
 #define MOE_FN static inline __host__ __device__
 #else
@@ -86,6 +86,97 @@ MOE_FN moe_saved moe_saved_views(const moe_geom *g, int B, float *saved)
 	v.u = v.xin + Q * g->d;
 	v.eo = v.u + Q * g->h;
 	return v;
+}
+
+/* The first expert with the largest probability, skipping `skip`. */
+MOE_FN int moe_argmax_skip(const float *p, int E, int skip)
+{
+	int best = -1;
+	for (int e = 0; e < E; e++)
+		if (e != skip && (best < 0 || p[e] > p[best]))
+			best = e;
+	return best;
+}
+
+/*
+ * The routing of one group (moe_gate_forward's description; the GPU runs it
+ * a thread per group): route rows [n0, n0 + S) from probs [N, E], n0 the
+ * group's first token in the micro-batch, first choices in token order,
+ * then the second ones.  count [E] (slots taken) and load [E] (choices
+ * before capacity) are set, as are *chosen and *dropped, the group's
+ * choices and those dropped for capacity: counts, exact in float and
+ * double.  Returns E l_g = E sum_e (m_e / S) (f_e / S), m_e the sum of the
+ * probabilities and f_e the first choices of e, each summed in token order.
+ */
+MOE_FN double moe_route_group(const moe_geom *g, int sample2, uint64_t key, int64_t n0,
+			      const float *probs, float *route, int *count, float *load, double *chosen,
+			      double *dropped)
+{
+	const int E = g->E, S = g->S, C = g->C;
+	for (int e = 0; e < E; e++)
+		count[e] = 0, load[e] = 0;
+	double ch = 0, dr = 0;
+	for (int t = 0; t < S; t++) {
+		const int64_t n = n0 + t;
+		const float *pn = probs + n * E;
+		float *r = route + n * MOE_ROUTE_W;
+		const int e1 = moe_argmax_skip(pn, E, -1);
+		int e2 = -1;
+		float c1 = pn[e1], c2 = 0;
+		if (g->k == 2) {
+			e2 = moe_argmax_skip(pn, E, e1);
+			const float den = pn[e1] + pn[e2];
+			c1 = pn[e1] / den;
+			c2 = pn[e2] / den;
+		}
+		r[0] = (float)e1;
+		r[1] = (float)e2;
+		r[4] = c1;
+		r[5] = c2;
+		/* first choice's slot */
+		load[e1] += 1;
+		ch += 1;
+		if (count[e1] < C) {
+			r[2] = (float)count[e1]++;
+		} else {
+			r[2] = -1;
+			r[4] = 0;
+			dr += 1;
+		}
+	}
+	for (int t = 0; t < S; t++) {
+		const int64_t n = n0 + t;
+		float *r = route + n * MOE_ROUTE_W;
+		r[3] = -1;
+		if (g->k != 2)
+			continue;
+		const int e2 = (int)r[1];
+		if (sample2 && !(ph_rng_uniform(key, (uint64_t)n) < 2.0f * r[5])) {
+			r[5] = 0;
+			continue;
+		}
+		load[e2] += 1;
+		ch += 1;
+		if (count[e2] < C) {
+			r[3] = (float)count[e2]++;
+		} else {
+			r[5] = 0;
+			dr += 1;
+		}
+	}
+	*chosen = ch;
+	*dropped = dr;
+	double l = 0;
+	for (int e = 0; e < E; e++) {
+		double m = 0, f = 0;
+		for (int t = 0; t < S; t++) {
+			const int64_t n = n0 + t;
+			m += probs[n * E + e];
+			f += (int)route[n * MOE_ROUTE_W] == e;
+		}
+		l += (m / S) * (f / S);
+	}
+	return E * l;
 }
 
 /* One token's dlogits [E] (k experts, probabilities pn, route r): dp =

@@ -22,9 +22,10 @@
  *    (ph_group_report_at, ABI 1.8): nothing waits for them.  They are
  *    rounded to float on the way.
  * Routing itself (choices, capacity slots, the second expert's draws) is
- * moe_gate.c's loop, one GPU thread per group: it is sequential within a
- * group by definition (GShard's position_in_expert), and groups are few.
- * Given the same probabilities it makes the same choices bit for bit.
+ * moe_core.h's moe_route_group, which moe_gate.c runs too, one GPU thread
+ * per group: it is sequential within a group by definition (GShard's
+ * position_in_expert), and groups are few.  Given the same probabilities
+ * it makes the same choices bit for bit.
  *
  * Device scratch per call (floats; moe_device_scratch_floats per sample):
  *   A, Bf [Q d] as the CPU's; a [Q h] (every block's GELU, where the
@@ -41,17 +42,6 @@
 #include "moe_core.h"
 
 /* ---- Kernels ---------------------------------------------------------- */
-
-/* The first expert with the largest probability, skipping `not`
- * (moe_gate.c's argmax_skip). */
-static __device__ __forceinline__ int moe_d_argmax_skip(const float *p, int E, int skip)
-{
-	int best = -1;
-	for (int e = 0; e < E; e++)
-		if (e != skip && (best < 0 || p[e] > p[best]))
-			best = e;
-	return best;
-}
 
 /* probs [N, E]: softmax of the logits in place, a thread per token. */
 static __global__ void moe_softmax_kernel(float *probs, int N, int E)
@@ -71,77 +61,16 @@ static __global__ void moe_softmax_kernel(float *probs, int N, int E)
 	}
 }
 
-/* route [N, 6] and the group's figures, a thread per group: moe_gate.c's
- * loop over the group's tokens, first choices then second ones. */
+/* route [N, 6] and the group's figures, a thread per group: moe_core.h's
+ * moe_route_group, as moe_gate.c runs it. */
 static __global__ void moe_route_kernel(moe_geom g, int G, int sample2, uint64_t key, const float *probs,
 					float *route, int *cnt, float *loadg, float *gstat)
 {
-	const int E = g.E, S = g.S, C = g.C;
 	PH_GRID_STRIDE(gi, G) {
-		int *count = cnt + gi * E;
-		float *load = loadg + gi * E;
-		for (int e = 0; e < E; e++)
-			count[e] = 0, load[e] = 0;
-		double chosen = 0, dropped = 0;
-		for (int t = 0; t < S; t++) {
-			const int64_t n = gi * S + t;
-			const float *pn = probs + n * E;
-			float *r = route + n * MOE_ROUTE_W;
-			const int e1 = moe_d_argmax_skip(pn, E, -1);
-			int e2 = -1;
-			float c1 = pn[e1], c2 = 0;
-			if (g.k == 2) {
-				e2 = moe_d_argmax_skip(pn, E, e1);
-				const float den = pn[e1] + pn[e2];
-				c1 = pn[e1] / den;
-				c2 = pn[e2] / den;
-			}
-			r[0] = (float)e1;
-			r[1] = (float)e2;
-			r[4] = c1;
-			r[5] = c2;
-			load[e1] += 1;
-			chosen += 1;
-			if (count[e1] < C) {
-				r[2] = (float)count[e1]++;
-			} else {
-				r[2] = -1;
-				r[4] = 0;
-				dropped += 1;
-			}
-		}
-		for (int t = 0; t < S; t++) {
-			float *r = route + (gi * S + t) * MOE_ROUTE_W;
-			r[3] = -1;
-			if (g.k != 2)
-				continue;
-			const int e2 = (int)r[1];
-			if (sample2 && !(ph_rng_uniform(key, (uint64_t)(gi * S + t)) < 2.0f * r[5])) {
-				r[5] = 0;
-				continue;
-			}
-			load[e2] += 1;
-			chosen += 1;
-			if (count[e2] < C) {
-				r[3] = (float)count[e2]++;
-			} else {
-				r[5] = 0;
-				dropped += 1;
-			}
-		}
-		/* E l_g = E sum_e (m_e / S) (f_e / S), m_e and f_e summed in
-		 * token order as moe_gate.c does */
-		double l = 0;
-		for (int e = 0; e < E; e++) {
-			double m = 0, f = 0;
-			for (int t = 0; t < S; t++) {
-				const int64_t n = gi * S + t;
-				m += probs[n * E + e];
-				f += (int)route[n * MOE_ROUTE_W] == e;
-			}
-			l += (m / S) * (f / S);
-		}
-		gstat[3 * gi] = (float)(E * l);
+		double chosen, dropped;
+		const double aux = moe_route_group(&g, sample2, key, gi * g.S, probs, route, cnt + gi * g.E,
+						   loadg + gi * g.E, &chosen, &dropped);
+		gstat[3 * gi] = (float)aux;
 		gstat[3 * gi + 1] = (float)chosen;
 		gstat[3 * gi + 2] = (float)dropped;
 	}

@@ -30,16 +30,6 @@ int moe_group_rank(const ph_ctx *ctx)
 	return ctx->group && ctx->group->size > 1 ? ctx->group->rank : 0;
 }
 
-/* The first expert with the largest probability, skipping `not`. */
-static int argmax_skip(const float *p, int E, int not)
-{
-	int best = -1;
-	for (int e = 0; e < E; e++)
-		if (e != not && (best < 0 || p[e] > p[best]))
-			best = e;
-	return best;
-}
-
 /*
  * probs [N, E] = softmax(x gate^T); per token of route [N, 6]:
  *   e1 = argmax, c1 = p[e1]                                 (top-1, Switch)
@@ -54,7 +44,7 @@ static int argmax_skip(const float *p, int E, int not)
 void moe_gate_forward(const moe_geom *g, const ph_ctx *ctx, const float *x, const float *gate,
 		      float *probs, float *route, moe_stats *st)
 {
-	const int E = g->E, d = g->d, S = g->S, C = g->C;
+	const int E = g->E, d = g->d, S = g->S;
 	const int N = ctx->batch * g->T, G = N / S;
 	const uint64_t key = ph_mix64(ph_rng_key(ctx->seed, ctx->step, ctx->microbatch, ctx->layer) ^
 				      MOE_SITE_ROUTE);
@@ -82,75 +72,19 @@ void moe_gate_forward(const moe_geom *g, const ph_ctx *ctx, const float *x, cons
 			pn[e] /= z;
 	}
 
+	/* routing, a group at a time (moe_core.h); the figures' sums */
 	int count[MOE_MAX_E];
-	double load[MOE_MAX_E] = { 0 }, f[MOE_MAX_E], m[MOE_MAX_E];
+	float gload[MOE_MAX_E];
+	double load[MOE_MAX_E] = { 0 };
 	double aux = 0, chosen = 0, dropped = 0;
 	for (int gi = 0; gi < G; gi++) {
-		memset(count, 0, (size_t)E * sizeof *count);
-		memset(f, 0, (size_t)E * sizeof *f);
-		memset(m, 0, (size_t)E * sizeof *m);
-		for (int t = 0; t < S; t++) {
-			const int n = gi * S + t;
-			const float *pn = probs + (size_t)n * E;
-			float *r = route + (size_t)n * MOE_ROUTE_W;
-			const int e1 = argmax_skip(pn, E, -1);
-			int e2 = -1;
-			float c1 = pn[e1], c2 = 0;
-			if (g->k == 2) {
-				e2 = argmax_skip(pn, E, e1);
-				const float den = pn[e1] + pn[e2];
-				c1 = pn[e1] / den;
-				c2 = pn[e2] / den;
-			}
-			r[0] = (float)e1;
-			r[1] = (float)e2;
-			r[4] = c1;
-			r[5] = c2;
-			f[e1] += 1;
-			for (int e = 0; e < E; e++)
-				m[e] += pn[e];
-			/* first choice's slot */
-			load[e1] += 1;
-			chosen += 1;
-			if (count[e1] < C) {
-				r[2] = (float)count[e1]++;
-			} else {
-				r[2] = -1;
-				r[4] = 0;
-				dropped += 1;
-			}
-		}
-		for (int t = 0; t < S && g->k == 2; t++) {
-			const int n = gi * S + t;
-			float *r = route + (size_t)n * MOE_ROUTE_W;
-			const int e2 = (int)r[1];
-			int take = 1;
-			if (sample2)
-				take = ph_rng_uniform(key, (uint64_t)n) < 2.0f * r[5];
-			r[3] = -1;
-			if (!take) {
-				r[5] = 0;
-				continue;
-			}
-			load[e2] += 1;
-			chosen += 1;
-			if (count[e2] < C) {
-				r[3] = (float)count[e2]++;
-			} else {
-				r[5] = 0;
-				dropped += 1;
-			}
-		}
-		if (g->k == 1)
-			for (int t = 0; t < S; t++) {
-				float *r = route + (size_t)(gi * S + t) * MOE_ROUTE_W;
-				r[3] = -1;
-			}
-		/* l_g = E sum_e (m_e / S) (f_e / S) */
-		double l = 0;
+		double gchosen, gdropped;
+		aux += moe_route_group(g, sample2, key, (int64_t)gi * S, probs, route, count, gload, &gchosen,
+				       &gdropped);
+		chosen += gchosen;
+		dropped += gdropped;
 		for (int e = 0; e < E; e++)
-			l += (m[e] / S) * (f[e] / S);
-		aux += E * l;
+			load[e] += gload[e];
 	}
 	if (st) {
 		double mx = 0, sum = 0;
