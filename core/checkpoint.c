@@ -526,20 +526,6 @@ static void apply_keep(const char *dir, int keep, int64_t just)
 		fprintf(stderr, "pipehost: warning: syncing checkpoint dir %s: %s\n", dir, strerror(errno));
 }
 
-/* The first tensor holding a NaN or an infinity, or -1. */
-static int first_nonfinite(const ph_tensor_ref *t, int n, int64_t *at)
-{
-	for (int i = 0; i < n; i++) {
-		int64_t k = ph_shape_numel(&t[i].shape);
-		for (int64_t j = 0; j < k; j++)
-			if (!isfinite(t[i].data[j])) {
-				*at = j;
-				return i;
-			}
-	}
-	return -1;
-}
-
 static void hex64(uint64_t v, char out[17])
 {
 	snprintf(out, 17, "%016llx", (unsigned long long)v);
@@ -591,7 +577,7 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 		return rc;
 	}
 	int64_t at = 0;
-	int bad = first_nonfinite(w, nw, &at), bad_s = bad < 0 ? first_nonfinite(s, ns, &at) : -1;
+	int bad = ph_tensors_first_nonfinite(w, nw, &at), bad_s = bad < 0 ? ph_tensors_first_nonfinite(s, ns, &at) : -1;
 	if (bad >= 0 || bad_s >= 0) {
 		const ph_tensor_ref *b = bad >= 0 ? &w[bad] : &s[bad_s];
 		rc = ph_fail(err, PH_EINVAL, "step %lld: %s holds %s at element %lld: training diverged; checkpoint "

@@ -599,16 +599,12 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		rc = ph_weights_read_any(cfg.run.init, &model, t, nt, &hf, err);
 		/* a NaN here would surface as "the loss is NaN" at step 1,
 		 * which reads as a learning-rate problem: name the tensor */
-		for (int i = 0; !rc && i < nt; i++) {
-			int64_t k = ph_shape_numel(&t[i].shape);
-			for (int64_t j = 0; j < k; j++)
-				if (!isfinite(t[i].data[j])) {
-					rc = ph_fail(err, PH_EINVAL, "[run] init %s: %s holds %s at element %lld; give weights "
-						     "that are all finite", cfg.run.init, t[i].name,
-						     isnan(t[i].data[j]) ? "NaN" : "an infinity", (long long)j);
-					break;
-				}
-		}
+		int64_t at = 0;
+		const int bad = rc ? -1 : ph_tensors_first_nonfinite(t, nt, &at);
+		if (bad >= 0)
+			rc = ph_fail(err, PH_EINVAL, "[run] init %s: %s holds %s at element %lld; give weights that are "
+				     "all finite", cfg.run.init, t[bad].name, isnan(t[bad].data[at]) ? "NaN" : "an infinity",
+				     (long long)at);
 		free(t);
 		if (rc || (rc = ph_engine_upload_tensors(engine, err)))
 			goto out;

@@ -542,15 +542,13 @@ static int write_weights(ph_engine *e, const char *path, ph_err *err)
 	int rc = ph_engine_tensors(e, &t, &n, err);
 	if (rc)
 		return rc;
-	for (int i = 0; i < n; i++) {
-		int64_t k = ph_shape_numel(&t[i].shape);
-		for (int64_t j = 0; j < k; j++)
-			if (!isfinite(t[i].data[j])) {
-				rc = ph_fail(err, PH_EINVAL, "--save-weights %s: not written: %s holds %s (training diverged)",
-					     path, t[i].name, isnan(t[i].data[j]) ? "NaN" : "an infinity");
-				free(t);
-				return rc;
-			}
+	int64_t at = 0;
+	const int bad = ph_tensors_first_nonfinite(t, n, &at);
+	if (bad >= 0) {
+		rc = ph_fail(err, PH_EINVAL, "--save-weights %s: not written: %s holds %s (training diverged)", path,
+			     t[bad].name, isnan(t[bad].data[at]) ? "NaN" : "an infinity");
+		free(t);
+		return rc;
 	}
 	static const char *const meta[] = { "format", "pt", "producer", "pipehost " PACKAGE_VERSION, NULL };
 	rc = ph_safetensors_write(path, t, n, meta, err);

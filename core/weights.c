@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -722,4 +723,17 @@ done:
 	free(hdr);
 	close(fd);
 	return rc;
+}
+
+int ph_tensors_first_nonfinite(const ph_tensor_ref *t, int n, int64_t *at)
+{
+	for (int i = 0; i < n; i++) {
+		int64_t k = ph_shape_numel(&t[i].shape);
+		for (int64_t j = 0; j < k; j++)
+			if (!isfinite(t[i].data[j])) {
+				*at = j;
+				return i;
+			}
+	}
+	return -1;
 }

@@ -40,6 +40,10 @@ int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
  * name, a wrong shape, or any fault is one clear line naming the file. */
 int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err);
 
+/* The first of t[0..n) holding a NaN or an infinity, its element in *at;
+ * -1 if all are finite. */
+int ph_tensors_first_nonfinite(const ph_tensor_ref *t, int n, int64_t *at);
+
 /* The float an IEEE 754 half (binary16) holds, exactly: subnormals,
  * infinities and NaN (payload kept) included. */
 float ph_half_to_float(uint16_t h);
