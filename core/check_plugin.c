@@ -773,6 +773,49 @@ static void run_isolated(const ph_registry_entry *en, const ph_check_opts *o)
 		     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
+/* Open the file once in a child first: a constructor or descriptor that
+ * crashes, hangs or exits would otherwise take pipehost down with it (the
+ * loader's guard names the file, then the signal ends the process).  The
+ * child's own load errors are left to the parent's load, which reports
+ * them with the loader's words; only how the child ended counts here. */
+static int trial_load(const ph_check_opts *o)
+{
+	int timeout = o->timeout_s > 0 ? o->timeout_s : 600;
+	tl->done = 0;
+	fflush(out);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid < 0) {
+		FAIL("cannot start a process to load it in: %s", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		alarm((unsigned)timeout);
+		ph_registry reg;
+		memset(&reg, 0, sizeof reg);
+		reg.allow_writable = o->allow_writable;
+		ph_err e = { { 0 } };
+		ph_registry_load_file(&reg, o->file, &e);
+		tl->done = 1; /* before freeing: a destructor that exits is the run's problem, not the load's */
+		_exit(0);
+	}
+	int status;
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+		FAIL("%s is still loading after %d s: a constructor or its descriptor function hangs; fix the plugin",
+		     o->file, timeout);
+	else if (!tl->done && WIFSIGNALED(status))
+		FAIL("%s crashed while being loaded (signal %d, %s): a constructor or its descriptor function is broken; "
+		     "fix the plugin", o->file, WTERMSIG(status), strsignal(WTERMSIG(status)));
+	else if (!tl->done)
+		FAIL("%s ended the process while being loaded (exit status %d): a constructor calls exit; plugins "
+		     "return errors, they never exit", o->file, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	else
+		return 0;
+	return -1;
+}
+
 /* Each --set names one of the file's plugins and one of its options. */
 static int check_sets(const ph_registry *reg, const ph_check_opts *o, ph_err *err)
 {
@@ -833,11 +876,12 @@ int ph_check_plugin(const ph_check_opts *opts, FILE *f, ph_err *err)
 	reg.allow_writable = o.allow_writable;
 	ph_err e = { { 0 } };
 	begin("abi and descriptor");
-	int rc = ph_registry_load_file(&reg, file, &e);
-	if (!rc && reg.nentries == 0)
+	int rc = trial_load(&o); /* a FAIL line of its own where the load would end pipehost */
+	if (!rc && !(rc = ph_registry_load_file(&reg, file, &e)) && reg.nentries == 0)
 		rc = ph_fail(&e, PH_EINVAL, "%s lists no layer, partitioner or schedule", file);
 	if (rc) {
-		FAIL("%s", e.msg);
+		if (e.msg[0])
+			FAIL("%s", e.msg);
 	} else if ((rc = check_sets(&reg, &o, err))) {
 		ph_registry_free(&reg);
 		munmap(tl, sizeof *tl);

@@ -4,7 +4,8 @@
 # path's messages, the license tags (scripts/spdx.sh).
 # Test plugins, each broken in one way --check-plugin must name.
 check_LTLIBRARIES += tests/plugins/check-bad-backward.la tests/plugins/check-bad-meta.la \
-	tests/plugins/check-deadlock.la tests/plugins/check-crash.la tests/plugins/check-bad-in-place.la
+	tests/plugins/check-deadlock.la tests/plugins/check-crash.la tests/plugins/check-bad-in-place.la \
+	tests/plugins/check-ctor-exit.la
 tests_plugins_check_bad_backward_la_SOURCES = tests/plugins/check-bad-backward.c
 tests_plugins_check_bad_backward_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_check_bad_meta_la_SOURCES = tests/plugins/check-bad-meta.c
@@ -16,6 +17,8 @@ tests_plugins_check_crash_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_check_bad_in_place_la_SOURCES = tests/plugins/check-bad-in-place.c
 tests_plugins_check_bad_in_place_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_check_bad_in_place_la_LIBADD = -lm
+tests_plugins_check_ctor_exit_la_SOURCES = tests/plugins/check-ctor-exit.c
+tests_plugins_check_ctor_exit_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 
 TESTS += tests/test-check-plugin.sh tests/test-install.sh tests/test-plugin-path.sh tests/test-spdx.sh \
 	tests/test-completion.sh

@@ -88,6 +88,35 @@ if [ "$rc" -ne 0 ] && grep -Eq "^FAIL layer check_crash: create: (crashed \(sign
 else
 	not_ok "a layer that crashes: exit $rc; $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
 fi
+# A plugin that crashes or exits while it is opened: a FAIL of loading it
+# and the count line, exit 1 (the loader's guard alone would end
+# pipehost with the signal, exit 139). Under ASan a SEGV ends the child
+# with ASan's exit status instead of the signal.
+"$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/wild_descriptor.so" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 1 ] &&
+	grep -Eq "^FAIL abi and descriptor: .*wild_descriptor.so (crashed while being loaded \(signal 11, .*\): a constructor or its descriptor function is broken|ended the process while being loaded)" "$tmp/out" &&
+	grep -q "^1 check(s): 0 passed, 1 failed, 0 skipped$" "$tmp/out" && grep -q "checks failed" "$tmp/err"; then
+	ok "a descriptor that crashes when read: exit 1; $(grep '^FAIL' "$tmp/out" | cut -c1-150)"
+else
+	not_ok "a descriptor that crashes when read: exit $rc; $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
+fi
+PH_TEST_CTOR_EXIT=1 "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/check-ctor-exit.so" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 1 ] &&
+	grep -q "^FAIL abi and descriptor: .*check-ctor-exit.so ended the process while being loaded (exit status 3): a constructor calls exit" "$tmp/out" &&
+	grep -q "^1 check(s): 0 passed, 1 failed, 0 skipped$" "$tmp/out"; then
+	ok "a constructor that exits: exit 1; $(grep '^FAIL' "$tmp/out" | cut -c1-150)"
+else
+	not_ok "a constructor that exits: exit $rc; $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
+fi
+# The same plugin without the variable passes: the trial load leaves no trace.
+if "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/check-ctor-exit.so" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^PASS abi and descriptor" "$tmp/out" && ! grep -q "^FAIL" "$tmp/out"; then
+	ok "the same plugin, its constructor harmless: $(tail -1 "$tmp/out")"
+else
+	not_ok "check-ctor-exit.so unset: $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
+fi
 check_fails "not a plugin" "$TEST_PLUGIN_DIR/not_a_plugin.so" "^FAIL abi and descriptor: .*exports no pipehost_plugin symbol"
 check_fails "a required string option not given" "$top_builddir/plugins/schedules/.libs/table.so" \
 	"^FAIL schedule table: options: file is required and has no default; give one with --set table.file=VALUE"
