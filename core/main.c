@@ -434,6 +434,25 @@ static const float *profile_samples(void *ctx, int batch, ph_err *err)
 	return pd->train->x;
 }
 
+/* The data loaded for a run fit the model planned: the engine copies
+ * batch x numel(in) floats per step, so a data set of other samples must
+ * never reach it; and they hold at least one batch. */
+static int check_data(const ph_config *cfg, const ph_model *model, const ph_shape *in, const ph_dataset *train,
+		      const ph_dataset *test, ph_err *err)
+{
+	if (ph_shape_numel(&train->shape) != ph_shape_numel(in) || ph_shape_numel(&test->shape) != ph_shape_numel(in) ||
+	    train->targets_per_sample != model->targets_per_sample) {
+		char want[64], got[64];
+		ph_shape_str(in, want, sizeof want);
+		ph_shape_str(ph_shape_numel(&train->shape) != ph_shape_numel(in) ? &train->shape : &test->shape, got,
+			     sizeof got);
+		return ph_fail(err, PH_EINVAL, "the data's samples are %s with %d target(s), the model was planned for %s with "
+			       "%d; check [data] and the loss layer", got, train->targets_per_sample, want,
+			       model->targets_per_sample);
+	}
+	return ph_train_check_data(cfg, train, err);
+}
+
 static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 {
 	ph_registry reg;
@@ -521,6 +540,14 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)) || (rc = ph_plan_check_cuttable(&model, &cfg, err)) ||
 	    (rc = ph_plan_check_per_mb(&model, &cfg, err)))
 		goto out; /* a job that cannot run: before the profiler measures it */
+	/* A run that trains loads its data now, before the profiler measures
+	 * and before --plan-json is written: data that cannot train this
+	 * model fail the run before it has done or left anything. */
+	if (!cli->plan_only && !cli->simulate) {
+		if ((rc = source->load(&cfg, &in, &train, &test, err)) || (rc = check_data(&cfg, &model, &in, &train, &test, err)))
+			goto out;
+		data_loaded = 1;
+	}
 	if (cfg.part.cost == PH_COST_PROFILE || cfg.part.cost == PH_COST_AUTO) {
 		cost_f = calloc((size_t)model.n, sizeof *cost_f);
 		cost_b = calloc((size_t)model.n, sizeof *cost_b);
@@ -530,13 +557,12 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		}
 		/* the profiler times the layers on the run's own samples, loaded
 		 * now only if it measures */
-		profile_data pd = { &cfg, &in, &train, &test, 0 };
+		profile_data pd = { &cfg, &in, &train, &test, data_loaded };
 		ph_profile_input input = { profile_samples, &pd };
 		int used = 0;
 		if ((rc = ph_profile_costs_for_run(&model, &cfg, &input, cost_f, cost_b, &used, json_stdout ? NULL : stdout,
 						   err)))
 			goto out;
-		data_loaded = pd.loaded;
 		/* under mpirun every process must cut alike: process 0's costs */
 		if (cfg.comm.size > 1 && cfg.comm.ops &&
 		    ((rc = cfg.comm.ops->bcast(&used, sizeof used, 0, err)) ||
@@ -569,19 +595,6 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	if ((rc = ph_memcheck_run(&plan, &model, &cfg, err)))
 		goto out;
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
-	if (!data_loaded && (rc = source->load(&cfg, &in, &train, &test, err)))
-		goto out;
-	/* The engine copies batch x numel(in) floats per step: a data set of
-	 * other samples must never reach it. */
-	if (ph_shape_numel(&train.shape) != ph_shape_numel(&in) || ph_shape_numel(&test.shape) != ph_shape_numel(&in) ||
-	    train.targets_per_sample != model.targets_per_sample) {
-		char want[64], got[64];
-		ph_shape_str(&in, want, sizeof want);
-		ph_shape_str(ph_shape_numel(&train.shape) != ph_shape_numel(&in) ? &train.shape : &test.shape, got, sizeof got);
-		rc = ph_fail(err, PH_EINVAL, "the data's samples are %s with %d target(s), the model was planned for %s with %d; "
-			     "check [data] and the loss layer", got, train.targets_per_sample, want, model.targets_per_sample);
-		goto out;
-	}
 	if ((rc = ph_engine_create(&engine, &model, &plan, &cfg, err)))
 		goto out;
 	if (ph_comm_writer(&cfg.comm)) {

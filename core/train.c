@@ -257,18 +257,32 @@ static void note_delayed_warmup(const ph_config *c, int64_t total)
 	       c->sched.type, (long long)c->optim.warmup, (long long)total);
 }
 
+/* Samples a run trains on: the training set, cut to [data] limit. */
+static int64_t train_samples(const ph_config *c, const ph_dataset *train)
+{
+	int64_t n = train->n;
+	return c->data.limit && c->data.limit < n ? c->data.limit : n;
+}
+
+int ph_train_check_data(const ph_config *c, const ph_dataset *train, ph_err *err)
+{
+	int64_t n = train_samples(c, train), B = c->run.batch;
+	if (n < B)
+		return ph_fail(err, PH_EINVAL, "the training set has %lld samples, fewer than one batch of %lld; lower [run] batch",
+			       (long long)n, (long long)B);
+	return PH_OK;
+}
+
 int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
 		const ph_train_ckpt *ck, ph_train_result *res, ph_err *err)
 {
 	memset(res, 0, sizeof *res);
 	res->test_loss = -1;
-	int64_t B = c->run.batch, n = train->n;
-	if (c->data.limit && c->data.limit < n)
-		n = c->data.limit;
+	int rc = ph_train_check_data(c, train, err);
+	if (rc)
+		return rc;
+	int64_t B = c->run.batch, n = train_samples(c, train);
 	int64_t spe = n / B;
-	if (spe < 1)
-		return ph_fail(err, PH_EINVAL, "the training set has %lld samples, fewer than one batch of %lld; lower [run] batch",
-			       (long long)n, (long long)B);
 	int64_t total = c->run.steps ? c->run.steps : c->run.epochs * spe;
 	ph_optim_config oc = c->optim;
 	oc.total_steps = total;
@@ -292,7 +306,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	double *wlr = NULL;
 	int64_t win_start = 0, win_end = 0;
 	FILE *metrics = NULL;
-	int rc = PH_OK;
+	rc = PH_OK;
 	/* under mpirun only process 0 writes checkpoints and metrics; the
 	 * others hold the same weights (core/engine-replicas.c) */
 	int writer = ph_comm_writer(&c->comm);

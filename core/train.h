@@ -48,6 +48,11 @@ typedef struct {
 int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
 		const ph_train_ckpt *ck, ph_train_result *res, ph_err *err);
 
+/* The training set holds at least one batch (after [data] limit): run
+ * right after the data load, before anything is measured or written, and
+ * again by ph_train_ck. */
+int ph_train_check_data(const ph_config *c, const ph_dataset *train, ph_err *err);
+
 /* Before anything is measured, loaded or trained: every file this run
  * writes (outs: the weights, the metrics file, the trace, the plan's JSON,
  * the simulated timeline, the logits) can be written, is none of the files

@@ -253,6 +253,16 @@ fi
 expect_error "a batch larger than the training set" \
 	"^pipehost: the training set has 1024 samples, fewer than one batch of 100000; lower \[run\] batch$" \
 	-c "$tiny" --set run.batch=100000
+# the same run with the profiler and --plan-json: refused before the
+# profiler measures anything and before the plan's file is written
+expect_error "too few samples, cost = profile, --plan-json" \
+	"^pipehost: the training set has 1024 samples, fewer than one batch of 100000; lower \[run\] batch$" \
+	-c "$tiny" --set run.batch=100000 --set partition.cost=profile --plan-json "$tmp/plan.json"
+if grep -q "^profile:" "$tmp/out" || [ -e "$tmp/plan.json" ]; then
+	not_ok "too few samples: the profiler ran or a plan was written: $(head -3 "$tmp/out"); $(ls "$tmp")"
+else
+	ok "too few samples: nothing profiled, no plan.json left"
+fi
 expect_error "tie = to a layer that is not there" \
 	"^pipehost: layer b: tie = zz\.weight names no layer; name another layer of the model$" \
 	-c "$fixtures/tied3.ini" --plan --set layer.b.tie=zz.weight
