@@ -232,16 +232,19 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 	const int cap = group_cap(); /* PIPEHOST_ATTN_CUDNN_GROUP, for the tests */
 	if (cap > 0 && cap < Bg)
 		Bg = cap;
+	int placed = 0;
 	for (;;) {
 		if ((rc = ph_sdpa_graph(st, kind, Bg, T, H, hd, &graph, &wsb, err)))
 			return rc;
 		sizes[WS] = wsb;
 		sizes[STATS] = (size_t)Bg * H * T * sizeof(float); /* one group's at a time */
-		if (Bg == 1 || ph_sdpa_place(work, nwork, sizes, NBLOCKS, at))
+		if (Bg == 1)
+			break; /* place() below says what did not fit */
+		if ((placed = ph_sdpa_place(work, nwork, sizes, NBLOCKS, at)))
 			break;
 		Bg = (Bg + 1) / 2;
 	}
-	if ((rc = place(work, nwork, sizes, NBLOCKS, at, "backward", err)))
+	if (!placed && (rc = place(work, nwork, sizes, NBLOCKS, at, "backward", err)))
 		return rc;
 	__nv_bfloat16 *q16 = (__nv_bfloat16 *)at[Q16], *do16 = (__nv_bfloat16 *)at[DO16];
 	const __nv_bfloat16 *o16 = o_direct ? (const __nv_bfloat16 *)att : (const __nv_bfloat16 *)at[O16];
