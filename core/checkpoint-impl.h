@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* What the checkpoint files (checkpoint.c, checkpoint-id.c,
+ * checkpoint-state.c, checkpoint-manifest.c, checkpoint-files.c) share:
+ * the names inside a checkpoint dir, and the helpers one file makes for
+ * another.  Not installed; checkpoint.h is the interface. */
+#ifndef PH_CORE_CHECKPOINT_IMPL_H
+#define PH_CORE_CHECKPOINT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "checkpoint.h"
+
+#define WEIGHTS_FILE "weights.safetensors"
+#define OPTIM_FILE "optimizer.safetensors"
+#define STATE_FILE "state.json"
+#define MANIFEST_FILE "manifest.txt"
+#define MANIFEST_MAGIC "pipehost-checkpoint-manifest 1"
+#define MANIFEST_MAX 65536
+#define DAMAGED_PREFIX "damaged-"
+#define STEP_PREFIX "step-"
+#define TMP_PREFIX ".tmp-"
+
+/* checkpoint-id.c: a growing string; oom set once an append failed. */
+typedef struct {
+	char *s;
+	size_t len, cap;
+	int oom;
+} ph_ck_sbuf;
+
+void ph_ck_printf(ph_ck_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* checkpoint-files.c */
+
+/* Write a small file crash-safely: temp name, fsync, rename. */
+int ph_ck_write_file_atomic(const char *path, const char *data, size_t len, ph_err *err);
+/* mkdir -p, for [checkpoint] dir */
+int ph_ck_make_dirs(const char *dir, ph_err *err);
+/* rm -rf of a directory of ours (no symlinks followed). */
+int ph_ck_remove_tree(const char *path);
+/* "step-00000120" -> 120; -1 if the name is not exactly step-DIGITS. */
+int64_t ph_ck_parse_step_name(const char *name);
+
+typedef struct {
+	int64_t step;
+	char name[64];
+} ph_ck_step;
+
+/* Complete step directories of dir, highest first.  *out malloc'd. */
+int ph_ck_list_steps(const char *dir, ph_ck_step **out, int *n, ph_err *err);
+/* Remove leftovers of interrupted saves and deletions. */
+void ph_ck_remove_stale(const char *dir);
+/* Keep the `keep` highest steps and `just`; remove the rest. */
+void ph_ck_apply_keep(const char *dir, int keep, int64_t just);
+/* Move dir/name out of view as dir/damaged-name (never deleted); to is
+ * where it went, "" if it could not be moved. */
+void ph_ck_set_aside(const char *dir, const char *name, char *to, size_t len);
+
+/* checkpoint-state.c */
+
+/* state.json's text for a step, malloc'd; NULL when out of memory. */
+char *ph_ck_state_json(int64_t step, const ph_ckpt_id *id, int64_t seed, int64_t total_steps, const char *optimizer);
+int ph_ck_read_state_file(const char *path, ph_ckpt_state *st, ph_err *err);
+
+/* checkpoint-manifest.c */
+
+typedef struct {
+	char run[33];
+	int64_t step;
+	int n;
+	struct {
+		char name[64];
+		uint64_t size, hash;
+	} f[8];
+} ph_ck_manifest;
+
+/* The manifest of step dir sdir: names[i] of sizes[i] bytes hashing to
+ * hashes[i], the step and the run, and a last line checking the rest. */
+int ph_ck_write_manifest(const char *sdir, const char *run, int64_t step, const char *const *names,
+			 const uint64_t *sizes, const uint64_t *hashes, int n, ph_err *err);
+/* Read and check sdir/manifest.txt.  *missing is set (and PH_EIO returned)
+ * when there is none at all. */
+int ph_ck_read_manifest(const char *sdir, ph_ck_manifest *m, int *missing, ph_err *err);
+/* Each file's size and checksum against the manifest. */
+int ph_ck_verify_files(const char *sdir, const ph_ck_manifest *m, ph_err *err);
+
+#endif
