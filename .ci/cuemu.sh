@@ -16,6 +16,9 @@
 #   test-gpu-switches.sh  the [gpu] keys reach the kernels' switches
 #   test-out-of-tree.sh a third party's layer with its CUDA twin, built
 #                       against the installed headers, trained on cuda:0
+#   test-check-plugin.sh  pipehost --check-plugin, its twin check included:
+#                       every twin of plugins/ against its CPU code, and a
+#                       test twin broken two ways
 # three times: threads of a block run forward, reversed and shuffled
 # between barriers, so a kernel with a race gives different bits and fails
 # the byte-for-byte checks.
@@ -31,7 +34,7 @@ mkdir -p "$root"
 cd "$root"
 "$src/configure" -q --enable-cuda-emulator
 make -j"$jobs"
-suites="tests/test-cuemu.sh tests/test-cuda-sums.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh tests/test-moe-gpu.sh"
+suites="tests/test-cuemu.sh tests/test-cuda-sums.sh tests/test-cuda-layers tests/test-gpu.sh tests/test-nccl.sh tests/test-gpu-switches.sh tests/test-out-of-tree.sh tests/test-expert-parallel-gpu.sh tests/test-moe-gpu.sh tests/test-check-plugin.sh"
 for order in forward reverse shuffle; do
 	if ! PH_CUEMU_ORDER=$order PH_CUEMU_DEVICES=2 make -j"$jobs" check TESTS="$suites" >"check-$order.log" 2>&1; then
 		cat "check-$order.log"

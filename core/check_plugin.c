@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check_plugin.h"
+#include "check_twin.h"
 #include "layer_call.h"
 #include "fd_check.h"
 #include "layer_inst.h"
@@ -428,6 +429,40 @@ static void gradients(const layer_plan *lp, int batch)
 	ph_layer_inst_close(&L);
 }
 
+/* The CUDA twin on cuda:0 against the layer's CPU code, fp32 then bf16
+ * (check_twin.h): one SKIP line where there is no twin or no GPU. */
+static void twin(const layer_plan *lp)
+{
+	const char *name = lp->ops->head.name;
+	ph_err e = { { 0 } };
+	begin("layer %s: cuda twin", name);
+	if (!(ph_layer_devices(lp->ops) & PH_DEV_CUDA)) {
+		SKIP("the layer has no CUDA twin (devices: cpu)");
+		return;
+	}
+	if (ph_check_twin_available(&e)) {
+		SKIP("no GPU to run it on: %s", e.msg);
+		return;
+	}
+	for (int k = 0; k < 2; k++) {
+		const int prec = k ? PH_PREC_BF16 : PH_PREC_FP32;
+		begin("layer %s: cuda twin (%s, batch %d)", name, k ? "bf16" : "fp32", lp->batch);
+		ph_layer_inst L;
+		char detail[512];
+		if (open_inst(&L, lp, lp->batch, 91, &e)) {
+			FAIL("%s", e.msg);
+			return;
+		}
+		if (ph_layer_inst_forward(&L, &e) || ph_layer_inst_backward(&L, L.dx, &e))
+			FAIL("the CPU run it is compared with: %s", e.msg);
+		else if (ph_check_twin(&L, prec, detail, sizeof detail, &e))
+			FAIL("%s", e.msg);
+		else
+			PASS("%s", detail);
+		ph_layer_inst_close(&L);
+	}
+}
+
 static void check_layer(const ph_layer_ops *ops, const ph_check_opts *o)
 {
 	const char *name = ops->head.name;
@@ -558,6 +593,7 @@ static void check_layer(const ph_layer_ops *ops, const ph_check_opts *o)
 	gradients(&lp, 1);
 	if (lp.batch > 1)
 		gradients(&lp, lp.batch);
+	twin(&lp);
 out:
 	free(lp.cfg);
 }

@@ -65,6 +65,7 @@ static void usage(FILE *f)
 		"      --plugin-dir DIR     search DIR for plugins first (repeatable)\n"
 		"      --allow-writable-plugins  load plugins even from files or directories others can write\n"
 		"      --check-plugin FILE  check a plugin: ABI, then each layer's meta, gradients, determinism,\n"
+		"                           its CUDA twin against its CPU code on cuda:0 (where there is a GPU),\n"
 		"                           each schedule's validity, each partitioner's cuts; --set NAME.KEY=VALUE\n"
 		"                           sets a plugin's option\n"
 		"      --shape DxD...       --check-plugin: a layer's per-sample input, e.g. 4x8 (default: 4x8,\n"

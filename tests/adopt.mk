@@ -19,6 +19,16 @@ tests_plugins_check_bad_in_place_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_check_bad_in_place_la_LIBADD = -lm
 tests_plugins_check_ctor_exit_la_SOURCES = tests/plugins/check-ctor-exit.c
 tests_plugins_check_ctor_exit_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# a layer with a CUDA twin that $PH_TEST_BAD_TWIN breaks (the twin check)
+check_LTLIBRARIES += tests/plugins/check-twin.la
+tests_plugins_check_twin_la_SOURCES = tests/plugins/check-twin.c tests/plugins/check-twin_state.h
+tests_plugins_check_twin_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+EXTRA_DIST += tests/plugins/check-twin_cuda.cu
+if PH_CUDA
+tests_plugins_check_twin_la_LIBADD = tests/plugins/check-twin_cuda.lo $(CUDA_LAYER_LIBS)
+tests/plugins/check-twin_cuda.lo: tests/plugins/check-twin_cuda.cu $(top_srcdir)/tests/plugins/check-twin_state.h \
+	$(top_srcdir)/include/pipehost/plugin.h $(top_srcdir)/include/pipehost/cuda.h
+endif
 
 TESTS += tests/test-check-plugin.sh tests/test-install.sh tests/test-plugin-path.sh tests/test-spdx.sh \
 	tests/test-completion.sh

@@ -117,6 +117,45 @@ if "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/check-ctor-exit.so" >"$tmp/out" 
 else
 	not_ok "check-ctor-exit.so unset: $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
 fi
+# The CUDA twin check (core/check_twin.c): where the build has the twin and
+# a GPU (the emulator's counts), fp32 and bf16 pass, and each bug
+# $PH_TEST_BAD_TWIN picks is a FAIL naming it; elsewhere one SKIP says why.
+twin="$TEST_PLUGIN_DIR/check-twin.so"
+"$PIPEHOST" --check-plugin "$twin" >"$tmp/out" 2>&1
+twin_rc=$?
+if ! "$PIPEHOST" --version | grep -q "backends: [^;]*cuda"; then
+	if [ "$twin_rc" -eq 0 ] && grep -q "^SKIP layer check_twin: cuda twin: the layer has no CUDA twin (devices: cpu)$" "$tmp/out"; then
+		ok "a build without CUDA: the twin check is one SKIP line"
+	else
+		not_ok "twin check without CUDA: exit $twin_rc; $(grep "cuda twin" "$tmp/out")"
+	fi
+elif [ -z "${PH_CUEMU:-}" ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+	if [ "$twin_rc" -eq 0 ] && grep -q "^SKIP layer check_twin: cuda twin: no GPU to run it on: " "$tmp/out"; then
+		ok "a CUDA build without a GPU: $(grep "cuda twin" "$tmp/out")"
+	else
+		not_ok "twin check without a GPU: exit $twin_rc; $(grep "cuda twin" "$tmp/out")"
+	fi
+else
+	if [ "$twin_rc" -eq 0 ] && grep -q "^PASS layer check_twin: cuda twin (fp32, batch 4): y, dx and 1 parameter gradient(s) within fp32's bounds" "$tmp/out" &&
+		grep -q "^PASS layer check_twin: cuda twin (bf16, batch 4): .* the same bits twice, x and parameters untouched, nothing written past a buffer$" "$tmp/out"; then
+		ok "a right twin passes on the GPU: $(grep "cuda twin (fp32" "$tmp/out" | cut -c1-160)"
+	else
+		not_ok "a right twin: exit $twin_rc; $(grep -i "cuda twin\|FAIL" "$tmp/out")"
+	fi
+	PH_TEST_BAD_TWIN=scale "$PIPEHOST" --check-plugin "$twin" >"$tmp/out" 2>&1
+	if [ $? -eq 1 ] && grep -q "^FAIL layer check_twin: cuda twin (fp32, batch 4): check_twin's CUDA twin (fp32): y\[0\] is .*, the CPU's .*; the twin computes something else$" "$tmp/out" &&
+		grep -q "^FAIL layer check_twin: cuda twin (bf16, batch 4): " "$tmp/out"; then
+		ok "a twin 10% off fails: $(grep "^FAIL.*fp32" "$tmp/out" | cut -c1-170)"
+	else
+		not_ok "a twin 10% off: $(grep -i "cuda twin" "$tmp/out")"
+	fi
+	PH_TEST_BAD_TWIN=past "$PIPEHOST" --check-plugin "$twin" >"$tmp/out" 2>&1
+	if [ $? -eq 1 ] && grep -q "^FAIL layer check_twin: cuda twin (fp32, batch 4): check_twin's CUDA forward wrote past y (byte 0 after its 512); the host gives exactly" "$tmp/out"; then
+		ok "a twin writing past y fails: $(grep "^FAIL.*fp32" "$tmp/out" | cut -c1-170)"
+	else
+		not_ok "a twin writing past y: $(grep -i "cuda twin" "$tmp/out")"
+	fi
+fi
 check_fails "not a plugin" "$TEST_PLUGIN_DIR/not_a_plugin.so" "^FAIL abi and descriptor: .*exports no pipehost_plugin symbol"
 check_fails "a required string option not given" "$top_builddir/plugins/schedules/.libs/table.so" \
 	"^FAIL schedule table: options: file is required and has no default; give one with --set table.file=VALUE"
