@@ -65,6 +65,18 @@ typedef struct {
 #define MOE_FN static inline
 #endif
 
+/* A product that a sum then takes: nvcc fuses a * b + c into one FMA in
+ * device code (-fmad=true, its default), the host's x86-64 code does not,
+ * so on a GPU such a product is rounded on its own (the emulator runs the
+ * host's code: it cannot show the difference). */
+#ifdef __CUDA_ARCH__
+#define MOE_MULF(a, b) __fmul_rn((a), (b))
+#define MOE_MULD(a, b) __dmul_rn((a), (b))
+#else
+#define MOE_MULF(a, b) ((a) * (b))
+#define MOE_MULD(a, b) ((a) * (b))
+#endif
+
 /* Expert slots per sample: E C for each of its T / S groups. */
 MOE_FN size_t moe_slots(const moe_geom *g)
 {
@@ -174,7 +186,7 @@ MOE_FN double moe_route_group(const moe_geom *g, int sample2, uint64_t key, int6
 			m += probs[n * E + e];
 			f += (int)route[n * MOE_ROUTE_W] == e;
 		}
-		l += (m / S) * (f / S);
+		l += MOE_MULD(m / S, f / S);
 	}
 	return E * l;
 }
@@ -193,12 +205,12 @@ MOE_FN void moe_token_dlogits(int k, int E, const float *pn, const float *r, con
 	} else {
 		const float p1 = pn[e1], p2 = pn[e2], s = p1 + p2;
 		const float inv2 = 1.0f / (s * s);
-		dl[e1] += p2 * (dc1 - dc2) * inv2;
-		dl[e2] += p1 * (dc2 - dc1) * inv2;
+		dl[e1] += MOE_MULF(p2 * (dc1 - dc2), inv2);
+		dl[e2] += MOE_MULF(p1 * (dc2 - dc1), inv2);
 	}
 	float dot = 0;
 	for (int e = 0; e < E; e++)
-		dot += pn[e] * dl[e];
+		dot += MOE_MULF(pn[e], dl[e]);
 	for (int e = 0; e < E; e++)
 		dl[e] = pn[e] * (dl[e] - dot);
 }
