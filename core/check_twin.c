@@ -117,6 +117,17 @@ static void gpu_close(gpu *g)
 	g->rs = NULL;
 }
 
+/* A replica group of one on the GPU (ABI 1.5), as the engine gives a
+ * stage's layers: all_to_all a device copy, the sum nothing; figures are
+ * dropped, as outside the engine. */
+static int twin_all_to_all(const ph_group *grp, const ph_ctx *ctx, const float *send, float *recv, size_t count,
+			   ph_err *err)
+{
+	gpu *g = grp->host;
+	(void)ctx;
+	return count ? g->dev->copy(g->rs, recv, send, count * sizeof(float), PH_COPY_D2D, err) : PH_OK;
+}
+
 /* gpu against cpu, n floats (every `stride`-th from 0: a loss layer's
  * losses); the norm error relative to ntol in *worst. */
 static int compare(const char *layer, const char *what, const float *gpu_v, const float *cpu_v, int64_t n,
@@ -245,10 +256,15 @@ int ph_check_twin(const ph_layer_inst *cpu, int precision, char *detail, size_t 
 	int rc = PH_OK;
 	if (!(g.dev = ph_cuda_backend(err)))
 		return PH_EUNSUPPORTED;
-	if ((rc = g.dev->open(0, precision, &g.rs, err)) || (rc = g.dev->bind(g.rs, err))) {
-		g.rs = NULL;
+	if ((rc = g.dev->open(0, precision, &g.rs, err)))
+		return rc;
+	if ((rc = g.dev->bind(g.rs, err))) {
+		gpu_close(&g);
 		return rc;
 	}
+	ph_group group = *ph_group_solo();
+	group.all_to_all = twin_all_to_all;
+	group.host = &g;
 	/* the twin's own instance: a layer may keep per-device things in its
 	 * state (cuDNN descriptors made on a first call) */
 	ph_layer_meta m;
@@ -296,6 +312,7 @@ int ph_check_twin(const ph_layer_inst *cpu, int precision, char *detail, size_t 
 	t.ctx = cpu->ctx;
 	g.dev->fill_ctx(g.rs, &t.ctx);
 	t.ctx.device = PH_DEV_CUDA;
+	t.ctx.group = &group;
 	t.ctx.scratch = dscratch;
 	t.ctx.saved = dsaved;
 	t.ctx.targets = dtargets;

@@ -142,6 +142,14 @@ else
 	else
 		not_ok "a right twin: exit $twin_rc; $(grep -i "cuda twin\|FAIL" "$tmp/out")"
 	fi
+	# a twin that exchanges through its replica group (ABI 1.5) gets a
+	# group of one on the GPU, as the engine gives it
+	"$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/ep-linear.so" >"$tmp/out" 2>&1
+	if [ $? -eq 0 ] && grep -q "^PASS layer ep_linear: cuda twin (fp32, batch 4): " "$tmp/out"; then
+		ok "a twin using its group (ep_linear) passes"
+	else
+		not_ok "ep_linear's twin: $(grep -i "cuda twin\|FAIL" "$tmp/out")"
+	fi
 	PH_TEST_BAD_TWIN=scale "$PIPEHOST" --check-plugin "$twin" >"$tmp/out" 2>&1
 	if [ $? -eq 1 ] && grep -q "^FAIL layer check_twin: cuda twin (fp32, batch 4): check_twin's CUDA twin (fp32): y\[0\] is .*, the CPU's .*; the twin computes something else$" "$tmp/out" &&
 		grep -q "^FAIL layer check_twin: cuda twin (bf16, batch 4): " "$tmp/out"; then
