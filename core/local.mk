@@ -30,7 +30,8 @@ core_libphcore_la_SOURCES = \
 	core/device.c core/device.h core/device_cpu.c \
 	core/comm.c core/comm.h \
 	core/layer_inst.c core/layer_inst.h core/fd_check.c core/fd_check.h \
-	core/check_plugin.c core/check_plugin.h core/check_twin.c core/check_twin.h
+	core/check_plugin.c core/check_plugin.h core/check_impl.h core/check_layer.c core/check_sched.c \
+	core/check_twin.c core/check_twin.h
 core_libphcore_la_CFLAGS = $(AM_CFLAGS) $(INIH_CFLAGS) $(CJSON_CFLAGS) $(ZLIB_CFLAGS) $(BLAS_CFLAGS) $(XXHASH_CFLAGS)
 core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) $(ZLIB_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
 # pipehost --generate, Hugging Face GPT-2 weights (docs/gpt2.md)
