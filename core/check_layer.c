@@ -313,23 +313,26 @@ static void twin(const layer_plan *lp)
 		SKIP("no GPU to run it on: %s", e.msg);
 		return;
 	}
+	/* one CPU run, the reference for both precisions */
+	ph_layer_inst L;
+	if (open_inst(&L, lp, lp->batch, 91, &e)) {
+		FAIL("%s", e.msg);
+		return;
+	}
+	if (ph_layer_inst_forward(&L, &e) || ph_layer_inst_backward(&L, L.dx, &e)) {
+		FAIL("the CPU run it is compared with: %s", e.msg);
+		ph_layer_inst_close(&L);
+		return;
+	}
 	for (int k = 0; k < 2; k++) {
-		const int prec = k ? PH_PREC_BF16 : PH_PREC_FP32;
-		ph_chk_begin("layer %s: cuda twin (%s, batch %d)", name, k ? "bf16" : "fp32", lp->batch);
-		ph_layer_inst L;
 		char detail[512];
-		if (open_inst(&L, lp, lp->batch, 91, &e)) {
-			FAIL("%s", e.msg);
-			return;
-		}
-		if (ph_layer_inst_forward(&L, &e) || ph_layer_inst_backward(&L, L.dx, &e))
-			FAIL("the CPU run it is compared with: %s", e.msg);
-		else if (ph_check_twin(&L, prec, detail, sizeof detail, &e))
+		ph_chk_begin("layer %s: cuda twin (%s, batch %d)", name, k ? "bf16" : "fp32", lp->batch);
+		if (ph_check_twin(&L, k ? PH_PREC_BF16 : PH_PREC_FP32, detail, sizeof detail, &e))
 			FAIL("%s", e.msg);
 		else
 			PASS("%s", detail);
-		ph_layer_inst_close(&L);
 	}
+	ph_layer_inst_close(&L);
 }
 
 void ph_chk_layer(const ph_layer_ops *ops, const ph_check_opts *o)
