@@ -235,13 +235,8 @@ static int run_twin(gpu *g, const twin_run *t, const char *const *names, float *
  * meta's saved_bytes: as the engine allocates it (core/model.c). */
 static size_t twin_saved_bytes(const ph_layer_ops *ops, const void *state, const ph_layer_meta *m, int precision)
 {
-	const ph_layer_device_ops *cu = ph_layer_cuda_ops(ops);
-	if (cu && cu->struct_size >= offsetof(ph_layer_device_ops, saved_bytes) + sizeof(void *) && cu->saved_bytes) {
-		size_t b = cu->saved_bytes(state, precision);
-		if (b)
-			return b;
-	}
-	return m->saved_bytes;
+	const size_t b = ph_layer_device_saved_bytes(ops, state, precision);
+	return b ? b : m->saved_bytes;
 }
 
 int ph_check_twin(const ph_layer_inst *cpu, int precision, char *detail, size_t len, ph_err *err)

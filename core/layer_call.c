@@ -125,6 +125,14 @@ int ph_layer_backward_weight(const ph_layer_ops *ops, void *state, int max_batch
 	TIMED(PH_LT_BWD_W, call_backward_weight(ops, state, max_batch, ctx, params, grads, x, y, dy, err));
 }
 
+size_t ph_layer_device_saved_bytes(const ph_layer_ops *ops, const void *state, int precision)
+{
+	const ph_layer_device_ops *cu = ph_layer_cuda_ops(ops);
+	if (!cu || cu->struct_size < offsetof(ph_layer_device_ops, saved_bytes) + sizeof(void *) || !cu->saved_bytes)
+		return 0;
+	return cu->saved_bytes(state, precision);
+}
+
 void ph_layer_destroy(const ph_layer_ops *ops, void *state)
 {
 	const ph_layer_device_ops *dev = ph_layer_cuda_ops(ops);

@@ -6,6 +6,8 @@
 #ifndef PH_CORE_LAYER_CALL_H
 #define PH_CORE_LAYER_CALL_H
 
+#include <stddef.h>
+
 #include <pipehost/plugin.h>
 
 /* Each runs the hook of ctx->device's table with the layer's arguments
@@ -30,6 +32,10 @@ int ph_layer_backward_weight(const ph_layer_ops *ops, void *state, int max_batch
  * size 1, all_to_all copies, all_reduce_sum leaves the buffer, report and
  * report_device drop the figure. */
 const ph_group *ph_group_solo(void);
+
+/* Bytes a sample the layer's CUDA twin keeps on a GPU at `precision`, where
+ * its saved_bytes hook (ABI 1.6) says; 0: meta's saved_bytes. */
+size_t ph_layer_device_saved_bytes(const ph_layer_ops *ops, const void *state, int precision);
 
 /* The device twins' release(), then the layer's destroy(); state may be NULL. */
 void ph_layer_destroy(const ph_layer_ops *ops, void *state);

@@ -58,11 +58,7 @@ static int batch_bytes_ok(uint64_t per_sample, int max_batch)
  * keeps another amount than meta says (ABI 1.6); 0 = meta's. */
 static size_t gpu_saved_bytes(const ph_layer *l, const ph_config *c)
 {
-	const ph_layer_device_ops *cu = ph_layer_cuda_ops(l->ops);
-	if (!c->place.cuda || !cu || cu->struct_size < offsetof(ph_layer_device_ops, saved_bytes) + sizeof(void *) ||
-	    !cu->saved_bytes)
-		return 0;
-	return cu->saved_bytes(l->state, (int)c->run.precision);
+	return c->place.cuda ? ph_layer_device_saved_bytes(l->ops, l->state, (int)c->run.precision) : 0;
 }
 
 static int check_meta(const ph_layer *l, int max_batch, ph_err *err)
