@@ -139,42 +139,85 @@ int ph_chk_build_config(const ph_ops_head *h, const ph_check_opts *o, void **cfg
 /* ------------------------------------------------------------------ */
 /* The driver.                                                          */
 
-/* Run one entry's checks in a child: a crash, a hang or an exit inside
- * the plugin ends the child, and the parent reports it against the check
- * that was under way. */
-static void run_isolated(const ph_registry_entry *en, const ph_check_opts *o)
+/* How a child that ran a piece of the checks ended. */
+typedef enum { CHILD_DONE, CHILD_NOT_STARTED, CHILD_HUNG, CHILD_CRASHED, CHILD_EXITED } child_end;
+
+/* fn(o, arg) in a child process, ended by SIGALRM after the entry's
+ * timeout: a crash, a hang or an exit inside a plugin ends the child, not
+ * pipehost.  tl->done is the child's word that fn returned; *status the
+ * wait status (a signal, an exit status). */
+static child_end in_child(void (*fn)(const ph_check_opts *, const void *), const ph_check_opts *o,
+			  const void *arg, int *status)
 {
-	int timeout = o->timeout_s > 0 ? o->timeout_s : 600;
-	snprintf(tl->current, sizeof tl->current, "%s %s", ph_kind_name(en->kind), en->head->name);
 	tl->done = 0;
 	fflush(out);
+	fflush(stderr);
 	pid_t pid = fork();
-	if (pid < 0) {
-		FAIL("cannot start a process to check it in: %s", strerror(errno));
-		return;
-	}
+	if (pid < 0)
+		return CHILD_NOT_STARTED;
 	if (pid == 0) {
-		alarm((unsigned)timeout);
-		if (en->kind == PH_KIND_LAYER)
-			ph_chk_layer(en->ops, o);
-		else if (en->kind == PH_KIND_SCHEDULE)
-			ph_chk_schedule(en->ops, o);
-		else
-			ph_chk_partitioner(en->ops, o);
+		alarm((unsigned)(o->timeout_s > 0 ? o->timeout_s : 600));
+		fn(o, arg);
 		fflush(out);
 		tl->done = 1;
 		_exit(0);
 	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+	while (waitpid(pid, status, 0) < 0 && errno == EINTR)
 		;
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-		FAIL("still running after %d s; a check of these small inputs takes seconds", timeout);
-	else if (WIFSIGNALED(status))
-		FAIL("crashed (signal %d, %s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-	else if (!tl->done)
+	if (WIFSIGNALED(*status) && WTERMSIG(*status) == SIGALRM)
+		return CHILD_HUNG;
+	if (WIFSIGNALED(*status))
+		return CHILD_CRASHED;
+	return tl->done ? CHILD_DONE : CHILD_EXITED;
+}
+
+static int exit_status(int status)
+{
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void check_entry(const ph_check_opts *o, const void *arg)
+{
+	const ph_registry_entry *en = arg;
+	if (en->kind == PH_KIND_LAYER)
+		ph_chk_layer(en->ops, o);
+	else if (en->kind == PH_KIND_SCHEDULE)
+		ph_chk_schedule(en->ops, o);
+	else
+		ph_chk_partitioner(en->ops, o);
+}
+
+/* Run one entry's checks in a child; how it ended, where not by
+ * returning, is a FAIL of the check that was under way. */
+static void run_isolated(const ph_registry_entry *en, const ph_check_opts *o)
+{
+	snprintf(tl->current, sizeof tl->current, "%s %s", ph_kind_name(en->kind), en->head->name);
+	int status = 0;
+	switch (in_child(check_entry, o, en, &status)) {
+	case CHILD_DONE: break;
+	case CHILD_NOT_STARTED: FAIL("cannot start a process to check it in: %s", strerror(errno)); break;
+	case CHILD_HUNG:
+		FAIL("still running after %d s; a check of these small inputs takes seconds",
+		     o->timeout_s > 0 ? o->timeout_s : 600);
+		break;
+	case CHILD_CRASHED: FAIL("crashed (signal %d, %s)", WTERMSIG(status), strsignal(WTERMSIG(status))); break;
+	case CHILD_EXITED:
 		FAIL("the plugin ended the process (exit status %d); plugins return errors, they never exit",
-		     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		     exit_status(status));
+		break;
+	}
+}
+
+/* Open the file and read its descriptor, nothing more (a child's; the
+ * process ends with _exit, so no destructor runs). */
+static void load_only(const ph_check_opts *o, const void *arg)
+{
+	(void)arg;
+	ph_registry reg;
+	memset(&reg, 0, sizeof reg);
+	reg.allow_writable = o->allow_writable;
+	ph_err e = { { 0 } };
+	ph_registry_load_file(&reg, o->file, &e);
 }
 
 /* Open the file once in a child first: a constructor or descriptor that
@@ -184,39 +227,23 @@ static void run_isolated(const ph_registry_entry *en, const ph_check_opts *o)
  * them with the loader's words; only how the child ended counts here. */
 static int trial_load(const ph_check_opts *o)
 {
-	int timeout = o->timeout_s > 0 ? o->timeout_s : 600;
-	tl->done = 0;
-	fflush(out);
-	fflush(stderr);
-	pid_t pid = fork();
-	if (pid < 0) {
-		FAIL("cannot start a process to load it in: %s", strerror(errno));
-		return -1;
-	}
-	if (pid == 0) {
-		alarm((unsigned)timeout);
-		ph_registry reg;
-		memset(&reg, 0, sizeof reg);
-		reg.allow_writable = o->allow_writable;
-		ph_err e = { { 0 } };
-		ph_registry_load_file(&reg, o->file, &e);
-		tl->done = 1; /* before freeing: a destructor that exits is the run's problem, not the load's */
-		_exit(0);
-	}
-	int status;
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+	int status = 0;
+	switch (in_child(load_only, o, NULL, &status)) {
+	case CHILD_DONE: return 0;
+	case CHILD_NOT_STARTED: FAIL("cannot start a process to load it in: %s", strerror(errno)); break;
+	case CHILD_HUNG:
 		FAIL("%s is still loading after %d s: a constructor or its descriptor function hangs; fix the plugin",
-		     o->file, timeout);
-	else if (!tl->done && WIFSIGNALED(status))
+		     o->file, o->timeout_s > 0 ? o->timeout_s : 600);
+		break;
+	case CHILD_CRASHED:
 		FAIL("%s crashed while being loaded (signal %d, %s): a constructor or its descriptor function is broken; "
 		     "fix the plugin", o->file, WTERMSIG(status), strsignal(WTERMSIG(status)));
-	else if (!tl->done)
+		break;
+	case CHILD_EXITED:
 		FAIL("%s ended the process while being loaded (exit status %d): a constructor calls exit; plugins "
-		     "return errors, they never exit", o->file, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-	else
-		return 0;
+		     "return errors, they never exit", o->file, exit_status(status));
+		break;
+	}
 	return -1;
 }
 
