@@ -31,8 +31,11 @@
 # PIPEHOST_GEMM_CAST=0 PIPEHOST_BF16_ACT=0 PIPEHOST_LN_WARP=0", empty
 # for none), COMPILE (default 1; 0: no torch.compile row), WHOLE (default 1: also pipehost on 1 rank and PyTorch eager
 # with the batch as one micro-batch; 0: not), WHOLE_VARIANTS (those runs
-# again with one switch set each, as VARIANTS; default none).  Exits 77 with one line
-# when there is no GPU; without torch it still times pipehost.
+# again with one switch set each, as VARIANTS; default none), WINNER_FILE
+# (where to write the fastest of those whole-batch runs: its switch, or an
+# empty line for the default kernels; scripts/gpu-session.sh hands it to
+# its next call, PH_GPU_CORE=last).  Exits 77 with one line when there is no
+# GPU; without torch it still times pipehost.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top}
@@ -183,10 +186,30 @@ if [ "${WHOLE:-1}" = 1 ] && [ "$m" != 1 ]; then
 "
 	done
 fi
+# The fastest of the whole-batch runs (the default's and WHOLE_VARIANTS'):
+# a run that failed, or whose last loss is more than 2% from the default
+# 1-rank run's (row() marks it "(differs)"), is never it.  Printed, and
+# written to WINNER_FILE where that is set, only when the default ran.
+ref_loss=$(echo "$p1f" | awk '{ print $3 }')
+best=""
+if [ -n "${w1:-}" ]; then
+	best=$(printf 'default %s\n%s' "$w1f" "$wrows" | awk -v rl="$ref_loss" '
+		NF >= 3 && $2 ~ /^[0-9.]+$/ {
+			if ($4 ~ /^[0-9.]+$/ && rl ~ /^[0-9.]+$/ && ($4 - rl > 0.02 * rl || rl - $4 > 0.02 * rl)) next
+			if (!n++ || $2 > bt) { bt = $2; bv = $1 }
+		}
+		END { if (n) print bv, bt }')
+	if [ -n "$best" ]; then
+		wsw=${best%% *}
+		[ "$wsw" = default ] && wsw=""
+		if [ -n "${WINNER_FILE:-}" ]; then
+			printf '%s\n' "$wsw" >"$WINNER_FILE"
+		fi
+	fi
+fi
 tcf="skipped - -"
 [ "${COMPILE:-1}" = 1 ] && tcf=$(pt_run compile)
 tc=${tcf%% *}
-ref_loss=$(echo "$p1f" | awk '{ print $3 }')
 
 # row NAME "TOKENS/S STEP_MS LOSS": tokens/s, TFLOP/s, ms, the ratio to
 # pipehost's 1 rank and the last loss; a loss more than 2% from the 1-rank
@@ -226,6 +249,7 @@ echo
 echo "pipehost / PyTorch eager:   $(ratio "$p1" "$te")"
 echo "pipehost / torch.compile:   $(ratio "$p1" "$tc")"
 [ -n "${w1:-}" ] && echo "pipehost / PyTorch eager, batch as 1 micro-batch: $(ratio "$w1" "$we")"
+[ -n "$best" ] && echo "pipehost fastest, batch as 1 micro-batch: ${wsw:-default kernels} (${best#* } tokens/s; $(ratio "${best#* }" "$we") of PyTorch eager's)"
 echo "4 ranks / 1 rank (one GPU): $(ratio "$p4" "$p1")"
 echo
 # Peak device memory, context excluded, the same measure on both sides:

@@ -95,6 +95,13 @@
 #                         table each (default M; "8 1" adds the batch as
 #                         one micro-batch)
 #   PH_GPU_TORCH=0        skip gpt2-124m.sh's PyTorch rows
+#   PH_GPU_CORE=last      run with the switches of the fastest whole-batch
+#                         run of the last bench gpt2 on this machine (kept
+#                         in $PH/gpt2-winner with the switches that call
+#                         itself took this way; empty: the default kernels),
+#                         so the call after it needs no reading first;
+#                         on a fresh machine, without that file, it stops
+#                         at once with one line (name the switch instead)
 #   PH_GPU_LINK_DATA=0    do not symlink the data sets to their Debian paths
 #   PH_GPU_FORCE_RTLIB=1  put every carried runtime library on
 #                         LD_LIBRARY_PATH, even those the system has (to try
@@ -535,6 +542,54 @@ check_env() {
 	need_flag $g COMPILE "${COMPILE:-1}"
 	need_switches $g VARIANTS "${VARIANTS:-}"
 	need_switches $g WHOLE_VARIANTS "${WHOLE_VARIANTS:-}"
+	case ${PH_GPU_CORE:-} in
+	'' | last) ;;
+	*) bench_bad $g PH_GPU_CORE "$PH_GPU_CORE" "is not 'last' (to name a switch, set it in the environment)" ;;
+	esac
+}
+
+# PH_GPU_CORE=last: the switch the last bench gpt2 on this machine found
+# fastest with the batch as one micro-batch, exported for every stage;
+# fails where no earlier call left it (a fresh machine).
+CORE_TAKEN= # the switches take_core exported
+take_core() {
+	local f=$PH/gpt2-winner sw
+	[ "${PH_GPU_CORE:-}" = last ] || return 0
+	if [ ! -f "$f" ]; then
+		say "core: PH_GPU_CORE=last, but no earlier bench gpt2 ran on this machine (no $f: a fresh machine); stopped before the build: name the switch in the environment instead"
+		return 1
+	fi
+	read -r CORE_TAKEN <"$f" || true
+	if [ -z "$CORE_TAKEN" ]; then
+		say "core: the default kernels (the last bench gpt2's fastest with the batch as one micro-batch)"
+		return 0
+	fi
+	for sw in $CORE_TAKEN; do
+		case $sw in
+		PIPEHOST_*=*) ;;
+		*)
+			say "core: $f holds '$sw', not a switch; stopped"
+			return 1
+			;;
+		esac
+	done
+	for sw in $CORE_TAKEN; do
+		export "${sw?}"
+	done
+	say "core: $CORE_TAKEN (the last bench gpt2's fastest with the batch as one micro-batch), for every run of this call"
+}
+
+# After a bench gpt2 that ran on switches take_core exported: its winner
+# is relative to them, so the file gets them too, less any whose name the
+# new winner sets itself.
+winner_with_core() {
+	local f=$PH/gpt2-winner w sw out=""
+	[ -n "$CORE_TAKEN" ] && [ -f "$f" ] || return 0
+	read -r w <"$f" || true
+	for sw in $CORE_TAKEN; do
+		case " $w " in *" ${sw%%=*}="*) ;; *) out="$out$sw " ;; esac
+	done
+	printf '%s\n' "$out${w:-}" | sed 's/ $//' >"$f"
 }
 
 run_main() {
@@ -558,6 +613,7 @@ run_main() {
 	: >"$SUMMARY"
 	trap finish EXIT
 	say "pipehost GPU session: run$want($(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${BUDGET} s)"
+	take_core || return
 	stage_env
 	stage_deps || return
 	[ "$want" = " deps " ] && return
@@ -1197,9 +1253,11 @@ bench_gpt2() {
 	}
 	[ "${PH_GPU_TORCH:-1}" = 0 ] && py=false # the script then prints n/a for PyTorch
 	echo "=== bench/gpt2-124m.sh $SRC, STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} M=${M:-8}, timeout $t s" >>"$OUT/bench.txt"
-	PYTHON=$py STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} M=${M:-8} tmo "$t" sh "$SRC/bench/gpt2-124m.sh" "$SRC" \
-		>>"$OUT/bench.txt" 2>&1
+	rm -f "$PH/gpt2-winner" # written anew only where the whole-batch runs ran
+	PYTHON=$py STEPS=${STEPS:-5} WARMUP=${WARMUP:-2} M=${M:-8} WINNER_FILE=$PH/gpt2-winner \
+		tmo "$t" sh "$SRC/bench/gpt2-124m.sh" "$SRC" >>"$OUT/bench.txt" 2>&1
 	rc=$?
+	winner_with_core
 	echo "=== exit $rc" >>"$OUT/bench.txt"
 	case $rc in
 	0)

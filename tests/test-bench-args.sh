@@ -90,7 +90,7 @@ gpu_check() { # NAME=VALUE ...: out/err/rc in $tmp
 	rc=$?
 }
 for bad in PH_GPU_BENCH=gtp2 PH_GPU_BUDGET=560s PH_GPU_KERNEL_M="1 x" VARIANTS=PIPEHOST_ATTN_CUDNN \
-	WHOLE_VARIANTS=PIPEHOST_COLSUM_SPLT=0 STEPS=0 PH_GPU_TORCH=no; do
+	WHOLE_VARIANTS=PIPEHOST_COLSUM_SPLT=0 STEPS=0 PH_GPU_TORCH=no PH_GPU_CORE=lst; do
 	gpu_check "$bad"
 	if [ "$rc" -eq 1 ] && [ ! -s "$tmp/out" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
 		grep -Fq "gpu-session.sh: $bad " "$tmp/err"; then
@@ -105,9 +105,52 @@ gpu_check PH_GPU_BUDGET=560 PH_GPU_BENCH=gpt2 \
 	WHOLE=1 WHOLE_VARIANTS="PIPEHOST_ATTN_CUDNN=1 PIPEHOST_ATTN_CUDNN=2 PIPEHOST_ATTN_MMA=1 PIPEHOST_COLSUM_SPLIT=0" COMPILE=0
 [ "$rc" -eq 0 ] && ok "gpu-session.sh check: the next session's call 1 passes" ||
 	not_ok "call 1's environment refused: $(cat "$tmp/err")"
-gpu_check PH_GPU_BENCH="gpt2 kernels" PH_GPU_KERNEL_M="1 8" VARIANTS= WHOLE=1 COMPILE=0 WHOLE_VARIANTS=PIPEHOST_ATTN_CUDNN=1
+gpu_check PH_GPU_CORE=last PH_GPU_BENCH="gpt2 kernels" PH_GPU_KERNEL_M="1 8" VARIANTS= WHOLE=1 COMPILE=0
 [ "$rc" -eq 0 ] && ok "gpu-session.sh check: the next session's call 2 passes" ||
 	not_ok "call 2's environment refused: $(cat "$tmp/err")"
+
+# gpt2-124m.sh's fastest whole-batch run (WINNER_FILE, which the device's
+# next call takes with PH_GPU_CORE=last): on a stand-in GPU and a stand-in
+# pipehost whose step time and loss depend on the switch, the fastest run
+# whose loss stays within 2% of the default's wins; a faster run with
+# another loss does not.
+mkdir -p "$tmp/gpu/bin" "$tmp/gpu/build"
+printf '#!/bin/sh\necho "GPU 0: stand-in (UUID: none)"\n' >"$tmp/gpu/bin/nvidia-smi"
+cat >"$tmp/gpu/build/pipehost" <<'EOF2'
+#!/bin/sh
+met="" mb=8
+while [ $# -gt 0 ]; do
+	case $1 in
+	--set) case $2 in run.metrics=*) met=${2#*=} ;; run.micro_batches=*) mb=${2#*=} ;; esac; shift 2 ;;
+	*) shift ;;
+	esac
+done
+ms=50 loss=3.0
+[ "$mb" = 1 ] && ms=33
+[ "${PIPEHOST_ATTN_CUDNN:-}" = 1 ] && ms=24
+[ "${PIPEHOST_ATTN_CUDNN:-}" = 2 ] && ms=23
+[ "${PIPEHOST_ATTN_MMA:-}" = 1 ] && ms=20 loss=3.5
+awk -v ms="$ms" -v l="$loss" 'BEGIN { for (i = 1; i <= 7; i++) printf "{\"step\":%d,\"elapsed_s\":%.3f,\"loss\":%s}\n", i, i * ms / 1000, l }' >"$met"
+EOF2
+chmod +x "$tmp/gpu/bin/nvidia-smi" "$tmp/gpu/build/pipehost"
+winner() { # WHOLE_VARIANTS -> the winner file's line in $tmp/win, stdout in $tmp/out
+	rm -f "$tmp/win"
+	env PATH="$tmp/gpu/bin:$PATH" PYTHON=false STEPS=5 WARMUP=2 VARIANTS= COMPILE=0 WHOLE_VARIANTS="$1" \
+		WINNER_FILE="$tmp/win" timeout 60 sh "$bench/gpt2-124m.sh" "$tmp/gpu/build" >"$tmp/out" 2>"$tmp/err" </dev/null
+}
+winner "PIPEHOST_ATTN_CUDNN=1 PIPEHOST_ATTN_CUDNN=2 PIPEHOST_ATTN_MMA=1"
+if [ "$(cat "$tmp/win" 2>/dev/null)" = PIPEHOST_ATTN_CUDNN=2 ] &&
+	grep -q '^pipehost fastest, batch as 1 micro-batch: PIPEHOST_ATTN_CUDNN=2 (356174 tokens/s' "$tmp/out"; then
+	ok "gpt2-124m.sh: the fastest whole-batch run with the default's loss wins: $(grep fastest "$tmp/out")"
+else
+	not_ok "gpt2-124m.sh's winner: file '$(cat "$tmp/win" 2>/dev/null)', $(grep fastest "$tmp/out") $(head -c 300 "$tmp/err")"
+fi
+winner "PIPEHOST_ATTN_MMA=1"
+if [ -f "$tmp/win" ] && [ -z "$(cat "$tmp/win")" ] && grep -q 'micro-batch: default kernels' "$tmp/out"; then
+	ok "gpt2-124m.sh: a faster run with another loss loses to the default kernels"
+else
+	not_ok "gpt2-124m.sh's winner with only a differing run: file '$(cat "$tmp/win" 2>/dev/null)', $(grep fastest "$tmp/out")"
+fi
 
 # every switch a variant may set is still read by the sources
 . "$bench/args-lib.sh"
