@@ -87,8 +87,7 @@ static int open_inst(ph_layer_inst *L, const layer_plan *lp, int batch, uint64_t
 	return PH_OK;
 }
 
-/* A NaN no arithmetic produces: a float still holding it was never written. */
-static const uint32_t UNWRITTEN = 0x7fa5a5a5u;
+static const uint32_t UNWRITTEN = PH_CHECK_UNWRITTEN;
 
 static void fill_unwritten(float *p, int64_t n)
 {

@@ -120,7 +120,7 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 		int n = pf->n, K = pf->stages;
 		double fwd[16], bwd[16], pbytes[16], act[16], keep[16], lim[16];
 		const char *names[16], *types[16];
-		char namebuf[16][8];
+		char namebuf[16][16]; /* room for "l%d" of any int */
 		uint8_t cut[16];
 		int inflight[16], first[17], again[17];
 		for (int l = 0; l < n; l++) {

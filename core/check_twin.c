@@ -24,9 +24,6 @@ const ph_twin_tol ph_twin_tol_bf16 = { 5e-2, 5e-2, 3e-2 };
 
 #define GUARD_BYTES 256
 #define GUARD_BYTE 0xa5
-/* A NaN no arithmetic produces: y and dx start as it, so a float the twin
- * never wrote shows as a NaN in the comparison. */
-static const uint32_t UNWRITTEN = 0x7fa5a5a5u;
 
 int ph_check_twin_available(ph_err *err)
 {
@@ -194,7 +191,8 @@ static int run_twin(gpu *g, const twin_run *t, const char *const *names, float *
 {
 	const char *layer = t->ops->head.name;
 	int rc;
-	if ((rc = gpu_fill(g, t->y, t->ny, UNWRITTEN, err)) || (rc = gpu_fill(g, t->dx, t->nx, UNWRITTEN, err)))
+	if ((rc = gpu_fill(g, t->y, t->ny, PH_CHECK_UNWRITTEN, err)) ||
+	    (rc = gpu_fill(g, t->dx, t->nx, PH_CHECK_UNWRITTEN, err)))
 		return rc;
 	for (int p = 0; p < t->nparams; p++)
 		if (t->pn[p] && (rc = g->dev->zero(g->rs, t->grads[p], (size_t)t->pn[p] * sizeof(float), err)))
@@ -352,9 +350,10 @@ int ph_check_twin(const ph_layer_inst *cpu, int precision, char *detail, size_t 
 			     strcmp(again, "y") && strcmp(again, "dx") ? "'s gradient" : "");
 		goto out;
 	}
-	snprintf(detail, len, "y%s, dx and %d parameter gradient(s) within %s's bounds (worst norm error %.2g of its "
-		 "bound), the same bits twice, x and parameters untouched, nothing written past a buffer", cpu->loss ? " (the losses)" : "",
-		 t.nparams, prec, worst);
+	snprintf(detail, len,
+		 "y%s, dx and %d parameter gradient(s) within %s's bounds (worst norm error %.2g of its bound), "
+		 "the same bits twice, x and parameters untouched, nothing written past a buffer",
+		 cpu->loss ? " (the losses)" : "", t.nparams, prec, worst);
 out:
 	for (int k = 0; k < 2; k++) {
 		free(y[k]);

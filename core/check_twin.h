@@ -21,6 +21,11 @@ typedef struct {
 
 extern const ph_twin_tol ph_twin_tol_fp32, ph_twin_tol_bf16;
 
+/* A NaN no arithmetic produces: the layer checks start y and dx as it, so
+ * a float still holding it was never written (check_layer.c on the CPU,
+ * check_twin.c on the GPU). */
+#define PH_CHECK_UNWRITTEN 0x7fa5a5a5u
+
 /* Whether cuda:0 can run twins here: PH_OK, or a reason in err (no
  * CUDA backend in this build, no GPU visible) for a SKIP line. */
 int ph_check_twin_available(ph_err *err);
