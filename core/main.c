@@ -26,6 +26,7 @@
 #include "config.h"
 #include "data_source.h"
 #include "engine.h"
+#include "errline.h"
 #include "generate.h"
 #include "gpu_switches.h"
 #include "hf_gpt2.h"
@@ -182,6 +183,9 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 	};
 	int ch, li = -1;
 	double v;
+	/* an option that takes one value, given twice: the first value
+	 * would be dropped without a word (--set and --plugin-dir repeat) */
+	const char *given[OPT_PROGRESS + 1] = { NULL };
 	opterr = 0;
 	cli->gen.max_new_tokens = 100;
 	cli->gen.temperature = 1.0;
@@ -192,12 +196,18 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		if (optarg && !*optarg && is_path_option(ch))
 			return ph_fail(err, PH_EINVAL, "%s%s: the path is empty; give a file or directory name, or leave "
 				       "the option out", ch == 'c' ? "-" : "--", ch == 'c' ? "c" : longopts[li].name);
+		if (optarg && ch > 0 && ch <= OPT_PROGRESS && ch != 's' && ch != OPT_PDIR && ch != OPT_PLAN) {
+			if (given[ch] && ch == 'c')
+				return ph_fail(err, PH_EINVAL, "-c given twice (%s, then %s); give one config, and --set for "
+					       "changes to it", given[ch], optarg);
+			if (given[ch])
+				return ph_fail(err, PH_EINVAL, "--%s given twice (%s, then %s); give it once",
+					       longopts[li].name, given[ch], optarg);
+			given[ch] = optarg;
+		}
 		li = -1;
 		switch (ch) {
 		case 'c':
-			if (cli->config)
-				return ph_fail(err, PH_EINVAL, "-c given twice (%s, then %s); give one config, and --set for "
-					       "changes to it", cli->config, optarg);
 			cli->config = optarg;
 			break;
 		case 's':
@@ -275,7 +285,11 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 				return ph_fail(err, PH_EINVAL, "--plugin-dir %s: %s; give a directory that holds plugins (.so files)",
 					       optarg, stat(optarg, &st) != 0 ? "no such directory" : "not a directory");
 			size_t used = strlen(cli->plugin_dirs);
-			snprintf(cli->plugin_dirs + used, sizeof cli->plugin_dirs - used, "%s%s", used ? ":" : "", optarg);
+			if ((size_t)snprintf(cli->plugin_dirs + used, sizeof cli->plugin_dirs - used, "%s%s", used ? ":" : "",
+					     optarg) >= sizeof cli->plugin_dirs - used)
+				return ph_fail(err, PH_EINVAL, "--plugin-dir: the directories given add up to more than %zu "
+					       "characters; give fewer, or shorter paths (the one past it: %s)",
+					       sizeof cli->plugin_dirs - 1, optarg);
 			break;
 		}
 		case 'h': cli->help = 1; break;
@@ -284,6 +298,9 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 		default: return ph_fail(err, PH_EINVAL, "unknown option %s; see pipehost --help", argv[optind - 1]);
 		}
 	}
+	if (optind < argc && (!strcmp(argv[optind], "json") || !strcmp(argv[optind], "text")))
+		return ph_fail(err, PH_EINVAL, "unexpected argument %s; for the plan as %s write --plan=%s, with the '='",
+			       argv[optind], argv[optind][0] == 'j' ? "JSON" : "text", argv[optind]);
 	if (optind < argc)
 		return ph_fail(err, PH_EINVAL, "unexpected argument %s; the config goes after -c", argv[optind]);
 	/* -h and -V answer whatever else the line asks (a bad option is
@@ -305,6 +322,21 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			       cli->config ? "-c" : cli->list_plugins ? "--list-plugins" : "--list-options");
 	if (!cli->config && !cli->list_plugins && !cli->list_options && !cli->check_plugin)
 		return ph_fail(err, PH_EINVAL, "no config given; run pipehost -c FILE (see pipehost --help)");
+	/* --check-plugin and the lists train nothing: a flag only a run reads
+	 * would be dropped without a word */
+	const char *run_flag = cli->plan_only ? "--plan" : cli->simulate ? "--simulate"
+			       : cli->save_weights ? "--save-weights" : cli->resume ? "--resume"
+			       : cli->trace ? "--trace" : cli->plan_json ? "--plan-json"
+			       : cli->svg ? "--svg" : cli->gen.prompt ? "--generate" : NULL;
+	if (cli->check_plugin && run_flag)
+		return ph_fail(err, PH_EINVAL, "--check-plugin runs alone (it trains nothing): drop %s", run_flag);
+	if ((cli->list_plugins || cli->list_options) && run_flag)
+		return ph_fail(err, PH_EINVAL, "%s only lists (it trains nothing): drop %s",
+			       cli->list_plugins ? "--list-plugins" : "--list-options", run_flag);
+	if ((cli->list_plugins || cli->list_options) && !cli->config && cli->noverrides)
+		return ph_fail(err, PH_EINVAL, "--set %s changes a config, and %s reads none: drop it, or add -c FILE "
+			       "(whose [run] plugin_path the list then takes)", cli->overrides[0],
+			       cli->list_plugins ? "--list-plugins" : "--list-options");
 	/* --plan and --simulate stop before training: a flag only training
 	 * reads would be dropped without a word */
 	if (cli->plan_only || cli->simulate) {
@@ -364,6 +396,12 @@ static int check_outputs(const cli_t *cli, const ph_config *cfg, ph_err *err)
 		outs[n++] = (ph_output){ cli->save_weights ? "--save-weights" : "[run] save_weights", w };
 		outs[n++] = (ph_output){ "[run] metrics", cfg->run.metrics };
 		outs[n++] = (ph_output){ "--trace", cli->trace };
+		/* the checkpoints' directory is written too: an output file of
+		 * that name would fail only after training, or (metrics, opened
+		 * at the start) leave the directory made for nothing */
+		int rc = ph_outputs_check_not_dir(outs, n, "[checkpoint] dir", cfg->checkpoint.dir, err);
+		if (rc)
+			return rc;
 	}
 	return ph_run_check_outputs(cfg, cli->config, cli->resume, NULL, outs, n, err);
 }
@@ -725,7 +763,7 @@ int main(int argc, char **argv)
 	ph_signals_init(); /* a closed stdout or a file-size limit: an error, not a silent death */
 	int rc = parse_cli(argc, argv, &cli, &err), stopped = 0;
 	if (rc) {
-		fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "bad command line");
+		ph_err_line(stderr, "pipehost: ", err.msg[0] ? err.msg : "bad command line");
 		return EXIT_USAGE;
 	}
 	if (cli.help) {
@@ -753,11 +791,10 @@ int main(int argc, char **argv)
 		 * process alone is printed after it */
 		if (comm.size > 1 && comm.rank != 0)
 			sleep(1);
+		char prefix[64] = "pipehost: ";
 		if (comm.size > 1)
-			fprintf(stderr, "pipehost: process %d of %d: %s\n", comm.rank, comm.size,
-				err.msg[0] ? err.msg : "failed");
-		else
-			fprintf(stderr, "pipehost: %s\n", err.msg[0] ? err.msg : "failed");
+			snprintf(prefix, sizeof prefix, "pipehost: process %d of %d: ", comm.rank, comm.size);
+		ph_err_line(stderr, prefix, err.msg[0] ? err.msg : "failed");
 		/* the others may be waiting for this one: stop them all */
 		if (comm.size > 1)
 			comm.ops->abort(1);

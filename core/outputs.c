@@ -178,6 +178,30 @@ int ph_outputs_check(const ph_output *outs, int nouts, const char *const *inputs
 	return PH_OK;
 }
 
+int ph_outputs_check_not_dir(const ph_output *outs, int nouts, const char *what, const char *dir, ph_err *err)
+{
+	if (!dir || !dir[0])
+		return PH_OK;
+	char d[PATH_MAX], dkey[PATH_MAX], okey[PATH_MAX];
+	struct stat dst, ost;
+	size_t len = (size_t)snprintf(d, sizeof d, "%s", dir);
+	while (len > 1 && len < sizeof d && d[len - 1] == '/') /* "ck/" is "ck" */
+		d[--len] = 0;
+	const int dir_exists = stat(d, &dst) == 0;
+	output_key(d, dkey, sizeof dkey);
+	for (int i = 0; i < nouts; i++) {
+		const char *path = outs[i].path;
+		if (!path || !path[0])
+			continue;
+		output_key(path, okey, sizeof okey);
+		if (!strcmp(okey, dkey) ||
+		    (dir_exists && stat(path, &ost) == 0 && ost.st_dev == dst.st_dev && ost.st_ino == dst.st_ino))
+			return ph_fail(err, PH_EINVAL, "%s %s is also %s, where this run writes its checkpoints; give the "
+				       "%s a file name of its own", outs[i].what, path, what, outs[i].what);
+	}
+	return PH_OK;
+}
+
 /* ------------------------------------------------------------------ */
 /* Writing.                                                             */
 

@@ -37,6 +37,11 @@ typedef struct {
  * on the first fault. */
 int ph_outputs_check(const ph_output *outs, int nouts, const char *const *inputs, int ninputs, ph_err *err);
 
+/* No output is the directory dir (what names it: "[checkpoint] dir"),
+ * which this run writes too, whether it exists yet or not.  dir "" or
+ * NULL: nothing to check. */
+int ph_outputs_check_not_dir(const ph_output *outs, int nouts, const char *what, const char *dir, ph_err *err);
+
 /* A file being written (see the top of this file). */
 typedef struct {
 	int fd;

@@ -293,4 +293,36 @@ expect_error "[run] init holding a NaN" \
 	"^pipehost: \[run\] init $tmp/init.st: fc2\.bias holds NaN at element 9; give weights that are all finite$" \
 	-c "$tiny" --set "run.init=$tmp/init.st" --set run.steps=1
 
+# --- flags that would do nothing, options given twice, control characters ---
+relu="$top_builddir/plugins/layers/.libs/relu.so"
+expect_error "--list-options with a training flag" \
+	"^pipehost: --list-options only lists \(it trains nothing\): drop --save-weights$" --list-options --save-weights "$tmp/w.st"
+expect_error "--list-plugins with --resume" "^pipehost: --list-plugins only lists \(it trains nothing\): drop --resume$" \
+	--list-plugins --resume "$tmp/nowhere"
+expect_error "--list-plugins with --set and no config" \
+	"^pipehost: --set run.steps=1 changes a config, and --list-plugins reads none: drop it, or add -c FILE" \
+	--list-plugins --set run.steps=1
+expect_error "--check-plugin with --trace" "^pipehost: --check-plugin runs alone \(it trains nothing\): drop --trace$" \
+	--check-plugin "$relu" --trace "$tmp/t.json"
+[ ! -e "$tmp/w.st" ] && [ ! -e "$tmp/t.json" ] && ok "... and nothing written" || not_ok "a listing wrote a file"
+expect_error "--save-weights given twice" "^pipehost: --save-weights given twice \($tmp/a.st, then $tmp/b.st\); give it once$" \
+	-c "$tiny" --save-weights "$tmp/a.st" --save-weights "$tmp/b.st"
+expect_error "--resume given twice" "^pipehost: --resume given twice" -c "$tiny" --resume "$tmp/a" --resume "$tmp/b"
+expect_error "--plan json (a space for the '=')" \
+	"^pipehost: unexpected argument json; for the plan as JSON write --plan=json, with the '='$" -c "$tiny" --plan json
+expect_error "a newline in a --set value stays on one line" \
+	'^pipehost: --set: \[optimizer\] type = ad\\nam is not one of' -c "$tiny" --set "optimizer.type=ad
+am" --plan
+esc=$(printf '\033')
+expect_error "a newline and an escape in a config path are shown as escapes" \
+	'^pipehost: cannot open config no\\nsuch\\x1b\[31m\.ini' -c "no
+such$esc[31m.ini"
+long=$tmp/$(printf 'd%.0s' $(seq 1 200))
+mkdir -p "$long"
+dirs=""
+for i in $(seq 1 23); do dirs="$dirs --plugin-dir $long"; done
+# shellcheck disable=SC2086 # $dirs is a list of options ($tmp has no spaces)
+expect_error "--plugin-dir past 4095 characters in all" \
+	"^pipehost: --plugin-dir: the directories given add up to more than 4095 characters; give fewer, or shorter paths" \
+	$dirs --list-plugins
 finish

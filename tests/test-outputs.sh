@@ -329,6 +329,22 @@ if [ -c /dev/full ]; then
 	fi
 fi
 
+# --- an output named like the checkpoint dir -----------------------------
+# refused before step 1, and the directory not made for nothing
+refused_early "--save-weights named like [checkpoint] dir" \
+	"^pipehost: --save-weights $tmp/ckname is also \[checkpoint\] dir, where this run writes its checkpoints; give the --save-weights a file name of its own$" \
+	-c "$tiny" --set run.steps=8 --set "checkpoint.dir=$tmp/ckname" --save-weights "$tmp/ckname"
+refused_early "[run] metrics named like [checkpoint] dir/" \
+	"^pipehost: \[run\] metrics $tmp/ckname is also \[checkpoint\] dir" \
+	-c "$tiny" --set run.steps=8 --set "checkpoint.dir=$tmp/ckname/" --set "run.metrics=$tmp/ckname"
+[ ! -e "$tmp/ckname" ] && ok "... and no directory $tmp/ckname made" || not_ok "$tmp/ckname made by a refused run"
+(cd "$tmp" && "$PIPEHOST" -c "$tiny" --set run.steps=8 --set checkpoint.dir=trc --trace "$tmp/trc") >"$tmp/out" 2>"$tmp/err"
+if [ $? -eq 1 ] && grep -q "^pipehost: --trace $tmp/trc is also \[checkpoint\] dir" "$tmp/err" && [ ! -e "$tmp/trc" ]; then
+	ok "--trace given as an absolute path, the checkpoint dir as a relative one: the same place, refused"
+else
+	not_ok "--trace as the checkpoint dir: $(cat "$tmp/err")"
+fi
+
 # --- a resume of a finished run tells the truth ---------------------------
 ph --set "checkpoint.dir=$tmp/done" >/dev/null 2>&1
 if ph --resume "$tmp/done" >"$tmp/out" 2>"$tmp/err" &&
