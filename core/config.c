@@ -199,9 +199,12 @@ static int where_fail(ph_config *c, int line, int code, ph_err *err, const char 
 	return ph_fail(err, code, "%s: %s", where, msg);
 }
 
-/* Apply every entry of `section` to the tables (first match wins). */
+/* Apply every entry of `section` to the tables (first match wins).
+ * `plugin`: the plugin whose keys follow the host's ("layer plugin
+ * 'linear'"), NULL in a core section: --list-options lists the host's
+ * keys, --list-plugins the plugins'. */
 static int apply_section(ph_config *c, const char *section, const ph_option *const *tables,
-			 void *const *cfgs, ph_err *err)
+			 void *const *cfgs, const char *plugin, ph_err *err)
 {
 	for (int i = 0; i < c->ini.nentries; i++) {
 		ph_ini_entry *e = &c->ini.entries[i];
@@ -217,8 +220,14 @@ static int apply_section(ph_config *c, const char *section, const ph_option *con
 			if (s)
 				return where_fail(c, e->line, PH_EINVAL, err, "unknown key '%s' in [%s]; did you mean '%s'?",
 						  e->key, section, s);
+			if (!plugin)
+				return where_fail(c, e->line, PH_EINVAL, err,
+						  "unknown key '%s' in [%s]; pipehost --list-options shows the keys", e->key,
+						  section);
 			return where_fail(c, e->line, PH_EINVAL, err,
-					  "unknown key '%s' in [%s]; pipehost --list-plugins shows the keys", e->key, section);
+					  "unknown key '%s' in [%s]; pipehost --list-options shows the keys every [%s] has, "
+					  "pipehost --list-plugins those of %s",
+					  e->key, section, strncmp(section, "layer ", 6) ? section : "layer NAME", plugin);
 		}
 		ph_err e2;
 		if (ph_options_set(tables[t], cfgs[t], e->key, e->value, &e2))
@@ -258,7 +267,7 @@ static int resolve_plain(ph_config *c, const ph_core_section *r, ph_err *err)
 		return rc;
 	const ph_option *t[2] = { r->options, NULL };
 	void *p[1] = { section_cfg(c, r) };
-	return apply_section(c, r->name, t, p, err);
+	return apply_section(c, r->name, t, p, NULL, err);
 }
 
 /* The keys whose values are paths (a list of them for plugin_path): a
@@ -428,7 +437,9 @@ static int resolve_typed(ph_config *c, const ph_registry *reg, const ph_core_sec
 		return rc;
 	const ph_option *tables[3] = { head, h->options, NULL };
 	void *cfgs[2] = { head_cfg, cfg };
-	return apply_section(c, section, tables, cfgs, err);
+	char plugin[PH_STR_MAX + 32];
+	snprintf(plugin, sizeof plugin, "%s '%s'", ph_kind_name(kind), h->name);
+	return apply_section(c, section, tables, cfgs, plugin, err);
 }
 
 static int add_layer(ph_config *c, const char *name, const ph_ini_section *s, const ph_layer_ops *ops,
@@ -519,7 +530,9 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 	}
 	const ph_option *tables[3] = { ph_layer_common_options, ops->head.options, NULL };
 	void *cfgs[2] = { &lc, cfg };
-	rc = apply_section(c, s->name, tables, cfgs, err);
+	char plugin[PH_STR_MAX + 32];
+	snprintf(plugin, sizeof plugin, "layer plugin '%s'", ops->head.name);
+	rc = apply_section(c, s->name, tables, cfgs, plugin, err);
 	for (int i = 0; !rc && i < c->nlayers; i++)
 		if (strcmp(c->layers[i].name, name) == 0 ||
 		    (lc.repeat > 1 && strncmp(c->layers[i].name, name, strlen(name)) == 0))

@@ -42,6 +42,34 @@ static int grow(void **p, int n, int *cap, size_t size)
 	return 0;
 }
 
+/* Names and a layer's values end up in JSON files (the safetensors
+ * header, --plan-json, a checkpoint's state.json, the metrics), which
+ * must be UTF-8: a stray byte (Latin-1's \xe9) is refused where it is
+ * written, not passed on to break a JSON parser.  Paths and the other
+ * sections' values may hold any bytes.  `where`: "FILE:LINE" or "--set
+ * ASSIGNMENT".  PH_OK, or the error. */
+static int check_utf8(const char *where, const char *section, const char *key, const char *value, ph_err *err)
+{
+	char shown[PH_ECHO_BYTES_MAX];
+	int layer = !strncmp(section, "layer ", 6);
+	if (ph_utf8_invalid_at(section) >= 0) {
+		if (layer)
+			return ph_fail(err, PH_EINVAL, "%s: layer name '%s' is not valid UTF-8; rename it in UTF-8 (layer "
+				       "names go into JSON files: the weights, the plan, checkpoints)", where,
+				       ph_echo_bytes(section + 6, shown, sizeof shown));
+		return ph_fail(err, PH_EINVAL, "%s: section name [%s] is not valid UTF-8; write it in UTF-8", where,
+			       ph_echo_bytes(section, shown, sizeof shown));
+	}
+	if (key && ph_utf8_invalid_at(key) >= 0)
+		return ph_fail(err, PH_EINVAL, "%s: key '%s' in [%s] is not valid UTF-8; write it in UTF-8", where,
+			       ph_echo_bytes(key, shown, sizeof shown), section);
+	if (key && layer && ph_utf8_invalid_at(value) >= 0)
+		return ph_fail(err, PH_EINVAL, "%s: [%s] %s = %s is not valid UTF-8; write it in UTF-8 (a layer's "
+			       "values go into checkpoints' state.json)", where, section, key,
+			       ph_echo_bytes(value, shown, sizeof shown));
+	return PH_OK;
+}
+
 static int add_section(reader_state *st, const char *name)
 {
 	ph_ini *ini = st->ini;
@@ -127,6 +155,12 @@ static char *reader(char *str, int num, void *stream)
 						st->ini->path, st->line, PH_ECHO_ARG(a), PH_INI_SECTION_MAX);
 				return NULL;
 			}
+			char where[PH_STR_MAX + 16];
+			snprintf(where, sizeof where, "%s:%d", st->ini->path, st->line);
+			if (check_utf8(where, a, NULL, NULL, st->err)) {
+				st->fail_line = st->line;
+				return NULL;
+			}
 			if (add_section(st, a))
 				return NULL;
 		}
@@ -153,6 +187,12 @@ static int handler(void *user, const char *section, const char *name, const char
 		st->fail_line = st->line;
 		ph_fail(st->err, PH_EINVAL, "%s:%d: %s = ... comes before any [section]; put it under [run] or the section it belongs to",
 			ini->path, st->line, name);
+		return 0;
+	}
+	char where[PH_STR_MAX + 16];
+	snprintf(where, sizeof where, "%s:%d", ini->path, st->line);
+	if (check_utf8(where, section, name, value, st->err)) {
+		st->fail_line = st->line;
 		return 0;
 	}
 	if (strlen(section) >= sizeof ini->entries->section || strlen(name) >= sizeof ini->entries->key ||
@@ -325,6 +365,12 @@ int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
 	if (strlen(key) >= sizeof ini->entries->key || strlen(value) >= sizeof ini->entries->value)
 		return ph_fail(err, PH_EINVAL, "--set " PH_ECHO ": the key is longer than %zu characters or the value than %zu",
 			       PH_ECHO_ARG(a), sizeof ini->entries->key - 1, sizeof ini->entries->value - 1);
+	char where[PH_ECHO_BYTES_MAX + 8];
+	char shown[PH_ECHO_BYTES_MAX];
+	snprintf(where, sizeof where, "--set %s", ph_echo_bytes(a, shown, sizeof shown));
+	int rc = check_utf8(where, section, key, value, err);
+	if (rc)
+		return rc;
 	int known = 0;
 	for (int i = 0; i < ini->nsections; i++)
 		known |= strcmp(ini->sections[i].name, section) == 0;
@@ -344,7 +390,11 @@ int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
 		snprintf(e->section, sizeof e->section, "%s", section);
 		snprintf(e->key, sizeof e->key, "%s", key);
 	}
-	snprintf(e->value, sizeof e->value, "%s", value);
+	/* white space alone is empty, as in the INI file (inih strips values) */
+	const char *v = value;
+	while (isspace((unsigned char)*v))
+		v++;
+	snprintf(e->value, sizeof e->value, "%s", *v ? value : "");
 	e->line = 0;
 	return PH_OK;
 }

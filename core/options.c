@@ -76,26 +76,99 @@ static int range_error(const ph_option *o, const char *value, double v, ph_err *
 	return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is out of range; allowed: %s", o->name, PH_ECHO_ARG(value), r);
 }
 
-static int parse_int(const ph_option *o, const char *s, int64_t *out, ph_err *err)
+/* Nothing but white space: a --set "key= " is as empty as "key=" (inih
+ * strips an INI file's values). */
+static int blank(const char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	return !*s;
+}
+
+static int empty_error(const ph_option *o, ph_err *err)
+{
+	char r[96];
+	ph_option_range_text(o, r, sizeof r);
+	switch (o->type) {
+	case PH_OPT_INT:
+		return ph_fail(err, PH_EINVAL, "%s is empty; give an integer%s%s%s", o->name, r[0] ? " (" : "", r,
+			       r[0] ? ")" : "");
+	case PH_OPT_FLOAT:
+		return ph_fail(err, PH_EINVAL, "%s is empty; give a number%s%s%s", o->name, r[0] ? " (" : "", r,
+			       r[0] ? ")" : "");
+	case PH_OPT_BOOL:
+		return ph_fail(err, PH_EINVAL, "%s is empty; give yes or no", o->name);
+	default:
+		return ph_fail(err, PH_EINVAL, "%s is empty; give one of %s", o->name, r);
+	}
+}
+
+/* C's hexadecimal ("0x10", "-0X1p-3"), which strtod reads (and strtoll
+ * with base 0 did): numbers are decimal, so it is refused, not read. */
+static int hex_text(const char *s)
+{
+	while (isspace((unsigned char)*s))
+		s++;
+	if (*s == '+' || *s == '-')
+		s++;
+	return s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+}
+
+static int hex_error(const ph_option *o, const char *s, ph_err *err)
 {
 	char *end;
 	errno = 0;
-	long long v = strtoll(s, &end, 0);
+	double d = strtod(s, &end);
+	while (isspace((unsigned char)*end))
+		end++;
+	if (!errno && !*end && isfinite(d)) {
+		char dec[40];
+		for (int prec = 15; prec <= 17; prec++) { /* the shortest that reads back */
+			snprintf(dec, sizeof dec, "%.*g", prec, d);
+			if (strtod(dec, NULL) == d)
+				break;
+		}
+		return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is hexadecimal; write it in decimal: %s", o->name,
+			       PH_ECHO_ARG(s), dec);
+	}
+	return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is hexadecimal; write it in decimal", o->name, PH_ECHO_ARG(s));
+}
+
+/* A number past what its type holds: "(past 64-bit integers)". */
+static int beyond_error(const ph_option *o, const char *s, const char *why, ph_err *err)
+{
+	char r[96];
+	ph_option_range_text(o, r, sizeof r);
+	return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is out of range (%s)%s%s", o->name, PH_ECHO_ARG(s), why,
+		       r[0] ? "; allowed: " : "", r);
+}
+
+/* Decimal only: a leading zero is not octal (032 is 32) and 0x is refused. */
+static int parse_int(const ph_option *o, const char *s, int64_t *out, ph_err *err)
+{
+	if (blank(s))
+		return empty_error(o, err);
+	if (hex_text(s))
+		return hex_error(o, s, err);
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
 	while (end && isspace((unsigned char)*end))
 		end++;
-	if (errno == ERANGE && end != s && !*end) { /* an integer, past 64 bits */
-		char r[96];
-		ph_option_range_text(o, r, sizeof r);
-		return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is out of range (past 64-bit integers); allowed: %s",
-			       o->name, PH_ECHO_ARG(s), r);
-	}
+	if (errno == ERANGE && end != s && !*end) /* an integer, past 64 bits */
+		return beyond_error(o, s, "past 64-bit integers", err);
 	if (errno || end == s || *end) {
 		/* accept 1e3-style integers when they are exact */
+		errno = 0;
 		double d = strtod(s, &end);
+		int erange = errno == ERANGE;
 		while (end && isspace((unsigned char)*end))
 			end++;
-		if (end == s || *end || d != floor(d) || fabs(d) > 9e18)
+		/* 1e-400: ERANGE, read as 0, not an integer */
+		if (end == s || *end || (isinf(d) && !erange) || (erange && fabs(d) < 1) || d != floor(d))
 			return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not an integer", o->name, PH_ECHO_ARG(s));
+		if (erange || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
+			return beyond_error(o, s, "past 64-bit integers", err);
 		v = (long long)d;
 	}
 	if ((double)v < o->min || (double)v > o->max)
@@ -104,8 +177,36 @@ static int parse_int(const ph_option *o, const char *s, int64_t *out, ph_err *er
 	return PH_OK;
 }
 
+static int parse_float(const ph_option *o, const char *s, double *out, ph_err *err)
+{
+	if (blank(s))
+		return empty_error(o, err);
+	if (hex_text(s))
+		return hex_error(o, s, err);
+	char *end;
+	errno = 0;
+	double d = strtod(s, &end);
+	int erange = errno == ERANGE;
+	while (end && isspace((unsigned char)*end))
+		end++;
+	if (end == s || *end || isnan(d) || (isinf(d) && !erange))
+		return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not a number", o->name, PH_ECHO_ARG(s));
+	/* ERANGE: past DBL_MAX (read as an infinity), or so near 0 that it
+	 * reads as 0; a subnormal (1e-310) reads as itself and goes on */
+	if (erange && isinf(d))
+		return beyond_error(o, s, "beyond what a double holds, 1.8e308", err);
+	if (erange && d == 0)
+		return beyond_error(o, s, "nearer 0 than a double holds: it would read as 0", err);
+	if (d < o->min || d > o->max)
+		return range_error(o, s, d, err);
+	*out = d;
+	return PH_OK;
+}
+
 static int parse_bool(const ph_option *o, const char *s, int *out, ph_err *err)
 {
+	if (blank(s))
+		return empty_error(o, err);
 	static const char *yes[] = { "yes", "true", "on", "1" };
 	static const char *no[] = { "no", "false", "off", "0" };
 	for (int i = 0; i < 4; i++) {
@@ -123,6 +224,8 @@ static int parse_bool(const ph_option *o, const char *s, int *out, ph_err *err)
 
 static int parse_choice(const ph_option *o, const char *s, int *out, ph_err *err)
 {
+	if (blank(s))
+		return empty_error(o, err);
 	const char *c = o->choices ? o->choices : "";
 	size_t n = strlen(s);
 	for (int idx = 0; *c; idx++) {
@@ -149,22 +252,13 @@ int ph_options_set(const ph_option *table, void *cfg, const char *key,
 	switch (o->type) {
 	case PH_OPT_INT:
 		return parse_int(o, value, (int64_t *)field, err);
-	case PH_OPT_FLOAT: {
-		char *end;
-		errno = 0;
-		double d = strtod(value, &end);
-		while (end && isspace((unsigned char)*end))
-			end++;
-		if (errno || end == value || *end || !isfinite(d))
-			return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not a number", o->name, PH_ECHO_ARG(value));
-		if (d < o->min || d > o->max)
-			return range_error(o, value, d, err);
-		*(double *)field = d;
-		return PH_OK;
-	}
+	case PH_OPT_FLOAT:
+		return parse_float(o, value, (double *)field, err);
 	case PH_OPT_BOOL:
 		return parse_bool(o, value, (int *)field, err);
 	case PH_OPT_STRING:
+		if (blank(value))
+			value = "";
 		if (strlen(value) >= PH_STR_MAX)
 			return ph_fail(err, PH_EINVAL, "%s is longer than %d characters", o->name,
 				       PH_STR_MAX - 1);
@@ -190,6 +284,9 @@ int ph_options_set(const ph_option *table, void *cfg, const char *key,
 				return ph_fail(err, PH_EINVAL, "%s: value too long", o->name);
 			memcpy(item, p, len);
 			item[len] = 0;
+			if (blank(item))
+				return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " has an empty value between commas; remove the "
+					       "extra comma", o->name, PH_ECHO_ARG(value));
 			int rc = parse_int(o, item, &l->v[l->n], err);
 			if (rc)
 				return rc;
@@ -217,6 +314,70 @@ int ph_options_defaults(const ph_option *table, void *cfg, ph_err *err)
 		}
 	}
 	return PH_OK;
+}
+
+/* The bytes of the well-formed UTF-8 sequence at s (RFC 3629: no overlong
+ * form, no surrogate, nothing past U+10FFFF), or 0 where none starts. */
+static int utf8_seq(const unsigned char *s)
+{
+	if (s[0] < 0x80)
+		return 1;
+	int n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+	if (!n)
+		return 0;
+	unsigned char lo = 0x80, hi = 0xbf; /* the second byte's bounds */
+	if (s[0] == 0xe0)
+		lo = 0xa0; /* overlong */
+	else if (s[0] == 0xed)
+		hi = 0x9f; /* surrogates */
+	else if (s[0] == 0xf0)
+		lo = 0x90; /* overlong */
+	else if (s[0] == 0xf4)
+		hi = 0x8f; /* past U+10FFFF */
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (int i = 2; i < n; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+long ph_utf8_invalid_at(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	for (size_t i = 0; p[i];) {
+		int n = utf8_seq(p + i);
+		if (!n)
+			return (long)i;
+		i += (size_t)n;
+	}
+	return -1;
+}
+
+const char *ph_echo_bytes(const char *s, char *buf, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t used = 0, i = 0;
+	buf[0] = 0;
+	for (int shown = 0; p[i] && shown < PH_ECHO_MAX; shown++) {
+		int n = utf8_seq(p + i);
+		char piece[8];
+		if (n == 1 && p[i] >= 0x20 && p[i] != 0x7f)
+			snprintf(piece, sizeof piece, "%c", p[i]);
+		else if (n > 1)
+			snprintf(piece, sizeof piece, "%.*s", n, (const char *)p + i);
+		else
+			snprintf(piece, sizeof piece, "\\x%02x", p[i]);
+		size_t k = strlen(piece);
+		if (used + k + 4 > len) /* room for "..." */
+			break;
+		memcpy(buf + used, piece, k + 1);
+		used += k;
+		i += n ? (size_t)n : 1;
+	}
+	if (p[i] && used + 4 <= len)
+		memcpy(buf + used, "...", 4);
+	return buf;
 }
 
 int ph_edit_distance(const char *a, const char *b)

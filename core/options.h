@@ -14,6 +14,18 @@
 #define PH_ECHO "%.*s%s"
 #define PH_ECHO_ARG(s) PH_ECHO_MAX, (s), (strlen(s) > PH_ECHO_MAX ? "..." : "")
 
+/* Where the first byte of s lies that is not well-formed UTF-8 (an
+ * overlong form, a surrogate or a code point past U+10FFFF is not), or
+ * -1 when all of s is.  Names and values that end up in JSON files (the
+ * safetensors header, --plan-json, a checkpoint's state.json) must be. */
+long ph_utf8_invalid_at(const char *s);
+
+/* s for a message, like PH_ECHO: at most PH_ECHO_MAX characters and "..."
+ * after a cut, with every byte that is not printable UTF-8 (a control
+ * character, a stray byte) written as \xNN.  Returns buf. */
+#define PH_ECHO_BYTES_MAX (PH_ECHO_MAX * 4 + 4)
+const char *ph_echo_bytes(const char *s, char *buf, size_t len);
+
 /* Fill every option of `table` in `cfg` from its default text.  A required
  * option (def == NULL) is left zeroed; ph_options_check_required reports it. */
 int ph_options_defaults(const ph_option *table, void *cfg, ph_err *err);

@@ -280,6 +280,52 @@ expect_error "moe: fewer experts than experts per token" \
 expect_error "an embedding past float-exact ids" "embedding: vocab = 20000000; ids travel as floats, exact only up to 2\^24" \
 	-c "$fixtures/tiny-lm.ini" --plan --set layer.embed.vocab=20000000
 
+# --- numbers, blank values and bytes in values -----------------------------
+# integers are decimal: a leading zero is no octal (032 was 26, which 4
+# micro-batches do not split), and C's hexadecimal is refused
+if "$PIPEHOST" -c "$tiny" --plan-json "$tmp/p032.json" --set run.batch=032 >"$tmp/out" 2>"$tmp/err" &&
+	grep -Eq '"batch":[[:space:]]*32,' "$tmp/p032.json"; then
+	ok "batch = 032 is 32"
+else
+	not_ok "batch = 032: $(head -c 300 "$tmp/err") $(grep -Eo '"batch":[[:space:]]*[0-9]*' "$tmp/p032.json" 2>/dev/null)"
+fi
+expect_error "a hexadecimal integer" "^pipehost: --set: \[run\] steps = 0x10 is hexadecimal; write it in decimal: 16$" \
+	-c "$tiny" --plan --set run.steps=0x10
+expect_error "a hexadecimal float" "^pipehost: --set: \[optimizer\] lr = 0x1p-3 is hexadecimal; write it in decimal: 0\.125$" \
+	-c "$tiny" --plan --set optimizer.lr=0x1p-3
+# white space alone is as empty as nothing (it read as 0)
+expect_error "a float of spaces" "^pipehost: --set: \[optimizer\] lr is empty; give a number \(0\.\.10\)$" \
+	-c "$tiny" --plan --set "optimizer.lr=  "
+expect_error "an integer of spaces" "^pipehost: --set: \[run\] micro_batches is empty; give an integer \(1\.\.4096\)$" \
+	-c "$tiny" --plan --set "run.micro_batches= "
+expect_error "a layer type of spaces" "^pipehost: --set: \[layer fc1\] type is empty; give one of: " \
+	-c "$tiny" --plan --set "layer.fc1.type= "
+# a number past a double is out of range, not "not a number"
+expect_error "a float that underflows" \
+	"^pipehost: --set: \[optimizer\] lr = 1e-400 is out of range \(nearer 0 than a double holds: it would read as 0\); allowed: 0\.\.10$" \
+	-c "$tiny" --plan --set optimizer.lr=1e-400
+expect_error "a float that overflows" \
+	"^pipehost: --set: \[optimizer\] lr = 1e400 is out of range \(beyond what a double holds, 1\.8e308\); allowed: 0\.\.10$" \
+	-c "$tiny" --plan --set optimizer.lr=1e400
+# names and a layer's values go into JSON (weights, plan, state.json):
+# bytes that are not UTF-8 are refused where they are written
+sed 's/^\[layer fc1\]$/[layer fc\xff1]/' "$tiny" >"$tmp/utf8.ini"
+line=$(grep -an '^\[layer fc' "$tmp/utf8.ini" | head -1 | cut -d: -f1)
+expect_error "a layer name that is not UTF-8" \
+	"^pipehost: $tmp/utf8.ini:$line: layer name 'fc\\\\xff1' is not valid UTF-8; rename it in UTF-8" \
+	-c "$tmp/utf8.ini" --set run.steps=1 --save-weights "$tmp/utf8.st"
+[ -e "$tmp/utf8.st" ] && not_ok "a layer name that is not UTF-8: weights written" || ok "a layer name that is not UTF-8: no weights written"
+expect_error "a layer value that is not UTF-8 via --set" \
+	"^pipehost: --set layer\.fc1\.units=16\\\\xe9: \[layer fc1\] units = 16\\\\xe9 is not valid UTF-8" \
+	-c "$tiny" --plan --set "$(printf 'layer.fc1.units=16\351')"
+# an unknown key: core keys are --list-options', a plugin's --list-plugins'
+expect_error "an unknown key in [run]" \
+	"^pipehost: --set: unknown key 'stepsxyzzy' in \[run\]; pipehost --list-options shows the keys$" \
+	-c "$tiny" --plan --set run.stepsxyzzy=1
+expect_error "an unknown key in a layer" \
+	"^pipehost: --set: unknown key 'xyzzy' in \[layer fc1\]; pipehost --list-options shows the keys every \[layer NAME\] has, pipehost --list-plugins those of layer plugin 'linear'$" \
+	-c "$tiny" --plan --set layer.fc1.xyzzy=1
+
 # --- plugins and initial weights that are broken ---------------------------
 mkdir -p "$tmp/garbage" && echo "not a shared library" >"$tmp/garbage/garbage.so"
 expect_error "a .so that is no ELF file" \
