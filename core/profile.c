@@ -249,9 +249,17 @@ int ph_profile_cache_read(const char *path, uint64_t key, const ph_model *m, dou
 			double a, b;
 			if (next >= n || sscanf(line, "layer %d %255s %lf %lf %n", &idx, type, &a, &b, &used) != 4 ||
 			    idx != next || strcmp(type, m->layers[idx].ops->head.name) ||
-			    (m->layers[idx].cfg && strcmp(line + used, m->layers[idx].cfg->name)) ||
-			    !(a >= 0) || !(b >= 0) || isinf(a) || isinf(b)) {
+			    (m->layers[idx].cfg && strcmp(line + used, m->layers[idx].cfg->name))) {
 				ph_fail(why, PH_EINVAL, "%s:%d: does not describe layer %d of this model", path, lineno, next);
+				goto out;
+			}
+			/* a time no measurement gives: negative, NaN, infinite or
+			 * beyond PH_PROFILE_MAX_S (see profile.h) */
+			if (!(a >= 0 && a <= PH_PROFILE_MAX_S) || !(b >= 0 && b <= PH_PROFILE_MAX_S)) {
+				ph_fail(why, PH_EINVAL, "%s:%d: layer %d (%s): %s time %g s is not a measurement "
+					"(0 to %g s)", path, lineno, next, m->layers[idx].cfg ? m->layers[idx].cfg->name : type,
+					!(a >= 0 && a <= PH_PROFILE_MAX_S) ? "forward" : "backward",
+					!(a >= 0 && a <= PH_PROFILE_MAX_S) ? a : b, PH_PROFILE_MAX_S);
 				goto out;
 			}
 			fwd_s[idx] = a;
@@ -470,6 +478,33 @@ static double layer_buffer_bytes(const ph_layer *l, size_t B, size_t scratch)
 {
 	double in_n = (double)ph_shape_numel(&l->in) * B, out_n = (double)ph_shape_numel(&l->meta.out) * B;
 	return (2 * out_n + in_n) * sizeof(float) + (double)l->meta.saved_bytes * B + (double)scratch;
+}
+
+/* Bytes measure() allocates for layer i: its buffers at micro-batch B
+ * (on the CPU, its host scratch) and its parameters and gradients. */
+static double layer_bytes(const ph_layer *l, size_t B)
+{
+	double b = layer_buffer_bytes(l, B, l->meta.scratch_bytes);
+	for (int p = 0; p < l->meta.nparams; p++)
+		b += 2.0 * sizeof(float) * (double)ph_shape_numel(&l->meta.params[p].shape);
+	return b;
+}
+
+/* The most host memory measuring m on the CPU holds at once: measure_all()
+ * keeps the model's input and the layer before's buffers (its output is
+ * this layer's input) while it measures a layer.  *at: that layer. */
+static double measure_need(const ph_model *m, int *at)
+{
+	size_t B = (size_t)m->max_batch;
+	double x = (double)ph_shape_numel(&m->input) * B * sizeof(float), need = 0, prev = 0;
+	*at = 0;
+	for (int i = 0; i < m->n; i++) {
+		double cur = layer_bytes(&m->layers[i], B);
+		if (x + prev + cur > need)
+			need = x + prev + cur, *at = i;
+		prev = cur;
+	}
+	return need;
 }
 
 /* Time layer i; x is its input (batch B, in the place's memory), y comes
@@ -712,6 +747,21 @@ static int costs_on(const ph_model *m, const char *cache_dir, const ph_profile_g
 		if (why.msg[0] && out)
 			fprintf(out, "profile: ignoring the cache: %s\n", why.msg);
 	}
+	/* Measuring on the CPU holds two neighbouring layers' buffers at the
+	 * micro-batch size: one that does not fit is refused with both
+	 * figures, before anything is allocated (an allocation the kernel
+	 * grants and later cannot back ends the process without a word).
+	 * cost = auto fell back to the FLOPs before it got here. */
+	double need, have;
+	char which[96];
+	int at;
+	if (!gpu && ph_memcheck_enabled() && (need = measure_need(m, &at)) > 0 &&
+	    ph_mem_available(&have, which, sizeof which) && need > have) {
+		const ph_layer *l = &m->layers[at];
+		return ph_fail(err, PH_EINVAL, "profile: measuring layer %s at micro-batch %d needs ~%.1f MiB but %s "
+			       "leaves %.1f MiB; lower [run] batch (or raise micro_batches), or set [partition] cost = flops",
+			       l->cfg ? l->cfg->name : "?", m->max_batch, need / 1048576.0, which, have / 1048576.0);
+	}
 	/* The run's own samples when it can give them (loading them is the
 	 * caller's business, and only happens on a miss). */
 	const float *x0 = NULL;
@@ -810,13 +860,9 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 		 * refuses it with both figures, not the profiler's allocation */
 		double need = 0, have;
 		char which[96];
-		for (int i = 0; !c->place.cuda && i < m->n; i++) {
-			const ph_layer *l = &m->layers[i];
-			double b = layer_buffer_bytes(l, (size_t)m->max_batch, l->meta.scratch_bytes);
-			for (int p = 0; p < l->meta.nparams; p++)
-				b += 2.0 * sizeof(float) * (double)ph_shape_numel(&l->meta.params[p].shape);
-			need = b > need ? b : need;
-		}
+		int at;
+		if (!c->place.cuda)
+			need = measure_need(m, &at);
 		if (need > 0 && ph_memcheck_enabled() && ph_mem_available(&have, which, sizeof which) && need > have) {
 			if (out)
 				fprintf(out, "cost: flops ([partition] cost = auto: measuring a layer needs ~%.1f MiB but %s "
@@ -833,9 +879,13 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 					(vroom > 0 ? vroom : 0) / 1048576.0);
 			return PH_OK;
 		}
+		/* the FLOPs of a micro-batch (the layers' meta counts them per
+		 * sample; counted so, a micro-batch of 4M samples looked like
+		 * 0.0003 s and --plan measured for minutes in 10+ GB) */
 		double flops = 0;
 		for (int i = 0; i < m->n; i++)
 			flops += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;
+		flops *= m->max_batch;
 		double est = (PH_PROFILE_WARMUP + PH_PROFILE_REPEATS) * flops /
 			     (PH_PROFILE_AUTO_GFLOPS * 1e9 * (c->place.cuda ? 100 : ph_profile_run_threads(c)));
 		if (est > PH_PROFILE_AUTO_BUDGET_S) {

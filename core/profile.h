@@ -45,6 +45,13 @@
 #define PH_PROFILE_WARMUP 2
 #define PH_PROFILE_REPEATS 7
 #define PH_PROFILE_LAYER_BUDGET_S 1.0
+/* The longest time the cache may hold for one forward or one backward of
+ * one layer on one micro-batch: 1e6 s (11.6 days).  No measurement reaches
+ * it: the profiler times every layer at least twice (a warm-up and a timed
+ * pair), so such a layer would have kept it busy for weeks.  A larger value,
+ * like a negative or NaN one, is a damaged file: a miss, measured afresh
+ * (1e308 once went through, and the simulator printed a step of "inf s"). */
+#define PH_PROFILE_MAX_S 1e6
 
 /* Fill fwd_s[i] and bwd_s[i] (seconds per micro-batch) for every layer of m,
  * from the cache or by measuring.  The BLAS thread count is OpenBLAS's at the
@@ -112,8 +119,9 @@ int ph_profile_cache_write(const char *path, uint64_t key, const ph_model *m, co
 			   const double *bwd_s, ph_err *err);
 
 /* 1: the file holds costs for exactly this key and these layers, now in
- * fwd_s/bwd_s.  0: a miss (absent, other key, other layers, malformed);
- * why->msg says why unless the file is simply absent. */
+ * fwd_s/bwd_s.  0: a miss (absent, other key, other layers, malformed, a
+ * time that is negative, not finite or over PH_PROFILE_MAX_S); why->msg
+ * says why (with the file:line) unless the file is simply absent. */
 int ph_profile_cache_read(const char *path, uint64_t key, const ph_model *m, double *fwd_s, double *bwd_s,
 			  ph_err *why);
 

@@ -247,6 +247,12 @@ static int report_stream(const ph_plan *p, const ph_config *c, const double *f, 
 		rc = ph_simulate_shared(&pk, f, b, ci, cw, link, keep, conc, ev, err);
 	if (!rc)
 		rc = ph_simulate_shared(&pk1, f, b, ci, cw, link, keep, conc, &rk1, err);
+	/* one step is within PH_SIM_MAX_S; a stream of STREAM_STEPS should
+	 * be within as many (and so within what a trace holds) */
+	if (!rc && !(ev->step_time <= STREAM_STEPS * PH_SIM_MAX_S && rk1.step_time <= STREAM_STEPS * PH_SIM_MAX_S))
+		rc = ph_fail(err, PH_EINVAL, "simulate: %d steps as one stream would take %.3g s, past the %g s a "
+			     "timeline can show; raise [partition] link_bandwidth or device_tflops", STREAM_STEPS,
+			     ev->step_time, STREAM_STEPS * PH_SIM_MAX_S);
 	if (!rc) {
 		double steady = ev->step_time - rk1.step_time, mean = 0;
 		fprintf(out, "  steady state, no flush (%d steps as one stream of %d micro-batches): %.4g %s a step, "
@@ -270,6 +276,50 @@ static int report_stream(const ph_plan *p, const ph_config *c, const double *f, 
 	return rc;
 }
 
+/* x rounded up to 2 significant digits: a least value that stays one. */
+static double up2(double x)
+{
+	if (!(x > 0) || !isfinite(x))
+		return x;
+	double q = pow(10, floor(log10(x)) - 1);
+	return ceil(x / q) * q;
+}
+
+/* A step longer than PH_SIM_MAX_S (or not finite): one line naming what
+ * takes most of it (the links, or the layers' costs) and what to give
+ * instead.  A step grows with its durations and scales with all of them
+ * at once, so speeding one cause up by less than step / PH_SIM_MAX_S
+ * cannot bring it within the bound: that is the least to ask for. */
+static int step_too_long(const ph_config *c, double step, double link_total, double compute_total, int measured,
+			 double link_bytes_per_s, ph_err *err)
+{
+	char where[PH_STR_MAX + 16], cause[PH_STR_MAX + 400];
+	double factor = step / PH_SIM_MAX_S;
+	if (link_total > compute_total) {
+		ph_ini_where_key(&c->ini, "partition", "link_bandwidth", where, sizeof where);
+		double gbps = link_bytes_per_s / 1e9;
+		if (isfinite(factor))
+			snprintf(cause, sizeof cause, "%s: the transfers at [partition] link_bandwidth = %g GB/s take most of "
+				 "it; give at least %.2g GB/s, or 0 for free links", where, gbps, up2(gbps * factor));
+		else
+			snprintf(cause, sizeof cause, "%s: the transfers at [partition] link_bandwidth = %g GB/s take most of "
+				 "it; give a higher bandwidth, or 0 for free links", where, gbps);
+	} else if (measured) {
+		snprintf(cause, sizeof cause, "the measured layer costs take most of it; delete the profile cache "
+			 "([partition] profile_cache) to measure afresh, or set [partition] cost = flops");
+	} else {
+		ph_ini_where_key(&c->ini, "partition", "device_tflops", where, sizeof where);
+		if (isfinite(factor))
+			snprintf(cause, sizeof cause, "%s: the layers' FLOPs at [partition] device_tflops = %g take most of "
+				 "it; give at least %.2g", where, c->part.device_tflops, up2(c->part.device_tflops * factor));
+		else
+			snprintf(cause, sizeof cause, "%s: the layers' FLOPs at [partition] device_tflops = %g take most of "
+				 "it; give a higher device_tflops", where, c->part.device_tflops);
+	}
+	return ph_fail(err, PH_EINVAL, "simulate: a step would take %.3g s, past the %g s (about 32 years) a simulated "
+		       "step may last; %s", step, PH_SIM_MAX_S, cause);
+}
+
 int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
 		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
 		       const char *trace_path, FILE *out, ph_err *err)
@@ -278,17 +328,37 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 	if (!p->first)
 		return ph_fail(err, PH_EINTERNAL, "simulate: the plan has no partition");
 	double *buf = calloc((size_t)C * 6, sizeof *buf);
-	ph_sim_result r;
+	ph_sim_result r, rs;
 	memset(&r, 0, sizeof r);
+	memset(&rs, 0, sizeof rs);
 	if (!buf)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	double *f = buf, *b = buf + C, *ci = buf + 2 * C, *cw = buf + 3 * C, *link = buf + 4 * C, *keep = buf + 5 * C;
-	double flops_per_s = c->part.device_tflops * 1e12;
+	double flops_per_s = c->part.device_tflops * 1e12, link_total = 0, compute_total = 0;
 	for (int k = 0; k < C; k++) {
 		for (int l = p->first[k]; l < p->first[k + 1]; l++) {
 			const ph_layer *L = &m->layers[l];
 			double lf = layer_fwd ? layer_fwd[l] : L->meta.fwd_flops * m->max_batch / flops_per_s;
 			double lb = layer_bwd ? layer_bwd[l] : L->meta.bwd_flops * m->max_batch / flops_per_s;
+			if (!(lf >= 0 && lf <= PH_SIM_MAX_S) || !(lb >= 0 && lb <= PH_SIM_MAX_S)) {
+				char how[PH_STR_MAX + 80];
+				if (layer_fwd)
+					snprintf(how, sizeof how, "measured");
+				else {
+					char where[PH_STR_MAX + 16];
+					ph_ini_where_key(&c->ini, "partition", "device_tflops", where, sizeof where);
+					snprintf(how, sizeof how, "its FLOPs at [partition] device_tflops = %g, %s",
+						 c->part.device_tflops, where);
+				}
+				rc = ph_fail(err, PH_EINVAL, "simulate: layer %s costs %g s forward and %g s backward a "
+					     "micro-batch (%s), outside the 0 to %g s a simulated step may last; %s",
+					     L->cfg ? L->cfg->name : "?", lf, lb, how, PH_SIM_MAX_S,
+					     layer_fwd ? "delete the profile cache ([partition] profile_cache) to measure afresh, "
+							 "or set [partition] cost = flops"
+						       : "raise device_tflops, or lower [run] batch");
+				goto done;
+			}
+			compute_total += lf + lb;
 			f[k] += lf;
 			b[k] += lb;
 			if (L->param_numel > 0 && ph_layer_has_split_backward(L->ops)) {
@@ -302,6 +372,7 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 		if (k + 1 < C && link_bytes_per_s > 0) {
 			const ph_layer *L = &m->layers[p->first[k + 1] - 1];
 			link[k] = 4.0 * (double)ph_shape_numel(&L->meta.out) * m->max_batch / link_bytes_per_s;
+			link_total += 2 * link[k]; /* there and back */
 		}
 	}
 	/* Ranks on the CPU share its cores: each runs `threads` BLAS threads.
@@ -315,6 +386,12 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 	int units = (int)(cores / threads) > 0 ? (int)(cores / threads) : 1;
 	if ((rc = ph_simulate_shared(p, f, b, ci, cw, link, keep, units < p->ranks ? units : 0, &r, err)))
 		goto done;
+	/* before anything is printed or written: a step no report, bubble
+	 * or trace can show (inf s, -nan%, an int64 overflow in the trace) */
+	if (!(r.step_time <= PH_SIM_MAX_S)) {
+		rc = step_too_long(c, r.step_time, link_total, compute_total, layer_fwd != NULL, link_bytes_per_s, err);
+		goto done;
+	}
 
 	double ideal = 0, busy_max = 0;
 	for (int k = 0; k < p->ranks; k++)
@@ -349,8 +426,6 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 	fprintf(out, "  mean bubble %.1f%%\n", 100.0 * mean_bubble);
 	/* a schedule that runs across steps: its steady state, and the
 	 * timeline of several steps */
-	ph_sim_result rs;
-	memset(&rs, 0, sizeof rs);
 	if (ph_schedule_flags(c->schedule) & PH_SCHED_NO_FLUSH) {
 		if ((rc = report_stream(p, c, f, b, ci, cw, link, keep, units < p->ranks ? units : 0, &r, mult, unit,
 					&rs, out, err)))

@@ -65,6 +65,14 @@ int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const
 		       const double *link, const double *act_bytes, int concurrency, ph_sim_result *r, ph_err *err);
 void ph_sim_free(ph_sim_result *r);
 
+/* The longest step --simulate reports: 1e9 s (about 32 years).  Beyond it
+ * a timeline is no use to anyone, and the no-flush stream of several steps
+ * stays inside what a trace's nanosecond timestamps hold (PH_TRACE_MAX_S).
+ * A longer or non-finite step (a link_bandwidth of 1e-300 GB/s, a damaged
+ * measured cost) is refused with one line naming its cause, before the
+ * report is printed or a file written. */
+#define PH_SIM_MAX_S 1e9
+
 /* The CLI's --simulate: per-chunk costs from per-layer costs, link times from
  * boundary activations, one simulated step, a report and the files.
  *   layer_fwd, layer_bwd  per-layer seconds for one micro-batch (what
@@ -76,7 +84,9 @@ void ph_sim_free(ph_sim_result *r);
  *       bytes cross each boundary each way); 0 = free;
  *   svg_path, trace_path  SVG timeline and Chrome trace JSON; NULL = none.
  * Prints step time, and per rank busy time, bubble fraction, peak in-flight
- * micro-batches and peak activation MiB, to out. */
+ * micro-batches and peak activation MiB, to out.  A layer cost that is
+ * negative or not finite, or a step longer than PH_SIM_MAX_S: PH_EINVAL,
+ * nothing printed or written. */
 int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
 		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
 		       const char *trace_path, FILE *out, ph_err *err);

@@ -38,6 +38,13 @@ static void micros(char *buf, size_t len, long long ns)
 
 int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err)
 {
+	/* times the nanosecond timestamps cannot hold: refused before the
+	 * file is touched (llround of them is undefined) */
+	for (int k = 0; k < n; k++)
+		if (!(fabs(ev[k].t0) <= PH_TRACE_MAX_S && fabs(ev[k].t1) <= PH_TRACE_MAX_S))
+			return ph_fail(err, PH_EINVAL, "--trace %s: rank %d's op at %g..%g s is past the %g s a trace's "
+				       "nanosecond timestamps hold; nothing written", path, ev[k].rank, ev[k].t0, ev[k].t1,
+				       PH_TRACE_MAX_S);
 	/* through core/outputs.h: a symlink followed, a device or FIFO
 	 * written through, a file replaced atomically */
 	ph_outfile o;

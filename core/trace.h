@@ -17,13 +17,21 @@ typedef struct {
 	int proc;          /* the process that ran it (mpirun), 0 otherwise */
 } ph_trace_event;
 
+/* The latest time a trace can hold: its timestamps are whole nanoseconds in
+ * 64 bits (9.2e9 s, 292 years); 9e9 s leaves room for the rounding.  An
+ * event outside [-PH_TRACE_MAX_S, PH_TRACE_MAX_S], or not finite, is
+ * refused before the file is opened (it once came out as
+ * "ts":-9223372036854775.-808, which no reader parses). */
+#define PH_TRACE_MAX_S 9e9
+
 /* Write events as Chrome trace JSON ("traceEvents", one complete event "X"
  * per op, pid = process (0 without mpirun), tid = rank, names like "F3" /
  * "2B0" / "send-act 3").  Times are whole nanoseconds, each slice's end
  * rounded on its own, so a slice ends at or before the next one of its
  * track starts (also when a reader adds ts + dur in binary floating point).
  * Temp file + rename: never a half-written trace; a symlink is followed, a
- * device or FIFO written through (core/outputs.h). */
+ * device or FIFO written through (core/outputs.h).  Times past
+ * PH_TRACE_MAX_S: PH_EINVAL, nothing written. */
 int ph_trace_write_chrome(const char *path, const ph_trace_event *ev, int n, int ranks, int v, ph_err *err);
 
 #endif

@@ -10,6 +10,9 @@
  *  - ph_profile_costs measures (a slower layer costs more), caches, and a
  *    second call is a hit with the same numbers; a failing layer is named;
  *  - cold first calls do not reach the median; profile_cache = off;
+ *  - a cached time that is not finite or absurdly large is a miss;
+ *  - cost = auto at a huge micro-batch plans on the FLOPs at once, and
+ *    cost = profile there is refused when it cannot fit;
  *  - the JSON has every field of the schema, and its numbers add up.
  */
 #include <check.h>
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -259,9 +263,24 @@ START_TEST(test_cache_roundtrip)
 	write_file(path, "hello\n");
 	ck_assert_int_eq(ph_profile_cache_read(path, 42, &model, f2, b2, &err), 0);
 	ck_assert_ptr_nonnull(strstr(err.msg, "not a version 1 profile"));
-	write_file(path, "pipehost-profile 1\nkey 2a\nlayers 4\nlayer 0 busy -1 1e-3 busy0\n");
-	ck_assert_int_eq(ph_profile_cache_read(path, 42, &model, f2, b2, &err), 0);
-	ck_assert_ptr_nonnull(strstr(err.msg, "does not describe layer 0"));
+	/* Times no measurement gives: negative, NaN, infinite, and absurdly
+	 * large (1e308 once was a hit, and --simulate printed "inf s"); the
+	 * bound itself, PH_PROFILE_MAX_S, is a time. */
+	static const char *const bad_times[] = { "-1 1e-3", "nan 1e-3", "inf 1e-3", "1e-3 -inf", "1e308 1e-3",
+						 "1e-3 1.1e6" };
+	for (size_t k = 0; k < sizeof bad_times / sizeof *bad_times; k++) {
+		char text[300];
+		snprintf(text, sizeof text, "pipehost-profile 1\nkey 2a\nlayers 4\nlayer 0 busy 1e-3 1e-3 busy0\n"
+			 "layer 1 busy %s busy1\n", bad_times[k]);
+		write_file(path, text);
+		ck_assert_int_eq(ph_profile_cache_read(path, 42, &model, f2, b2, &err), 0);
+		ck_assert_msg(strstr(err.msg, "profile.txt:5: layer 1 (busy1): ") && strstr(err.msg, " is not a measurement (0 to 1e+06 s)"),
+			      "%s: %s", bad_times[k], err.msg);
+	}
+	write_file(path, "pipehost-profile 1\nkey 2a\nlayers 4\nlayer 0 busy 1e6 0 busy0\nlayer 1 busy 0 1e6 busy1\n"
+			 "layer 2 busy 0 0 busy2\nlayer 3 loss 1e-9 1e-9 loss\n");
+	ck_assert_int_eq(ph_profile_cache_read(path, 42, &model, f2, b2, &err), 1);
+	ck_assert(f2[0] == 1e6 && b2[1] == 1e6);
 	/* A directory that cannot be made. */
 	write_file(path, "x");
 	char bad[600];
@@ -341,6 +360,63 @@ START_TEST(test_profile_errors)
 	fclose(out);
 	model.max_batch = 0;
 	ck_assert_int_eq(ph_profile_costs(&model, tmpdir, f, b, NULL, &err), PH_EINVAL);
+}
+END_TEST
+
+/* cost = auto with a micro-batch of 4M samples: measuring it would take
+ * minutes (the FLOPs of one sample once stood for those of the whole
+ * micro-batch, and --plan measured for minutes in 10+ GB).  It plans on
+ * the FLOPs and says why, at once.  And cost = profile, asked for, at a
+ * micro-batch whose buffers exceed what the process may map: refused with
+ * both figures before anything is allocated. */
+START_TEST(test_profile_huge_batch)
+{
+	static ph_config c;
+	memset(&c, 0, sizeof c);
+	c.part.cost = PH_COST_AUTO;
+	c.run.stages = 2;
+	c.run.chunks = 1;
+	c.run.threads = 1;
+	c.run.replicas = 1;
+	c.comm.size = 1;
+	snprintf(c.part.profile_cache, sizeof c.part.profile_cache, "off");
+	build_model(1 << 22);
+	double f[NL], b[NL];
+	int used = 1;
+	ph_err err = { { 0 } };
+	FILE *out = tmpfile();
+	ck_assert_int_eq(ph_profile_costs_for_run(&model, &c, NULL, f, b, &used, out, &err), PH_OK);
+	ck_assert_int_eq(used, 0);
+	char *s = read_all(out);
+	ck_assert_msg(strstr(s, "cost: flops ([partition] cost = auto: ") == s && !strstr(s, "profile: measuring"), "%s", s);
+	free(s);
+	fclose(out);
+	/* under ulimit -v (this test's own process: Check forks each test) */
+	const char *fork_mode = getenv("CK_FORK");
+	struct rlimit rl;
+	if ((fork_mode && !strcmp(fork_mode, "no")) || getenv("ASAN_OPTIONS") || getrlimit(RLIMIT_AS, &rl))
+		return;
+	/* 2 GiB more than this process maps already */
+	long vm_kib = 0;
+	char line[256];
+	FILE *st = fopen("/proc/self/status", "r");
+	while (st && fgets(line, sizeof line, st))
+		if (sscanf(line, "VmSize: %ld kB", &vm_kib) == 1)
+			break;
+	if (st)
+		fclose(st);
+	rl.rlim_cur = ((rlim_t)vm_kib << 10) + ((rlim_t)2 << 30);
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_cur > rl.rlim_max)
+		return;
+	if (setrlimit(RLIMIT_AS, &rl))
+		return;
+	build_model(1 << 26); /* ~8 GiB a layer */
+	c.part.cost = PH_COST_PROFILE;
+	ck_assert_int_eq(ph_profile_costs_for_run(&model, &c, NULL, f, b, &used, NULL, &err), PH_EINVAL);
+	ck_assert_msg(strstr(err.msg, "profile: measuring layer busy") == err.msg &&
+		      strstr(err.msg, " at micro-batch 67108864 needs ~") && strstr(err.msg, " leaves ") &&
+		      strstr(err.msg, "; lower [run] batch"),
+		      "%s", err.msg);
 }
 END_TEST
 
@@ -530,6 +606,7 @@ int main(void)
 	tcase_add_test(tc, test_cache_roundtrip);
 	tcase_add_test(tc, test_profile_costs);
 	tcase_add_test(tc, test_profile_steady);
+	tcase_add_test(tc, test_profile_huge_batch);
 	tcase_add_test(tc, test_profile_errors);
 	tcase_add_test(tc, test_json);
 	tcase_add_test(tc, test_json_write_error);

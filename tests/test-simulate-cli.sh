@@ -62,4 +62,81 @@ if "$PIPEHOST" -c "$tiny" --plan --simulate --trace "$tmp/t3.json" >/dev/null 2>
 else
 	not_ok "--plan --simulate --trace: $(head -c 300 "$tmp/err")"
 fi
+
+# A step no report or trace can show: link_bandwidth = 1e-300 GB/s (in
+# range: 0..1e6) made a step of 2e294 s, and the trace's microseconds
+# overflowed int64 ("ts":-9223372036854775.-808, exit 0).  Refused with
+# one line naming the bandwidth, before the report or any file; 1e-16
+# (2e10 s a step) too, and 1e-14 (2e8 s) still simulates.
+for bw in 1e-300 1e-16; do
+	expect_error "link_bandwidth = $bw GB/s" \
+		"^pipehost: simulate: a step would take [0-9.e+]+ s, past the 1e\+09 s .*\[partition\] link_bandwidth = $bw GB/s take most of it; give at least [0-9.e+-]+ GB/s, or 0 for free links$" \
+		-c "$tiny" --simulate --set partition.cost=flops --set partition.link_bandwidth=$bw --trace "$tmp/slow.json" \
+		--svg "$tmp/slow.svg"
+	if [ ! -e "$tmp/slow.json" ] && [ ! -e "$tmp/slow.svg" ] && ! grep -q "step time\|inf s\|nan" "$tmp/out"; then
+		ok "link_bandwidth = $bw: no trace, no timeline, no report"
+	else
+		not_ok "link_bandwidth = $bw: left $(ls "$tmp" | grep slow) and printed $(grep 'step time' "$tmp/out")"
+	fi
+done
+if "$PIPEHOST" -c "$tiny" --simulate --set partition.cost=flops --set partition.link_bandwidth=1e-14 \
+	--trace "$tmp/slow.json" >"$tmp/out" 2>"$tmp/err" && grep -q "^  step time [0-9.e+]* s" "$tmp/out" &&
+	! grep -q '"ts":-\|"dur":-\|[0-9]\.-' "$tmp/slow.json"; then
+	ok "link_bandwidth = 1e-14: a step of $(sed -n 's/^  step time \([^ ]* s\).*/\1/p' "$tmp/out"), its trace written"
+else
+	not_ok "link_bandwidth = 1e-14: $(head -c 300 "$tmp/err") $(grep 'step time' "$tmp/out")"
+fi
+
+# A profile cache whose time for fc1 was edited to 1e308 s: once a cache
+# hit, and --simulate printed "step time inf s ... -nan% of the step" and
+# the same broken trace.  Now a damaged file, as NaN and negative times
+# are: a note with its file:line, measured afresh.
+cache="$tmp/cache"
+if "$PIPEHOST" -c "$tiny" --plan --set partition.cost=profile --set "partition.profile_cache=$cache" >"$tmp/out" 2>"$tmp/err" &&
+	file=$(sed -n 's/^profile: cached in //p' "$tmp/out") && [ -f "$file" ]; then
+	sed 's/^layer 4 linear [^ ]*/layer 4 linear 1e308/' "$file" >"$file.new" && mv "$file.new" "$file"
+	line=$(grep -n '^layer 4 ' "$file" | cut -d: -f1)
+	if "$PIPEHOST" -c "$tiny" --simulate --set partition.cost=profile --set "partition.profile_cache=$cache" \
+		--trace "$tmp/c.json" >"$tmp/out" 2>"$tmp/err" &&
+		grep -q "^profile: ignoring the cache: $file:$line: layer 4 (fc1): forward time 1e+308 s is not a measurement (0 to 1e+06 s)$" "$tmp/out" &&
+		grep -q "^profile: measuring 9 layers" "$tmp/out" && ! grep -q "inf s\|nan" "$tmp/out" &&
+		! grep -q '"ts":-\|"dur":-\|[0-9]\.-' "$tmp/c.json"; then
+		ok "a cached time of 1e308 s: $(grep '^profile: ignoring' "$tmp/out" | sed "s|$tmp/||")"
+	else
+		not_ok "a cached time of 1e308 s: exit $?, $(head -c 300 "$tmp/err") $(grep 'profile:\|step time' "$tmp/out")"
+	fi
+else
+	not_ok "cost = profile wrote no cache: $(head -c 300 "$tmp/err") $(head -3 "$tmp/out")"
+fi
+
+# --plan with an allowed but huge batch (--plan loads no data, so nothing
+# says the training set is smaller): cost = auto took the FLOPs of one
+# sample for those of a micro-batch of 4194304, measured for minutes and
+# held 10+ GB.  Now it plans on the FLOPs and says why, at once: the time
+# it would take or, on a machine with less than ~22 GB free, the memory.
+# One BLAS thread, so that the estimate is the same on every machine.
+if timeout 60 "$PIPEHOST" -c "$tiny" --plan --set run.batch=16777216 --set run.threads=1 \
+	--set partition.profile_cache=off >"$tmp/out" 2>"$tmp/err" &&
+	grep -Eq '^cost: flops \(\[partition\] cost = auto: (measuring would take about [0-9]+ s; cost = profile measures anyway|measuring a layer needs ~[0-9.]+ MiB but .* leaves [0-9.]+ MiB)\)$' "$tmp/out" &&
+	! grep -q '^profile: measuring' "$tmp/out"; then
+	ok "--plan, batch 16777216, cost = auto: $(grep '^cost:' "$tmp/out")"
+else
+	not_ok "--plan, batch 16777216, cost = auto: exit $?, $(head -c 300 "$tmp/err") $(head -2 "$tmp/out")"
+fi
+# cost = profile, asked for, at a micro-batch that does not fit (90 GB
+# under an 8 GB ulimit -v): one line with both figures, nothing allocated
+if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 8000000) 2>/dev/null; then
+	(
+		ulimit -v 8000000
+		"$PIPEHOST" -c "$tiny" --plan --set run.batch=16777216 --set run.micro_batches=1 --set run.threads=1 \
+			--set partition.cost=profile --set partition.profile_cache=off >"$tmp/out" 2>"$tmp/err"
+		echo $? >"$tmp/rc"
+	)
+	if [ "$(cat "$tmp/rc")" = 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+		grep -Eq "^pipehost: profile: measuring layer [a-z0-9]+ at micro-batch 16777216 needs ~[0-9.]+ MiB but .* leaves [0-9.]+ MiB; lower \[run\] batch \(or raise micro_batches\), or set \[partition\] cost = flops$" "$tmp/err"; then
+		ok "cost = profile too big to measure: $(cat "$tmp/err")"
+	else
+		not_ok "cost = profile too big to measure: exit $(cat "$tmp/rc"), $(head -c 400 "$tmp/err")"
+	fi
+fi
 finish
