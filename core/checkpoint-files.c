@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* renameat2, RENAME_NOREPLACE */
 #include "checkpoint-impl.h"
 #include "outputs.h"
+#include "readfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,6 +65,62 @@ int ph_ck_write_file_atomic(const char *path, const char *data, size_t len, ph_e
 	return PH_OK;
 }
 
+int ph_ck_open_read(const char *path, int *fd_out, struct stat *st, int *missing, ph_err *err)
+{
+	*fd_out = -1;
+	if (missing)
+		*missing = 0;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		if (missing)
+			*missing = e == ENOENT;
+		/* a socket answers ENXIO: say what it is rather than that */
+		if (e != ENOENT && stat(path, st) == 0 && !S_ISREG(st->st_mode))
+			goto not_regular;
+		return ph_fail(err, PH_EIO, "%s: cannot open: %s", path, strerror(e));
+	}
+	if (fstat(fd, st)) {
+		int e = errno;
+		close(fd);
+		return ph_fail(err, PH_EIO, "%s: cannot stat: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+not_regular:
+		return ph_fail(err, PH_EINVAL, "%s is %s, not a regular file: damaged checkpoint; resume from another "
+			       "step, or put the step's own file back", path, ph_file_kind(st->st_mode));
+	}
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	*fd_out = fd;
+	return PH_OK;
+}
+
+int ph_ck_check_entries(const char *dir, ph_err *err)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return ph_fail(err, PH_EIO, "cannot read checkpoint dir %s: %s", dir, strerror(errno));
+	struct dirent *de;
+	int rc = PH_OK;
+	while (!rc && (de = readdir(d))) {
+		if (ph_ck_parse_step_name(de->d_name) < 0)
+			continue;
+		char p[PATH_MAX];
+		struct stat st;
+		/* stat, not open: a FIFO is named, never opened */
+		if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= sizeof p || stat(p, &st) ||
+		    S_ISDIR(st.st_mode))
+			continue;
+		rc = ph_fail(err, PH_EINVAL, "checkpoint dir %s: %s is %s, not a step directory; remove it, or set another "
+			     "[checkpoint] dir", dir, de->d_name, ph_file_kind(st.st_mode));
+	}
+	closedir(d);
+	return rc;
+}
+
 /* mkdir -p */
 int ph_ck_make_dirs(const char *dir, ph_err *err)
 {
@@ -105,7 +162,7 @@ int ph_checkpoint_prepare(const char *dir, ph_err *err)
 	char probe[PATH_MAX];
 	if ((size_t)snprintf(probe, sizeof probe, "%s/" TMP_PREFIX "probe.%ld", dir, (long)getpid()) >= sizeof probe)
 		return ph_fail(err, PH_EINVAL, "checkpoint dir %s: path too long", dir);
-	int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return ph_fail(err, PH_EIO, "checkpoint dir %s is not writable: %s; check [checkpoint] dir", dir,
 			       strerror(errno));
@@ -144,13 +201,16 @@ int64_t ph_ck_parse_step_name(const char *name)
 	return v;
 }
 
+/* Whatever state.json is, if it is there: a FIFO or a directory in its
+ * place makes a damaged step, refused with its own line when loaded (never
+ * opened here), not an incomplete one passed over without a word. */
 int ph_checkpoint_is_step(const char *dir)
 {
 	char p[PATH_MAX];
 	struct stat st;
 	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, dir) >= sizeof p)
 		return 0;
-	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+	return stat(p, &st) == 0;
 }
 
 static int by_step_desc(const void *a, const void *b)

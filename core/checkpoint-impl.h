@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
 
@@ -31,6 +32,18 @@ typedef struct {
 void ph_ck_printf(ph_ck_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* checkpoint-files.c */
+
+/* Open a file of a step for reading without ever blocking: open(2) with
+ * O_NONBLOCK (a named pipe nobody writes would block it for ever), then
+ * fstat on the descriptor; anything but a regular file (a FIFO, a socket,
+ * a device, a directory) is refused with one line naming it, as damage.
+ * The descriptor is blocking again on return; *st is its fstat.
+ * *missing (may be NULL) is set when there is no such file at all. */
+int ph_ck_open_read(const char *path, int *fd, struct stat *st, int *missing, ph_err *err);
+/* Every DIR/step-N entry is a directory: a file, a FIFO, a socket or a
+ * device under a step's name is refused (a save would fail on it after
+ * training, and it is no checkpoint). */
+int ph_ck_check_entries(const char *dir, ph_err *err);
 
 /* Write a small file crash-safely: temp name, fsync, rename. */
 int ph_ck_write_file_atomic(const char *path, const char *data, size_t len, ph_err *err);

@@ -56,11 +56,11 @@ int ph_ck_read_manifest(const char *sdir, ph_ck_manifest *m, int *missing, ph_er
 	char p[PATH_MAX];
 	if ((size_t)snprintf(p, sizeof p, "%s/" MANIFEST_FILE, sdir) >= sizeof p)
 		return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		*missing = errno == ENOENT;
-		return ph_fail(err, PH_EIO, "%s: cannot open: %s", p, strerror(errno));
-	}
+	int fd;
+	struct stat sb;
+	int rc = ph_ck_open_read(p, &fd, &sb, missing, err);
+	if (rc)
+		return rc;
 	char buf[MANIFEST_MAX + 1];
 	size_t len = 0;
 	for (;;) {
@@ -130,13 +130,11 @@ int ph_ck_verify_files(const char *sdir, const ph_ck_manifest *m, ph_err *err)
 			rc = ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
 			break;
 		}
-		int fd = open(p, O_RDONLY | O_CLOEXEC);
+		int fd;
 		struct stat sb;
-		if (fd < 0) {
-			rc = ph_fail(err, PH_EIO, "%s: cannot open: %s", p, strerror(errno));
+		if ((rc = ph_ck_open_read(p, &fd, &sb, NULL, err)))
 			break;
-		}
-		if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != m->f[i].size) {
+		if ((uint64_t)sb.st_size != m->f[i].size) {
 			rc = ph_fail(err, PH_EINVAL, "%s: %lld bytes, its manifest says %llu: damaged checkpoint", p,
 				     (long long)sb.st_size, (unsigned long long)m->f[i].size);
 			close(fd);

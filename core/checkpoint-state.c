@@ -177,14 +177,11 @@ done:
 
 int ph_ck_read_state_file(const char *path, ph_ckpt_state *st, ph_err *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return ph_fail(err, PH_EIO, "%s: cannot open: %s", path, strerror(errno));
+	int fd;
 	struct stat sb;
-	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return ph_fail(err, PH_EIO, "%s: not a regular file", path);
-	}
+	int rc = ph_ck_open_read(path, &fd, &sb, NULL, err);
+	if (rc)
+		return rc;
 	if (sb.st_size > PH_CKPT_STATE_MAX) {
 		close(fd);
 		return ph_fail(err, PH_EINVAL, "%s: %lld bytes, over the %d-byte limit: not a checkpoint state", path,
@@ -206,8 +203,7 @@ int ph_ck_read_state_file(const char *path, ph_ckpt_state *st, ph_err *err)
 		got += (size_t)r;
 	}
 	close(fd);
-	int rc = got == n ? ph_checkpoint_parse_state(buf, n, path, st, err)
-			  : ph_fail(err, PH_EIO, "%s: short read", path);
+	rc = got == n ? ph_checkpoint_parse_state(buf, n, path, st, err) : ph_fail(err, PH_EIO, "%s: short read", path);
 	free(buf);
 	return rc;
 }

@@ -337,8 +337,8 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 int ph_checkpoint_claim(const char *dir, char run[33], int fresh, int overwrite, ph_err *err)
 {
 	ph_ck_step *v;
-	int n, rc = ph_ck_list_steps(dir, &v, &n, err);
-	if (rc)
+	int n, rc = ph_ck_check_entries(dir, err);
+	if (rc || (rc = ph_ck_list_steps(dir, &v, &n, err)))
 		return rc;
 	/* resumed from a step without a manifest: the run of the newest step
 	 * that has one goes on (there is no other way to tell) */

@@ -709,6 +709,8 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		       ((double)gpu_bytes[k] - (double)ph[2]) / M, k + 1 == ngpu ? "\n" : "");
 	}
 	rc = ph_train_write_outputs(&cfg, engine, &res, cli->trace, wpath, err);
+	if (!rc && ph_stop_signal())
+		*stopped = 1; /* held while the outputs were written: exit 128 + signal */
 out:
 	free(cost_f);
 	free(cost_b);

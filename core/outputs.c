@@ -205,6 +205,17 @@ int ph_outputs_check_not_dir(const ph_output *outs, int nouts, const char *what,
 /* ------------------------------------------------------------------ */
 /* Writing.                                                             */
 
+int ph_outfile_tmp_name(const char *path, char *tmp, size_t len)
+{
+	char target[PATH_MAX];
+	struct stat st;
+	int exists;
+	ph_err ignored;
+	if (resolve("output", path, target, sizeof target, &st, &exists, &ignored) || (exists && is_direct(st.st_mode)))
+		return -1;
+	return (size_t)snprintf(tmp, len, "%s.tmp.%ld", target, (long)getpid()) < len ? 0 : -1;
+}
+
 int ph_outfile_open(ph_outfile *o, const char *path, const char *what, ph_err *err)
 {
 	memset(o, 0, sizeof *o);

@@ -51,6 +51,12 @@ typedef struct {
 	char tmp[4096];         /* the temporary file, "" when direct */
 } ph_outfile;
 
+/* The temporary file ph_outfile_open writes path through
+ * (TARGET.tmp.PID, TARGET the path with a symlink resolved): for a stop
+ * at once to remove (core/signals.h, ph_stop_tmp).  0, or -1 where path
+ * is written in place (a device, a FIFO) or the name does not fit. */
+int ph_outfile_tmp_name(const char *path, char *tmp, size_t len);
+
 /* Open path for writing; what names it in messages. */
 int ph_outfile_open(ph_outfile *o, const char *path, const char *what, ph_err *err);
 /* Write len bytes (short writes and EINTR retried); -1 with errno set. */

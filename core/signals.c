@@ -12,10 +12,15 @@
 
 static volatile sig_atomic_t stop_signal;   /* the first stop signal, or 0 */
 static volatile sig_atomic_t stop_at_s;     /* CLOCK_MONOTONIC seconds of it */
-static int catching, stdout_dead;
+static int catching, installed, stdout_dead;
 static int agreed; /* the signal every process agreed to stop on, or 0 */
 static struct sigaction old_int, old_term;
 static char stop_msg[512];
+/* The output being written (ph_stop_tmp): its temporary file, removed by a
+ * stop at once, and the line said then.  tmp_set is written last and
+ * cleared first, so a handler (on any thread) sees whole strings. */
+static int tmp_set;
+static char tmp_path[4096], tmp_msg[8192];
 
 void ph_signals_init(void)
 {
@@ -47,6 +52,12 @@ static void on_stop_signal(int sig)
 		/* the same ^C delivered twice (terminal and mpirun) is one request */
 		if (now_s() - stop_at_s < 2)
 			return;
+		if (__atomic_load_n(&tmp_set, __ATOMIC_SEQ_CST)) {
+			/* unlink and write are async-signal-safe */
+			unlink(tmp_path);
+			ssize_t w = write(STDERR_FILENO, tmp_msg, strlen(tmp_msg));
+			(void)w;
+		}
 		signal(sig, SIG_DFL);
 		raise(sig);
 		return;
@@ -61,10 +72,8 @@ static void on_stop_signal(int sig)
  * to mpirun is forwarded as SIGTERM and followed by SIGKILL after
  * odls_base_sigkill_timeout seconds (1 by default): too soon for a step and
  * a checkpoint, so the line says how to give them time. */
-static void prepare_stop_msg(void)
+static void prepare_stop_msg(const char *base)
 {
-	const char *base = "\npipehost: interrupted: finishing this step, then writing a checkpoint "
-			   "(interrupt again to stop at once)";
 	const char *t = getenv("OMPI_MCA_odls_base_sigkill_timeout");
 	if (getenv("OMPI_COMM_WORLD_SIZE") && (!t || atoi(t) < 30))
 		snprintf(stop_msg, sizeof stop_msg, "%s; mpirun kills the processes %s s after it forwards a "
@@ -74,11 +83,10 @@ static void prepare_stop_msg(void)
 		snprintf(stop_msg, sizeof stop_msg, "%s\n", base);
 }
 
-void ph_stop_catch(void)
+static void install(void)
 {
-	prepare_stop_msg();
-	stop_signal = 0;
-	agreed = 0;
+	if (installed)
+		return;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_stop_signal;
@@ -89,16 +97,50 @@ void ph_stop_catch(void)
 	sigaction(SIGINT, NULL, &old_int);
 	if (old_int.sa_handler != SIG_IGN)
 		sigaction(SIGINT, &sa, NULL);
+	installed = 1;
+}
+
+void ph_stop_catch(void)
+{
+	prepare_stop_msg("\npipehost: interrupted: finishing this step, then writing a checkpoint "
+			 "(interrupt again to stop at once)");
+	stop_signal = 0;
+	agreed = 0;
+	install();
 	catching = 1;
+}
+
+void ph_stop_hold(void)
+{
+	prepare_stop_msg("\npipehost: interrupted: finishing the output files being written, then stopping "
+			 "(interrupt again to stop at once: the unfinished file is removed)");
+	install();
 }
 
 void ph_stop_release(void)
 {
-	if (!catching)
+	ph_stop_tmp(NULL, NULL, NULL);
+	catching = 0;
+	if (!installed)
 		return;
 	sigaction(SIGTERM, &old_term, NULL);
 	sigaction(SIGINT, &old_int, NULL);
-	catching = 0;
+	installed = 0;
+}
+
+void ph_stop_tmp(const char *tmp, const char *what, const char *path)
+{
+	__atomic_store_n(&tmp_set, 0, __ATOMIC_SEQ_CST);
+	if (!tmp || !tmp[0] || (size_t)snprintf(tmp_path, sizeof tmp_path, "%s", tmp) >= sizeof tmp_path)
+		return;
+	snprintf(tmp_msg, sizeof tmp_msg, "pipehost: stopped at once while writing %s %s: its temporary file %s "
+		 "is removed: nothing half-written is left\n", what, path, tmp);
+	__atomic_store_n(&tmp_set, 1, __ATOMIC_SEQ_CST);
+}
+
+int ph_stop_signal(void)
+{
+	return stop_signal;
 }
 
 int ph_stop_requested(void)

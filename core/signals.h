@@ -22,6 +22,20 @@ void ph_stdout_check(void);
  * (mpirun forwards the terminal's ^C, which the process may get twice). */
 void ph_stop_catch(void);
 void ph_stop_release(void);
+
+/* After training, while the outputs (the trace, the weights) are written:
+ * a first SIGINT/SIGTERM is held back until every output is whole (a
+ * signal caught during the last step stays held too); a second one, 2 s or
+ * more later, stops the process at once, after removing the temporary file
+ * of the output being written (ph_stop_tmp), so nothing half-written is
+ * ever left.  ph_stop_release ends it. */
+void ph_stop_hold(void);
+/* The temporary file a stop at once removes (what and path name the output
+ * in its line: "the weights", "w.st"); NULL when none is being written. */
+void ph_stop_tmp(const char *tmp, const char *what, const char *path);
+/* The stop signal that came (since ph_stop_catch), or 0: after the held
+ * outputs are written, main exits with ph_stop_exit_status(). */
+int ph_stop_signal(void);
 /* A stop signal came (this process only). */
 int ph_stop_requested(void);
 /* Whether stops are being caught (the same on every process of a job). */

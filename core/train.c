@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "errline.h"
 #include "data_source.h"
 #include "outputs.h"
 #include "runlock.h"
@@ -28,7 +29,7 @@
 static void output_failed(ph_train_result *res, const char *msg, int say_now)
 {
 	if (say_now)
-		fprintf(stderr, "pipehost: %s\n", msg);
+		ph_err_line(stderr, "pipehost: ", msg);
 	if (res->nfailed < 4) {
 		snprintf(res->failed[res->nfailed], sizeof res->failed[0], "%s", msg);
 		res->said[res->nfailed] = say_now;
@@ -267,6 +268,10 @@ static int64_t train_samples(const ph_config *c, const ph_dataset *train)
 int ph_train_check_data(const ph_config *c, const ph_dataset *train, ph_err *err)
 {
 	int64_t n = train_samples(c, train), B = c->run.batch;
+	if (n < B && n < train->n) /* [data] limit cut the set below one batch */
+		return ph_fail(err, PH_EINVAL, "the training set has %lld samples, %lld after [data] limit = %lld, fewer "
+			       "than one batch of %lld; raise limit or lower [run] batch", (long long)train->n,
+			       (long long)n, (long long)c->data.limit, (long long)B);
 	if (n < B)
 		return ph_fail(err, PH_EINVAL, "the training set has %lld samples, fewer than one batch of %lld; lower [run] batch",
 			       (long long)n, (long long)B);
@@ -572,10 +577,23 @@ static int write_weights(ph_engine *e, const char *path, ph_err *err)
 	return rc;
 }
 
+/* The temporary file path is written through, for a stop at once to
+ * remove; registered before the writer runs, so that none is missed. */
+static void note_tmp(const char *what, const char *path)
+{
+	char tmp[4096];
+	if (!ph_outfile_tmp_name(path, tmp, sizeof tmp))
+		ph_stop_tmp(tmp, what, path);
+}
+
 int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_result *res, const char *trace_path,
 			   const char *weights_path, ph_err *err)
 {
 	int writer = ph_comm_writer(&c->comm);
+	/* SIGINT/SIGTERM from here on (or one caught in the last step) waits
+	 * for the outputs to be whole; a second one stops at once and leaves
+	 * no temporary file (core/signals.h) */
+	ph_stop_hold();
 	/* every failure, and whether it was printed during training */
 	char msg[6][PH_ERR_MAX];
 	int said[6], n = 0, rc;
@@ -587,29 +605,46 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 	ph_err one;
 	if (trace_path && trace_path[0]) {
 		/* every process sends its events; process 0 writes */
-		if ((rc = ph_engine_write_trace(e, trace_path, &one))) {
+		if (writer)
+			note_tmp("the trace", trace_path);
+		rc = ph_engine_write_trace(e, trace_path, &one);
+		ph_stop_tmp(NULL, NULL, NULL);
+		if (rc) {
 			snprintf(msg[n], sizeof msg[n], "%s", one.msg);
 			said[n++] = 0;
 		} else if (writer) {
 			printf("trace written to %s\n", trace_path);
+			fflush(stdout); /* said, even if a second signal ends the process */
 		}
 	}
 	if (weights_path && weights_path[0]) {
 		/* every process takes part in the gather; process 0 writes */
+		if (writer)
+			note_tmp("the weights", weights_path);
 		if ((rc = ph_engine_gather(e, &one)) || (writer && (rc = write_weights(e, weights_path, &one)))) {
 			snprintf(msg[n], sizeof msg[n], "%s", one.msg);
 			said[n++] = 0;
 		}
+		ph_stop_tmp(NULL, NULL, NULL);
 	}
 	fflush(stdout);
+	ph_stop_release();
 	int failed = res->nfailed > 4 ? n + res->nfailed - 4 : n;
+	int sig = ph_stop_signal();
+	if (!failed && sig) {
+		/* main then exits 128 + the signal, as after a checkpointed stop
+		 * (a failure above is exit 1) */
+		printf("interrupted by %s as the run ended: every output was written in full first; stopping with exit "
+		       "status %d\n", sig == SIGINT ? "SIGINT" : "SIGTERM", ph_stop_exit_status());
+		fflush(stdout);
+	}
 	if (!failed)
 		return PH_OK;
 	if (failed == 1 && !said[0])
 		return ph_fail(err, PH_EIO, "%s", msg[0]); /* one failure: its line alone */
 	for (int i = 0; i < n; i++)
 		if (!said[i])
-			fprintf(stderr, "pipehost: %s\n", msg[i]);
+			ph_err_line(stderr, "pipehost: ", msg[i]);
 	return ph_fail(err, PH_EIO, "the run trained, but %d of its outputs failed: each is named above", failed);
 }
 

@@ -12,9 +12,11 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "outputs.h"
@@ -201,6 +203,25 @@ static char *build_header(const ph_tensor_ref *t, int n, const char *const *meta
 	return s;
 }
 
+/* For tests/test-crash.sh: PH_TEST_SIGNAL_WRITING=PATH makes the writer
+ * of PATH, once its header is out (the temporary file half-written), send
+ * its own thread SIGTERM, and with PH_TEST_SIGNAL_AGAIN=1 a second one
+ * 2.1 s later (a stop at once): a signal at that moment, every time. */
+static void test_signal(const char *path)
+{
+	const char *p = getenv("PH_TEST_SIGNAL_WRITING");
+	if (!p || strcmp(p, path))
+		return;
+	raise(SIGTERM);
+	const char *again = getenv("PH_TEST_SIGNAL_AGAIN");
+	if (!again || strcmp(again, "1"))
+		return;
+	struct timespec ts = { 2, 100000000 };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	raise(SIGTERM);
+}
+
 static int write_tensor(ph_outfile *o, XXH3_state_t *h, const ph_tensor_ref *t)
 {
 	size_t count = (size_t)ref_bytes(t) / 4;
@@ -271,6 +292,7 @@ int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
 	}
 	uint64_t total = 8 + padded;
 	int bad = out_write(&o, h, hdr, 8 + padded);
+	test_signal(path);
 	for (int i = 0; !bad && i < n; i++) {
 		if (tie_source(t, n, i, 1) >= 0)
 			continue; /* stored once, as its source */
@@ -522,7 +544,11 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 	int rc = PH_OK; /* an empty header sets no entry and must still succeed */
 
 	struct stat st;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st)) {
+		rc = ph_fail(err, PH_EIO, "%s: cannot stat: %s", path, strerror(errno));
+		goto done;
+	}
+	if (!S_ISREG(st.st_mode)) {
 		rc = ph_fail(err, PH_EIO, "%s: not a regular file but %s; give a safetensors file", path,
 			     ph_file_kind(st.st_mode));
 		goto done;

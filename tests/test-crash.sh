@@ -66,4 +66,49 @@ while [ $i -lt "$trials" ]; do
 		not_ok "trial $i (kill after ${delay} ms, dir holds $left): $(grep -E 'resumed|already' "$tmp/out") $(cat "$tmp/err")"
 	fi
 done
+
+# --- SIGTERM while the final outputs are written ------------------------------
+# PH_TEST_SIGNAL_WRITING=F (core/weights.c): the writer of F sends itself
+# SIGTERM once F's header is out, its temporary file half-written; with
+# PH_TEST_SIGNAL_AGAIN=1 a second one 2.1 s later.  The old code restored
+# the default action before the outputs: killed there, it left F.tmp.PID
+# for ever.  Now the write completes, then the process stops by the signal
+# (143); a second signal stops it at once, the temporary file removed.
+"$PIPEHOST" -c "$tiny" --set run.steps=3 --save-weights "$tmp/ref3.st" >/dev/null 2>"$tmp/err" ||
+	not_ok "reference run of 3 steps: $(cat "$tmp/err")"
+leftovers() { ls -A "$tmp/sig" | grep -F '.tmp' | tr '\n' ' '; }
+# run ARGS with stdout and stderr in $tmp/out and $tmp/err; the braces'
+# redirection keeps the shell's own "Terminated" out of the test's output
+sig_run() { { env "$@" >"$tmp/out" 2>"$tmp/err"; } 2>/dev/null; }
+mkdir "$tmp/sig"
+sig_run PH_TEST_SIGNAL_WRITING="$tmp/sig/w.st" "$PIPEHOST" -c "$tiny" --set run.steps=3 --save-weights "$tmp/sig/w.st"
+rc=$?
+if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && cmp -s "$tmp/ref3.st" "$tmp/sig/w.st" &&
+	tail -n 1 "$tmp/out" | grep -q "^interrupted by SIGTERM as the run ended: every output was written in full first; stopping with exit status 143$"; then
+	ok "SIGTERM while --save-weights is written: the file completes, exit 143: $(tail -n 1 "$tmp/out")"
+else
+	not_ok "SIGTERM while --save-weights is written: exit $rc, left: $(ls -A "$tmp/sig" | tr '\n' ' ') $(tail -n 1 "$tmp/out") $(cat "$tmp/err")"
+fi
+rm -rf "$tmp/sig" && mkdir "$tmp/sig"
+sig_run PH_TEST_SIGNAL_WRITING="$tmp/sig/w.st" "$PIPEHOST" -c "$tiny" --set run.steps=3 \
+	--set "run.save_weights=$tmp/sig/w.st" --set "checkpoint.dir=$tmp/sig/ck"
+rc=$?
+if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && cmp -s "$tmp/ref3.st" "$tmp/sig/w.st" &&
+	[ "$(ls -A "$tmp/sig/ck")" = step-00000003 ] && tail -n 1 "$tmp/out" | grep -q "^interrupted by SIGTERM as the run ended"; then
+	ok "SIGTERM while [run] save_weights is written after the last checkpoint: both whole, exit 143"
+else
+	not_ok "SIGTERM while [run] save_weights is written: exit $rc, left: $(ls -A "$tmp/sig" "$tmp/sig/ck" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+# a second SIGTERM 2 s later: stop at once, the old file as it was
+rm -rf "$tmp/sig" && mkdir "$tmp/sig"
+echo "the previous weights" >"$tmp/sig/w.st"
+sig_run PH_TEST_SIGNAL_WRITING="$tmp/sig/w.st" PH_TEST_SIGNAL_AGAIN=1 "$PIPEHOST" -c "$tiny" --set run.steps=3 \
+	--save-weights "$tmp/sig/w.st"
+rc=$?
+if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && [ "$(cat "$tmp/sig/w.st")" = "the previous weights" ] &&
+	grep -q "^pipehost: stopped at once while writing the weights $tmp/sig/w.st: its temporary file $tmp/sig/w.st.tmp.[0-9]* is removed: nothing half-written is left$" "$tmp/err"; then
+	ok "a second SIGTERM while --save-weights is written: stopped at once, no temporary file, the old file unchanged"
+else
+	not_ok "a second SIGTERM while --save-weights is written: exit $rc, left: $(ls -A "$tmp/sig" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
 finish

@@ -371,4 +371,7 @@ for i in $(seq 1 23); do dirs="$dirs --plugin-dir $long"; done
 expect_error "--plugin-dir past 4095 characters in all" \
 	"^pipehost: --plugin-dir: the directories given add up to more than 4095 characters; give fewer, or shorter paths" \
 	$dirs --list-plugins
+expect_error "a [data] limit below one batch" \
+	"^pipehost: the training set has 1024 samples, 5 after \\[data\\] limit = 5, fewer than one batch of 32; raise limit or lower \\[run\\] batch$" \
+	-c "$tiny" --set data.limit=5
 finish
