@@ -390,11 +390,16 @@ int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
 		snprintf(e->section, sizeof e->section, "%s", section);
 		snprintf(e->key, sizeof e->key, "%s", key);
 	}
-	/* white space alone is empty, as in the INI file (inih strips values) */
+	/* white space at either end is dropped, as inih strips an INI file's
+	 * values: --set "run.metrics= m.jsonl" is m.jsonl, and spaces alone
+	 * are empty */
 	const char *v = value;
 	while (isspace((unsigned char)*v))
 		v++;
-	snprintf(e->value, sizeof e->value, "%s", *v ? value : "");
+	size_t len = strlen(v);
+	while (len && isspace((unsigned char)v[len - 1]))
+		len--;
+	snprintf(e->value, sizeof e->value, "%.*s", (int)len, v);
 	e->line = 0;
 	return PH_OK;
 }

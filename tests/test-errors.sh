@@ -300,6 +300,14 @@ expect_error "an integer of spaces" "^pipehost: --set: \[run\] micro_batches is 
 	-c "$tiny" --plan --set "run.micro_batches= "
 expect_error "a layer type of spaces" "^pipehost: --set: \[layer fc1\] type is empty; give one of: " \
 	-c "$tiny" --plan --set "layer.fc1.type= "
+# and white space at a value's ends is dropped, as from an INI file's
+# (the metrics went to a file named " m.jsonl")
+if (cd "$tmp" && "$PIPEHOST" -c "$tiny" --set run.steps=1 --set "run.metrics= trim.jsonl " >/dev/null 2>"$tmp/err") &&
+	[ -s "$tmp/trim.jsonl" ] && [ -z "$(find "$tmp" -maxdepth 1 -name '*trim.jsonl?*' -o -maxdepth 1 -name ' trim*')" ]; then
+	ok "--set \"run.metrics= trim.jsonl \" writes trim.jsonl"
+else
+	not_ok "a --set value's spaces: $(ls "$tmp" | grep trim) $(cat "$tmp/err")"
+fi
 # a number past a double is out of range, not "not a number"
 expect_error "a float that underflows" \
 	"^pipehost: --set: \[optimizer\] lr = 1e-400 is out of range \(nearer 0 than a double holds: it would read as 0\); allowed: 0\.\.10$" \
