@@ -27,6 +27,20 @@ expect_error() {
 	fi
 }
 
+# expect_error_t: expect_error with pipehost under `timeout 20`, for input
+# that once made it block for ever (a FIFO opened for reading): a hang
+# ends as a failure with exit 124 instead of stalling the suite.
+expect_error_t() {
+	[ -x "$tmp/pipehost-timeout" ] || {
+		printf '#!/bin/sh\nexec timeout 20 "%s" "$@"\n' "$PIPEHOST" >"$tmp/pipehost-timeout"
+		chmod +x "$tmp/pipehost-timeout"
+	}
+	_et_real=$PIPEHOST
+	PIPEHOST=$tmp/pipehost-timeout
+	expect_error "$@"
+	PIPEHOST=$_et_real
+}
+
 finish() {
 	echo "$((n - failed)) passed, $failed failed"
 	[ "$failed" -eq 0 ]
