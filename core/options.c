@@ -103,6 +103,19 @@ static int empty_error(const ph_option *o, ph_err *err)
 	}
 }
 
+/* strtod over the whole text (white space after it allowed): 1 when all
+ * of s is one number, with *erange whether strtod said ERANGE. */
+static int read_double(const char *s, double *d, int *erange)
+{
+	char *end;
+	errno = 0;
+	*d = strtod(s, &end);
+	*erange = errno == ERANGE;
+	while (isspace((unsigned char)*end))
+		end++;
+	return end != s && !*end;
+}
+
 /* C's hexadecimal ("0x10", "-0X1p-3"), which strtod reads (and strtoll
  * with base 0 did): numbers are decimal, so it is refused, not read. */
 static int hex_text(const char *s)
@@ -116,12 +129,9 @@ static int hex_text(const char *s)
 
 static int hex_error(const ph_option *o, const char *s, ph_err *err)
 {
-	char *end;
-	errno = 0;
-	double d = strtod(s, &end);
-	while (isspace((unsigned char)*end))
-		end++;
-	if (!errno && !*end && isfinite(d)) {
+	double d;
+	int erange;
+	if (read_double(s, &d, &erange) && !erange && isfinite(d)) {
 		char dec[40];
 		for (int prec = 15; prec <= 17; prec++) { /* the shortest that reads back */
 			snprintf(dec, sizeof dec, "%.*g", prec, d);
@@ -159,13 +169,10 @@ static int parse_int(const ph_option *o, const char *s, int64_t *out, ph_err *er
 		return beyond_error(o, s, "past 64-bit integers", err);
 	if (errno || end == s || *end) {
 		/* accept 1e3-style integers when they are exact */
-		errno = 0;
-		double d = strtod(s, &end);
-		int erange = errno == ERANGE;
-		while (end && isspace((unsigned char)*end))
-			end++;
+		double d;
+		int erange;
 		/* 1e-400: ERANGE, read as 0, not an integer */
-		if (end == s || *end || (isinf(d) && !erange) || (erange && fabs(d) < 1) || d != floor(d))
+		if (!read_double(s, &d, &erange) || (isinf(d) && !erange) || (erange && fabs(d) < 1) || d != floor(d))
 			return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not an integer", o->name, PH_ECHO_ARG(s));
 		if (erange || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
 			return beyond_error(o, s, "past 64-bit integers", err);
@@ -183,13 +190,9 @@ static int parse_float(const ph_option *o, const char *s, double *out, ph_err *e
 		return empty_error(o, err);
 	if (hex_text(s))
 		return hex_error(o, s, err);
-	char *end;
-	errno = 0;
-	double d = strtod(s, &end);
-	int erange = errno == ERANGE;
-	while (end && isspace((unsigned char)*end))
-		end++;
-	if (end == s || *end || isnan(d) || (isinf(d) && !erange))
+	double d;
+	int erange;
+	if (!read_double(s, &d, &erange) || isnan(d) || (isinf(d) && !erange))
 		return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " is not a number", o->name, PH_ECHO_ARG(s));
 	/* ERANGE: past DBL_MAX (read as an infinity), or so near 0 that it
 	 * reads as 0; a subnormal (1e-310) reads as itself and goes on */
