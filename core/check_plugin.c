@@ -273,6 +273,12 @@ static int check_sets(const ph_registry *reg, const ph_check_opts *o, ph_err *er
 	return PH_OK;
 }
 
+int ph_check_shape_text(const char *text, ph_err *err)
+{
+	ph_shape s;
+	return ph_chk_parse_shape(text, &s, err);
+}
+
 int ph_check_plugin(const ph_check_opts *opts, FILE *f, ph_err *err)
 {
 	ph_check_opts o = *opts;
@@ -280,12 +286,9 @@ int ph_check_plugin(const ph_check_opts *opts, FILE *f, ph_err *err)
 		o.batch = 4;
 	if (o.batch < 1 || o.batch > 4096)
 		return ph_fail(err, PH_EINVAL, "--batch %d: give 1 to 4096", o.batch);
-	if (o.shape) {
-		ph_shape s;
-		int rc = ph_chk_parse_shape(o.shape, &s, err);
-		if (rc)
-			return rc;
-	}
+	int rc;
+	if (o.shape && (rc = ph_check_shape_text(o.shape, err)))
+		return rc;
 	struct stat st;
 	if (stat(o.file, &st) != 0)
 		return ph_fail(err, PH_EINVAL, "--check-plugin %s: %s", o.file, strerror(errno));
@@ -307,7 +310,7 @@ int ph_check_plugin(const ph_check_opts *opts, FILE *f, ph_err *err)
 	reg.allow_writable = o.allow_writable;
 	ph_err e = { { 0 } };
 	ph_chk_begin("abi and descriptor");
-	int rc = trial_load(&o); /* a FAIL line of its own where the load would end pipehost */
+	rc = trial_load(&o); /* a FAIL line of its own where the load would end pipehost */
 	if (!rc && !(rc = ph_registry_load_file(&reg, file, &e)) && reg.nentries == 0)
 		rc = ph_fail(&e, PH_EINVAL, "%s lists no layer, partitioner or schedule", file);
 	if (rc) {

@@ -26,4 +26,8 @@ typedef struct {
  * nothing was checked. */
 int ph_check_plugin(const ph_check_opts *o, FILE *out, ph_err *err);
 
+/* --shape's text alone ("4x8": 1 to 4 sizes joined by x), so the command
+ * line is refused before anything loads. */
+int ph_check_shape_text(const char *text, ph_err *err);
+
 #endif

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <math.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -317,6 +318,8 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			       : cli->save_weights ? "--save-weights" : cli->trace ? "--trace" : "--plan-json");
 	if ((cli->shape || cli->batch) && !cli->check_plugin)
 		return ph_fail(err, PH_EINVAL, "%s is for --check-plugin FILE.so only", cli->shape ? "--shape" : "--batch");
+	if (cli->shape && ph_check_shape_text(cli->shape, err)) /* a usage error: exit 2, as the others */
+		return PH_EINVAL;
 	if (cli->check_plugin && (cli->config || cli->list_plugins || cli->list_options))
 		return ph_fail(err, PH_EINVAL, "--check-plugin runs alone: drop %s",
 			       cli->config ? "-c" : cli->list_plugins ? "--list-plugins" : "--list-options");
@@ -492,6 +495,19 @@ static int check_data(const ph_config *cfg, const ph_model *model, const ph_shap
 	return ph_train_check_data(cfg, train, err);
 }
 
+/* After files written under ph_stop_hold: whether a stop signal came
+ * meanwhile (then main exits 128 + the signal, and says so here). */
+static int stopped_after(const char *what)
+{
+	int sig = ph_stop_signal();
+	if (!sig)
+		return 0;
+	fflush(stdout);
+	fprintf(stderr, "pipehost: interrupted by %s while %s wrote its files: they were written in full first; "
+		"stopping with exit status %d\n", sig == SIGINT ? "SIGINT" : "SIGTERM", what, ph_stop_exit_status());
+	return 1;
+}
+
 static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 {
 	ph_registry reg;
@@ -617,16 +633,28 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	}
 	if ((rc = ph_plan_build(&plan, &model, &cfg, cost_f, cost_b, err)))
 		goto out;
-	if (cli->plan_json && (rc = ph_plan_write_json_file(cli->plan_json, &plan, &model, &cfg, cost_f, cost_b, err)))
-		goto out;
+	/* a SIGINT/SIGTERM while these files are written waits until they are
+	 * whole, then stops the run (core/signals.h: a second one 2 s later
+	 * stops at once and removes the temporary file) */
+	if (cli->plan_json) {
+		ph_stop_hold();
+		rc = ph_plan_write_json_file(cli->plan_json, &plan, &model, &cfg, cost_f, cost_b, err);
+		ph_stop_release();
+		if (rc || (*stopped = stopped_after("--plan-json")))
+			goto out;
+	}
 	if (!json_stdout) {
 		ph_plan_print(stdout, &plan, &model, &cfg);
 		print_threads(&cfg);
 	}
 	fflush(stdout);
 	if (cli->simulate) {
+		ph_stop_hold();
 		rc = ph_simulate_report(&plan, &model, &cfg, cost_f, cost_b, cfg.part.link_gbps * 1e9,
 					cli->svg, cli->trace, stdout, err);
+		ph_stop_release();
+		if (!rc)
+			*stopped = stopped_after("--simulate");
 		goto out;
 	}
 	if (cli->plan_only)

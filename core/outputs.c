@@ -2,17 +2,20 @@
 /* Output files: checked before step 1 (kind, writability, not an input, not
  * shared) and written without replacing what must not be replaced.  See
  * outputs.h for the rules. */
-#define _GNU_SOURCE /* realpath's PATH_MAX buffer, O_CLOEXEC */
+#define _GNU_SOURCE /* realpath's PATH_MAX buffer, O_CLOEXEC, fopencookie */
 #include "outputs.h"
+#include "signals.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Where path leads: target gets the file that would be written (a symlink
@@ -138,6 +141,12 @@ int ph_outputs_check(const ph_output *outs, int nouts, const char *const *inputs
 		const char *what = outs[i].what, *path = outs[i].path;
 		if (!path || !path[0])
 			continue;
+		/* "-" is standard output for --plan-json alone (main.c): a file
+		 * of that name is a surprise, and a binary or the progress lines
+		 * in the same stream would be useless */
+		if (!strcmp(path, "-"))
+			return ph_fail(err, PH_EINVAL, "%s -: only --plan-json writes to standard output; give a file name "
+				       "(./- for a file named -)", what);
 		char target[PATH_MAX], dir[PATH_MAX], which[PATH_MAX];
 		struct stat st;
 		int exists, rc = resolve(what, path, target, sizeof target, &st, &exists, err);
@@ -249,6 +258,12 @@ int ph_outfile_open(ph_outfile *o, const char *path, const char *what, ph_err *e
 	}
 	if (exists)
 		(void)fchmod(o->fd, o->mode); /* the replaced file's permissions; best effort */
+	/* a second SIGINT/SIGTERM while outputs are held (signals.h) removes
+	 * it: nothing half-written is left */
+	if (!ph_stop_tmp_noted()) {
+		ph_stop_tmp(o->tmp, what, path);
+		o->noted = 1;
+	}
 	return PH_OK;
 }
 
@@ -294,6 +309,15 @@ static int sync_dir_of(const char *path)
 	return ph_sync_dir(dir);
 }
 
+/* The temporary file is no longer this output's to remove on a stop: it
+ * is renamed or removed next. */
+static void unnote(ph_outfile *o)
+{
+	if (o->noted)
+		ph_stop_tmp(NULL, NULL, NULL);
+	o->noted = 0;
+}
+
 int ph_outfile_commit(ph_outfile *o, const char *what, ph_err *err)
 {
 	(void)what;
@@ -307,7 +331,10 @@ int ph_outfile_commit(ph_outfile *o, const char *what, ph_err *err)
 	if (close(o->fd) && !bad)
 		bad = 1, stage = "closing", saved = errno;
 	o->fd = -1;
+	/* noted until renamed or removed: a stop at once in between unlinks
+	 * a name that no longer exists, which is harmless */
 	if (o->direct) {
+		unnote(o);
 		if (bad)
 			return ph_fail(err, PH_EIO, "%s: %s failed: %s", o->target, stage, strerror(saved));
 		return PH_OK;
@@ -317,9 +344,11 @@ int ph_outfile_commit(ph_outfile *o, const char *what, ph_err *err)
 	if (bad) {
 		/* The old file at the target, if any, was never touched. */
 		unlink(o->tmp);
+		unnote(o);
 		return ph_fail(err, PH_EIO, "%s: %s %s failed: %s; the previous file is unchanged (check free space "
 			       "and permissions)", o->target, stage, o->tmp, strerror(saved));
 	}
+	unnote(o);
 	o->tmp[0] = 0;
 	if (sync_dir_of(o->target))
 		return ph_fail(err, PH_EIO, "%s: written, but syncing its directory failed: %s; it may not survive a "
@@ -334,11 +363,44 @@ void ph_outfile_abort(ph_outfile *o)
 	o->fd = -1;
 	if (o->tmp[0])
 		unlink(o->tmp);
+	unnote(o);
 	o->tmp[0] = 0;
+}
+
+void ph_outfile_test_signal(const char *path)
+{
+	const char *p = getenv("PH_TEST_SIGNAL_WRITING");
+	if (!p || strcmp(p, path))
+		return;
+	raise(SIGTERM);
+	const char *again = getenv("PH_TEST_SIGNAL_AGAIN");
+	if (!again || strcmp(again, "1"))
+		return;
+	struct timespec ts = { 2, 100000000 };
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	raise(SIGTERM);
 }
 
 /* ------------------------------------------------------------------ */
 /* Through stdio.                                                       */
+
+/* stdio's buffered writes go through ph_outfile_write, which keeps the
+ * errno of the first failure: by the time fflush or fclose reports it,
+ * stdio may have dropped that errno (a full device used to say "I/O
+ * error" instead of "No space left on device"). */
+static ssize_t stream_write(void *cookie, const char *buf, size_t len)
+{
+	ph_outfile *o = cookie;
+	if (ph_outfile_write(o, buf, len)) {
+		if (!o->write_errno)
+			o->write_errno = errno ? errno : EIO;
+		return 0; /* fopencookie: 0 is a write error */
+	}
+	if (!o->tested++)
+		ph_outfile_test_signal(o->target);
+	return (ssize_t)len;
+}
 
 int ph_outstream_open(ph_outfile *o, FILE **f, const char *path, const char *what, ph_err *err)
 {
@@ -346,14 +408,11 @@ int ph_outstream_open(ph_outfile *o, FILE **f, const char *path, const char *wha
 	int rc = ph_outfile_open(o, path, what, err);
 	if (rc)
 		return rc;
-	/* a second descriptor for stdio: fclose must not close the one
-	 * ph_outfile_commit fsyncs */
-	int fd = dup(o->fd);
-	*f = fd < 0 ? NULL : fdopen(fd, "w");
+	/* no close function: ph_outfile_commit fsyncs and closes o->fd */
+	cookie_io_functions_t io = { .write = stream_write };
+	*f = fopencookie(o, "w", io);
 	if (!*f) {
 		rc = ph_fail(err, PH_EIO, "%s %s: cannot write: %s", what, path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
 		ph_outfile_abort(o);
 	}
 	return rc;
@@ -363,13 +422,13 @@ int ph_outstream_commit(ph_outfile *o, FILE *f, const char *what, ph_err *err)
 {
 	errno = 0;
 	int bad = ferror(f) || fflush(f) != 0;
-	int e = errno;
+	int e = o->write_errno ? o->write_errno : errno;
 	if (fclose(f) != 0 && !bad)
-		bad = 1, e = errno;
+		bad = 1, e = o->write_errno ? o->write_errno : errno;
 	if (bad) {
 		ph_outfile_abort(o);
-		return ph_fail(err, PH_EIO, "%s %s: writing failed: %s; the previous file is unchanged", what, o->target,
-			       e ? strerror(e) : "I/O error");
+		return ph_fail(err, PH_EIO, "%s %s: writing failed: %s%s", what, o->target, e ? strerror(e) : "I/O error",
+			       o->direct ? "" : "; the previous file is unchanged");
 	}
 	return ph_outfile_commit(o, what, err);
 }

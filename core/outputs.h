@@ -49,6 +49,9 @@ typedef struct {
 	mode_t mode;            /* permission bits of the file replaced, or 0644 */
 	char target[4096];      /* the file finally written (symlinks resolved) */
 	char tmp[4096];         /* the temporary file, "" when direct */
+	int write_errno;        /* the first failed write's errno (the stdio stream's), or 0 */
+	int noted;              /* tmp is the file a stop at once removes (ph_stop_tmp) */
+	int tested;             /* the stream wrote once (ph_outfile_test_signal) */
 } ph_outfile;
 
 /* The temporary file ph_outfile_open writes path through
@@ -75,6 +78,13 @@ void ph_outfile_abort(ph_outfile *o);
 int ph_outstream_open(ph_outfile *o, FILE **f, const char *path, const char *what, ph_err *err);
 int ph_outstream_commit(ph_outfile *o, FILE *f, const char *what, ph_err *err);
 void ph_outstream_abort(ph_outfile *o, FILE *f);
+
+/* For tests/test-crash.sh: PH_TEST_SIGNAL_WRITING=PATH makes the writer
+ * of PATH, once part of it is out (the temporary file half-written), send
+ * its own thread SIGTERM, and with PH_TEST_SIGNAL_AGAIN=1 a second one
+ * 2.1 s later (a stop at once): a signal at that moment, every time.  The
+ * streams call it after their first write, the weights after the header. */
+void ph_outfile_test_signal(const char *path);
 
 /* fsync a directory, so that a rename or a new file in it survives a
  * crash; file systems that cannot (EINVAL, EROFS) are not our failure.

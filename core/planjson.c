@@ -211,10 +211,13 @@ int ph_plan_write_json_costs(FILE *f, const ph_plan *p, const ph_model *m, const
 	char *s = ph_plan_json_string(p, m, c, fwd_s, bwd_s);
 	if (!s)
 		return ph_fail(err, PH_ENOMEM, "out of memory writing the plan as JSON");
+	errno = 0;
 	int bad = fputs(s, f) == EOF || fputc('\n', f) == EOF || fflush(f) == EOF || ferror(f);
+	int e = errno;
 	free(s);
 	if (bad)
-		return ph_fail(err, PH_EIO, "cannot write the plan as JSON (output closed or disk full?)");
+		return ph_fail(err, PH_EIO, "cannot write the plan as JSON: %s",
+			       e ? strerror(e) : "output closed or disk full?");
 	return PH_OK;
 }
 
@@ -236,7 +239,9 @@ int ph_plan_write_json_file(const char *path, const ph_plan *p, const ph_model *
 	if (rc)
 		return rc;
 	ph_err e2 = { { 0 } };
-	if ((rc = ph_plan_write_json_costs(f, p, m, c, fwd_s, bwd_s, &e2))) {
+	/* a failed write is the stream's: commit says why (and removes the
+	 * temporary file) */
+	if ((rc = ph_plan_write_json_costs(f, p, m, c, fwd_s, bwd_s, &e2)) && rc != PH_EIO) {
 		ph_outstream_abort(&o, f);
 		return ph_fail(err, rc, "cannot write the plan to %s: %s", path, e2.msg);
 	}

@@ -138,6 +138,11 @@ void ph_stop_tmp(const char *tmp, const char *what, const char *path)
 	__atomic_store_n(&tmp_set, 1, __ATOMIC_SEQ_CST);
 }
 
+int ph_stop_tmp_noted(void)
+{
+	return __atomic_load_n(&tmp_set, __ATOMIC_SEQ_CST);
+}
+
 int ph_stop_signal(void)
 {
 	return stop_signal;

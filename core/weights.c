@@ -12,11 +12,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "outputs.h"
@@ -203,25 +201,6 @@ static char *build_header(const ph_tensor_ref *t, int n, const char *const *meta
 	return s;
 }
 
-/* For tests/test-crash.sh: PH_TEST_SIGNAL_WRITING=PATH makes the writer
- * of PATH, once its header is out (the temporary file half-written), send
- * its own thread SIGTERM, and with PH_TEST_SIGNAL_AGAIN=1 a second one
- * 2.1 s later (a stop at once): a signal at that moment, every time. */
-static void test_signal(const char *path)
-{
-	const char *p = getenv("PH_TEST_SIGNAL_WRITING");
-	if (!p || strcmp(p, path))
-		return;
-	raise(SIGTERM);
-	const char *again = getenv("PH_TEST_SIGNAL_AGAIN");
-	if (!again || strcmp(again, "1"))
-		return;
-	struct timespec ts = { 2, 100000000 };
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-	raise(SIGTERM);
-}
-
 static int write_tensor(ph_outfile *o, XXH3_state_t *h, const ph_tensor_ref *t)
 {
 	size_t count = (size_t)ref_bytes(t) / 4;
@@ -292,7 +271,7 @@ int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,
 	}
 	uint64_t total = 8 + padded;
 	int bad = out_write(&o, h, hdr, 8 + padded);
-	test_signal(path);
+	ph_outfile_test_signal(path);
 	for (int i = 0; !bad && i < n; i++) {
 		if (tie_source(t, n, i, 1) >= 0)
 			continue; /* stored once, as its source */

@@ -17,7 +17,7 @@ tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_optim_LDADD = $(CHECK_LIBS) -lm
 
 tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h core/outputs.c core/outputs.h \
-	core/readfile.c core/readfile.h
+	core/signals.c core/signals.h core/readfile.c core/readfile.h
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) -lm
 

@@ -111,4 +111,39 @@ if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && [ "$(cat "$tmp/sig/w.st")" = "t
 else
 	not_ok "a second SIGTERM while --save-weights is written: exit $rc, left: $(ls -A "$tmp/sig" | tr '\n' ' ') $(cat "$tmp/err")"
 fi
+# --plan-json and --simulate's files were written with no handler: a
+# SIGTERM there killed the process and left F.tmp.PID.  Now, as the
+# weights: the files complete and the run stops (143); a second signal
+# stops at once and removes the unfinished one (core/outputs.c notes it).
+rm -rf "$tmp/sig" && mkdir "$tmp/sig"
+"$PIPEHOST" -c "$tiny" --plan --plan-json "$tmp/ref-plan.json" >/dev/null 2>&1
+sig_run PH_TEST_SIGNAL_WRITING="$tmp/sig/p.json" "$PIPEHOST" -c "$tiny" --plan --plan-json "$tmp/sig/p.json"
+rc=$?
+if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && cmp -s "$tmp/ref-plan.json" "$tmp/sig/p.json" &&
+	grep -q "^pipehost: interrupted by SIGTERM while --plan-json wrote its files: they were written in full first; stopping with exit status 143$" "$tmp/err"; then
+	ok "SIGTERM while --plan-json is written: the file completes, exit 143"
+else
+	not_ok "SIGTERM while --plan-json is written: exit $rc, left: $(ls -A "$tmp/sig" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+rm -rf "$tmp/sig" && mkdir "$tmp/sig"
+echo "the previous plan" >"$tmp/sig/p.json"
+sig_run PH_TEST_SIGNAL_WRITING="$tmp/sig/p.json" PH_TEST_SIGNAL_AGAIN=1 "$PIPEHOST" -c "$tiny" --plan \
+	--plan-json "$tmp/sig/p.json"
+rc=$?
+if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && [ "$(cat "$tmp/sig/p.json")" = "the previous plan" ] &&
+	grep -q "^pipehost: stopped at once while writing --plan-json $tmp/sig/p.json: its temporary file $tmp/sig/p.json.tmp.[0-9]* is removed: nothing half-written is left$" "$tmp/err"; then
+	ok "a second SIGTERM while --plan-json is written: stopped at once, no temporary file, the old file unchanged"
+else
+	not_ok "a second SIGTERM while --plan-json is written: exit $rc, left: $(ls -A "$tmp/sig" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
+rm -rf "$tmp/sig" && mkdir "$tmp/sig"
+sig_run PH_TEST_SIGNAL_WRITING="$tmp/sig/t.json" PH_TEST_SIGNAL_AGAIN=1 "$PIPEHOST" -c "$tiny" --simulate \
+	--svg "$tmp/sig/t.svg" --trace "$tmp/sig/t.json"
+rc=$?
+if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && [ ! -e "$tmp/sig/t.json" ] && grep -q "^<svg" "$tmp/sig/t.svg" &&
+	grep -q "^pipehost: stopped at once while writing --trace $tmp/sig/t.json: its temporary file .* is removed" "$tmp/err"; then
+	ok "two SIGTERMs while --simulate writes its trace: the SVG before it whole, no temporary file"
+else
+	not_ok "SIGTERMs while --simulate writes: exit $rc, left: $(ls -A "$tmp/sig" | tr '\n' ' ') $(cat "$tmp/err")"
+fi
 finish

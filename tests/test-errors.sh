@@ -359,6 +359,15 @@ expect_error "--list-plugins with --set and no config" \
 expect_error "--check-plugin with --trace" "^pipehost: --check-plugin runs alone \(it trains nothing\): drop --trace$" \
 	--check-plugin "$relu" --trace "$tmp/t.json"
 [ ! -e "$tmp/w.st" ] && [ ! -e "$tmp/t.json" ] && ok "... and nothing written" || not_ok "a listing wrote a file"
+# a bad --shape is a usage error, exit 2 as every bad option (it was 1)
+"$PIPEHOST" --check-plugin "$relu" --shape 0x8 >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] &&
+	grep -q "^pipehost: --shape 0x8: expected 1 to 4 sizes from 1 to 1048576 joined by x" "$tmp/err"; then
+	ok "--check-plugin with --shape 0x8: exit 2 before anything loads: $(cat "$tmp/err")"
+else
+	not_ok "--shape 0x8: exit $rc, $(cat "$tmp/out" "$tmp/err")"
+fi
 expect_error "--save-weights given twice" "^pipehost: --save-weights given twice \($tmp/a.st, then $tmp/b.st\); give it once$" \
 	-c "$tiny" --save-weights "$tmp/a.st" --save-weights "$tmp/b.st"
 expect_error "--resume given twice" "^pipehost: --resume given twice" -c "$tiny" --resume "$tmp/a" --resume "$tmp/b"

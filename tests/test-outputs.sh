@@ -329,6 +329,34 @@ if [ -c /dev/full ]; then
 	fi
 fi
 
+# the stdio outputs said "I/O error" here: stdio had dropped the errno of
+# the write that failed
+if [ -c /dev/full ]; then
+	expect_error "--simulate --trace /dev/full: the cause named" \
+		"^pipehost: --trace /dev/full: writing failed: No space left on device$" -c "$tiny" --simulate --trace /dev/full
+	expect_error "--simulate --svg /dev/full: the cause named" \
+		"^pipehost: --svg /dev/full: writing failed: No space left on device$" -c "$tiny" --simulate --svg /dev/full
+	expect_error "--plan-json /dev/full: the cause named" \
+		"^pipehost: --plan-json /dev/full: writing failed: No space left on device$" -c "$tiny" --plan --plan-json /dev/full
+fi
+
+# --- "-" is standard output for --plan-json alone ------------------------
+# --save-weights - wrote a file named "-"; a binary or a second stream
+# beside the progress lines on stdout would be no better
+here=$(pwd)
+cd "$tmp" || exit 1
+expect_error "--save-weights -" \
+	"^pipehost: --save-weights -: only --plan-json writes to standard output; give a file name \(\./- for a file named -\)$" \
+	-c "$tiny" --set run.steps=8 --save-weights -
+expect_error "[run] metrics = -" "^pipehost: \[run\] metrics -: only --plan-json writes to standard output" \
+	-c "$tiny" --set run.steps=8 --set run.metrics=-
+expect_error "--simulate --svg -" "^pipehost: --svg -: only --plan-json writes to standard output" \
+	-c "$tiny" --simulate --svg -
+[ ! -e "$tmp/-" ] && ok "... and no file named - written" || not_ok "a file named - was written"
+"$PIPEHOST" -c "$tiny" --set run.steps=2 --save-weights ./- >/dev/null 2>"$tmp/err" && [ -s "$tmp/-" ] &&
+	ok "--save-weights ./-: a file named -, as asked" || not_ok "--save-weights ./-: $(cat "$tmp/err")"
+cd "$here" || exit 1
+
 # --- an output named like the checkpoint dir -----------------------------
 # refused before step 1, and the directory not made for nothing
 refused_early "--save-weights named like [checkpoint] dir" \
