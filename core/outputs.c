@@ -260,10 +260,7 @@ int ph_outfile_open(ph_outfile *o, const char *path, const char *what, ph_err *e
 		(void)fchmod(o->fd, o->mode); /* the replaced file's permissions; best effort */
 	/* a second SIGINT/SIGTERM while outputs are held (signals.h) removes
 	 * it: nothing half-written is left */
-	if (!ph_stop_tmp_noted()) {
-		ph_stop_tmp(o->tmp, what, path);
-		o->noted = 1;
-	}
+	o->noted = ph_stop_tmp_offer(o->tmp, what, path);
 	return PH_OK;
 }
 

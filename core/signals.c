@@ -12,7 +12,7 @@
 
 static volatile sig_atomic_t stop_signal;   /* the first stop signal, or 0 */
 static volatile sig_atomic_t stop_at_s;     /* CLOCK_MONOTONIC seconds of it */
-static int catching, installed, stdout_dead;
+static int catching, holding, installed, stdout_dead;
 static int agreed; /* the signal every process agreed to stop on, or 0 */
 static struct sigaction old_int, old_term;
 static char stop_msg[512];
@@ -115,12 +115,14 @@ void ph_stop_hold(void)
 	prepare_stop_msg("\npipehost: interrupted: finishing the output files being written, then stopping "
 			 "(interrupt again to stop at once: the unfinished file is removed)");
 	install();
+	holding = 1;
 }
 
 void ph_stop_release(void)
 {
 	ph_stop_tmp(NULL, NULL, NULL);
 	catching = 0;
+	holding = 0;
 	if (!installed)
 		return;
 	sigaction(SIGTERM, &old_term, NULL);
@@ -138,8 +140,11 @@ void ph_stop_tmp(const char *tmp, const char *what, const char *path)
 	__atomic_store_n(&tmp_set, 1, __ATOMIC_SEQ_CST);
 }
 
-int ph_stop_tmp_noted(void)
+int ph_stop_tmp_offer(const char *tmp, const char *what, const char *path)
 {
+	if (!holding || __atomic_load_n(&tmp_set, __ATOMIC_SEQ_CST))
+		return 0;
+	ph_stop_tmp(tmp, what, path);
 	return __atomic_load_n(&tmp_set, __ATOMIC_SEQ_CST);
 }
 

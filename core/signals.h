@@ -33,9 +33,12 @@ void ph_stop_hold(void);
 /* The temporary file a stop at once removes (what and path name the output
  * in its line: "the weights", "w.st"); NULL when none is being written. */
 void ph_stop_tmp(const char *tmp, const char *what, const char *path);
-/* Whether a temporary file is noted now.  core/outputs.c notes each file
- * it writes through unless its caller noted it first (in better words). */
-int ph_stop_tmp_noted(void);
+/* For core/outputs.c: between ph_stop_hold and ph_stop_release, note tmp
+ * as ph_stop_tmp does unless a file is noted already (its caller's, in
+ * better words); 1 if it was noted.  Outside a hold nothing is noted: a
+ * checkpoint's files are written while stops are caught, into a directory
+ * that is renamed whole or not at all. */
+int ph_stop_tmp_offer(const char *tmp, const char *what, const char *path);
 /* The stop signal that came (since ph_stop_catch), or 0: after the held
  * outputs are written, main exits with ph_stop_exit_status(). */
 int ph_stop_signal(void);
