@@ -141,10 +141,19 @@ static int resolve_ties(ph_model *m, ph_err *err)
 			if (same_shape(&dm->params[q].shape, &sm->params[sp].shape))
 				dp = q;
 		if (dp < 0) {
-			char sh[96];
+			/* both sides' shapes: which size differs is the fix */
+			char sh[96], own[512] = "";
 			ph_shape_str(&sm->params[sp].shape, sh, sizeof sh);
-			return ph_fail(err, PH_EINVAL, "layer %s: tie = %s: it has no parameter of shape %s to share", name, t,
-				       sh);
+			size_t used = 0;
+			for (int q = 0; q < dm->nparams && used < sizeof own; q++) {
+				char one[96];
+				ph_shape_str(&dm->params[q].shape, one, sizeof one);
+				used += (size_t)snprintf(own + used, sizeof own - used, "%s%s %s", q ? ", " : "",
+							 dm->params[q].name, one);
+			}
+			return ph_fail(err, PH_EINVAL, "layer %s: tie = %s: %s is %s, and no parameter of %s has that shape "
+				       "(%s); change the sizes of %s or %s so they match", name, t, t, sh, name,
+				       dm->nparams ? own : "it has none", name, m->layers[src].cfg->name);
 		}
 		for (int k = 0; k < m->nties; k++)
 			if ((m->ties[k].dst_layer == i && m->ties[k].dst_param == dp) ||

@@ -295,8 +295,9 @@ int ph_options_set(const ph_option *table, void *cfg, const char *key,
 				return rc;
 			l->n++;
 			p += len;
-			if (*p == ',')
-				p++;
+			if (*p == ',' && blank(++p)) /* "0,4," was taken as "0,4" while "0,,4" was refused */
+				return ph_fail(err, PH_EINVAL, "%s = " PH_ECHO " ends with a comma; remove it, or give the "
+					       "missing value", o->name, PH_ECHO_ARG(value));
 		}
 		return PH_OK;
 	}

@@ -66,7 +66,12 @@ else
 fi
 expect_error "tie to a missing parameter" "layer head: tie = embed.nope: layer embed has no parameter nope" \
 	-c "$lm" --set "data.path=$tmp/corpus.txt" --set "layer head.tie=embed.nope"
-expect_error "tie to a tensor of another shape" "layer head: tie = embed.positions: it has no parameter of shape \[16,16\]" \
+expect_error "tie to a tensor of another shape" \
+	"layer head: tie = embed.positions: embed.positions is \[16,16\], and no parameter of head has that shape \(weight \[256,16\]\); change the sizes of head or embed so they match" \
 	-c "$lm" --set "data.path=$tmp/corpus.txt" --set "layer head.tie=embed.positions"
+# both shapes named: the head's own [256,16] says units is the size to change
+expect_error "tied table of another vocabulary" \
+	"^pipehost: layer head: tie = embed.tokens: embed.tokens is \[300,16\], and no parameter of head has that shape \(weight \[256,16\]\)" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --set layer.embed.vocab=300 --plan
 expect_error "text path missing" "text: $tmp/none not found; set \[data\] path" -c "$lm" --set "data.path=$tmp/none"
 finish

@@ -53,6 +53,10 @@ expect_error "explicit bounds not increasing" \
 	"partitioner explicit: .*bounds must increase: stage 2 starts at 3, not after stage 1's 5" \
 	-c "$tiny" --plan --set run.stages=3 --set partition.type=explicit --set partition.bounds=0,5,3
 
+# a trailing comma was dropped, though "0,,4" is refused
+expect_error "explicit bounds ending with a comma" \
+	"^pipehost: --set: \[partition\] bounds = 0,4, ends with a comma; remove it, or give the missing value$" \
+	-c "$tiny" --plan --set run.stages=3 --set partition.type=explicit --set "partition.bounds=0,4,"
 expect_error "explicit bounds out of range" \
 	"partitioner explicit: .*stage 1 starts at layer 12, but the model has layers 0\.\.8 only" \
 	-c "$tiny" --plan --set partition.type=explicit --set partition.bounds=0,12
