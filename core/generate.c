@@ -22,13 +22,47 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "checkpoint-impl.h" /* the step checks --resume makes: manifest, state */
 #include "checkpoint.h"
 #include "hf_gpt2.h"
 #include "model.h"
+#include "outputs.h"
 #include "weights.h"
 
 /* The sampler's stream: its own key, apart from init and dropout draws. */
 #define GEN_SITE 0x67656e6572617465ull /* "generate" */
+
+/* ------------------------------------------------------------------ */
+/* Writing the text.                                                   */
+
+int ph_generate_write_error(FILE *out, ph_err *err)
+{
+	int e = errno ? errno : EIO;
+	return ph_fail(err, PH_EIO, "--generate: cannot write the text to %s: %s; generation stopped; check the "
+		       "disk or the command reading it", out == stdout ? "standard output" : "its output", strerror(e));
+}
+
+static int put_text(FILE *out, const char *p, size_t n, ph_err *err)
+{
+	if (n && fwrite(p, 1, n, out) != n)
+		return ph_generate_write_error(out, err);
+	return PH_OK;
+}
+
+/* After each token: a write into the stream's buffer fails only when the
+ * buffer goes out, so flushing is where a full disk or a gone reader shows
+ * (SIGPIPE is ignored: EPIPE), and generation stops at the token that
+ * could not be written instead of running on for nobody. */
+static int flush_text(FILE *out, ph_err *err)
+{
+	if (fflush(out) == EOF)
+		return ph_generate_write_error(out, err);
+	if (ferror(out)) {
+		errno = EIO; /* an earlier write failed; its errno is gone */
+		return ph_generate_write_error(out, err);
+	}
+	return PH_OK;
+}
 
 /* ------------------------------------------------------------------ */
 /* The byte tokenizer.                                                 */
@@ -51,7 +85,8 @@ static int bytes_decode(void *self, int32_t id, FILE *out, ph_err *err)
 	(void)self;
 	if (id < 0 || id > 255)
 		return ph_fail(err, PH_EINTERNAL, "byte tokenizer: id %d is not a byte", (int)id);
-	fputc(id, out);
+	if (fputc(id, out) == EOF)
+		return ph_generate_write_error(out, err);
 	return PH_OK;
 }
 
@@ -69,17 +104,174 @@ static int is_file(const char *p)
 	return p[0] && stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int ph_generate_weights_path(const ph_config *c, char *path, size_t len, ph_err *err)
+/* The lines of a checkpoint identity (checkpoint.h) that give the weights
+ * their meaning: every layer's type and options, and the tokenizer that
+ * made the ids.  The rest (batch, optimizer, the data's size) shaped the
+ * training, not the model, and is not known here (the data is not read).
+ * Malloc'd; NULL when out of memory. */
+static char *model_lines(const char *identity)
+{
+	char *s = malloc(strlen(identity) + 2), *o = s;
+	if (!s)
+		return NULL;
+	for (const char *l = identity; *l;) {
+		size_t n = strcspn(l, "\n");
+		if (!strncmp(l, "layer ", 6) || !strncmp(l, "data.tokenizer=", 15)) {
+			memcpy(o, l, n);
+			o += n;
+			*o++ = '\n';
+		}
+		l += n + (l[n] ? 1 : 0);
+	}
+	*o = 0;
+	return s;
+}
+
+/* Check step directory sdir as --resume does (core/checkpoint.c): its
+ * state.json valid and of this step, its manifest.txt intact and every byte
+ * of the files read here (state.json, weights.safetensors) as it says, and
+ * the model of its identity this config's (ours: model_lines).  The
+ * optimizer's file is not read, so damage there does not matter here.
+ * *damaged: the failure is damage, not a checkpoint of another model. */
+static int check_step(const char *sdir, const char *ours, int *damaged, ph_err *err)
+{
+	*damaged = 1;
+	char p[4096];
+	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, sdir) >= sizeof p)
+		return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
+	ph_ckpt_state st;
+	int rc = ph_ck_read_state_file(p, &st, err);
+	if (rc)
+		return rc;
+	const char *base = strrchr(sdir, '/');
+	base = base ? base + 1 : sdir;
+	ph_ck_manifest m;
+	int missing = 0;
+	char *theirs = NULL;
+	if (ph_ck_parse_step_name(base) != st.step) {
+		rc = ph_fail(err, PH_EINVAL, "%s says step %lld but the directory is %s: damaged checkpoint", p,
+			     (long long)st.step, base);
+		goto done;
+	}
+	if (!(rc = ph_ck_read_manifest(sdir, &m, &missing, err))) {
+		int k = 0, weights = 0;
+		for (int i = 0; i < m.n; i++)
+			if (!strcmp(m.f[i].name, STATE_FILE) || !strcmp(m.f[i].name, WEIGHTS_FILE)) {
+				weights |= !strcmp(m.f[i].name, WEIGHTS_FILE);
+				m.f[k++] = m.f[i];
+			}
+		m.n = k;
+		if (!weights)
+			rc = ph_fail(err, PH_EINVAL, "%s/" MANIFEST_FILE " lists no " WEIGHTS_FILE ": damaged checkpoint",
+				     sdir);
+		else if (!(rc = ph_ck_verify_files(sdir, &m, err)) && m.step != st.step)
+			rc = ph_fail(err, PH_EINVAL, "%s/" MANIFEST_FILE " says step %lld, " STATE_FILE " step %lld: "
+				     "damaged checkpoint", sdir, (long long)m.step, (long long)st.step);
+	} else if (missing) {
+		rc = PH_OK; /* an older pipehost's checkpoint: said below, once it is the one used */
+	}
+	if (rc)
+		goto done;
+	/* a checkpoint without its identity (an older pipehost's) has only the
+	 * digest, which covers the training too: the shapes, checked on
+	 * reading the weights, are all there is to compare */
+	if (st.identity) {
+		char diff[160];
+		if (!(theirs = model_lines(st.identity))) {
+			rc = ph_fail(err, PH_ENOMEM, "out of memory reading %s", p);
+			goto done;
+		}
+		ph_checkpoint_diff(ours, theirs, diff, sizeof diff);
+		if (diff[0]) {
+			*damaged = 0;
+			rc = ph_fail(err, PH_EINVAL, "--generate: checkpoint %s was written for another model (%s); use the "
+				     "config it was trained with, or give --load-weights FILE", sdir, diff);
+			goto done;
+		}
+	}
+	if (missing)
+		fprintf(stderr, "pipehost: warning: %s has no " MANIFEST_FILE " (written by an older pipehost?): its "
+			"files cannot be verified\n", sdir);
+done:
+	free(theirs);
+	ph_ckpt_state_free(&st);
+	return rc;
+}
+
+/* The newest step of dir that check_step passes, as --resume picks one: a
+ * damaged step is passed over for the one before it, with a WARNING line
+ * naming it and why; a step of another model ends the search (so are the
+ * older ones).  *found 0: dir holds no step at all. */
+static int verified_step(const ph_config *c, const char *dir, char *path, size_t len, int *found, ph_err *err)
+{
+	ph_ck_step *v = NULL;
+	ph_err *why = NULL;
+	ph_ckpt_id id = { 0 };
+	char *ours = NULL;
+	int n = 0, i = 0, damaged = 1;
+	int rc = ph_ck_list_steps(dir, &v, &n, err);
+	*found = n > 0;
+	if (rc || !n)
+		goto out;
+	/* no engine: the identity without its tensor lines, which are not compared */
+	if ((rc = ph_checkpoint_identity(c, NULL, 0, 0, &id, err)))
+		goto out;
+	ours = model_lines(id.text);
+	why = calloc((size_t)n, sizeof *why);
+	if (!ours || !why) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory checking checkpoint dir %s", dir);
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		char sdir[4096];
+		if ((size_t)snprintf(sdir, sizeof sdir, "%s/%s", dir, v[i].name) >= sizeof sdir) {
+			rc = ph_fail(err, PH_EINVAL, "checkpoint path %s/%s too long", dir, v[i].name);
+			goto out;
+		}
+		if (!(rc = check_step(sdir, ours, &damaged, &why[i])) || !damaged)
+			break;
+	}
+	if (rc) {
+		/* the newest one's reason: it is the one the user expected */
+		if (i == 0 && !damaged)
+			*err = why[0];
+		else
+			rc = ph_fail(err, rc, "--generate: %s; %s in %s; give --load-weights FILE", why[0].msg,
+				     n == 1 ? "there is no older checkpoint" : !damaged ? "the older ones are of another model"
+				     : "no older checkpoint verifies", dir);
+		goto out;
+	}
+	if ((size_t)snprintf(path, len, "%s/%s/" WEIGHTS_FILE, dir, v[i].name) >= len) {
+		rc = ph_fail(err, PH_EINVAL, "checkpoint path %s/%s too long", dir, v[i].name);
+		goto out;
+	}
+	for (int k = 0; k < i; k++)
+		fprintf(stderr, "pipehost: WARNING: checkpoint %s/%s is damaged: %s; generating from the previous "
+			"verified checkpoint %s/%s\n", dir, v[k].name, why[k].msg, dir, v[i].name);
+out:
+	free(why);
+	free(ours);
+	ph_checkpoint_id_free(&id);
+	free(v);
+	return rc;
+}
+
+/* ph_generate_weights_path; verify: the checkpoint as verified_step picks it. */
+static int weights_path(const ph_config *c, int verify, char *path, size_t len, ph_err *err)
 {
 	struct stat st;
 	if (c->checkpoint.dir[0] && stat(c->checkpoint.dir, &st) == 0 && S_ISDIR(st.st_mode)) {
 		char step[4096];
 		int64_t s;
-		int found = ph_checkpoint_latest(c->checkpoint.dir, step, sizeof step, &s, err);
-		if (found < 0)
+		int found;
+		if (verify) {
+			int rc = verified_step(c, c->checkpoint.dir, path, len, &found, err);
+			if (rc || found)
+				return rc;
+		} else if ((found = ph_checkpoint_latest(c->checkpoint.dir, step, sizeof step, &s, err)) < 0) {
 			return -found;
-		if (found) {
-			if ((size_t)snprintf(path, len, "%s/weights.safetensors", step) >= len)
+		} else if (found) {
+			if ((size_t)snprintf(path, len, "%s/" WEIGHTS_FILE, step) >= len)
 				return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", step);
 			return PH_OK;
 		}
@@ -91,6 +283,11 @@ int ph_generate_weights_path(const ph_config *c, char *path, size_t len, ph_err 
 	if ((size_t)snprintf(path, len, "%s", p) >= len)
 		return ph_fail(err, PH_EINVAL, "weights path %s too long", p);
 	return PH_OK;
+}
+
+int ph_generate_weights_path(const ph_config *c, char *path, size_t len, ph_err *err)
+{
+	return weights_path(c, 0, path, len, err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -134,15 +331,37 @@ static int gen_model_build(gen_model *g, const ph_config *c, const ph_shape *in,
 	g->nrun = g->m.n - 1;
 	g->T = (int)in->d[0];
 	g->V = loss->in.d[1];
+	return PH_OK;
+}
+
+static double param_bytes(const ph_layer *L)
+{
+	double b = 0;
+	for (int p = 0; p < L->meta.nparams; p++)
+		b += (double)ph_shape_numel(&L->meta.params[p].shape) * sizeof(float);
+	return b;
+}
+
+/* The parameters' memory: after the checks that need only the shapes, so
+ * that a model the tokenizer cannot serve is refused before gigabytes are
+ * asked for. */
+static int gen_model_alloc(gen_model *g, ph_err *err)
+{
 	g->params = calloc((size_t)g->m.n * PH_MAX_PARAMS, sizeof *g->params);
 	if (!g->params)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	for (int i = 0; i < g->m.n; i++)
 		for (int p = 0; p < g->m.layers[i].meta.nparams; p++) {
 			int64_t n = ph_shape_numel(&g->m.layers[i].meta.params[p].shape);
-			if (!(g->params[i * PH_MAX_PARAMS + p] = calloc((size_t)n, sizeof(float))))
-				return ph_fail(err, PH_ENOMEM, "out of memory for layer %s's parameters",
-					       g->m.layers[i].cfg->name);
+			if (!(g->params[i * PH_MAX_PARAMS + p] = calloc((size_t)n, sizeof(float)))) {
+				double total = 0;
+				for (int j = 0; j < g->m.n; j++)
+					total += param_bytes(&g->m.layers[j]);
+				return ph_fail(err, PH_ENOMEM, "--generate: out of memory for layer %s's parameters (%.1f "
+					       "MiB of the model's %.1f MiB): free memory, or make the model smaller (its "
+					       "layers' dim, units or vocab)", g->m.layers[i].cfg->name,
+					       param_bytes(&g->m.layers[i]) / 1048576, total / 1048576);
+			}
 		}
 	return PH_OK;
 }
@@ -329,6 +548,7 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 	int32_t *ids = NULL, *order = NULL;
 	float *logits = NULL;
 	int64_t n = 0;
+	/* the checks that need no parameters come first, the cheapest first */
 	if ((rc = gen_model_build(&g, c, in, err)))
 		goto out;
 	if (g.V > tok->vocab) {
@@ -350,11 +570,19 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 				     "%lld", (long long)i, (int)ids[i], (long long)g.V);
 			goto out;
 		}
-	if (o->weights)
+	if (o->weights) {
 		snprintf(wpath, sizeof wpath, "%s", o->weights);
-	else if ((rc = ph_generate_weights_path(c, wpath, sizeof wpath, err)))
-		goto out;
-	if ((rc = gen_model_load(&g, wpath, err)))
+	} else {
+		if ((rc = weights_path(c, 1, wpath, sizeof wpath, err)))
+			goto out;
+		/* the outputs were checked against the newest checkpoint; an
+		 * older one taken in its place is an input too */
+		const ph_output lo = { "--logits", o->logits_path };
+		const char *const win[] = { wpath };
+		if (o->logits_path && (rc = ph_outputs_check(&lo, 1, win, 1, err)))
+			goto out;
+	}
+	if ((rc = gen_model_alloc(&g, err)) || (rc = gen_model_load(&g, wpath, err)))
 		goto out;
 	int32_t *grown = realloc(ids, (size_t)(n + o->max_new_tokens) * sizeof *ids);
 	logits = malloc((size_t)g.T * (size_t)g.V * sizeof *logits);
@@ -396,19 +624,18 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 			goto out;
 		}
 		if (!echoed) {
-			fwrite(o->prompt, 1, plen, out);
+			if ((rc = put_text(out, o->prompt, plen, err)))
+				goto out;
 			echoed = 1;
 		}
 		int32_t next = sample(z, g.V, o->temperature, o->top_k, ph_rng_uniform(key, (uint64_t)k), order);
 		ids[n++] = next;
-		if ((rc = tok->decode(tok->self, next, out, err)))
+		if ((rc = tok->decode(tok->self, next, out, err)) || (rc = flush_text(out, err)))
 			goto out;
-		fflush(out);
 	}
-	if (!echoed)
-		fwrite(o->prompt, 1, plen, out);
-	fputc('\n', out);
-	fflush(out);
+	if ((!echoed && (rc = put_text(out, o->prompt, plen, err))) || (rc = put_text(out, "\n", 1, err)) ||
+	    (rc = flush_text(out, err)))
+		goto out;
 	double t = now_s() - t0;
 	if (info)
 		fprintf(info, "generated %lld tokens from %s%s in %.2f s (%.1f tokens/s)\n", (long long)o->max_new_tokens,

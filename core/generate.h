@@ -23,9 +23,15 @@ typedef struct ph_tokenizer {
 	/* *ids (malloc'd, freed by the caller) gets the ids of text[0..len). */
 	int (*encode)(void *self, const char *text, size_t len, int32_t **ids, int64_t *n, ph_err *err);
 	/* Write the text of one id to out (for BPE a byte string that may end
-	 * inside a UTF-8 character: the bytes of the next ids complete it). */
+	 * inside a UTF-8 character: the bytes of the next ids complete it); a
+	 * write that fails is ph_generate_write_error's PH_EIO. */
 	int (*decode)(void *self, int32_t id, FILE *out, ph_err *err);
 } ph_tokenizer;
+
+/* A write of the text to out just failed (errno says why): the one line
+ * saying so, naming the stream and the cause; returns PH_EIO.  A tokenizer's
+ * decode uses it, so that every failed write reads the same. */
+int ph_generate_write_error(FILE *out, ph_err *err);
 
 /* The byte tokenizer: byte b is id b, vocab 256. */
 void ph_tokenizer_bytes(ph_tokenizer *t);
@@ -49,12 +55,16 @@ typedef struct {
 /* The weights file --generate reads when no --load-weights FILE is given:
  * the newest checkpoint in [checkpoint] dir, else [run] save_weights if the
  * file exists, else [run] init.  PH_OK with path filled, or an error saying
- * what to set. */
+ * what to set.  The checkpoint is not verified here (it is the path for the
+ * checks of the outputs): ph_generate verifies it as --resume does and may
+ * pass over a damaged one for an older one. */
 int ph_generate_weights_path(const ph_config *c, char *path, size_t len, ph_err *err);
 
 /* Generate: the prompt, then each new token as it comes, on out; a note of
  * the weights read on info.  c must be resolved; in is the data source's
- * sample shape ([T] token ids for a language model). */
+ * sample shape ([T] token ids for a language model).  A write to out that
+ * fails (a full disk, a reader gone) stops generation at that token with
+ * PH_EIO. */
 int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FILE *out, FILE *info, ph_err *err);
 
 #endif

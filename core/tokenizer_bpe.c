@@ -22,7 +22,7 @@ static int bpe_decode(void *self, int32_t id, FILE *out, ph_err *err)
 	size_t len = 0;
 	int rc = ph_bpe_decode(self, &id, 1, &s, &len, err);
 	if (!rc && len && fwrite(s, 1, len, out) != len)
-		rc = ph_fail(err, PH_EIO, "--generate: writing the text failed");
+		rc = ph_generate_write_error(out, err);
 	free(s);
 	return rc;
 }

@@ -5,8 +5,10 @@
 # the same text, another seed another text, greedy decoding (temperature 0,
 # top-k 1) ignores the seed; a short context gives the same logits as the
 # same positions of a longer one (causal attention); the weights come from
-# --load-weights, else the newest checkpoint, [run] save_weights, [run] init;
-# bad flags and models that are no LM are one clear line.
+# --load-weights, else the newest checkpoint that verifies (as for --resume),
+# [run] save_weights, [run] init; bad flags, models that are no LM, text
+# that cannot be written and checkpoints damaged or of another model are
+# one clear line.
 . "$top_srcdir/tests/lib.sh"
 lm="$fixtures/tiny-lm.ini"
 # a corpus every tree has: the project's own docs
@@ -60,6 +62,35 @@ gen "The plan" --max-new-tokens 40 --top-k 5 --seed 5 >"$tmp/k5" && gen "The pla
 cmp -s "$tmp/k5" "$tmp/k5b" && ! cmp -s "$tmp/k5" "$tmp/a" && ok "top-k 5 is reproducible and differs from sampling all" ||
 	not_ok "top-k 5: $(cat "$tmp/k5")"
 
+# text that cannot be written is an error, and the first failed write ends
+# generation: a full disk, a closed standard output, a reader that has gone
+# (SIGPIPE is ignored: the write fails with EPIPE)
+# gen_fails DESC REGEX: the last gen exited $rc non-zero with one line
+# matching REGEX in $tmp/gen.err
+gen_fails() {
+	if [ "$rc" -ne 0 ] && [ "$(wc -l <"$tmp/gen.err")" -eq 1 ] && grep -Eq -- "$2" "$tmp/gen.err"; then
+		ok "$1: $(cat "$tmp/gen.err")"
+	else
+		not_ok "$1: exit $rc, stderr: $(head -c 600 "$tmp/gen.err")"
+	fi
+}
+werr="^pipehost: --generate: cannot write the text to standard output"
+if [ -w /dev/full ]; then
+	gen "The plan" --max-new-tokens 5 >/dev/full
+	rc=$?
+	gen_fails "standard output on a full disk" "$werr: No space left on device; generation stopped; check the disk"
+fi
+gen "The plan" --max-new-tokens 5 >&-
+rc=$?
+gen_fails "standard output closed" "$werr: Bad file descriptor"
+# 100000 tokens take seconds; the reader goes after 3 bytes
+{
+	gen "The plan" --max-new-tokens 100000
+	echo $? >"$tmp/rc"
+} | head -c 3 >"$tmp/head"
+rc=$(cat "$tmp/rc")
+gen_fails "a reader that goes after 3 bytes" "$werr: Broken pipe"
+
 # positions 0..7 of a 16-byte context agree with an 8-byte context: the
 # layers accept a short context and the positions are the right rows
 p16="ab cd ef gh ij k" p8="ab cd ef"
@@ -100,6 +131,44 @@ if run --set run.save_weights="$tmp/none.st" --set run.init="$tmp/w.st" --genera
 else
 	not_ok "init not used: $(cat "$tmp/err")"
 fi
+# the checkpoint is checked as --resume checks it: a damaged newest step is
+# passed over, loudly, for the one before it; a step of another model is
+# refused.  Two steps, each test on its own copy.
+run --set run.steps=4 --set checkpoint.every=2 --set checkpoint.dir="$tmp/ck2" >/dev/null 2>&1
+# flip_byte FILE: the byte 10 from its end, changed (tensor data, not the header)
+flip_byte() {
+	at=$(($(wc -c <"$1") - 10))
+	b=$(od -An -tu1 -j "$at" -N1 "$1" | tr -d ' ')
+	printf "\\$(printf %o $(((b + 1) % 256)))" | dd of="$1" bs=1 seek="$at" conv=notrunc 2>/dev/null
+}
+for d in one two opt; do cp -R "$tmp/ck2" "$tmp/ck-$d"; done
+flip_byte "$tmp/ck-one/step-00000004/weights.safetensors"
+if run --set checkpoint.dir="$tmp/ck-one" --generate "x" --max-new-tokens 3 >/dev/null 2>"$tmp/err" &&
+	grep -q "^pipehost: WARNING: checkpoint $tmp/ck-one/step-00000004 is damaged: .*its checksum does not match the manifest's.*; generating from the previous verified checkpoint $tmp/ck-one/step-00000002$" "$tmp/err" &&
+	grep -q "^generated 3 tokens from $tmp/ck-one/step-00000002/weights.safetensors" "$tmp/err"; then
+	ok "a newest checkpoint with a flipped byte: passed over, with a warning, for the one before"
+else
+	not_ok "a damaged checkpoint used: $(cat "$tmp/err")"
+fi
+flip_byte "$tmp/ck-two/step-00000004/weights.safetensors"
+flip_byte "$tmp/ck-two/step-00000002/weights.safetensors"
+expect_error "every checkpoint damaged" \
+	"^pipehost: --generate: $tmp/ck-two/step-00000004/weights.safetensors: its checksum does not match the manifest's: damaged checkpoint .*; no older checkpoint verifies in $tmp/ck-two; give --load-weights FILE$" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --set checkpoint.dir="$tmp/ck-two" --generate "x" --max-new-tokens 3
+[ ! -s "$tmp/out" ] && ok "... and nothing on stdout" || not_ok "damaged checkpoints: stdout has $(head -c 100 "$tmp/out")"
+expect_error "a checkpoint of another model" \
+	"^pipehost: --generate: checkpoint $tmp/ck2/step-00000004 was written for another model \(layer block0.heads = 2 in the checkpoint, 4 here\); use the config it was trained with, or give --load-weights FILE$" \
+	-c "$lm" --set "data.path=$tmp/corpus.txt" --set checkpoint.dir="$tmp/ck2" --set "layer block.heads=4" --generate "x"
+# what --generate does not read or use: the optimizer's state, the training's settings
+flip_byte "$tmp/ck-opt/step-00000004/optimizer.safetensors"
+if run --set checkpoint.dir="$tmp/ck-opt" --set optimizer.lr=0.1 --set run.batch=4 --generate "x" --max-new-tokens 3 \
+	>/dev/null 2>"$tmp/err" && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+	grep -q "^generated 3 tokens from $tmp/ck-opt/step-00000004/weights.safetensors" "$tmp/err"; then
+	ok "a damaged optimizer state and another lr and batch: the newest weights still serve"
+else
+	not_ok "optimizer damage or training settings refused: $(cat "$tmp/err")"
+fi
+
 expect_error "no weights anywhere" "^pipehost: --generate needs trained weights: give --load-weights FILE" \
 	-c "$lm" --generate "x"
 expect_error "a missing weights file" "$tmp/none.st" -c "$lm" --load-weights "$tmp/none.st" --generate "x"
@@ -127,6 +196,22 @@ expect_error "--generate on an image classifier" "^pipehost: --generate needs a 
 expect_error "a vocab past the byte tokenizer's 256" \
 	"^pipehost: --generate: the model has 300 logits a position, the bytes tokenizer only 256 ids; use a model whose vocab is 256" \
 	-c "$lm" --set "data.path=$tmp/corpus.txt" --set "layer embed.vocab=300" --set "layer head.units=300" --generate "x"
+# the vocab is checked before the parameters take memory; a model that does
+# not fit says how much it needs (under ulimit -v, 3 GB: ASan cannot run so)
+if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
+	printf '#!/bin/sh\nulimit -v 3000000\nexec "%s" "$@"\n' "$PIPEHOST" >"$tmp/pipehost-uv"
+	chmod +x "$tmp/pipehost-uv"
+	real=$PIPEHOST
+	PIPEHOST=$tmp/pipehost-uv
+	expect_error "a vocab of 1e6 (8 GB of parameters): the tokenizer's limit, not out of memory" \
+		"^pipehost: --generate: the model has 1000000 logits a position, the bytes tokenizer only 256 ids" \
+		-c "$lm" --set "layer embed.vocab=1000000" --set "layer head.units=1000000" --set "layer embed.dim=1024" \
+		--load-weights "$tmp/w.st" --generate "x"
+	expect_error "a model larger than memory: its size in MiB" \
+		"^pipehost: --generate: out of memory for layer block0's parameters \([0-9.]+ MiB of the model's [0-9.]+ MiB\): free memory, or make the model smaller" \
+		-c "$lm" --set "layer embed.dim=100000" --load-weights "$tmp/w.st" --generate "x"
+	PIPEHOST=$real
+fi
 # weights whose last float is a NaN: the logits say so, no text is made of them
 cp "$tmp/w.st" "$tmp/nan.st"
 size=$(wc -c <"$tmp/nan.st")
