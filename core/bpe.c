@@ -328,6 +328,27 @@ static int load_vocab(ph_bpe *b, const char *path, const int16_t u2b[512], ph_er
 			maxid = (int)v;
 		count++;
 	}
+	/* Ids are positions in the model's embedding: a gap would be a row no
+	 * text encodes to that the model may still sample, and decode could
+	 * only fail on it mid-output.  So every id below the largest has a
+	 * token (checked on a byte map before the tables are sized by it). */
+	unsigned char *seen = calloc((size_t)maxid + 1, 1);
+	if (!seen) {
+		rc = ph_fail(err, PH_ENOMEM, "bpe: out of memory for %s", path);
+		goto out;
+	}
+	for (cJSON *e = root->child; e; e = e->next)
+		seen[(int)e->valuedouble] = 1;
+	int hole = 0;
+	while (hole <= maxid && seen[hole])
+		hole++;
+	free(seen);
+	if (hole <= maxid) {
+		rc = ph_fail(err, PH_EINVAL, "bpe: %s: no token has id %d, yet ids go up to %d; a vocabulary's ids must be "
+			     "0 .. N-1 with none missing: give the vocab.json written with the tokenizer's merges.txt", path,
+			     hole, maxid);
+		goto out;
+	}
 	b->ntok = maxid + 1;
 	b->tok = calloc((size_t)b->ntok, sizeof *b->tok);
 	b->str_cap = pow2_above((size_t)count);
@@ -444,7 +465,69 @@ static int load_merges(ph_bpe *b, const char *path, const int16_t u2b[512], ph_e
 	}
 	free(ab);
 	free(txt);
+	if (!rc && rank == 0)
+		rc = ph_fail(err, PH_EINVAL, "bpe: %s has no merges; give the merges.txt written with the vocabulary "
+			     "(GPT-2's has 50000 lines after #version)", path);
 	return rc;
+}
+
+/* A token as vocab.json writes it (GPT-2's byte alphabet), for messages:
+ * at most 24 characters, "..." after a longer one. */
+static const char *token_text(const ph_bpe *b, int32_t id, const uint32_t b2u[256], char *buf, size_t cap)
+{
+	size_t o = 0;
+	const bpe_token *t = &b->tok[id];
+	for (uint32_t i = 0; i < t->len && o + 8 < cap; i++) {
+		uint32_t cp = b2u[t->s[i]];
+		if (i == 24) {
+			o += (size_t)snprintf(buf + o, cap - o, "...");
+			break;
+		}
+		if (cp < 0x80) {
+			buf[o++] = (char)cp;
+		} else { /* b2u's code points are below U+0800: two bytes */
+			buf[o++] = (char)(0xC0 | cp >> 6);
+			buf[o++] = (char)(0x80 | (cp & 0x3F));
+		}
+	}
+	buf[o] = 0;
+	return buf;
+}
+
+/*
+ * Every token past the single bytes must be the product of some merge, or
+ * encoding can never give its id: a merges.txt cut short (a download that
+ * stopped, a file from an older vocabulary) leaves the last-trained tokens
+ * unmade and the model's rows for them dead.  Tokens that GPT-2's
+ * pre-tokeniser would cut in two are exempt: no merge could make them
+ * (merges join within a chunk), so they are special tokens added by hand,
+ * such as GPT-2's <|endoftext|>.
+ */
+static int check_merges_make_vocab(const ph_bpe *b, const char *vocab, const char *merges, const uint32_t b2u[256],
+				   ph_err *err)
+{
+	unsigned char *made = calloc((size_t)b->ntok, 1);
+	if (!made)
+		return ph_fail(err, PH_ENOMEM, "bpe: out of memory checking %s", merges);
+	for (size_t i = 0; i < b->merge_cap; i++)
+		if (b->merge[i].key)
+			made[b->merge[i].id] = 1;
+	int unmade = 0, first = -1;
+	for (int id = 0; id < b->ntok; id++) {
+		const bpe_token *t = &b->tok[id];
+		if (t->len < 2 || made[id] || ph_bpe_next_chunk(t->s, t->len, 0) != t->len)
+			continue;
+		if (!unmade++)
+			first = id;
+	}
+	free(made);
+	if (!unmade)
+		return PH_OK;
+	char shown[128];
+	return ph_fail(err, PH_EINVAL, "bpe: %s: no merge makes %d of the tokens of %s (the first: id %d \"%s\"), so "
+		       "no text encodes to them; the file is cut short or from another tokenizer: give the merges.txt "
+		       "written with that vocab.json", merges, unmade, vocab, first,
+		       token_text(b, first, b2u, shown, sizeof shown));
 }
 
 int ph_bpe_load(ph_bpe **out, const char *vocab_json, const char *merges_txt, ph_err *err)
@@ -464,6 +547,8 @@ int ph_bpe_load(ph_bpe **out, const char *vocab_json, const char *merges_txt, ph
 	int rc = load_vocab(b, vocab_json, u2b, err);
 	if (!rc)
 		rc = load_merges(b, merges_txt, u2b, err);
+	if (!rc)
+		rc = check_merges_make_vocab(b, vocab_json, merges_txt, b2u, err);
 	if (rc) {
 		ph_bpe_free(b);
 		return rc;

@@ -12,10 +12,13 @@
 typedef struct ph_bpe ph_bpe;
 
 /* Read GPT-2's two files: vocab.json (an object of byte-level-unicode
- * token string -> id) and merges.txt (one "a b" pair a line, best rank
- * first; a first line starting "#version" is skipped).  Every merge must
- * join two tokens of the vocabulary into one of it, and the 256 single
- * bytes must be in it.  Errors name the file (and line). */
+ * token string -> id, ids 0 .. N-1 with none missing) and merges.txt (one
+ * "a b" pair a line, best rank first; a first line starting "#version" is
+ * skipped; at least one merge).  Every merge must join two tokens of the
+ * vocabulary into one of it, the 256 single bytes must be in it, and every
+ * other token must be made by some merge unless the pre-tokeniser would
+ * cut it up (a special token such as <|endoftext|>).  Errors name the file
+ * (and line). */
 int ph_bpe_load(ph_bpe **out, const char *vocab_json, const char *merges_txt, ph_err *err);
 
 /* Ids are 0 .. vocab_size - 1 (one more than the largest id). */

@@ -24,6 +24,12 @@
 #include "options.h"
 
 #define HF_MAX_HEADER (100ull * 1000 * 1000)
+/* A GPT-2 file's tensors have 4 dimensions at most (attn.bias); more than
+ * this many is a corrupt header, not a tensor to read. */
+#define HF_MAX_DIMS 16
+/* Hugging Face's config.json of GPT-2 is about 1 KB; one far past this is
+ * not a config.json, and reading it would only spend memory. */
+#define HF_MAX_CONFIG (16 << 20)
 
 enum { DT_F32, DT_F16, DT_BF16, DT_OTHER };
 
@@ -32,7 +38,7 @@ typedef struct {
 	int dtype;
 	char dtype_name[16];
 	int ndim;
-	int64_t shape[8];
+	int64_t shape[HF_MAX_DIMS];
 	uint64_t begin, end; /* in the data section */
 } hf_entry;
 
@@ -76,10 +82,26 @@ static int dtype_size(int dt)
 	return dt == DT_F32 ? 4 : 2;
 }
 
+/* "[a,b,...]" of a shape into buf (HF_MAX_DIMS values of up to 13 digits
+ * fit in 256 bytes). */
+static const char *shape_str(const hf_entry *e, char *buf, size_t cap)
+{
+	size_t o = (size_t)snprintf(buf, cap, "[");
+	for (int i = 0; i < e->ndim && o < cap; i++)
+		o += (size_t)snprintf(buf + o, cap - o, "%s%lld", i ? "," : "", (long long)e->shape[i]);
+	if (o < cap)
+		snprintf(buf + o, cap - o, "]");
+	return buf;
+}
+
+/* The header alone: the file opened, its length bounded and inside the
+ * file, the JSON an object.  Enough to tell whose names the file holds;
+ * hf_index checks the tensors. */
 static int hf_open(hf_file *f, const char *path, ph_err *err)
 {
 	memset(f, 0, sizeof *f);
 	f->path = path;
+	f->prefix = "";
 	/* a FIFO must not block (readfile.h): init weights are a regular file */
 	int rc = ph_open_regular(path, "weights file", "give a safetensors file", &f->fd, err);
 	if (rc) {
@@ -110,6 +132,16 @@ static int hf_open(hf_file *f, const char *path, ph_err *err)
 	f->data_len = (uint64_t)st.st_size - f->data_off;
 	if (!cJSON_IsObject(f->json))
 		return ph_fail(err, PH_EINVAL, "%s: the header is not a JSON object", path);
+	return PH_OK;
+}
+
+/* Every tensor of the header checked (dtype, shape, offsets inside the
+ * data, bytes for the shape) into f->e.  Messages say the file was read
+ * as Hugging Face GPT-2, so that a fault here is not taken for another
+ * format's. */
+static int hf_index(hf_file *f, ph_err *err)
+{
+	const char *path = f->path;
 	int count = cJSON_GetArraySize(f->json);
 	f->e = calloc((size_t)(count ? count : 1), sizeof *f->e);
 	if (!f->e)
@@ -122,10 +154,12 @@ static int hf_open(hf_file *f, const char *path, ph_err *err)
 		cJSON *dt = cJSON_GetObjectItemCaseSensitive(it, "dtype");
 		cJSON *sh = cJSON_GetObjectItemCaseSensitive(it, "shape");
 		cJSON *off = cJSON_GetObjectItemCaseSensitive(it, "data_offsets");
-		if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-		    cJSON_GetArraySize(sh) > 8)
-			return ph_fail(err, PH_EINVAL, "%s: tensor %s lacks a dtype, a shape (8 dimensions at most) or two "
-				       "data_offsets", path, e->name);
+		if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
+			return ph_fail(err, PH_EINVAL, "%s: Hugging Face GPT-2 tensor %s lacks a dtype, a shape or two "
+				       "data_offsets; the file is corrupt", path, e->name);
+		if (cJSON_GetArraySize(sh) > HF_MAX_DIMS)
+			return ph_fail(err, PH_EINVAL, "%s: Hugging Face GPT-2 tensor %s has %d dimensions (GPT-2's have "
+				       "at most 4); the file is corrupt", path, e->name, cJSON_GetArraySize(sh));
 		snprintf(e->dtype_name, sizeof e->dtype_name, "%s", dt->valuestring);
 		e->dtype = !strcmp(dt->valuestring, "F32") ? DT_F32 : !strcmp(dt->valuestring, "F16") ? DT_F16
 			   : !strcmp(dt->valuestring, "BF16") ? DT_BF16 : DT_OTHER;
@@ -133,21 +167,25 @@ static int hf_open(hf_file *f, const char *path, ph_err *err)
 		for (cJSON *d = sh->child; d; d = d->next) {
 			if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 1e12 ||
 			    d->valuedouble != floor(d->valuedouble))
-				return ph_fail(err, PH_EINVAL, "%s: tensor %s has a bad shape", path, e->name);
+				return ph_fail(err, PH_EINVAL, "%s: Hugging Face GPT-2 tensor %s has a bad shape (a dimension "
+					       "that is not a whole number 0 .. 1e12); the file is corrupt", path, e->name);
 			e->shape[e->ndim++] = (int64_t)d->valuedouble;
 			numel *= d->valuedouble;
 		}
 		double b = cJSON_GetArrayItem(off, 0)->valuedouble, en = cJSON_GetArrayItem(off, 1)->valuedouble;
 		if (!cJSON_IsNumber(cJSON_GetArrayItem(off, 0)) || !cJSON_IsNumber(cJSON_GetArrayItem(off, 1)) || b < 0 ||
 		    en < b || en > (double)f->data_len || b != floor(b) || en != floor(en))
-			return ph_fail(err, PH_EINVAL, "%s: tensor %s: data_offsets [%.0f, %.0f] outside the %llu bytes of "
-				       "data; the file is truncated or corrupt", path, e->name, b, en,
+			return ph_fail(err, PH_EINVAL, "%s: Hugging Face GPT-2 tensor %s: data_offsets [%.0f, %.0f] outside "
+				       "the %llu bytes of data; the file is truncated or corrupt", path, e->name, b, en,
 				       (unsigned long long)f->data_len);
 		e->begin = (uint64_t)b;
 		e->end = (uint64_t)en;
-		if (e->dtype != DT_OTHER && (double)(e->end - e->begin) != numel * dtype_size(e->dtype))
-			return ph_fail(err, PH_EINVAL, "%s: tensor %s: %llu bytes for %.0f %s values", path, e->name,
-				       (unsigned long long)(e->end - e->begin), numel, e->dtype_name);
+		if (e->dtype != DT_OTHER && (double)(e->end - e->begin) != numel * dtype_size(e->dtype)) {
+			char got[256];
+			return ph_fail(err, PH_EINVAL, "%s: Hugging Face GPT-2 tensor %s %s %s: %llu bytes for %.0f values; "
+				       "the file is corrupt", path, e->name, e->dtype_name, shape_str(e, got, sizeof got),
+				       (unsigned long long)(e->end - e->begin), numel);
+		}
 		f->n++;
 	}
 	return PH_OK;
@@ -163,24 +201,45 @@ static const hf_entry *hf_find(const hf_file *f, const char *name)
 	return NULL;
 }
 
-/* "" or "transformer." when the file has that wte.weight; NULL when neither. */
+/* "" or "transformer." when the header has that wte.weight; NULL when
+ * neither.  Looks at the names alone (hf_index has not run). */
 static const char *hf_prefix(hf_file *f)
 {
 	static const char *const prefixes[] = { "", "transformer." };
 	for (int i = 0; i < 2; i++) {
-		f->prefix = prefixes[i];
-		if (hf_find(f, "wte.weight"))
-			return f->prefix;
+		char full[32];
+		snprintf(full, sizeof full, "%swte.weight", prefixes[i]);
+		if (cJSON_GetObjectItemCaseSensitive(f->json, full))
+			return f->prefix = prefixes[i];
 	}
 	f->prefix = "";
 	return NULL;
 }
 
+/* Does the opened header hold Hugging Face GPT-2's names?  A file pipehost
+ * wrote says so in __metadata__ "producer" (train.c, checkpoint.c,
+ * generate.c): its names are layer names, and a layer may be called wte.
+ * Without that mark, a file holding every tensor the model asks for
+ * (t[0..n), tied copies aside) under pipehost's names is pipehost's too;
+ * only then does wte.weight make it GPT-2's. */
+static int hf_is_gpt2(hf_file *f, const ph_tensor_ref *t, int n)
+{
+	const cJSON *meta = cJSON_GetObjectItemCaseSensitive(f->json, "__metadata__");
+	const cJSON *producer = cJSON_GetObjectItemCaseSensitive(meta, "producer");
+	if (cJSON_IsString(producer) && !strncmp(producer->valuestring, "pipehost", 8))
+		return 0;
+	if (!hf_prefix(f))
+		return 0;
+	int all = n > 0;
+	for (int i = 0; i < n && all; i++)
+		all = t[i].tied_to || cJSON_GetObjectItemCaseSensitive(f->json, t[i].name);
+	return !all;
+}
+
 int ph_hf_gpt2_detect(const char *path)
 {
 	hf_file f;
-	int rc = hf_open(&f, path, NULL);
-	int yes = !rc && hf_prefix(&f) != NULL;
+	int yes = !hf_open(&f, path, NULL) && hf_is_gpt2(&f, NULL, 0);
 	hf_close(&f);
 	return yes;
 }
@@ -200,10 +259,12 @@ static int hf_get(const hf_file *f, const char *name, int64_t rows, int64_t cols
 	int want_ndim = cols ? 2 : 1;
 	int rows_ok = take_rows < rows ? e->ndim >= 1 && e->shape[0] >= take_rows : e->ndim >= 1 && e->shape[0] == rows;
 	if (e->ndim != want_ndim || !rows_ok || (cols && e->shape[1] != cols)) {
-		char got[96] = "[";
-		for (int i = 0; i < e->ndim; i++)
-			snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? "," : "", (long long)e->shape[i]);
-		strcat(got, "]");
+		char got[256];
+		shape_str(e, got, sizeof got);
+		if (e->ndim != want_ndim) /* no choice of vocab or width gives that */
+			return ph_fail(err, PH_EINVAL, "%s: %s%s is %s; the model needs [%lld%s%.0lld] (%d dimensions): the "
+				       "file is corrupt or not GPT-2's", f->path, f->prefix, name, got, (long long)rows,
+				       cols ? "," : "", (long long)cols, want_ndim);
 		if (take_rows < rows)
 			return ph_fail(err, PH_EINVAL, "%s: %s%s is %s; the model needs at least %lld rows of %lld (n_positions "
 				       ">= [data] seq_len)", f->path, f->prefix, name, got, (long long)take_rows, (long long)cols);
@@ -251,6 +312,27 @@ static int64_t layer_int_option(const ph_layer *L, const char *key)
 	return v;
 }
 
+/* config.json's key when present (*v = -1 when absent): a whole number
+ * 1 .. 1e6 (GPT-2's are 12 .. 48), checked as a double before any cast so
+ * that 1e300 or 2.7 is named as given, never converted. */
+static int config_count(const cJSON *j, const char *key, const char *cpath, int *v, ph_err *err)
+{
+	const cJSON *it = cJSON_GetObjectItemCaseSensitive(j, key);
+	*v = -1;
+	if (!it)
+		return PH_OK;
+	if (cJSON_IsNumber(it) && it->valuedouble >= 1 && it->valuedouble <= 1e6 &&
+	    it->valuedouble == floor(it->valuedouble)) {
+		*v = (int)it->valuedouble;
+		return PH_OK;
+	}
+	char *shown = cJSON_PrintUnformatted(it);
+	int rc = ph_fail(err, PH_EINVAL, "%s: %s = %.40s is not a whole number 1 .. 1000000; give Hugging Face's "
+			 "config.json of these weights or remove it", cpath, key, shown ? shown : "?");
+	free(shown);
+	return rc;
+}
+
 /* config.json beside the file, when there is one: n_head, n_layer and the
  * activation must be the model's (the weights alone cannot tell heads). */
 static int check_config_json(const char *path, const ph_model *m, int nblocks, ph_err *err)
@@ -266,35 +348,53 @@ static int check_config_json(const char *path, const ph_model *m, int nblocks, p
 				  err);
 	if (rc)
 		return rc;
-	char *text = malloc(1 << 20);
-	size_t len = text ? fread(text, 1, (1 << 20) - 1, fp) : 0;
+	/* the size of the file opened, not of the name stat'ed above */
+	if (fstat(fileno(fp), &st) || st.st_size > HF_MAX_CONFIG) {
+		fclose(fp);
+		return ph_fail(err, PH_EINVAL, "%s: %lld bytes, too large for a config.json (16 MiB at most); give Hugging "
+			       "Face's config.json of these weights or remove it", cpath, (long long)st.st_size);
+	}
+	char *text = malloc((size_t)st.st_size + 1);
+	size_t len = text ? fread(text, 1, (size_t)st.st_size + 1, fp) : 0;
+	int rerr = ferror(fp);
 	fclose(fp);
 	if (!text)
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	text[len] = 0;
-	cJSON *j = cJSON_Parse(text);
+		return ph_fail(err, PH_ENOMEM, "%s: out of memory", cpath);
+	if (rerr || len > (size_t)st.st_size) {
+		free(text);
+		return ph_fail(err, PH_EIO, "%s: %s while reading; read it again when nothing writes it", cpath,
+			       rerr ? "a read error" : "the file grew");
+	}
+	cJSON *j = cJSON_ParseWithLength(text, len);
 	free(text);
-	rc = PH_OK;
 	if (!cJSON_IsObject(j)) {
 		cJSON_Delete(j);
 		return ph_fail(err, PH_EINVAL, "%s: not a JSON object; give Hugging Face's config.json of these weights "
 			       "or remove it", cpath);
 	}
-	cJSON *nh = cJSON_GetObjectItemCaseSensitive(j, "n_head"), *nl = cJSON_GetObjectItemCaseSensitive(j, "n_layer");
-	cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
-	if (cJSON_IsNumber(nl) && (int)nl->valuedouble != nblocks)
+	int nl, nh;
+	const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
+	rc = config_count(j, "n_layer", cpath, &nl, err);
+	if (!rc)
+		rc = config_count(j, "n_head", cpath, &nh, err);
+	if (!rc && nl >= 0 && nl != nblocks)
 		rc = ph_fail(err, PH_EINVAL, "%s: n_layer = %d, the model has %d gpt_block layers; set repeat = %d", cpath,
-			     (int)nl->valuedouble, nblocks, (int)nl->valuedouble);
-	for (int i = 0; i < m->n && !rc && cJSON_IsNumber(nh); i++) {
+			     nl, nblocks, nl);
+	for (int i = 0; i < m->n && !rc && nh >= 0; i++) {
 		int64_t h = strcmp(m->layers[i].ops->head.name, "gpt_block") ? -1 : layer_int_option(&m->layers[i], "heads");
-		if (h >= 0 && h != (int64_t)nh->valuedouble)
-			rc = ph_fail(err, PH_EINVAL, "%s: n_head = %d, layer %s has heads = %lld; set heads = %d", cpath,
-				     (int)nh->valuedouble, m->layers[i].cfg->name, (long long)h, (int)nh->valuedouble);
+		if (h >= 0 && h != nh)
+			rc = ph_fail(err, PH_EINVAL, "%s: n_head = %d, layer %s has heads = %lld; set heads = %d", cpath, nh,
+				     m->layers[i].cfg->name, (long long)h, nh);
 	}
-	if (!rc && cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") &&
-	    strcmp(act->valuestring, "gelu_pytorch_tanh"))
-		rc = ph_fail(err, PH_EINVAL, "%s: activation_function = %s; gpt_block's gelu is the tanh approximation "
+	if (!rc && act && !cJSON_IsString(act)) {
+		char *shown = cJSON_PrintUnformatted(act);
+		rc = ph_fail(err, PH_EINVAL, "%s: activation_function = %.40s is not a string; GPT-2's is \"gelu_new\"",
+			     cpath, shown ? shown : "?");
+		free(shown);
+	} else if (!rc && act && strcmp(act->valuestring, "gelu_new") && strcmp(act->valuestring, "gelu_pytorch_tanh")) {
+		rc = ph_fail(err, PH_EINVAL, "%s: activation_function = %.40s; gpt_block's gelu is the tanh approximation "
 			     "(gelu_new)", cpath, act->valuestring);
+	}
 	cJSON_Delete(j);
 	return rc;
 }
@@ -377,12 +477,11 @@ static int fill_one(const hf_file *f, const ph_model *m, ph_tensor_ref *t, int n
 		       f->path, lname, type, param);
 }
 
-int ph_hf_gpt2_read(const char *path, const ph_model *m, ph_tensor_ref *t, int n, ph_err *err)
+/* The file opened with hf_open, known to be GPT-2's (prefix set). */
+static int hf_read_open(hf_file *f, const ph_model *m, ph_tensor_ref *t, int n, ph_err *err)
 {
-	hf_file f;
-	int rc = hf_open(&f, path, err);
-	if (!rc && !hf_prefix(&f))
-		rc = ph_fail(err, PH_EINVAL, "%s: no wte.weight (or transformer.wte.weight); not a GPT-2 file", path);
+	const char *path = f->path;
+	int rc = hf_index(f, err);
 	int nblocks = 0, nln = 0;
 	for (int i = 0; i < m->n; i++) {
 		nblocks += !strcmp(m->layers[i].ops->head.name, "gpt_block");
@@ -390,19 +489,38 @@ int ph_hf_gpt2_read(const char *path, const ph_model *m, ph_tensor_ref *t, int n
 	}
 	char extra[32];
 	snprintf(extra, sizeof extra, "h.%d.ln_1.weight", nblocks);
-	if (!rc && hf_find(&f, extra))
+	if (!rc && hf_find(f, extra))
 		rc = ph_fail(err, PH_EINVAL, "%s: the file has more than the model's %d blocks (%s%s); set the gpt_block's "
-			     "repeat to n_layer", path, nblocks, f.prefix, extra);
+			     "repeat to n_layer", path, nblocks, f->prefix, extra);
 	if (!rc)
 		rc = check_config_json(path, m, nblocks, err);
 	for (int k = 0; k < n && !rc; k++)
-		rc = fill_one(&f, m, &t[k], nln, err);
+		rc = fill_one(f, m, &t[k], nln, err);
+	return rc;
+}
+
+int ph_hf_gpt2_read(const char *path, const ph_model *m, ph_tensor_ref *t, int n, ph_err *err)
+{
+	hf_file f;
+	int rc = hf_open(&f, path, err);
+	if (!rc && !hf_prefix(&f))
+		rc = ph_fail(err, PH_EINVAL, "%s: no wte.weight (or transformer.wte.weight); not a GPT-2 file", path);
+	if (!rc)
+		rc = hf_read_open(&f, m, t, n, err);
 	hf_close(&f);
 	return rc;
 }
 
+/* One look at the header decides the format; from then on the file is
+ * read as that format only, so a damaged GPT-2 file is reported as one
+ * (its tensor, shape and what the model needs) rather than re-read under
+ * pipehost's names and found to lack them.  A header that is not even
+ * JSON is ph_safetensors_read's to report. */
 int ph_weights_read_any(const char *path, const ph_model *m, ph_tensor_ref *t, int n, int *hf, ph_err *err)
 {
-	*hf = ph_hf_gpt2_detect(path);
-	return *hf ? ph_hf_gpt2_read(path, m, t, n, err) : ph_safetensors_read(path, t, n, err);
+	hf_file f;
+	*hf = !hf_open(&f, path, NULL) && hf_is_gpt2(&f, t, n);
+	int rc = *hf ? hf_read_open(&f, m, t, n, err) : PH_OK;
+	hf_close(&f);
+	return *hf ? rc : ph_safetensors_read(path, t, n, err);
 }

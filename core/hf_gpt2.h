@@ -10,7 +10,9 @@
 #include "weights.h"
 
 /* Is path a safetensors file with Hugging Face GPT-2 names (wte.weight or
- * transformer.wte.weight)?  1 yes, 0 no (or not readable as safetensors:
+ * transformer.wte.weight) that pipehost did not write (its __metadata__
+ * "producer")?  Only the header's names count, not whether the tensors
+ * are sound.  1 yes, 0 no (or not readable as safetensors:
  * ph_safetensors_read will say why). */
 int ph_hf_gpt2_detect(const char *path);
 
@@ -22,7 +24,10 @@ int ph_hf_gpt2_detect(const char *path);
 int ph_hf_gpt2_read(const char *path, const ph_model *m, ph_tensor_ref *t, int n, ph_err *err);
 
 /* What [run] init and --generate read: a Hugging Face GPT-2 file when
- * ph_hf_gpt2_detect says so (*hf = 1), else pipehost's own names. */
+ * ph_hf_gpt2_detect says so and the file does not hold every tensor of
+ * t[] by its pipehost name (*hf = 1), else pipehost's own names.  Once
+ * chosen, the file is read as that format only: a damaged GPT-2 file is
+ * reported as GPT-2's. */
 int ph_weights_read_any(const char *path, const ph_model *m, ph_tensor_ref *t, int n, int *hf, ph_err *err);
 
 #endif

@@ -122,7 +122,8 @@ bad() {
 }
 printf '{"a": 0, "b": 1,' >"$tmp/trunc.json"
 printf '[1, 2]' >"$tmp/array.json"
-sed 's/"!":0,//' "$V" >"$tmp/nobang.json"
+# "!" gone, its id 0 given to a longer token so that no id is missing
+sed 's/"!":0,/"Ġqqqqqq":0,/' "$V" >"$tmp/nobang.json"
 sed 's/"!":0,/"!":"x",/' "$V" >"$tmp/strid.json"
 sed 's/"!":0,/"\\u00a0":0,/' "$V" >"$tmp/alien.json"
 { sed -n 1,3p "$M"; echo "Ġt zzzq"; } >"$tmp/unknown.txt"
@@ -137,4 +138,38 @@ bad "a token outside the alphabet" "bpe: $tmp/alien.json: token \".*\" is not in
 bad "merge of an unknown token" "bpe: $tmp/unknown.txt:4: merge of \"zzzq\": that token is not in the vocabulary" encode "$V" "$tmp/unknown.txt" "$tmp/edge.txt"
 bad "merge making an unknown token" "bpe: $tmp/nomake.txt:4: merge \"q z\" makes a token the vocabulary lacks" encode "$V" "$tmp/nomake.txt" "$tmp/edge.txt"
 bad "merge line of one token" "bpe: $tmp/one.txt:4: \"onlyone\" is not two tokens separated by one space" encode "$V" "$tmp/one.txt" "$tmp/edge.txt"
+
+# ids with a gap: 4 ids without a token, which the model could still
+# sample and decode could only fail on, halfway through its output
+sed "s/}\$/,\"Ġqqqq\":$((nv + 4))}/" "$V" >"$tmp/hole.json"
+bad "a gap in the ids" "^bpe-tool: bpe: $tmp/hole.json: no token has id $nv, yet ids go up to $((nv + 4)); a vocabulary's ids must be 0 .. N-1 with none missing" \
+	encode "$tmp/hole.json" "$M" "$tmp/edge.txt"
+expect_error "pipehost: a gap in the ids" "^pipehost: bpe: $tmp/hole.json: no token has id $nv" \
+	"$@" --set "data.vocab=$tmp/hole.json" --set "layer embed.vocab=$((nv + 5))" --set "layer head.units=$((nv + 5))" \
+	--set run.steps=1
+# merges that cannot make the vocabulary: none at all, the #version line
+# alone, a file cut short (after 19 merges), one line lost in the middle
+: >"$tmp/empty.txt"
+head -1 "$M" >"$tmp/version.txt"
+head -n 20 "$M" >"$tmp/cut.txt"
+sed 10d "$M" >"$tmp/gap.txt"
+bad "empty merges.txt" "^bpe-tool: bpe: $tmp/empty.txt has no merges; give the merges.txt written with the vocabulary" \
+	encode "$V" "$tmp/empty.txt" "$tmp/edge.txt"
+bad "merges.txt of #version alone" "^bpe-tool: bpe: $tmp/version.txt has no merges" encode "$V" "$tmp/version.txt" "$tmp/edge.txt"
+unmade=$(($(wc -l <"$M") - $(wc -l <"$tmp/cut.txt")))
+bad "merges.txt cut short" \
+	"^bpe-tool: bpe: $tmp/cut.txt: no merge makes $unmade of the tokens of $V \(the first: id $((nv - unmade)) \".+\"\), so no text encodes to them; the file is cut short" \
+	encode "$V" "$tmp/cut.txt" "$tmp/edge.txt"
+bad "merges.txt without its 9th merge" "^bpe-tool: bpe: $tmp/gap.txt: no merge makes 1 of the tokens of $V \(the first: id 264 " \
+	encode "$V" "$tmp/gap.txt" "$tmp/edge.txt"
+expect_error "pipehost: merges.txt cut short" "^pipehost: bpe: $tmp/cut.txt: no merge makes $unmade of the tokens" \
+	"$@" --set "data.merges=$tmp/cut.txt" --set run.steps=1
+# GPT-2's own shape: 256 bytes, the merges, then <|endoftext|>, which no
+# merge makes (the pre-tokeniser cuts it up): it loads and round-trips
+sed "s/}\$/,\"<|endoftext|>\":$nv}/" "$V" >"$tmp/eot.json"
+if "$tool" roundtrip "$tmp/eot.json" "$M" "$tmp/edge.txt" >"$tmp/rt" 2>&1 && grep -q "round trip OK" "$tmp/rt"; then
+	ok "a vocabulary with <|endoftext|> past the merges loads: $(cat "$tmp/rt")"
+else
+	not_ok "a vocabulary with <|endoftext|> past the merges: $(cat "$tmp/rt")"
+fi
 finish

@@ -89,6 +89,87 @@ expect_error "config.json not an object" \
 printf '{"n_head": 2, "n_layer": 3}' >"$tmp/dir/config.json"
 expect_error "config.json's n_layer" "config.json: n_layer = 3, the model has 2 gpt_block layers; set repeat = 3$" \
 	-c "$lm" --load-weights "$tmp/dir/model.safetensors" --generate x
+# config.json's values are checked as JSON before any is converted: a
+# whole number, not 1e300 (once cast to -2147483648) nor 2.7 (once 2); the
+# activation a string; a large file read whole, one past 16 MiB refused
+for c in '{"n_layer": 1e300}|n_layer = 1e\+300 is not a whole number 1 .. 1000000' \
+	'{"n_head": 2.7}|n_head = 2.7 is not a whole number' '{"n_head": "2"}|n_head = "2" is not a whole number' \
+	'{"n_layer": -2}|n_layer = -2 is not a whole number' \
+	'{"activation_function": 5}|activation_function = 5 is not a string; GPT-2.s is "gelu_new"$'; do
+	printf '%s' "${c%%|*}" >"$tmp/dir/config.json"
+	expect_error "config.json ${c%%|*}" "^pipehost: $tmp/dir/config.json: ${c#*|}" \
+		-c "$lm" --load-weights "$tmp/dir/model.safetensors" --generate x
+done
+python3 -c 'import json; print(json.dumps({"n_head": 2, "n_layer": 2, "pad": "x" * 2000000}))' >"$tmp/dir/config.json"
+if run --load-weights "$tmp/dir/model.safetensors" --generate x --max-new-tokens 2 >/dev/null 2>"$tmp/err"; then
+	ok "a 2 MB config.json is read whole"
+else
+	not_ok "a 2 MB config.json: $(cat "$tmp/err")"
+fi
+truncate -s 17M "$tmp/dir/config.json"
+expect_error "config.json of 17 MiB" "^pipehost: $tmp/dir/config.json: 17825792 bytes, too large for a config.json \(16 MiB at most\)" \
+	-c "$lm" --load-weights "$tmp/dir/model.safetensors" --generate x
+rm -r "$tmp/dir"
+# a GPT-2 file with a damaged tensor is reported as GPT-2's, not re-read
+# under pipehost's names ("tensor embed.tokens missing")
+reshape() { # IN OUT TENSOR SHAPE: IN with TENSOR's shape (same bytes) set to SHAPE
+	python3 - "$@" <<'PY'
+import json, struct, sys
+src, dst, name, shape = sys.argv[1:5]
+d = open(src, "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+h = json.loads(d[8:8 + n])
+h[name]["shape"] = json.loads(shape)
+hj = json.dumps(h, separators=(",", ":")).encode()
+hj += b" " * (-len(hj) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(hj)) + hj + d[8 + n:])
+PY
+}
+reshape "$tmp/hf.st" "$tmp/9dim.st" h.0.attn.c_attn.weight "[1,1,1,1,1,1,1,1,768]"
+expect_error "a GPT-2 tensor of 9 dimensions" \
+	"^pipehost: $tmp/9dim.st: h.0.attn.c_attn.weight is \[1,1,1,1,1,1,1,1,768\]; the model needs \[16,48\] \(2 dimensions\): the file is corrupt or not GPT-2.s$" \
+	-c "$lm" --load-weights "$tmp/9dim.st" --generate x
+reshape "$tmp/hf.st" "$tmp/17dim.st" h.1.mlp.c_fc.weight "[$(printf '1,%.0s' $(seq 16))1024]"
+expect_error "a GPT-2 tensor of 17 dimensions" \
+	"^pipehost: $tmp/17dim.st: Hugging Face GPT-2 tensor h.1.mlp.c_fc.weight has 17 dimensions" \
+	-c "$lm" --set run.init="$tmp/17dim.st"
+reshape "$tmp/hf.st" "$tmp/short.st" h.0.ln_2.bias "[15]"
+expect_error "a GPT-2 tensor's shape and bytes disagree" \
+	"^pipehost: $tmp/short.st: Hugging Face GPT-2 tensor h.0.ln_2.bias F32 \[15\]: 64 bytes for 15 values; the file is corrupt" \
+	-c "$lm" --load-weights "$tmp/short.st" --generate x
+# a layer named wte: pipehost's own file holds wte.weight, yet its
+# __metadata__ says pipehost wrote it; without that mark, a file holding
+# every tensor the model asks for is still the model's own
+sed 's/^\[layer fc1\]/[layer wte]/' "$fixtures/tiny.ini" >"$tmp/wte.ini"
+"$PIPEHOST" -c "$tmp/wte.ini" --set run.steps=2 --save-weights "$tmp/wte.st" >/dev/null 2>&1
+if "$PIPEHOST" -c "$tmp/wte.ini" --set run.steps=2 --set run.init="$tmp/wte.st" >"$tmp/out" 2>&1 &&
+	grep -q "initial weights read from $tmp/wte.st\$" "$tmp/out"; then
+	ok "[run] init: a model with a layer named wte reads its own weights back"
+else
+	not_ok "[run] init of a model with a layer named wte: $(tail -1 "$tmp/out")"
+fi
+sed -e 's/^\[layer head\]/[layer wte]/' -e '/^tie = /d' "$lm" >"$tmp/wte-lm.ini"
+wte_run() { "$PIPEHOST" -c "$tmp/wte-lm.ini" --set "data.path=$tmp/corpus.txt" "$@"; }
+wte_run --set run.steps=2 --save-weights "$tmp/wte-lm.st" >/dev/null 2>&1
+python3 - "$tmp/wte-lm.st" "$tmp/wte-nometa.st" <<'PY'
+import json, struct, sys
+d = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+h = json.loads(d[8:8 + n])
+del h["__metadata__"]
+hj = json.dumps(h, separators=(",", ":")).encode()
+hj += b" " * (-len(hj) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hj)) + hj + d[8 + n:])
+PY
+for w in wte-lm wte-nometa; do
+	if wte_run --load-weights "$tmp/$w.st" --generate x --max-new-tokens 2 >/dev/null 2>"$tmp/err" &&
+		! grep -q "Hugging Face" "$tmp/err"; then
+		ok "--generate: an LM whose head is named wte reads $w.st as pipehost's"
+	else
+		not_ok "--generate of an LM whose head is named wte, $w.st: $(tail -1 "$tmp/err")"
+	fi
+done
+
 # models that GPT-2's tensors do not map onto
 expect_error "a head with a bias" "^pipehost: $tmp/hf.st: layer head has a bias; GPT-2's head has none: set bias = no$" \
 	-c "$lm" --set layer.head.bias=yes --load-weights "$tmp/hf.st" --generate x
