@@ -382,12 +382,46 @@ static int unknown_section(ph_config *c, const ph_ini_section *s, ph_err *err)
 	return where_fail(c, s->line, PH_EINVAL, err, "unknown section [%s]; sections are %s", s->name, all);
 }
 
+/* Every [data] key given is one the source reads: the others' keys are
+ * known to the table, so a key for another source (data.tokens on the
+ * text source), or one the source skips in this setting (vocab without
+ * tokenizer = bpe), would be dropped without a word.  When --set changes
+ * the source itself, the INI's keys were written for the INI's source:
+ * only the command line's are held to the new one (-c tiny.ini --set
+ * data.source=npy leaves tiny.ini's synthetic keys unread on purpose). */
+static int check_data_keys(ph_config *c, ph_err *err)
+{
+	const ph_data_source *s = c->data_source;
+	const ph_ini_entry *src = ph_ini_find(&c->ini, "data", "source");
+	int switched = src && src->line == 0;
+	for (int i = 0; i < c->ini.nentries; i++) {
+		const ph_ini_entry *e = &c->ini.entries[i];
+		if (strcmp(e->section, "data") || (switched && e->line > 0))
+			continue;
+		if (!ph_data_source_reads(s, e->key)) {
+			char keys[256], others[128];
+			ph_data_source_keys(s, keys, sizeof keys);
+			ph_data_sources_reading(e->key, others, sizeof others);
+			return where_fail(c, e->line, PH_EINVAL, err,
+					  "[data] %s is not read by source = %s, which reads %s (and shuffle, limit, "
+					  "test_limit); drop %s%s%s", e->key, s->name, keys, e->key,
+					  others[0] ? ", or use source = " : "", others);
+		}
+		const char *with = s->unread ? s->unread(c, e->key) : NULL;
+		if (with)
+			return where_fail(c, e->line, PH_EINVAL, err,
+					  "[data] %s is read by source = %s only with %s; set %s, or drop %s", e->key,
+					  s->name, with, with, e->key);
+	}
+	return PH_OK;
+}
+
 /* [data] source names a source of the registry (data_source.h). */
 static int resolve_data_source(ph_config *c, ph_err *err)
 {
 	c->data_source = ph_data_source_find(c->data.source);
 	if (c->data_source)
-		return PH_OK;
+		return check_data_keys(c, err);
 	ph_ini_entry *e = ph_ini_find(&c->ini, "data", "source");
 	char names[256];
 	ph_data_source_names(names, sizeof names);
@@ -550,6 +584,66 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 	return rc;
 }
 
+/* Whether the schedule orders m micro-batches of the run's shape. */
+static int schedule_takes(const ph_config *c, int64_t m, ph_err *e)
+{
+	ph_schedule_shape sh = { (int)c->run.stages, (int)c->run.chunks, (int)m };
+	return c->schedule->check(c->schedule_config, &sh, e) == PH_OK;
+}
+
+/* The schedule's own check of the run's shape, made here, where the batch
+ * is known: a schedule sees ranks, chunks and micro-batches only, so the
+ * counts it would suggest may not split [run] batch (interleaved over 3
+ * ranks takes 3 or 6, and 32 splits into neither).  Name the nearest
+ * counts it takes that the batch splits into, or say to change the batch
+ * as well.  A refusal no other count cures (a table schedule's file
+ * that does not parse), or a shape with more chunks than the schedule
+ * runs, is left to the plan, which makes the same check again. */
+static int check_schedule_shape(ph_config *c, ph_err *err)
+{
+	const ph_schedule_ops *s = c->schedule;
+	int64_t m = c->run.micro_batches, R = c->run.replicas, B = c->run.batch, per = B / R;
+	ph_err e2 = { { 0 } }, ignored;
+	if (!s || !s->check || c->run.chunks > s->max_chunks_per_rank || schedule_takes(c, m, &e2))
+		return PH_OK;
+	int64_t lo = 0, hi = 0, near = 0, top = per < 4096 ? per : 4096;
+	for (int64_t k = m - 1; k >= 1 && !lo; k--)
+		if (per % k == 0 && schedule_takes(c, k, &ignored))
+			lo = k;
+	for (int64_t k = m + 1; k <= top && !hi; k++)
+		if (per % k == 0 && schedule_takes(c, k, &ignored))
+			hi = k;
+	/* none splits the batch: the nearest count taken at all (within
+	 * reach: a table schedule reads its file at each try) */
+	for (int64_t d = 1; !lo && !hi && !near && d <= 256; d++) {
+		if (m - d >= 1 && schedule_takes(c, m - d, &ignored))
+			near = m - d;
+		else if (m + d <= 4096 && schedule_takes(c, m + d, &ignored))
+			near = m + d;
+	}
+	/* no count helps (a table that does not parse): the plan says so, in
+	 * the schedule's words */
+	if (!lo && !hi && !near)
+		return PH_OK;
+	char where[PH_STR_MAX + 16], fix[160];
+	ph_ini_where_key(&c->ini, "run", "micro_batches", where, sizeof where);
+	int64_t step = near * R, blo = step ? B / step * step : 0;
+	if (lo && hi)
+		snprintf(fix, sizeof fix, "of the counts it takes, [run] batch = %lld splits into %lld or %lld: set "
+			 "micro_batches to one", (long long)B, (long long)lo, (long long)hi);
+	else if (lo || hi)
+		snprintf(fix, sizeof fix, "of the counts it takes, [run] batch = %lld splits into %lld: set micro_batches = "
+			 "%lld", (long long)B, (long long)(lo ? lo : hi), (long long)(lo ? lo : hi));
+	else if (blo)
+		snprintf(fix, sizeof fix, "[run] batch = %lld splits into no count it takes: change it too, e.g. "
+			 "micro_batches = %lld with batch = %lld or %lld", (long long)B, (long long)near, (long long)blo,
+			 (long long)(blo + step));
+	else
+		snprintf(fix, sizeof fix, "[run] batch = %lld splits into no count it takes: change it too, e.g. "
+			 "micro_batches = %lld with batch = %lld", (long long)B, (long long)near, (long long)step);
+	return ph_fail(err, PH_EINVAL, "%s: %s; %s", where, e2.msg, fix);
+}
+
 int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 {
 	int rc;
@@ -656,6 +750,8 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 				  "[run] batch = %lld does not split into %lld equal micro-batches; %s", (long long)b,
 				  (long long)m, fix);
 	}
+	if ((rc = check_schedule_shape(c, err)))
+		return rc;
 	/* a file where the cache directory goes: said now, not only when a
 	 * run happens to measure (cost = flops never reads the cache) */
 	struct stat st;

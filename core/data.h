@@ -20,6 +20,17 @@ typedef struct {
 	int nclasses;
 	float *x;                  /* n * numel(shape) */
 	int32_t *y;                /* n * targets_per_sample */
+	/* Where the samples came from, for the errors that point at one
+	 * (ph_data_where): the file of the inputs and of the targets with
+	 * the source's name ("npy: y.npy (train_labels)"), or what made
+	 * them ("synthetic: [data] classes = 10").  For sequences cut from
+	 * one stream of ids (text, tokens) `unit` names an id ("byte",
+	 * "token") and sample i position t is id first + i*T + t of the
+	 * stream, its target the next one; unit NULL: sample i is record i
+	 * of each file. */
+	char x_from[PH_STR_MAX + 32], y_from[PH_STR_MAX + 32];
+	const char *unit;
+	int64_t first;
 } ph_dataset;
 
 /* Load the train (train=1) or test split from dir's gzip IDX files
@@ -59,11 +70,29 @@ int ph_data_token_sequences(const uint32_t *tok, size_t a, size_t b, int seq_len
 
 void ph_data_free(ph_dataset *ds);
 
+/* An evaluation split of no samples, each of `shape` with tps targets:
+ * what text and tokens give for a held-out part too short for one
+ * sequence when the run never evaluates ([run] eval = no). */
+void ph_data_empty_split(ph_dataset *ds, const ph_shape *shape, int tps);
+
 /* A seeded permutation of 0..n-1 for the given epoch (Fisher-Yates driven
  * by the counter-based generator: no hidden state). */
 void ph_data_permutation(uint64_t seed, uint64_t epoch, int64_t n, int64_t *perm);
 
 /* Copy samples idx[0..count) into x [count, numel] and y [count, tps]. */
 void ph_data_gather(const ph_dataset *ds, const int64_t *idx, int count, float *x, int32_t *y);
+
+/* The first input (target 0) or target (target 1) of ds's first n
+ * samples, as an index into x or y, that is not a whole number in
+ * [0, limit); -1 when every one is.  One pass, run once at load: a
+ * class or token id past the model's would otherwise fail only when a
+ * batch happens to hold it (and a CUDA loss would make it a NaN). */
+int64_t ph_data_first_outside(const ph_dataset *ds, int64_t n, int target, int64_t limit);
+
+/* Where element k of ds's inputs (target 0) or targets (target 1) lies,
+ * for an error: "token 3000 (training sample 187, position 8)" in a
+ * stream (its place there, then in the sample), "index 50 (training
+ * sample 50)" in a file of records; `split` names the split. */
+void ph_data_where(const ph_dataset *ds, const char *split, int target, int64_t k, char *buf, size_t len);
 
 #endif

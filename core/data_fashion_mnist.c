@@ -280,6 +280,9 @@ int ph_data_load_fashion_mnist(const char *dir, int train, ph_dataset *ds, ph_er
 	ds->nclasses = 10;
 	ds->x = x;
 	ds->y = y;
+	/* the names for later errors, cut to fit (a message holds less) */
+	snprintf(ds->x_from, sizeof ds->x_from, "fashion-mnist: %.*s", (int)sizeof ds->x_from - 16, ipath);
+	snprintf(ds->y_from, sizeof ds->y_from, "fashion-mnist: %.*s", (int)sizeof ds->y_from - 16, lpath);
 	return PH_OK;
 }
 

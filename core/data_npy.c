@@ -46,6 +46,56 @@ static const char *dict_value(const char *h, const char *key)
 	return NULL;
 }
 
+/* The most of a descr an error quotes: a structured dtype's list can
+ * run on for the whole header. */
+#define DESCR_SHOWN 60
+
+/* The descr value as the header writes it, for an error: a quoted
+ * string ('<f4') to its closing quote, a list or dict ([('a', '<f4')])
+ * to its closing bracket (brackets inside quotes not counted), anything
+ * else to the next comma; at most DESCR_SHOWN characters of it and "..."
+ * after a cut, each byte that is not printable ASCII as \xNN (the
+ * header is the file's, any bytes at all). */
+static void descr_text(const char *d, char *buf, size_t len)
+{
+	size_t n = 0;
+	if (d[0] == '\'' || d[0] == '"') {
+		const char *e = strchr(d + 1, d[0]);
+		n = e ? (size_t)(e - d) + 1 : strlen(d);
+	} else if (d[0] == '[' || d[0] == '(' || d[0] == '{') {
+		int depth = 0;
+		char quote = 0;
+		for (; d[n]; n++) {
+			char ch = d[n];
+			if (quote) {
+				quote = ch == quote ? 0 : quote;
+			} else if (ch == '\'' || ch == '"') {
+				quote = ch;
+			} else if (ch == '[' || ch == '(' || ch == '{') {
+				depth++;
+			} else if ((ch == ']' || ch == ')' || ch == '}') && --depth == 0) {
+				n++;
+				break;
+			}
+		}
+	} else {
+		n = strcspn(d, ",}");
+	}
+	size_t used = 0, i = 0;
+	for (; i < n && i < DESCR_SHOWN && used + 5 < len; i++) {
+		unsigned char ch = (unsigned char)d[i];
+		if (ch >= 0x20 && ch < 0x7f)
+			buf[used++] = (char)ch;
+		else
+			used += (size_t)snprintf(buf + used, len - used, "\\x%02x", ch);
+	}
+	if (i < n && used + 4 <= len) {
+		memcpy(buf + used, "...", 3);
+		used += 3;
+	}
+	buf[used] = 0;
+}
+
 /* Parse the header of `path` (which `what` names: "images"/"labels"). */
 static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 {
@@ -92,25 +142,25 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 		goto out;
 	}
 	/* descr: '<f4', '|u1', '<i8' ... */
-	char q = descr[0];
+	char q = descr[0], shown[DESCR_SHOWN * 4 + 8];
+	descr_text(descr, shown, sizeof shown);
 	if ((q != '\'' && q != '"') || !descr[1] || !descr[2] || !descr[3] || descr[4] != q) {
-		const char *end = strchr(descr, ',');
-		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %.*s; use float32, uint8, int32 or int64 ('<f4', '|u1', "
-			     "'<i4', '<i8')", path, end ? (int)(end - descr) : 20, descr);
+		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %s; use float32, uint8, int32 or int64 ('<f4', '|u1', "
+			     "'<i4', '<i8')", path, shown);
 		goto out;
 	}
 	char endian = descr[1];
 	h->kind = descr[2];
 	h->size = descr[3] - '0';
 	if (endian == '>' && h->size > 1) {
-		rc = ph_fail(err, PH_EINVAL, "npy: %s is big-endian (%.4s); save it as little-endian (a.astype('<...'))",
-			     path, descr);
+		rc = ph_fail(err, PH_EINVAL, "npy: %s is big-endian (%s); save it as little-endian (a.astype('<...'))",
+			     path, shown);
 		goto out;
 	}
 	if (!((h->kind == 'f' && h->size == 4) || (h->kind == 'u' && h->size == 1) ||
 	      (h->kind == 'i' && (h->size == 4 || h->size == 8)))) {
-		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %.5s; use float32, uint8, int32 or int64 ('<f4', '|u1', "
-			     "'<i4', '<i8')", path, descr);
+		rc = ph_fail(err, PH_EINVAL, "npy: %s has dtype %s; use float32, uint8, int32 or int64 ('<f4', '|u1', "
+			     "'<i4', '<i8')", path, shown);
 		goto out;
 	}
 	/* shape: (N, d1, ...) or (N,) */
@@ -291,6 +341,8 @@ static int load_split(const char *ikey, const char *ipath, const char *lkey, con
 		ds->shape.d[i - 1] = hi.dims[i];
 	ds->targets_per_sample = 1;
 	ds->nclasses = (int)maxlab + 1;
+	snprintf(ds->x_from, sizeof ds->x_from, "npy: %s (%s)", ipath, ikey);
+	snprintf(ds->y_from, sizeof ds->y_from, "npy: %s (%s)", lpath, lkey);
 out:
 	free(raw);
 	if (fi)

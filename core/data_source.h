@@ -27,6 +27,12 @@ typedef struct ph_data_source {
 	/* Targets are next bytes: losses are reported per byte (nats and
 	 * bits), accuracy as next-byte accuracy. */
 	int per_byte;
+	/* Optional: for one of `keys` that c's other settings leave unread,
+	 * the setting that reads it (text: "tokenizer = bpe" for vocab);
+	 * NULL when it is read.  The config refuses a [data] key the source
+	 * does not read, as it refuses an unknown one: it would be dropped
+	 * without a word. */
+	const char *(*unread)(const ph_config *c, const char *key);
 } ph_data_source;
 
 extern const ph_data_source ph_data_source_fashion_mnist, ph_data_source_synthetic, ph_data_source_text,
@@ -38,6 +44,15 @@ const ph_data_source *ph_data_source_find(const char *name);
 /* Whether c's losses are per byte: a byte-level source, not tokenised
  * (with tokenizer = bpe a target is a token, and so is a loss). */
 int ph_data_per_byte(const ph_config *c);
+
+/* Whether `key` is one of the [data] keys source s reads (its `keys`,
+ * or one the trainer applies to every source). */
+int ph_data_source_reads(const ph_data_source *s, const char *key);
+
+/* "path, seq_len, ...": the keys s reads besides the trainer's, and
+ * "fashion-mnist or text": the sources that read `key` ("" if none). */
+void ph_data_source_keys(const ph_data_source *s, char *buf, size_t len);
+void ph_data_sources_reading(const char *key, char *buf, size_t len);
 
 /* "fashion-mnist, synthetic, text, npy, tokens": every registered name. */
 void ph_data_source_names(char *buf, size_t len);

@@ -82,6 +82,8 @@ int ph_data_synthetic(int64_t n, const ph_shape *shape, int nclasses, uint64_t s
 	ds->shape = *shape;
 	ds->targets_per_sample = 1;
 	ds->nclasses = nclasses;
+	snprintf(ds->x_from, sizeof ds->x_from, "synthetic: [data] shape");
+	snprintf(ds->y_from, sizeof ds->y_from, "synthetic: [data] classes = %d", nclasses);
 	ds->x = x;
 	ds->y = y;
 	return PH_OK;

@@ -19,6 +19,21 @@ static uint32_t le32(const unsigned char *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* Whether `count` uint32 ids at p look like uint16 ids read two at a
+ * time: more than half of them at or past vocab, and every 16-bit half
+ * below it.  Run only on the way to an error. */
+static int looks_uint16(const unsigned char *p, size_t count, int64_t vocab)
+{
+	size_t past = 0;
+	for (size_t i = 0; i < count; i++) {
+		uint32_t v = le32(p + 4 * i);
+		if ((int64_t)(v & 0xffff) >= vocab || (int64_t)(v >> 16) >= vocab)
+			return 0;
+		past += (int64_t)v >= vocab;
+	}
+	return past * 2 > count;
+}
+
 int ph_data_read_tokens(const char *path, int token_bytes, int64_t vocab, uint32_t **tok, size_t *n, ph_err *err)
 {
 	*tok = NULL;
@@ -97,8 +112,22 @@ int ph_data_read_tokens(const char *path, int token_bytes, int64_t vocab, uint32
 		const unsigned char *p = raw + off + i * (size_t)token_bytes;
 		t[i] = token_bytes == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : le32(p);
 		if ((int64_t)t[i] >= vocab) {
-			rc = ph_fail(err, PH_EINVAL, "tokens: %s: token %u at position %zu is not below vocab_size %lld; set "
-				     "[data] vocab_size to the tokenizer's", path, t[i], i, (long long)vocab);
+			/* A headerless file of uint16 ids read as uint32 (most
+			 * values past vocab_size, every 16-bit half below it), or
+			 * an id no vocabulary has: the width is wrong, not
+			 * vocab_size. */
+			int raw32 = off == 0 && token_bytes == 4;
+			if (raw32 && looks_uint16(raw, count, vocab))
+				rc = ph_fail(err, PH_EINVAL, "tokens: %s: token %u at position %zu is not below vocab_size %lld, "
+					     "and most are not, but read as uint16 every id is: set [data] token_type = uint16",
+					     path, t[i], i, (long long)vocab);
+			else if (raw32 && t[i] >= (1u << 24))
+				rc = ph_fail(err, PH_EINVAL, "tokens: %s: token %u at position %zu is past any vocabulary (ids "
+					     "travel as floats, exact below 2^24): is [data] token_type = uint32 right?", path,
+					     t[i], i);
+			else
+				rc = ph_fail(err, PH_EINVAL, "tokens: %s: token %u at position %zu is not below vocab_size %lld; set "
+					     "[data] vocab_size to the tokenizer's", path, t[i], i, (long long)vocab);
 			free(t);
 			goto out;
 		}
@@ -122,6 +151,10 @@ int ph_data_token_sequences(const uint32_t *tok, size_t a, size_t b, int seq_len
 	ds->shape = (ph_shape){ 1, { seq_len } };
 	ds->targets_per_sample = seq_len;
 	ds->nclasses = (int)vocab;
+	ds->unit = "token";
+	ds->first = (int64_t)a;
+	snprintf(ds->x_from, sizeof ds->x_from, "%s", what);
+	snprintf(ds->y_from, sizeof ds->y_from, "%s", what);
 	ds->x = malloc((size_t)nseq * seq_len * sizeof *ds->x);
 	ds->y = malloc((size_t)nseq * seq_len * sizeof *ds->y);
 	if (!ds->x || !ds->y) {
@@ -144,6 +177,13 @@ static int tokens_shape(const ph_config *c, ph_shape *s, ph_err *err)
 	return PH_OK;
 }
 
+/* Name a split's file for the errors that point into it (ph_data_where). */
+static void from_file(ph_dataset *ds, const char *path)
+{
+	snprintf(ds->x_from, sizeof ds->x_from, "tokens: %s", path);
+	snprintf(ds->y_from, sizeof ds->y_from, "tokens: %s", path);
+}
+
 static int tokens_load(const ph_config *c, const ph_shape *shape, ph_dataset *train, ph_dataset *eval, ph_err *err)
 {
 	const ph_data_cfg *d = &c->data;
@@ -155,6 +195,7 @@ static int tokens_load(const ph_config *c, const ph_shape *shape, ph_dataset *tr
 	int rc = ph_data_read_tokens(d->tokens, width, d->vocab_size, &tok, &n, err);
 	if (!rc && d->test_tokens[0])
 		rc = ph_data_read_tokens(d->test_tokens, width, d->vocab_size, &vtok, &vn, err);
+	int held_out = !rc && !vtok;
 	if (!rc && vtok) {
 		rc = ph_data_token_sequences(tok, 0, n, T, d->vocab_size, d->tokens, "training", train, err);
 		if (!rc)
@@ -163,16 +204,28 @@ static int tokens_load(const ph_config *c, const ph_shape *shape, ph_dataset *tr
 		/* no validation file: the last holdout of the tokens, as text does */
 		size_t cut = (size_t)((double)n * (1.0 - d->holdout));
 		rc = ph_data_token_sequences(tok, 0, cut, T, d->vocab_size, d->tokens, "training", train, err);
-		if (!rc)
+		if (!rc && n - cut <= (size_t)T && !c->run.eval) {
+			/* never evaluated: held out all the same (the training
+			 * tokens do not depend on eval), but no error */
+			ph_data_empty_split(eval, shape, T);
+		} else if (!rc && n - cut <= (size_t)T) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s: its last holdout = %g is %zu tokens, too few for one "
+				     "validation sequence of %d; raise [data] holdout, give test_tokens, use a shorter "
+				     "seq_len, or set [run] eval = no", d->tokens, d->holdout, n - cut, T);
+		} else if (!rc) {
 			rc = ph_data_token_sequences(tok, cut, n, T, d->vocab_size, d->tokens, "held-out", eval, err);
+		}
 	}
 	free(tok);
 	free(vtok);
 	if (rc) {
 		ph_data_free(train);
 		ph_data_free(eval);
+		return rc;
 	}
-	return rc;
+	from_file(train, d->tokens);
+	from_file(eval, held_out ? d->tokens : d->test_tokens);
+	return PH_OK;
 }
 
 static const char *const tokens_keys[] = { "tokens", "test_tokens", "token_type", "vocab_size", "seq_len", "holdout",

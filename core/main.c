@@ -242,7 +242,14 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 			cli->batch = (int)v;
 			break;
 		}
-		case OPT_GEN: cli->gen.prompt = optarg; break;
+		case OPT_GEN:
+			/* a usage error like every other bad --generate value (exit
+			 * 2), before a model is built: nothing to continue */
+			if (!*optarg)
+				return ph_fail(err, PH_EINVAL, "--generate: the prompt is empty; give at least one character "
+					       "of text to continue");
+			cli->gen.prompt = optarg;
+			break;
 		case OPT_GEN_N:
 			if (gen_number("--max-new-tokens", optarg, 0, 1 << 20, 1, &v, "a number of tokens from 0 to 1048576", err))
 				return PH_EINVAL;
@@ -476,9 +483,87 @@ static const float *profile_samples(void *ctx, int batch, ph_err *err)
 	return pd->train->x;
 }
 
+/* Layer L's integer option `name` (its plugin's table), into *v. */
+static int layer_int_option(const ph_layer *L, const char *name, int64_t *v)
+{
+	const ph_option *o = L->ops->head.options ? ph_options_find(L->ops->head.options, name) : NULL;
+	if (!o || o->type != PH_OPT_INT)
+		return 0;
+	memcpy(v, (const char *)L->cfg->config + o->offset, sizeof *v);
+	return 1;
+}
+
+/* The key that makes the loss's `classes`, for an error: going back from
+ * the loss over the layers whose output ends in that many (a dropout
+ * passes it on), the first integer option of that value ("[layer fc2]
+ * units"); else the loss's input. */
+static void classes_key(const ph_model *m, int64_t classes, char *buf, size_t len)
+{
+	for (int i = m->n - 2; i >= 0; i--) {
+		const ph_layer *L = &m->layers[i];
+		const ph_shape *out = &L->meta.out;
+		if (out->ndim < 1 || out->d[out->ndim - 1] != classes)
+			break;
+		for (const ph_option *o = L->ops->head.options; o && o->name; o++) {
+			int64_t v;
+			if (o->type == PH_OPT_INT && layer_int_option(L, o->name, &v) && v == classes) {
+				snprintf(buf, len, "[%s] %s", L->cfg->section, o->name);
+				return;
+			}
+		}
+	}
+	const ph_layer *loss = &m->layers[m->n - 1];
+	snprintf(buf, len, "the logits into layer %s, %s", loss->cfg->name, loss->ops->head.name);
+}
+
+/* Every class and token id of the samples a run reads is one its model
+ * takes, checked once at load: a batch holding one past it would stop
+ * the run only at that step, after checkpoints (and a CUDA loss or
+ * embedding would make it a NaN).  The classes are the loss's: its
+ * targets index numel(in) / targets_per_sample logits each, the range
+ * --check-plugin draws them from (docs/plugin-templates.md).  A layer's
+ * meta has no word for "my input is ids below N", so the inputs are
+ * checked where a first layer says so by an integer option `vocab`
+ * (embedding, and any layer that takes token ids by that name). */
+static int check_ids(const ph_model *model, const ph_dataset *ds, const char *split, int64_t n, ph_err *err)
+{
+	const ph_layer *first = &model->layers[0], *loss = &model->layers[model->n - 1];
+	int64_t classes = ph_shape_numel(&loss->in) / model->targets_per_sample, vocab;
+	char where[128], ckey[PH_STR_MAX + 64];
+	classes_key(model, classes, ckey, sizeof ckey);
+	if (layer_int_option(first, "vocab", &vocab)) {
+		int64_t k = ph_data_first_outside(ds, n, 0, vocab);
+		if (k >= 0) {
+			double v = ds->x[k];
+			ph_data_where(ds, split, 0, k, where, sizeof where);
+			if (!(v >= 0) || v != (double)(int64_t)v)
+				return ph_fail(err, PH_EINVAL, "%s: input %g at %s is not a token id; layer %s (%s) takes whole "
+					       "numbers in [0, %lld): give it token ids", ds->x_from, v, where, first->cfg->name,
+					       first->ops->head.name, (long long)vocab);
+			/* in a stream the id is the target before it too */
+			int also = ds->unit && v >= (double)classes;
+			return ph_fail(err, PH_EINVAL, "%s: id %.0f at %s is past the model's %lld ids ([%s] vocab%s%s); "
+				       "give ids below %lld or raise %s", ds->x_from, v, where, (long long)vocab,
+				       first->cfg->section, also ? ", " : "", also ? ckey : "", (long long)vocab,
+				       also ? "both" : "it");
+		}
+	}
+	int64_t k = ph_data_first_outside(ds, n, 1, classes);
+	if (k >= 0) {
+		ph_data_where(ds, split, 1, k, where, sizeof where);
+		return ph_fail(err, PH_EINVAL, "%s: %s %d at %s is past the model's %lld classes (%s); give %ss below %lld "
+			       "or raise it", ds->y_from, ds->unit ? "id" : "label", (int)ds->y[k], where,
+			       (long long)classes, ckey, ds->unit ? "id" : "label", (long long)classes);
+	}
+	return PH_OK;
+}
+
 /* The data loaded for a run fit the model planned: the engine copies
  * batch x numel(in) floats per step, so a data set of other samples must
- * never reach it; and they hold at least one batch. */
+ * never reach it; they hold at least one batch; and every id the run
+ * reads is one the model takes: the training samples it trains on ([data]
+ * limit), the test samples it evaluates ([data] test_limit; none
+ * with [run] eval = no). */
 static int check_data(const ph_config *cfg, const ph_model *model, const ph_shape *in, const ph_dataset *train,
 		      const ph_dataset *test, ph_err *err)
 {
@@ -492,7 +577,14 @@ static int check_data(const ph_config *cfg, const ph_model *model, const ph_shap
 			       "%d; check [data] and the loss layer", got, train->targets_per_sample, want,
 			       model->targets_per_sample);
 	}
-	return ph_train_check_data(cfg, train, err);
+	int rc = ph_train_check_data(cfg, train, err);
+	int64_t ntrain = cfg->data.limit && cfg->data.limit < train->n ? cfg->data.limit : train->n;
+	int64_t ntest = !cfg->run.eval ? 0 : cfg->data.test_limit ? cfg->data.test_limit : test->n;
+	if (!rc)
+		rc = check_ids(model, train, "training", ntrain, err);
+	if (!rc)
+		rc = check_ids(model, test, cfg->data_source->per_byte || test->unit ? "validation" : "test", ntest, err);
+	return rc;
 }
 
 /* After files written under ph_stop_hold: whether a stop signal came

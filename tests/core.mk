@@ -24,6 +24,10 @@ tests_plugins_ctor_marker_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 check_LTLIBRARIES += tests/plugins/abi13_relu.la
 tests_plugins_abi13_relu_la_SOURCES = tests/plugins/abi13_relu.c
 tests_plugins_abi13_relu_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# a layer that fails at run time on purpose (test-mpi.sh: one process fails)
+check_LTLIBRARIES += tests/plugins/fail_forward.la
+tests_plugins_fail_forward_la_SOURCES = tests/plugins/fail_forward.c
+tests_plugins_fail_forward_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 # bad_twin.c three times: CUDA hooks (ABI 1.4) too short, without backward, split unlike the layer
 check_LTLIBRARIES += tests/plugins/bad_twin_size.la tests/plugins/bad_twin_hook.la tests/plugins/bad_twin_split.la
 tests_plugins_bad_twin_size_la_SOURCES = tests/plugins/bad_twin.c

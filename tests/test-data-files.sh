@@ -12,8 +12,10 @@ lm="$fixtures/tiny-lm.ini"
 bytes() { printf "$(awk "BEGIN { $1 }" | awk '{ printf "\\%03o", $1 % 256 }')"; }
 
 # npy FILE DESCR SHAPE: a version 1.0 header, padded to 64 bytes as numpy does
-npy() {
-	dict="{'descr': '$2', 'fortran_order': ${4:-False}, 'shape': $3, }"
+npy() { npy_dict "$1" "{'descr': '$2', 'fortran_order': ${4:-False}, 'shape': $3, }"; }
+# npy_dict FILE DICT: the same with the header's dict as given
+npy_dict() {
+	dict=$2
 	hl=$((${#dict} + 1))
 	pad=$(((64 - (10 + hl) % 64) % 64))
 	hl=$((hl + pad))
@@ -99,6 +101,34 @@ expect_error "npy: a NaN input is named, not left to the loss" \
 	"^pipehost: npy: $tmp/nan.npy \(train_images\): input 2 of sample 1 is NaN; the inputs must be finite" \
 	-c "$tiny" "$@" --set "data.train_images=$tmp/nan.npy" --set "data.train_labels=$tmp/nanl.npy" \
 	--set "data.test_images=$tmp/fin.npy" --set "data.test_labels=$tmp/nanl.npy" --set run.batch=4
+# the whole dtype is quoted, however long, not cut after a few characters
+npy_dict "$tmp/rec.npy" "{'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (4,), }"
+bad_npy "a structured dtype" rec.npy " has dtype \[\('a', '<f4'\), \('b', '<i4'\)\]; use float32, uint8, int32 or int64" "$@"
+npy "$tmp/be.npy" '>f4' '(4, 1, 2, 2)'
+bad_npy "big-endian" be.npy " is big-endian \('>f4'\); save it as little-endian" "$@"
+
+# A label past the model's classes is refused when the data load, naming
+# the file, the label and its place, the model's count and the key that
+# sets it, before step 1 and before the checkpoint directory is made: a
+# batch that happens to hold it would have stopped the run later.
+npy "$tmp/l99.npy" '|u1' '(256,)'
+bytes "for (i = 0; i < 256; i++) print i == 50 ? 99 : i % 4" >>"$tmp/l99.npy"
+expect_error "npy: a label past the model's classes, at load" \
+	"^pipehost: npy: $tmp/l99.npy \(train_labels\): label 99 at index 50 \(training sample 50\) is past the model's 10 classes \(\[layer fc2\] units\); give labels below 10 or raise it\$" \
+	-c "$tiny" "$@" --set "data.train_labels=$tmp/l99.npy" --set run.steps=2 --set "checkpoint.dir=$tmp/ck99" \
+	--set checkpoint.every=1
+if [ -e "$tmp/ck99" ]; then not_ok "npy: the checkpoint directory was made before the refusal"; else
+	ok "npy: nothing written before the refusal (no $tmp/ck99)"; fi
+expect_error "npy: a test label past the model's classes, when the run evaluates" \
+	"^pipehost: npy: $tmp/l99.npy \(test_labels\): label 99 at index 50 \(test sample 50\) is past the model's 10 classes" \
+	-c "$tiny" "$@" --set "data.test_images=$tmp/tx.npy" --set "data.test_labels=$tmp/l99.npy" --set run.steps=2 \
+	--set run.eval=yes
+if "$PIPEHOST" -c "$tiny" "$@" --set "data.test_images=$tmp/tx.npy" --set "data.test_labels=$tmp/l99.npy" \
+	--set run.steps=2 --set run.eval=no >"$tmp/out" 2>&1; then
+	ok "npy: test labels a run never evaluates (eval = no) are not held against it"
+else
+	not_ok "npy: eval = no, a bad test label: $(tail -2 "$tmp/out")"
+fi
 
 # tokens: a sequence of period 7 over ids 100..106 (vocab 256), as
 # nanoGPT's train.bin (raw uint16) and as llm.c's (its header, then uint16)
@@ -137,6 +167,29 @@ expect_error "tokens: a cut raw file" "^pipehost: tokens: $tmp/odd.bin is trunca
 expect_error "tokens: a cut llm.c file" "^pipehost: tokens: $tmp/cut.bin is truncated: its header says 3000 tokens" \
 	-c "$lm" "$@" --set "data.tokens=$tmp/cut.bin"
 expect_error "tokens: missing file" "^pipehost: tokens: $tmp/none.bin not found" -c "$lm" "$@" --set "data.tokens=$tmp/none.bin"
+# uint16 ids read as uint32: the width is named, not vocab_size
+expect_error "tokens: uint16 ids read as uint32" \
+	"^pipehost: tokens: $tmp/train.bin: token 6750308 at position 0 is not below vocab_size 50257, and most are not, but read as uint16 every id is: set \[data\] token_type = uint16\$" \
+	-c "$lm" "$@" --set "data.tokens=$tmp/train.bin" --set data.token_type=uint32 --set data.vocab_size=50257
+# An id below vocab_size (50257) but past the model's 256: refused at load,
+# with its place in the file, before step 1 and before any checkpoint.
+{ toks 3000; bytes "print 44; print 1"; toks 999; } >"$tmp/rare.bin"
+expect_error "tokens: an id past the model's vocabulary, at load" \
+	"^pipehost: tokens: $tmp/rare.bin: id 300 at token 3000 \(training sample 187, position 8\) is past the model's 256 ids \(\[layer embed\] vocab, \[layer head\] units\); give ids below 256 or raise both\$" \
+	-c "$lm" "$@" --set "data.tokens=$tmp/rare.bin" --set data.vocab_size=50257 --set run.steps=2 \
+	--set "checkpoint.dir=$tmp/ckrare" --set checkpoint.every=1
+if [ -e "$tmp/ckrare" ]; then not_ok "tokens: the checkpoint directory was made before the refusal"; else
+	ok "tokens: nothing written before the refusal (no $tmp/ckrare)"; fi
+# a BPE vocabulary larger than the embedding's: the same check, on its ids
+awk 'BEGIN { for (i = 0; i < 300; i++) print "the quick brown fox jumps over the lazy dog " i }' >"$tmp/fox.txt"
+if "$top_builddir/tests/bpe-tool" train 60 "$tmp/fox.txt" "$tmp" >"$tmp/bpe.out" 2>&1; then
+	expect_error "text: BPE ids past the model's vocabulary, at load" \
+		"^pipehost: text \(bpe of \[data\] vocab\): $tmp/fox.txt: id [0-9]+ at token [0-9]+ \(training sample [0-9]+, position [0-9]+\) is past the model's 256 ids" \
+		-c "$lm" --set "data.path=$tmp/fox.txt" --set data.tokenizer=bpe --set "data.vocab=$tmp/vocab.json" \
+		--set "data.merges=$tmp/merges.txt" --set run.steps=2
+else
+	not_ok "bpe-tool train: $(cat "$tmp/bpe.out")"
+fi
 truncate -s 500M "$tmp/huge.bin"
 expect_error "tokens: 500 MB (sparse), past 10^8 tokens" \
 	"^pipehost: tokens: $tmp/huge.bin holds more than 100000000 tokens; use a smaller file$" \

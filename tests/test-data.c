@@ -514,12 +514,9 @@ END_TEST
 
 /* A .npy file: format major.0, the header dict from descr, fortran and
  * shape, padded to 64 bytes as numpy pads it, then len payload bytes. */
-static void write_npy(const char *name, int major, const char *descr, const char *fortran, const char *shape,
-		      const void *payload, size_t len)
+static void write_npy_dict(const char *name, int major, const char *dict, const void *payload, size_t len)
 {
-	char dict[256];
-	int dl = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, fortran,
-			  shape);
+	int dl = (int)strlen(dict);
 	size_t pre = major == 1 ? 10 : 12;
 	size_t hl = (size_t)dl + 1;
 	hl += (64 - (pre + hl) % 64) % 64;
@@ -537,6 +534,14 @@ static void write_npy(const char *name, int major, const char *descr, const char
 	if (len)
 		fwrite(payload, 1, len, f);
 	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_npy(const char *name, int major, const char *descr, const char *fortran, const char *shape,
+		      const void *payload, size_t len)
+{
+	char dict[256];
+	snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }", descr, fortran, shape);
+	write_npy_dict(name, major, dict, payload, len);
 }
 
 static void expect_npy_fail(const char *img, const char *lab, const char *want)
@@ -626,7 +631,20 @@ START_TEST(test_npy_bad)
 	expect_npy_fail("magic.npy", "l.npy", "magic.npy is not a .npy file");
 	expect_npy_fail("fort.npy", "l.npy", "fort.npy is in Fortran order");
 	expect_npy_fail("f8.npy", "l.npy", "f8.npy has dtype '<f8'; use float32, uint8");
-	expect_npy_fail("be.npy", "l.npy", "be.npy is big-endian");
+	/* the whole descr is quoted, however it is written: not cut after
+	 * 4 or 5 characters or at its first comma */
+	expect_npy_fail("be.npy", "l.npy", "be.npy is big-endian ('>f4'); save it as little-endian");
+	write_npy_dict("rec.npy", 1, "{'descr': [('a', '<f4'), ('b', '<i4')], 'fortran_order': False, 'shape': (2,), }",
+		       xf, sizeof xf);
+	expect_npy_fail("rec.npy", "l.npy", "rec.npy has dtype [('a', '<f4'), ('b', '<i4')]; use float32, uint8");
+	write_npy("str.npy", 1, "<U12", "False", "(2, 4)", xf, sizeof xf);
+	expect_npy_fail("str.npy", "l.npy", "str.npy has dtype '<U12'; use float32");
+	write_npy_dict("longdescr.npy", 1, "{'descr': [('aaaaaaaaaaaaaaaaaaaa', '<f4'), ('bbbbbbbbbbbbbbbbbbbb', '<i4'), ('c', "
+		       "'<f8')], 'fortran_order': False, 'shape': (2,), }", xf, sizeof xf);
+	expect_npy_fail("longdescr.npy", "l.npy",
+			"longdescr.npy has dtype [('aaaaaaaaaaaaaaaaaaaa', '<f4'), ('bbbbbbbbbbbbbbbbbbbb', '...; use float32");
+	write_npy_dict("ctl.npy", 1, "{'descr': '<\x01\x02', 'fortran_order': False, 'shape': (2, 4), }", xf, sizeof xf);
+	expect_npy_fail("ctl.npy", "l.npy", "ctl.npy has dtype '<\\x01\\x02'; use float32");
 	expect_npy_fail("short.npy", "l.npy", "short.npy is truncated: its shape needs");
 	expect_npy_fail("long.npy", "l.npy", "long.npy has 1 bytes after its array");
 	expect_npy_fail("v9.npy", "l.npy", "v9.npy is .npy format version 9.0");
@@ -750,7 +768,23 @@ START_TEST(test_tokens_files)
 	fclose(fopen(in_dir("empty.bin"), "wb"));
 	ck_assert_int_eq(mkfifo(in_dir("fifo.bin"), 0600), 0);
 	expect_tokens_fail("nano.bin", 2, 50257, "nano.bin: token 60111 at position 3 is not below vocab_size 50257");
-	expect_tokens_fail("big.bin", 4, 65536, "big.bin: token 70000 at position 2 is not below vocab_size 65536");
+	expect_tokens_fail("big.bin", 4, 65536, "big.bin: token 70000 at position 2 is not below vocab_size 65536; set "
+			   "[data] vocab_size");
+	/* uint16 ids read as uint32: the width is wrong, not vocab_size */
+	uint32_t pairs[40];
+	for (int i = 0; i < 40; i++)
+		pairs[i] = (uint32_t)(i * 37 % 251 + 1);
+	write_tokens("u16.bin", 0, 2, pairs, 40, 0);
+	expect_tokens_fail("u16.bin", 4, 50257, "u16.bin: token 2490369 at position 0 is not below vocab_size 50257, and "
+			   "most are not, but read as uint16 every id is: set [data] token_type = uint16");
+	uint32_t absurd[3] = { 1, 2, 1u << 30 };
+	write_tokens("absurd.bin", 0, 4, absurd, 3, 0);
+	expect_tokens_fail("absurd.bin", 4, 65536, "absurd.bin: token 1073741824 at position 2 is past any vocabulary (ids "
+			   "travel as floats, exact below 2^24): is [data] token_type = uint32 right?");
+	/* llm.c's header says the width: a big id there is the vocabulary's */
+	write_tokens("llmc2big.bin", 2, 4, absurd, 3, 3);
+	expect_tokens_fail("llmc2big.bin", 2, 65536, "token 1073741824 at position 2 is not below vocab_size 65536; set "
+			   "[data] vocab_size");
 	expect_tokens_fail("short1.bin", 2, 65536, "short1.bin is truncated: its header says 40 tokens");
 	expect_tokens_fail("long1.bin", 2, 65536, "long1.bin holds 2 bytes after the 39 tokens");
 	expect_tokens_fail("v3.bin", 2, 65536, "v3.bin is llm.c format version 3");
@@ -814,6 +848,185 @@ START_TEST(test_tokens_ops)
 	c.data.seq_len = 8, c.data.vocab_size = 250;
 	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
 	ck_assert_ptr_nonnull(strstr(err.msg, "t.bin: token 252 at position 36 is not below vocab_size 250"));
+	/* held out from t.bin: 100 tokens, holdout 0.05 keeps 5, too few for
+	 * a sequence of 8; refused only when the run evaluates them */
+	c.data.vocab_size = 300, c.data.holdout = 0.05, c.data.test_tokens[0] = 0, c.run.eval = 1;
+	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
+	ck_assert_msg(strstr(err.msg, "t.bin: its last holdout = 0.05 is 5 tokens, too few for one validation sequence "
+			     "of 8; raise [data] holdout, give test_tokens, use a shorter seq_len, or set [run] eval = no"),
+		      "%s", err.msg);
+	ck_assert_ptr_null(tr.x);
+	c.run.eval = 0;
+	ck_assert_int_eq(src->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(tr.n, (95 - 1) / 8); /* the same training tokens either way */
+	ck_assert_int_eq(ev.n, 0);
+	ck_assert_str_eq(tr.unit, "token");
+	ck_assert_int_eq(strncmp(tr.x_from, "tokens: ", 8), 0);
+	ph_data_free(&tr), ph_data_free(&ev);
+}
+END_TEST
+
+/* Ids past a model's limits: found in one pass over the samples a run
+ * reads, and placed in their file (main.c's check at load names them). */
+START_TEST(test_ids_outside)
+{
+	ph_err err = { "" };
+	char w[128];
+	uint32_t *tok = malloc(5000 * sizeof *tok);
+	ck_assert_ptr_nonnull(tok);
+	for (int i = 0; i < 5000; i++)
+		tok[i] = (uint32_t)(i % 256);
+	tok[3000] = 300;
+	ph_dataset ds;
+	ck_assert_int_eq(ph_data_token_sequences(tok, 0, 4500, 16, 50257, "t.bin", "training", &ds, &err), PH_OK);
+	ck_assert_str_eq(ds.unit, "token");
+	ck_assert_str_eq(ds.x_from, "t.bin");
+	int64_t k = ph_data_first_outside(&ds, ds.n, 0, 256);
+	ck_assert_int_eq(k, 3000);
+	ph_data_where(&ds, "training", 0, k, w, sizeof w);
+	ck_assert_str_eq(w, "token 3000 (training sample 187, position 8)");
+	/* the same token is the target of the position before */
+	k = ph_data_first_outside(&ds, ds.n, 1, 256);
+	ck_assert_int_eq(k, 2999);
+	ph_data_where(&ds, "training", 1, k, w, sizeof w);
+	ck_assert_str_eq(w, "token 3000 (training sample 187, position 7)");
+	ck_assert_int_eq(ph_data_first_outside(&ds, 187, 0, 256), -1); /* [data] limit: not read */
+	ck_assert_int_eq(ph_data_first_outside(&ds, ds.n, 0, 301), -1);
+	ck_assert_int_eq(ph_data_first_outside(&ds, ds.n, 1, 301), -1);
+	ph_data_free(&ds);
+	/* a split cut further on counts positions from the file's start */
+	ck_assert_int_eq(ph_data_token_sequences(tok, 2990, 5000, 16, 50257, "t.bin", "held-out", &ds, &err), PH_OK);
+	k = ph_data_first_outside(&ds, ds.n, 0, 256);
+	ph_data_where(&ds, "validation", 0, k, w, sizeof w);
+	ck_assert_str_eq(w, "token 3000 (validation sample 0, position 10)");
+	ph_data_free(&ds);
+	free(tok);
+
+	/* a file of records (npy): label i is sample i's */
+	memset(&ds, 0, sizeof ds);
+	ds.n = 60, ds.shape = (ph_shape){ 1, { 2 } }, ds.targets_per_sample = 1;
+	ds.x = calloc(120, sizeof *ds.x);
+	ds.y = calloc(60, sizeof *ds.y);
+	ck_assert(ds.x && ds.y);
+	ds.y[50] = 99;
+	ds.x[7] = 2.5f;
+	k = ph_data_first_outside(&ds, ds.n, 1, 10);
+	ck_assert_int_eq(k, 50);
+	ph_data_where(&ds, "test", 1, k, w, sizeof w);
+	ck_assert_str_eq(w, "index 50 (test sample 50)");
+	ck_assert_int_eq(ph_data_first_outside(&ds, 50, 1, 10), -1);
+	ck_assert_int_eq(ph_data_first_outside(&ds, ds.n, 1, 100), -1);
+	/* an input read as an id must be a whole number: 2.5, NaN, -1 are not */
+	k = ph_data_first_outside(&ds, ds.n, 0, 10);
+	ck_assert_int_eq(k, 7);
+	ph_data_where(&ds, "test", 0, k, w, sizeof w);
+	ck_assert_str_eq(w, "test sample 3, element 1");
+	ds.x[7] = 2.f, ds.x[5] = NAN;
+	ck_assert_int_eq(ph_data_first_outside(&ds, ds.n, 0, 10), 5);
+	ds.x[5] = -1.f;
+	ck_assert_int_eq(ph_data_first_outside(&ds, ds.n, 0, 10), 5);
+	ds.x[5] = 0.f;
+	ck_assert_int_eq(ph_data_first_outside(&ds, ds.n, 0, 10), -1);
+	ph_data_free(&ds);
+}
+END_TEST
+
+static void write_text(const char *name, const char *text, size_t len)
+{
+	FILE *f = fopen(in_dir(name), "wb");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A directory that gives no text says what it held; a held-out part too
+ * short for one sequence names holdout, and is no error without eval. */
+START_TEST(test_text_refusals)
+{
+	ph_dataset ds;
+	ph_err err = { "" };
+	ck_assert_int_eq(mkdir(in_dir("t"), 0700), 0);
+	write_text("t/a.bin", "abc\0def", 7);
+	write_text("plain.txt", "some text\n", 10);
+	ck_assert_int_eq(symlink("../plain.txt", in_dir("t/l.txt")), 0);
+	ck_assert_int_eq(mkdir(in_dir("t/sub"), 0700), 0);
+	write_text("t/sub/inner.txt", "more text\n", 10);
+	ck_assert_int_eq(ph_data_load_text(in_dir("t"), 16, 0.1, 1, &ds, &err), PH_EINVAL);
+	ck_assert_msg(strstr(err.msg, "/t holds no text: skipped 1 file holding NUL bytes, 1 symlink, 1 subdirectory "
+			     "(only regular files without NUL bytes are read)"), "%s", err.msg);
+	ck_assert_int_eq(mkdir(in_dir("e"), 0700), 0);
+	ck_assert_int_eq(ph_data_load_text(in_dir("e"), 16, 0.1, 1, &ds, &err), PH_EINVAL);
+	ck_assert_msg(strstr(err.msg, "/e holds no text (no files, or only empty ones)"), "%s", err.msg);
+	/* a corpus too short with files skipped: both said */
+	write_text("t/b.txt", "0123456789", 10);
+	ck_assert_int_eq(ph_data_load_text(in_dir("t"), 16, 0.1, 1, &ds, &err), PH_EINVAL);
+	ck_assert_msg(strstr(err.msg, "/t has 10 bytes of text (skipped 1 file holding NUL bytes, 1 symlink, 1 "
+			     "subdirectory), too few for one training sequence of 16"), "%s", err.msg);
+
+	/* 100 bytes, holdout 0.1: 90 train (5 sequences of 16), 10 held out */
+	char hundred[100];
+	for (int i = 0; i < 100; i++)
+		hundred[i] = (char)('a' + i % 26);
+	write_text("h.txt", hundred, 100);
+	ck_assert_int_eq(ph_data_load_text(in_dir("h.txt"), 16, 0.1, 0, &ds, &err), PH_EINVAL);
+	ck_assert_msg(strstr(err.msg, "h.txt has 100 bytes; its last holdout = 0.1 is 10 bytes, too few for one "
+			     "validation sequence of 16; raise [data] holdout, use more text or a shorter seq_len, or "
+			     "set [run] eval = no"), "%s", err.msg);
+	ph_config c;
+	memset(&c, 0, sizeof c);
+	snprintf(c.data.path, sizeof c.data.path, "%s", in_dir("h.txt"));
+	c.data.seq_len = 16, c.data.holdout = 0.1, c.run.eval = 1;
+	const ph_data_source *text = ph_data_source_find("text");
+	ph_shape s = { 1, { 16 } };
+	ph_dataset tr, ev;
+	ck_assert_int_eq(text->load(&c, &s, &tr, &ev, &err), PH_EINVAL);
+	ck_assert_ptr_null(tr.x);
+	/* without eval the held-out bytes stay held out (the training
+	 * bytes are the same either way), and none are needed */
+	c.run.eval = 0;
+	ck_assert_int_eq(text->load(&c, &s, &tr, &ev, &err), PH_OK);
+	ck_assert_int_eq(tr.n, 5);
+	ck_assert_int_eq(ev.n, 0);
+	ck_assert_int_eq(ev.shape.d[0], 16);
+	ck_assert_int_eq(strncmp(tr.x_from, "text: ", 6), 0);
+	ck_assert_str_eq(tr.x_from + 6, in_dir("h.txt"));
+	ck_assert_str_eq(tr.unit, "byte");
+	ph_data_free(&tr), ph_data_free(&ev);
+}
+END_TEST
+
+/* The [data] keys each source reads, for the config's refusal of the
+ * others (config.c). */
+START_TEST(test_source_keys)
+{
+	const ph_data_source *text = ph_data_source_find("text"), *tokens = ph_data_source_find("tokens");
+	ck_assert(ph_data_source_reads(text, "vocab"));
+	ck_assert(ph_data_source_reads(text, "shuffle"));
+	ck_assert(ph_data_source_reads(text, "test_limit"));
+	ck_assert(!ph_data_source_reads(text, "tokens"));
+	ck_assert(!ph_data_source_reads(tokens, "tokenizer"));
+	ck_assert(!ph_data_source_reads(tokens, "path"));
+	ph_config c;
+	memset(&c, 0, sizeof c);
+	c.data.tokenizer = PH_TOKENIZER_BYTES;
+	ck_assert_str_eq(text->unread(&c, "vocab"), "tokenizer = bpe");
+	ck_assert_str_eq(text->unread(&c, "merges"), "tokenizer = bpe");
+	ck_assert_ptr_null(text->unread(&c, "path"));
+	c.data.tokenizer = PH_TOKENIZER_BPE;
+	ck_assert_ptr_null(text->unread(&c, "vocab"));
+	char buf[256];
+	ph_data_source_keys(text, buf, sizeof buf);
+	ck_assert_str_eq(buf, "path, seq_len, holdout, tokenizer, vocab, merges");
+	ph_data_sources_reading("path", buf, sizeof buf);
+	ck_assert_str_eq(buf, "fashion-mnist or text");
+	ph_data_sources_reading("seq_len", buf, sizeof buf);
+	ck_assert_str_eq(buf, "text or tokens");
+	ph_data_sources_reading("holdout", buf, sizeof buf);
+	ck_assert_str_eq(buf, "text or tokens");
+	ph_data_sources_reading("classes", buf, sizeof buf);
+	ck_assert_str_eq(buf, "synthetic");
+	ph_data_sources_reading("nope", buf, sizeof buf);
+	ck_assert_str_eq(buf, "");
 }
 END_TEST
 
@@ -839,6 +1052,9 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_npy_ops);
 	tcase_add_test(tc, test_tokens_files);
 	tcase_add_test(tc, test_tokens_ops);
+	tcase_add_test(tc, test_ids_outside);
+	tcase_add_test(tc, test_text_refusals);
+	tcase_add_test(tc, test_source_keys);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -69,8 +69,9 @@ else
 	ok "more stages than layers: refused before the profiler"
 fi
 
-sed 's/^source = synthetic$/source = fashion-mnist/' "$tiny" | sed 's/^shape = 1,8,8$//' >"$tmp/data.ini"
-printf '[data]\n' >/dev/null
+# fashion-mnist reads none of tiny.ini's synthetic keys (a key the source
+# does not read is refused): drop them with the source
+sed 's/^source = synthetic$/source = fashion-mnist/' "$tiny" | grep -Ev '^(shape|classes|samples|test_samples) = ' >"$tmp/data.ini"
 expect_error "missing data set" "$tmp/no-such-dir/train-images-idx3-ubyte.gz not found; install Debian's dataset-fashion-mnist package" \
 	-c "$tmp/data.ini" --set "data.path=$tmp/no-such-dir"
 expect_error "data set path that is a file" \
@@ -388,6 +389,26 @@ for i in $(seq 1 23); do dirs="$dirs --plugin-dir $long"; done
 expect_error "--plugin-dir past 4095 characters in all" \
 	"^pipehost: --plugin-dir: the directories given add up to more than 4095 characters; give fewer, or shorter paths" \
 	$dirs --list-plugins
+# an empty --generate prompt is a usage error, exit 2, as every other bad
+# --generate value (it was 1, after the config loaded)
+"$PIPEHOST" -c "$tiny" --generate '' >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] &&
+	grep -q "^pipehost: --generate: the prompt is empty; give at least one character of text to continue$" "$tmp/err"; then
+	ok "--generate '': exit 2: $(cat "$tmp/err")"
+else
+	not_ok "--generate '': exit $rc, $(cat "$tmp/out" "$tmp/err")"
+fi
+# interleaved needs a multiple of the ranks; the counts named must split
+# the batch too (32 splits into neither 3 nor 6), or say to change it
+line=$(grep -n '^micro_batches = ' "$tiny" | cut -d: -f1)
+expect_error "interleaved: no multiple of 3 splits batch 32" \
+	"^pipehost: $tiny:$line: interleaved: 4 micro-batches is not a multiple of 3 ranks; use a multiple of 3; \[run\] batch = 32 splits into no count it takes: change it too, e.g. micro_batches = 3 with batch = 30 or 33\$" \
+	-c "$tiny" --set schedule.type=interleaved --set run.stages=3 --set run.chunks=2 --plan
+expect_error "interleaved: the counts named split the batch" \
+	"^pipehost: --set: interleaved: 6 micro-batches is not a multiple of 4 ranks; use a multiple of 4; of the counts it takes, \[run\] batch = 48 splits into 4 or 8: set micro_batches to one\$" \
+	-c "$tiny" --set schedule.type=interleaved --set run.stages=4 --set run.chunks=2 --set run.micro_batches=6 \
+	--set run.batch=48 --plan
 expect_error "a [data] limit below one batch" \
 	"^pipehost: the training set has 1024 samples, 5 after \\[data\\] limit = 5, fewer than one batch of 32; raise limit or lower \\[run\\] batch$" \
 	-c "$tiny" --set data.limit=5

@@ -40,13 +40,10 @@ static int interleaved_check(const void *config, const ph_schedule_shape *sh, ph
 	if ((long)2 * v * m > 0x7fffffffL)
 		return ph_fail(err, PH_EINVAL, "interleaved: %d micro-batches x %d chunks is too many actions to list", m, v);
 	if (m % p) {
-		/* Name the nearest counts that work; below p only p itself does. */
-		int lo = m / p * p, hi = lo + p;
-		if (lo == 0)
-			return ph_fail(err, PH_EINVAL, "interleaved: %d micro-batches is not a multiple of %d ranks; use %d",
-				       m, p, hi);
-		return ph_fail(err, PH_EINVAL, "interleaved: %d micro-batches is not a multiple of %d ranks; use %d or %d",
-			       m, p, lo, hi);
+		/* The rule, not a count: the batch must split into the count too,
+		 * and only the host knows the batch (it names counts that fit). */
+		return ph_fail(err, PH_EINVAL, "interleaved: %d micro-batches is not a multiple of %d ranks; use a multiple "
+			       "of %d", m, p, p);
 	}
 	return PH_OK;
 }
