@@ -728,7 +728,9 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	/* a SIGINT/SIGTERM while these files are written waits until they are
 	 * whole, then stops the run (core/signals.h: a second one 2 s later
 	 * stops at once and removes the temporary file) */
-	if (cli->plan_json) {
+	/* under mpirun one process writes the files, as a run's outputs */
+	const int writer = ph_comm_writer(&cfg.comm);
+	if (cli->plan_json && writer) {
 		ph_stop_hold();
 		rc = ph_plan_write_json_file(cli->plan_json, &plan, &model, &cfg, cost_f, cost_b, err);
 		ph_stop_release();
@@ -743,7 +745,7 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	if (cli->simulate) {
 		ph_stop_hold();
 		rc = ph_simulate_report(&plan, &model, &cfg, cost_f, cost_b, cfg.part.link_gbps * 1e9,
-					cli->svg, cli->trace, stdout, err);
+					writer ? cli->svg : NULL, writer ? cli->trace : NULL, stdout, err);
 		ph_stop_release();
 		if (!rc)
 			*stopped = stopped_after("--simulate");

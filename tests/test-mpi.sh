@@ -41,6 +41,25 @@ if [ "$(grep -c '^trained 20 steps' "$tmp/m2.out")" -eq 1 ] && [ "$(grep -c 'wei
 else
 	not_ok "mpirun -np 2: $(grep -c '^trained' "$tmp/m2.out") 'trained' lines, $(grep -c 'weights written' "$tmp/m2.out") 'weights written'"
 fi
+# --plan-json and --simulate's files: one process writes them, as a run's
+# outputs (every process wrote them, each through a file of its own).  A
+# FIFO shows it: its reader gets one document, not two (or, the reader
+# gone after the first, a writer blocked for ever).
+mkfifo "$tmp/pj.fifo" "$tmp/svg.fifo"
+timeout 60 cat "$tmp/pj.fifo" >"$tmp/pj.out" &
+cat_pj=$!
+timeout 60 cat "$tmp/svg.fifo" >"$tmp/svg.out" &
+cat_svg=$!
+timeout 60 sh -c '. "$top_srcdir/tests/mpi-lib.sh"; ph_mpirun 2 -x PIPEHOST_PLUGIN_PATH "$@"' sh "$PIPEHOST" \
+	-c "$tiny" --set run.replicas=2 --simulate --plan-json "$tmp/pj.fifo" --svg "$tmp/svg.fifo" \
+	</dev/null >"$tmp/pj.log" 2>&1
+rc=$?
+wait "$cat_pj" "$cat_svg"
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^{' "$tmp/pj.out")" -eq 1 ] && [ "$(grep -c '^<svg' "$tmp/svg.out")" -eq 1 ]; then
+	ok "mpirun -np 2 --simulate --plan-json --svg: one process writes each file once"
+else
+	not_ok "mpirun --plan-json/--svg: exit $rc, $(grep -c '^{' "$tmp/pj.out") plan(s), $(grep -c '^<svg' "$tmp/svg.out") svg(s); $(tail -3 "$tmp/pj.log")"
+fi
 if mp 2 "$PIPEHOST" -c "$tiny" --set run.replicas=4 --set run.stages=3 --set schedule.type=gpipe \
 	--save-weights "$tmp/m4.st" >"$tmp/m4.out" 2>"$tmp/m4.err" && cmp -s "$tmp/r4.st" "$tmp/m4.st"; then
 	ok "mpirun -np 2, 4 replicas of 3 stages (gpipe): byte-identical to 4 replicas of 2 stages in one process"
