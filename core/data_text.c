@@ -150,7 +150,7 @@ static int read_corpus(const char *path, unsigned char **out, size_t *out_len, s
 			n++;
 		}
 		closedir(d);
-		if (!rc)
+		if (!rc && n > 1) /* names is NULL when nothing was kept: qsort must not see it */
 			qsort(names, (size_t)n, sizeof *names, cmp_name);
 		for (int i = 0; i < n; i++) {
 			if (!rc)
