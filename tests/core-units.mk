@@ -3,8 +3,12 @@
 # the dispatch of layer hooks.
 # Included from the top Makefile.am (non-recursive: paths are from the top).
 if HAVE_CHECK
-check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call
-TESTS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call
+check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call tests/test-errline
+TESTS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call tests/test-errline
+
+tests_test_errline_SOURCES = tests/test-errline.c core/errline.c core/errline.h
+tests_test_errline_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_errline_LDADD = $(CHECK_LIBS)
 
 tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_source.h core/data_sources.c \
 	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/readfile.c core/readfile.h \
