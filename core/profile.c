@@ -796,7 +796,7 @@ static int costs_on(const ph_model *m, const char *cache_dir, const ph_profile_g
 		 * training's to report, with its own words: time random input. */
 		if (rc && x0) {
 			if (out)
-				fprintf(out, "profile: %s; timing random input instead\n", err->msg);
+				fprintf(out, "%s; timing random input instead\n", err->msg); /* the message says "profile:" */
 			err->msg[0] = 0;
 			rc = measure_all(&pl, m, NULL, fwd_s, bwd_s, err);
 		}

@@ -107,7 +107,7 @@ LC_ALL=C awk 'BEGIN { for (i = 0; i < 4000; i++) printf "%c", i % 300 == 0 ? 200
 "$PIPEHOST" -c "$fixtures/tiny-lm.ini" --plan --set partition.type=dp --set partition.cost=auto \
 	--set "data.path=$tmp/high.txt" --set "layer embed.vocab=128" --set "layer head.units=128" \
 	--set partition.profile_cache=off >"$tmp/out" 2>"$tmp/err"
-check "samples a layer refuses: random input instead" has "^profile: .*holds 200.*timing random input instead"
+check "samples a layer refuses: random input instead" has "^profile: layer embed (embedding) forward: .*holds 200.*timing random input instead"
 # a data set that does not load: random input, said why; --plan still plans
 "$PIPEHOST" -c "$fixtures/tiny-lm.ini" --plan --set partition.type=dp --set partition.cost=auto \
 	--set "data.path=$tmp/absent.txt" --set partition.profile_cache=off >"$tmp/out" 2>"$tmp/err"
