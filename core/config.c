@@ -641,6 +641,11 @@ static int check_schedule_shape(ph_config *c, ph_err *err)
 	else
 		snprintf(fix, sizeof fix, "[run] batch = %lld splits into no count it takes: change it too, e.g. "
 			 "micro_batches = %lld with batch = %lld", (long long)B, (long long)near, (long long)step);
+	/* the schedule's own advice ("; use ...") is what fix replaces, and
+	 * the line must fit PH_ERR_MAX with a long path before it */
+	char *advice = strstr(e2.msg, "; ");
+	if (advice)
+		*advice = 0;
 	return ph_fail(err, PH_EINVAL, "%s: %s; %s", where, e2.msg, fix);
 }
 

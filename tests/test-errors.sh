@@ -401,12 +401,15 @@ else
 fi
 # interleaved needs a multiple of the ranks; the counts named must split
 # the batch too (32 splits into neither 3 nor 6), or say to change it
-line=$(grep -n '^micro_batches = ' "$tiny" | cut -d: -f1)
+# (a copy at a short path: the line, path and all, must fit in 255 bytes,
+# and distcheck's path to tiny.ini is long)
+cp "$tiny" "$tmp/t.ini"
+line=$(grep -n '^micro_batches = ' "$tmp/t.ini" | cut -d: -f1)
 expect_error "interleaved: no multiple of 3 splits batch 32" \
-	"^pipehost: $tiny:$line: interleaved: 4 micro-batches is not a multiple of 3 ranks; use a multiple of 3; \[run\] batch = 32 splits into no count it takes: change it too, e.g. micro_batches = 3 with batch = 30 or 33\$" \
-	-c "$tiny" --set schedule.type=interleaved --set run.stages=3 --set run.chunks=2 --plan
+	"^pipehost: $tmp/t.ini:$line: interleaved: 4 micro-batches is not a multiple of 3 ranks; \[run\] batch = 32 splits into no count it takes: change it too, e.g. micro_batches = 3 with batch = 30 or 33\$" \
+	-c "$tmp/t.ini" --set schedule.type=interleaved --set run.stages=3 --set run.chunks=2 --plan
 expect_error "interleaved: the counts named split the batch" \
-	"^pipehost: --set: interleaved: 6 micro-batches is not a multiple of 4 ranks; use a multiple of 4; of the counts it takes, \[run\] batch = 48 splits into 4 or 8: set micro_batches to one\$" \
+	"^pipehost: --set: interleaved: 6 micro-batches is not a multiple of 4 ranks; of the counts it takes, \[run\] batch = 48 splits into 4 or 8: set micro_batches to one\$" \
 	-c "$tiny" --set schedule.type=interleaved --set run.stages=4 --set run.chunks=2 --set run.micro_batches=6 \
 	--set run.batch=48 --plan
 expect_error "a [data] limit below one batch" \
