@@ -22,7 +22,7 @@
 #define STEP_PREFIX "step-"
 #define TMP_PREFIX ".tmp-"
 
-/* checkpoint-id.c: a growing string; oom set once an append failed. */
+/* checkpoint-sbuf.c: a growing string; oom set once an append failed. */
 typedef struct {
 	char *s;
 	size_t len, cap;
@@ -96,5 +96,16 @@ int ph_ck_write_manifest(const char *sdir, const char *run, int64_t step, const 
 int ph_ck_read_manifest(const char *sdir, ph_ck_manifest *m, int *missing, ph_err *err);
 /* Each file's size and checksum against the manifest. */
 int ph_ck_verify_files(const char *sdir, const ph_ck_manifest *m, ph_err *err);
+
+/* The checks every reader of step directory sdir makes before its tensors:
+ * STATE_FILE read into *st and of the step the directory's name says (a
+ * failure there is returned, and *st needs no freeing; else the caller
+ * frees it); the manifest read, each of need's names (NULL-terminated)
+ * listed in it, and every byte of those files verified.  A manifest
+ * failure is not returned but left in *mrc and merr, so that a caller can
+ * first say a finer thing (a checkpoint of another model); *missing: there
+ * is no manifest at all (an older pipehost's), *mrc then PH_EIO. */
+int ph_ck_open_step(const char *sdir, const char *const *need, ph_ckpt_state *st, ph_ck_manifest *m,
+		    int *missing, int *mrc, ph_err *merr, ph_err *err);
 
 #endif

@@ -164,6 +164,48 @@ out:
 	return rc;
 }
 
+int ph_ck_open_step(const char *sdir, const char *const *need, ph_ckpt_state *st, ph_ck_manifest *m,
+		    int *missing, int *mrc, ph_err *merr, ph_err *err)
+{
+	char p[PATH_MAX];
+	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, sdir) >= sizeof p)
+		return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
+	int rc = ph_ck_read_state_file(p, st, err);
+	if (rc)
+		return rc;
+	/* a step directory's name and its state agree */
+	const char *base = strrchr(sdir, '/');
+	base = base ? base + 1 : sdir;
+	int64_t named = ph_ck_parse_step_name(base);
+	if (named >= 0 && named != st->step) {
+		rc = ph_fail(err, PH_EINVAL, "%s says step %lld but the directory is %s: corrupt checkpoint", p,
+			     (long long)st->step, base);
+		ph_ckpt_state_free(st);
+		return rc;
+	}
+	/* only the files the caller reads: each must be listed, and is
+	 * verified; the others may be damaged without harm */
+	*mrc = ph_ck_read_manifest(sdir, m, missing, merr);
+	ph_ck_manifest all = *m;
+	m->n = 0;
+	for (const char *const *want = need; !*mrc && *want; want++) {
+		int at = 0;
+		while (at < all.n && strcmp(all.f[at].name, *want))
+			at++;
+		if (at == all.n)
+			*mrc = ph_fail(merr, PH_EINVAL, "%s/" MANIFEST_FILE " lists no %s: damaged checkpoint", sdir,
+				       *want);
+		else
+			m->f[m->n++] = all.f[at];
+	}
+	if (!*mrc) {
+		if ((*mrc = ph_ck_verify_files(sdir, m, merr)) == PH_OK && m->step != st->step)
+			*mrc = ph_fail(merr, PH_EINVAL, "%s/" MANIFEST_FILE " says step %lld, " STATE_FILE " step %lld: "
+				       "damaged checkpoint", sdir, (long long)m->step, (long long)st->step);
+	}
+	return PH_OK;
+}
+
 int ph_checkpoint_run_of(const char *sdir, char run[33])
 {
 	ph_ck_manifest m;

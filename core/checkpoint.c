@@ -169,31 +169,16 @@ static int load_step(const char *sdir, ph_engine *e, const ph_ckpt_id *id, int64
 {
 	*damaged = 1;
 	run[0] = 0;
-	char p[PATH_MAX];
-	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, sdir) >= sizeof p)
-		return ph_fail(err, PH_EINVAL, "checkpoint path too long");
+	static const char *const need[] = { STATE_FILE, WEIGHTS_FILE, OPTIM_FILE, NULL };
 	ph_ckpt_state st;
-	int rc = ph_ck_read_state_file(p, &st, err);
-	if (rc)
-		return rc;
-	/* A step directory's name and its state agree. */
-	const char *base = strrchr(sdir, '/');
-	base = base ? base + 1 : sdir;
-	int64_t named = ph_ck_parse_step_name(base);
 	ph_ck_manifest m;
-	int missing = 0, mrc;
+	int missing, mrc;
 	ph_err merr;
-	if (named >= 0 && named != st.step) {
-		rc = ph_fail(err, PH_EINVAL, "%s says step %lld but the directory is %s: corrupt checkpoint", p,
-			     (long long)st.step, base);
-		goto done;
-	}
 	/* every byte checked first, reported after the finer checks below
 	 * (which say more about what is wrong) */
-	mrc = ph_ck_read_manifest(sdir, &m, &missing, &merr);
-	if (!mrc && (mrc = ph_ck_verify_files(sdir, &m, &merr)) == PH_OK && m.step != st.step)
-		mrc = ph_fail(&merr, PH_EINVAL, "%s/" MANIFEST_FILE " says step %lld, " STATE_FILE " step %lld: damaged "
-			      "checkpoint", sdir, (long long)m.step, (long long)st.step);
+	int rc = ph_ck_open_step(sdir, need, &st, &m, &missing, &mrc, &merr, err);
+	if (rc)
+		return rc;
 	if (id && strcmp(st.digest, id->digest)) {
 		if (mrc && !missing) {
 			rc = ph_fail(err, mrc, "%s", merr.msg);

@@ -136,49 +136,26 @@ static char *model_lines(const char *identity)
 static int check_step(const char *sdir, const char *ours, int *damaged, ph_err *err)
 {
 	*damaged = 1;
-	char p[4096];
-	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, sdir) >= sizeof p)
-		return ph_fail(err, PH_EINVAL, "checkpoint path %s too long", sdir);
+	static const char *const need[] = { STATE_FILE, WEIGHTS_FILE, NULL };
 	ph_ckpt_state st;
-	int rc = ph_ck_read_state_file(p, &st, err);
+	ph_ck_manifest m;
+	int missing, mrc;
+	ph_err merr;
+	char *theirs = NULL;
+	int rc = ph_ck_open_step(sdir, need, &st, &m, &missing, &mrc, &merr, err);
 	if (rc)
 		return rc;
-	const char *base = strrchr(sdir, '/');
-	base = base ? base + 1 : sdir;
-	ph_ck_manifest m;
-	int missing = 0;
-	char *theirs = NULL;
-	if (ph_ck_parse_step_name(base) != st.step) {
-		rc = ph_fail(err, PH_EINVAL, "%s says step %lld but the directory is %s: damaged checkpoint", p,
-			     (long long)st.step, base);
+	if (mrc && !missing) {
+		rc = ph_fail(err, mrc, "%s", merr.msg);
 		goto done;
 	}
-	if (!(rc = ph_ck_read_manifest(sdir, &m, &missing, err))) {
-		int k = 0, weights = 0;
-		for (int i = 0; i < m.n; i++)
-			if (!strcmp(m.f[i].name, STATE_FILE) || !strcmp(m.f[i].name, WEIGHTS_FILE)) {
-				weights |= !strcmp(m.f[i].name, WEIGHTS_FILE);
-				m.f[k++] = m.f[i];
-			}
-		m.n = k;
-		if (!weights)
-			rc = ph_fail(err, PH_EINVAL, "%s/" MANIFEST_FILE " lists no " WEIGHTS_FILE ": damaged checkpoint",
-				     sdir);
-		else if (!(rc = ph_ck_verify_files(sdir, &m, err)) && m.step != st.step)
-			rc = ph_fail(err, PH_EINVAL, "%s/" MANIFEST_FILE " says step %lld, " STATE_FILE " step %lld: "
-				     "damaged checkpoint", sdir, (long long)m.step, (long long)st.step);
-	} else if (missing) {
-		rc = PH_OK; /* an older pipehost's checkpoint: said below, once it is the one used */
-	}
-	if (rc)
-		goto done;
 	/* a checkpoint without its identity (an older pipehost's) has only the
 	 * digest, which covers the training too: the shapes, checked on
 	 * reading the weights, are all there is to compare */
 	if (st.identity) {
 		char diff[160];
 		if (!(theirs = model_lines(st.identity))) {
-			rc = ph_fail(err, PH_ENOMEM, "out of memory reading %s", p);
+			rc = ph_fail(err, PH_ENOMEM, "out of memory reading %s/" STATE_FILE, sdir);
 			goto done;
 		}
 		ph_checkpoint_diff(ours, theirs, diff, sizeof diff);

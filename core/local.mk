@@ -23,7 +23,7 @@ core_libphcore_la_SOURCES = \
 	core/weights.c core/weights.h \
 	core/train.c core/train.h core/signals.c core/signals.h \
 	core/checkpoint.c core/checkpoint.h core/checkpoint-impl.h core/checkpoint-id.c core/checkpoint-state.c \
-	core/checkpoint-manifest.c core/checkpoint-files.c \
+	core/checkpoint-manifest.c core/checkpoint-files.c core/checkpoint-sbuf.c \
 	core/outputs.c core/outputs.h core/errline.c core/errline.h core/runlock.c core/runlock.h \
 	core/trace.c core/trace.h \
 	core/simulate.c core/simulate.h \

@@ -3,8 +3,10 @@
 # the dispatch of layer hooks.
 # Included from the top Makefile.am (non-recursive: paths are from the top).
 if HAVE_CHECK
-check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call tests/test-errline
-TESTS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call tests/test-errline
+check_PROGRAMS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call tests/test-errline \
+	tests/test-manifest
+TESTS += tests/test-data tests/test-optim tests/test-weights tests/test-layer-call tests/test-errline \
+	tests/test-manifest
 
 tests_test_errline_SOURCES = tests/test-errline.c core/errline.c core/errline.h
 tests_test_errline_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
@@ -15,6 +17,12 @@ tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_so
 	core/data_npy.c core/data_tokens.c core/bpe.c core/bpe.h core/bpe_unicode.h
 tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS) $(CJSON_CFLAGS)
 tests_test_data_LDADD = $(CHECK_LIBS) $(ZLIB_LIBS) $(CJSON_LIBS) -lm
+
+tests_test_manifest_SOURCES = tests/test-manifest.c core/checkpoint-manifest.c core/checkpoint-state.c core/checkpoint-sbuf.c \
+	core/checkpoint-files.c core/checkpoint-impl.h core/checkpoint.h core/outputs.c core/outputs.h \
+	core/signals.c core/signals.h core/readfile.c core/readfile.h
+tests_test_manifest_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
+tests_test_manifest_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS)
 
 tests_test_optim_SOURCES = tests/test-optim.c core/optim.c core/optim.h
 tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
