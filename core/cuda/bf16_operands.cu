@@ -196,16 +196,28 @@ int ph_bf16_stage_cast(ph_bf16_stage *s, const float *src, int rows, int cols, i
 	const int nmat = stride == 0 ? 1 : batch;
 	const size_t need = (size_t)nmat * rows * ldd * sizeof(__nv_bfloat16);
 	if (need > s->cap) {
-		/* the products queued before still read the old buffer */
-		cudaError_t e = cudaStreamSynchronize(st);
-		if (e == cudaSuccess && s->buf)
+		/* Grown in stream order where the device has a memory pool (every
+		 * GPU since Volta with a recent driver): the products queued before
+		 * still read the old buffer, and cudaFree would wait for the whole
+		 * device, NCCL's kernels too, which may wait for a peer process
+		 * that waits for this one (the first step of a pipeline split
+		 * over processes grows these buffers while stage links' messages
+		 * are queued).  cudaMallocAsync's buffer is for st alone, as every
+		 * use of a stage is. */
+		const size_t cap = need + need / 4; /* room for a somewhat larger shape */
+		cudaError_t e = cudaSuccess;
+		if (s->buf)
+			e = s->pooled ? cudaFreeAsync(s->buf, st) : cudaStreamSynchronize(st);
+		if (e == cudaSuccess && s->buf && !s->pooled)
 			e = cudaFree(s->buf);
 		s->buf = NULL;
 		s->cap = 0;
 		s->src = NULL;
-		const size_t cap = need + need / 4; /* room for a somewhat larger shape */
-		if (e == cudaSuccess)
-			e = cudaMalloc(&s->buf, cap);
+		if (e == cudaSuccess) {
+			s->pooled = ph_stream_ordered_alloc();
+			s->stream = st;
+			e = s->pooled ? cudaMallocAsync(&s->buf, cap, st) : cudaMalloc(&s->buf, cap);
+		}
 		if (e != cudaSuccess) {
 			(void)cudaGetLastError();
 			s->buf = NULL;
@@ -243,10 +255,25 @@ int ph_bf16_stage_holds(const ph_bf16_stage *s, const float *src, int rows, int 
 	       s->stride == stride;
 }
 
+int ph_stream_ordered_alloc(void)
+{
+	int dev = 0, pools = 0;
+	if (cudaGetDevice(&dev) != cudaSuccess ||
+	    cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, dev) != cudaSuccess) {
+		(void)cudaGetLastError();
+		return 0;
+	}
+	return pools != 0;
+}
+
 void ph_bf16_stage_free(ph_bf16_stage *s)
 {
-	if (s->buf)
+	if (s->buf && s->pooled) {
+		cudaFreeAsync(s->buf, s->stream);
+		cudaStreamSynchronize(s->stream);
+	} else if (s->buf) {
 		cudaFree(s->buf);
+	}
 	s->buf = NULL;
 	s->cap = 0;
 	s->src = NULL;

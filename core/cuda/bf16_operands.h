@@ -51,7 +51,14 @@ typedef struct {
 	int64_t stride;
 	int ld_out;         /* and the copy's leading dimension and stride */
 	int64_t stride_out;
+	int pooled;          /* buf from cudaMallocAsync on `stream` */
+	cudaStream_t stream;
 } ph_bf16_stage;
+
+/* Whether the current device has a memory pool, so that a buffer can grow
+ * in stream order (cudaMallocAsync, cudaFreeAsync) rather than through
+ * cudaFree, which waits for the whole device. */
+int ph_stream_ordered_alloc(void);
 
 /* `batch` row-major matrices rows x cols at src (leading dimension ld, the
  * i-th at src + i*stride; stride 0: one matrix shared) rounded into s on

@@ -54,6 +54,11 @@ static inline float operand_at(const void *base, int64_t i, int bf16)
 	return x;
 }
 
+/* NCCL operations of this process queued on a stream and not yet done
+ * (nccl.cc counts them): cudaFree and cudaDeviceSynchronize refuse to run
+ * while any is, as a GPU would wait on them and a peer may wait on us. */
+void nccl_queued_add(long delta);
+
 /* Counts products whose A and B were stored as bf16 (cublas.cc keeps it,
  * cuemu_bf16_products() reports it). */
 void count_bf16_product();

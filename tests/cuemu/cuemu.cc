@@ -823,12 +823,37 @@ static bool in(const std::map<uintptr_t, size_t> &m, const void *p)
 	return (uintptr_t)p < it->first + (it->second ? it->second : 1);
 }
 
+static std::atomic<long> nccl_queued;
+
+void nccl_queued_add(long delta)
+{
+	nccl_queued += delta;
+}
+
+/* On a GPU, cudaFree and cudaDeviceSynchronize wait for all of the
+ * device's work, NCCL's kernels included, and those wait for their peer
+ * processes: if a peer is waiting for this one's next message, neither
+ * ever finishes (NCCL's documentation warns of it; PyTorch's caching
+ * allocator exists partly for it).  Here the wait would mostly end, as
+ * small messages fit the sockets' buffers, so it is refused instead. */
+static void refuse_device_wait(const char *fn)
+{
+	long n = nccl_queued.load();
+	if (n <= 0)
+		return;
+	fprintf(stderr, "cuemu: %s while %ld NCCL operation%s of this process %s queued: on a GPU it waits for "
+		"them and they for their peers, a deadlock when a peer waits for this process; free in stream "
+		"order (cudaFreeAsync) or after they are done\n", fn, n, n == 1 ? "" : "s", n == 1 ? "is" : "are");
+	abort();
+}
+
 } /* namespace cuemu */
 
 using cuemu::in;
 
 EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
+	cuemu::refuse_device_wait("cudaDeviceSynchronize");
 	cuemu::sync_all();
 	return cudaSuccess;
 }
@@ -858,24 +883,68 @@ EXPORT cudaError_t cudaMalloc(void **p, size_t bytes)
 	return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaFree(void *p)
+static void release(void *p)
 {
-	if (!p)
-		return cudaSuccess;
-	{
-		std::lock_guard<std::mutex> lk(cuemu::mem_m);
-		auto it = cuemu::device_mem.find((uintptr_t)p);
-		if (it == cuemu::device_mem.end())
-			return ret(cudaErrorInvalidDevicePointer);
-		cuemu::device_mem.erase(it);
-	}
-	/* as the driver does: cudaFree waits for the device's work */
-	cuemu::sync_all();
 	alloc_head *h = (alloc_head *)p - 1;
 	h->magic = 0;
 	allocated[h->device] -= (long long)h->bytes;
 	free(h);
+}
+
+/* p's bookkeeping gone: false if it is no allocation of ours */
+static bool forget(void *p)
+{
+	std::lock_guard<std::mutex> lk(cuemu::mem_m);
+	auto it = cuemu::device_mem.find((uintptr_t)p);
+	if (it == cuemu::device_mem.end())
+		return false;
+	cuemu::device_mem.erase(it);
+	return true;
+}
+
+EXPORT cudaError_t cudaFree(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	/* as the driver does: cudaFree waits for the device's work */
+	cuemu::refuse_device_wait("cudaFree");
+	if (!forget(p))
+		return ret(cudaErrorInvalidDevicePointer);
+	cuemu::sync_all();
+	release(p);
 	return cudaSuccess;
+}
+
+/* The stream-ordered allocator: the memory is taken at once (as from a
+ * pool that has it) and given back when stream s reaches the free; neither
+ * waits for the device. */
+EXPORT cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s)
+{
+	(void)s;
+	return cudaMalloc(p, bytes);
+}
+
+EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
+{
+	if (!p)
+		return cudaSuccess;
+	if (!forget(p))
+		return ret(cudaErrorInvalidDevicePointer);
+	cuemu::enqueue(s, [p] { release(p); });
+	return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device)
+{
+	if (device < 0 || device >= device_count())
+		return ret(cudaErrorInvalidDevice);
+	switch (attr) {
+	case cudaDevAttrMemoryPoolsSupported:
+		*value = getenv("PH_CUEMU_NO_POOLS") ? 0 : 1;
+		return cudaSuccess;
+	default:
+		return ret(cudaErrorInvalidValue);
+	}
 }
 
 EXPORT cudaError_t cudaMallocHost(void **p, size_t bytes)

@@ -21,7 +21,10 @@
  * header (what it is part of, its bytes, its type, its place in the
  * direction's order); a receive that does not match the header aborts the
  * process with one line on stderr, where NCCL would hang or corrupt, and
- * so does a peer that vanished.  A group's sends and receives are one
+ * so does a peer that vanished.  A send ends only once its receive has
+ * taken it (a word comes back), as NCCL's of more than its buffers hold,
+ * so it stays queued on its stream until then: cudaFree meanwhile aborts
+ * (cuemu.cc refuse_device_wait).  A group's sends and receives are one
  * operation of its stream whose transfers progress together (nonblocking
  * sockets and poll), so a group that sends and receives megabytes both
  * ways cannot deadlock on socket buffers.  Sends to oneself are copies,
@@ -84,7 +87,7 @@ enum : uint32_t {
 const char ID_MAGIC[] = "cuemu-nccl";
 
 /* What a message is part of: a receive checks that the sender's is its own. */
-enum kind : uint32_t { K_P2P = 1, K_ALLREDUCE, K_ALLGATHER, K_BROADCAST };
+enum kind : uint32_t { K_P2P = 1, K_ALLREDUCE, K_ALLGATHER, K_BROADCAST, K_P2P_DONE };
 
 const char *kind_name(uint32_t k)
 {
@@ -93,6 +96,7 @@ const char *kind_name(uint32_t k)
 	case K_ALLREDUCE: return "ncclAllReduce";
 	case K_ALLGATHER: return "ncclAllGather";
 	case K_BROADCAST: return "ncclBroadcast";
+	case K_P2P_DONE: return "ncclRecv's answer";
 	default: return "unknown operation";
 	}
 }
@@ -521,6 +525,10 @@ xfer make_in(ncclComm *c, int peer, uint32_t k, uint32_t type, uint32_t arg, voi
 
 [[noreturn]] void gone(const xfer &x, int e)
 {
+	if (x.h.kind == K_P2P_DONE)
+		die("member %d (pid %d) of the communicator at %s is gone (it exited or aborted%s%s) while member %d "
+		    "waited for it to take a send",
+		    x.peer, x.c->pid[x.peer], x.c->where.c_str(), e ? ": " : "", e ? strerror(e) : "", x.c->rank);
 	die("member %d (pid %d) of the communicator at %s is gone (it exited or aborted%s%s) while member %d %s %llu "
 	    "bytes %s it",
 	    x.peer, x.c->pid[x.peer], x.c->where.c_str(), e ? ": " : "", e ? strerror(e) : "", x.c->rank,
@@ -673,7 +681,9 @@ void issue(std::vector<ncclComm *> cs, cudaStream_t s, std::function<void()> bod
 			body();
 		for (ncclComm *c : cs)
 			end_turn(c);
+		cuemu::nccl_queued_add(-1);
 	};
+	cuemu::nccl_queued_add(1);
 	std::unique_lock<std::mutex> lk(issue_m);
 	for (ncclComm *c : cs) {
 		std::lock_guard<std::mutex> ck(c->m);
@@ -714,6 +724,17 @@ void run_p2p(const std::vector<p2p> &ops)
 			xs.push_back(o.out ? make_out(o.c, o.peer, K_P2P, o.type, 0, o.buf, o.bytes)
 					   : make_in(o.c, o.peer, K_P2P, o.type, 0, o.buf, o.bytes, P2P_HINT));
 	progress(xs);
+	/* A send of more than NCCL's buffers hold ends only once the receive has
+	 * taken it, so each send here waits for a word back from its receive:
+	 * the send stays queued on its stream until the peer's receive has run,
+	 * as on a GPU, where a cudaFree meanwhile would wait for the peer
+	 * (refuse_device_wait in cuemu.cc sees it). */
+	std::vector<xfer> answers;
+	for (const p2p &o : ops)
+		if (o.peer != o.c->rank)
+			answers.push_back(o.out ? make_in(o.c, o.peer, K_P2P_DONE, 0, 0, NULL, 0, P2P_HINT)
+						: make_out(o.c, o.peer, K_P2P_DONE, 0, 0, NULL, 0));
+	progress(answers);
 	for (const p2p &o : ops) {
 		if (o.out || o.peer != o.c->rank)
 			continue;

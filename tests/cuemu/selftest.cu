@@ -13,7 +13,9 @@
  * PH_CUEMU_DEVICES=2) prints a line per check of each member; `selftest
  * nccl-mismatch` must abort member 0 with the emulator's message for a
  * receive of the wrong size, then member 1 with the one for a vanished
- * peer; `selftest nccl-timeout` joins alone with PH_CUEMU_NCCL_TIMEOUT=1.
+ * peer; `selftest nccl-free` must abort member 1 at a cudaFree while its
+ * send is queued, after a cudaFreeAsync that passes; `selftest
+ * nccl-timeout` joins alone with PH_CUEMU_NCCL_TIMEOUT=1.
  */
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -330,6 +332,7 @@ static void nccl_refusals(int rank, ncclComm_t c, cudaStream_t s, cudaStream_t s
 static void nccl_threads(int rank, const ncclUniqueId *ids)
 {
 	int oks[2] = { 1, 1 };
+	float *vs[2];
 	std::thread t[2];
 	for (int k = 0; k < 2; k++)
 		t[k] = std::thread([&, k] {
@@ -350,12 +353,16 @@ static void nccl_threads(int rank, const ncclUniqueId *ids)
 				for (int i = 0; i < n; i++)
 					oks[k] &= v[i] == (float)(1 + 2 * (k + it + i)) && v[n + i] == v[i];
 			}
-			cudaFree(v);
+			vs[k] = v;
 			cudaStreamDestroy(s);
 			oks[k] &= NOK(ncclCommDestroy(c));
 		});
 	for (int k = 0; k < 2; k++)
 		t[k].join();
+	/* not in the threads: a cudaFree waits for the device, the other
+	 * thread's NCCL operations included (the emulator refuses it) */
+	for (int k = 0; k < 2; k++)
+		cudaFree(vs[k]);
 	mcheck(rank, oks[0] && oks[1], "two communicators used by two threads at once, 20 rounds each");
 }
 
@@ -405,8 +412,9 @@ static int nccl_main(void)
 }
 
 /* Member 1 sends 4096 bytes where member 0 receives 2048: member 0 must
- * abort with the emulator's line; member 1 reports how it ended, then waits
- * for a message from it and must abort saying member 0 is gone. */
+ * abort with the emulator's line, and member 1, whose send waits for the
+ * receive to take it (as NCCL's of more than its buffers hold), must abort
+ * saying member 0 is gone. */
 static int nccl_mismatch(void)
 {
 	ncclUniqueId id;
@@ -428,12 +436,47 @@ static int nccl_mismatch(void)
 	cudaStreamSynchronize(s);
 	int st = 0;
 	waitpid(child, &st, 0);
-	printf("member 0 ended: %s %d\n", WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-	fflush(stdout);
-	ncclRecv(b, 4, ncclFloat, 0, c, s);
-	cudaStreamSynchronize(s);
-	printf("member 1: a receive from a vanished member returned\n");
+	printf("member 1: the send to a vanished member returned; member 0 ended: %s %d\n",
+	       WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 	return 0;
+}
+
+/* Member 1 frees memory while its send to member 0 is queued, member 0
+ * not yet receiving (it waits for member 1 to end): cudaFreeAsync must
+ * pass, cudaFree must abort with the emulator's line, since on a GPU it
+ * would wait for the send and so for member 0. */
+static int nccl_free(void)
+{
+	int hold[2];
+	if (pipe(hold)) {
+		perror("pipe");
+		return 1;
+	}
+	ncclUniqueId id;
+	pid_t child;
+	int rank = fork_members(&id, 1, &child) ? 0 : 1; /* the child is member 0 */
+	cudaSetDevice(rank);
+	ncclComm_t c = join(id, rank);
+	cudaStream_t s;
+	cudaStreamCreate(&s);
+	float *b, *x, *y;
+	cudaMalloc((void **)&b, 1024 * sizeof(float));
+	if (rank == 0) {
+		char ch;
+		close(hold[1]);
+		while (read(hold[0], &ch, 1) > 0) /* until member 1 is gone */
+			;
+		_exit(0);
+	}
+	close(hold[0]);
+	cudaMalloc((void **)&x, 64);
+	cudaMalloc((void **)&y, 64);
+	ncclSend(b, 1024, ncclFloat, 0, c, s);
+	printf("%s - cudaFreeAsync with a send queued\n", cudaFreeAsync(x, s) == cudaSuccess ? "ok" : "not ok");
+	fflush(stdout);
+	cudaFree(y);
+	printf("not ok - cudaFree with a send queued returned\n");
+	return 1;
 }
 
 /* Member 0 of 2 alone: ncclCommInitRank gives up after
@@ -463,6 +506,8 @@ int main(int argc, char **argv)
 		return nccl_main();
 	if (argc > 1 && !strcmp(argv[1], "nccl-mismatch"))
 		return nccl_mismatch();
+	if (argc > 1 && !strcmp(argv[1], "nccl-free"))
+		return nccl_free();
 	if (argc > 1 && !strcmp(argv[1], "nccl-timeout"))
 		return nccl_timeout();
 	int *ib;

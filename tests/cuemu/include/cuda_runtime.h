@@ -60,6 +60,11 @@ typedef enum cudaError {
 	cudaErrorLaunchFailure = 719,
 } cudaError_t;
 
+/* the attributes the emulator answers (cudaDeviceGetAttribute) */
+typedef enum cudaDeviceAttr {
+	cudaDevAttrMemoryPoolsSupported = 115,
+} cudaDeviceAttr;
+
 typedef enum cudaMemcpyKind {
 	cudaMemcpyHostToHost = 0,
 	cudaMemcpyHostToDevice = 1,
@@ -114,6 +119,9 @@ const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
@@ -143,6 +151,10 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 #ifdef __cplusplus
 /* the typed overloads cuda_runtime.h gives C++ */
 template <class T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
+template <class T> static inline cudaError_t cudaMallocAsync(T **p, size_t bytes, cudaStream_t s)
+{
+	return cudaMallocAsync((void **)p, bytes, s);
+}
 template <class T> static inline cudaError_t cudaMallocHost(T **p, size_t bytes)
 {
 	return cudaMallocHost((void **)p, bytes);
