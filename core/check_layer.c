@@ -4,6 +4,7 @@
  * determinism, the split backward and the in-place claims, finite-
  * difference gradients, and its CUDA twin (check_twin.c). */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -127,6 +128,13 @@ static int meta_matches(ph_layer_inst *L, ph_err *err)
 		return ph_fail(err, PH_EINVAL, "%s is a loss layer (PH_LAYER_LOSS) but meta gives %lld output floats a "
 			       "sample; a loss layer outputs 2 (the loss, the correct count)", name,
 			       (long long)ph_shape_numel(&L->meta.out));
+	/* FLOPs become the partitioner's costs and --plan's seconds: a run
+	 * refuses a negative or non-finite figure (core/model.c) */
+	const double flops[2] = { L->meta.fwd_flops, L->meta.bwd_flops };
+	for (int k = 0; k < 2; k++)
+		if (!isfinite(flops[k]) || flops[k] < 0)
+			return ph_fail(err, PH_EINVAL, "%s reports %s FLOPs %g; FLOPs a sample are finite and 0 or more: fix "
+				       "the plugin's meta", name, k ? "backward" : "forward", flops[k]);
 	if (L->loss && L->meta.targets_per_sample < 1)
 		return ph_fail(err, PH_EINVAL, "%s is a loss layer but meta gives targets_per_sample %d; it needs >= 1",
 			       name, L->meta.targets_per_sample);
@@ -377,8 +385,20 @@ void ph_chk_layer(const ph_layer_ops *ops, const ph_check_opts *o)
 		char s[64];
 		shape_str(&tried[i], s, sizeof s);
 		lp.in = tried[i];
+		/* create() alone first: an input it accepts whose meta is then
+		 * broken (an output size of 0, too many parameters) is the
+		 * plugin's bug, and no --shape fixes it */
+		void *state = NULL;
+		ph_err e2 = { { 0 } };
+		int accepted = !ops->create(lp.cfg, &lp.in, lp.batch, &state, &e2);
+		if (accepted && state)
+			ops->destroy(state);
 		if (!(rc = ph_layer_inst_create(&big, ops, lp.cfg, lp.in, lp.batch, train_ctx(lp.batch), &e)))
 			break;
+		if (accepted) {
+			FAIL("create accepts input %s, but %s; fix the plugin's meta", s, e.msg);
+			goto out;
+		}
 		size_t used = strlen(refused);
 		snprintf(refused + used, sizeof refused - used, "%s%s: %s", used ? "; " : "", s, e.msg);
 	}

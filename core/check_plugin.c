@@ -6,7 +6,10 @@
  * lines, the plugins' options, and a child process for the file's first
  * load and for each entry, so that a plugin that crashes, hangs or exits
  * is reported as a FAIL of the check it was in, not a crash of pipehost. */
+#define _GNU_SOURCE /* memmem */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -17,9 +20,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "build-config.h"
 #include "check_impl.h"
 #include "loader.h"
 #include "options.h"
+
+#ifndef PH_PLUGIN_DIR
+#define PH_PLUGIN_DIR "/usr/local/lib/pipehost"
+#endif
 
 /* ------------------------------------------------------------------ */
 /* Reporting: one line a check; the tally lives in memory shared with   */
@@ -176,9 +184,93 @@ static int exit_status(int status)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* ------------------------------------------------------------------ */
+/* The name: a run refuses a name two files on its path provide         */
+/* (core/loader.c), so a plugin named like a built-in (relu, 1f1b) would */
+/* pass every check here and then be refused by every run.              */
+
+/* Does the file hold "name" as the end of a C string?  (Reading runs
+ * none of its code; loader.c picks its candidates the same way.) */
+static int file_mentions(const char *file, const char *name)
+{
+	int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	struct stat st;
+	int hit = 0;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (m != MAP_FAILED) {
+			hit = memmem(m, (size_t)st.st_size, name, strlen(name) + 1) != NULL;
+			munmap(m, (size_t)st.st_size);
+		}
+	}
+	close(fd);
+	return hit;
+}
+
+/* Another file on the path every run searches ($PIPEHOST_PLUGIN_PATH and
+ * the compiled-in directory) that provides a plugin of this kind and
+ * name: its path in *other, and 1.  The file checked is not "another",
+ * whatever path names it.  Files that fail to load are a run's business
+ * (it names them); here they provide nothing. */
+static int provided_elsewhere(const ph_registry_entry *en, const ph_check_opts *o, char *other, size_t len)
+{
+	struct stat self;
+	if (stat(o->file, &self) != 0)
+		return 0;
+	const char *env = getenv("PIPEHOST_PLUGIN_PATH");
+	char path[8192];
+	snprintf(path, sizeof path, "%s:%s", env ? env : "", PH_PLUGIN_DIR);
+	char *save = NULL;
+	int found = 0;
+	for (char *dir = strtok_r(path, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
+		DIR *d = opendir(dir);
+		if (!d)
+			continue;
+		struct dirent *de;
+		while (!found && (de = readdir(d))) {
+			size_t n = strlen(de->d_name);
+			char file[1024];
+			struct stat st;
+			if (n < 4 || strcmp(de->d_name + n - 3, ".so") ||
+			    (size_t)snprintf(file, sizeof file, "%s/%s", dir, de->d_name) >= sizeof file ||
+			    stat(file, &st) != 0 || (st.st_dev == self.st_dev && st.st_ino == self.st_ino) ||
+			    !file_mentions(file, en->head->name))
+				continue;
+			ph_registry reg;
+			memset(&reg, 0, sizeof reg);
+			reg.allow_writable = o->allow_writable;
+			ph_err e = { { 0 } };
+			if (!ph_registry_load_file(&reg, file, &e) && ph_registry_find(&reg, en->kind, en->head->name)) {
+				snprintf(other, len, "%s", file);
+				found = 1;
+			}
+			ph_registry_free(&reg);
+		}
+		closedir(d);
+	}
+	return found;
+}
+
+static void check_name(const ph_registry_entry *en, const ph_check_opts *o)
+{
+	const char *kind = ph_kind_name(en->kind), *name = en->head->name;
+	char other[1024];
+	ph_chk_begin("%s %s: name", kind, name);
+	if (provided_elsewhere(en, o, other, sizeof other))
+		FAIL("%s provides a %s named %s too, and a run refuses a name that two files on its plugin path provide "
+		     "(searched: $PIPEHOST_PLUGIN_PATH, %s); rename this one, or take %s off the path", other, kind, name,
+		     PH_PLUGIN_DIR, other);
+	else
+		PASS("no other plugin on the plugin path provides a %s named %s (searched: $PIPEHOST_PLUGIN_PATH, %s)",
+		     kind, name, PH_PLUGIN_DIR);
+}
+
 static void check_entry(const ph_check_opts *o, const void *arg)
 {
 	const ph_registry_entry *en = arg;
+	check_name(en, o);
 	if (en->kind == PH_KIND_LAYER)
 		ph_chk_layer(en->ops, o);
 	else if (en->kind == PH_KIND_SCHEDULE)

@@ -38,8 +38,9 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 		if (sh.chunks_per_rank > s->max_chunks_per_rank)
 			continue;
 		ph_chk_begin("schedule %s: p=%d v=%d m=%d", name, sh.ranks, sh.chunks_per_rank, sh.microbatches);
+		e.msg[0] = 0;
 		if (s->check && s->check(cfg, &sh, &e)) {
-			SKIP("refused by its check: %s", e.msg);
+			SKIP("refused by its check: %s", e.msg[0] ? e.msg : "(it gave no reason; a bug in the plugin)");
 			continue;
 		}
 		accepted++;
@@ -59,12 +60,28 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 			if (!(p.actions[r] = calloc((size_t)cap, sizeof(ph_action))))
 				rc = ph_fail(&e, PH_ENOMEM, "out of memory");
 			else if ((rc = s->generate(cfg, &sh, r, p.actions[r], cap, &p.nactions[r], &e2)))
-				ph_fail(&e, rc, "generate for rank %d failed after its check accepted the shape: %s", r, e2.msg);
+				ph_fail(&e, rc, "generate for rank %d failed after its check accepted the shape: %s", r,
+					e2.msg[0] ? e2.msg : "it failed without saying why; a bug in the plugin");
 			else if (p.nactions[r] < 0 || p.nactions[r] > cap)
 				rc = ph_fail(&e, PH_EINVAL, "rank %d returned %d actions (room for %d)", r, p.nactions[r], cap);
 		}
 		if (!rc)
 			rc = ph_plan_set_actions(&p, p.actions, p.nactions, &e);
+		/* what the engine asks of its flags (core/engine-versions.c):
+		 * a delayed update keeps 2 weight versions at least, an update
+		 * per micro-batch 1 to 4096 */
+		const uint32_t flags = ph_schedule_flags(s);
+		for (int r = 0; r < p.ranks && !rc; r++) {
+			int nv = ph_schedule_weight_versions(s, cfg, &sh, r);
+			if ((flags & PH_SCHED_DELAYED_UPDATE) && nv < 2)
+				rc = ph_fail(&e, PH_EINVAL, "asks for a delayed update (PH_SCHED_DELAYED_UPDATE) but keeps %d "
+					     "weight version(s) on rank %d; it needs 2: give it a weight_versions hook that says so",
+					     nv, r);
+			else if (!(flags & PH_SCHED_DELAYED_UPDATE) && (flags & PH_SCHED_UPDATE_PER_MB) &&
+				 (nv < 1 || nv > 4096))
+				rc = ph_fail(&e, PH_EINVAL, "updates per micro-batch (PH_SCHED_UPDATE_PER_MB) but keeps %d "
+					     "weight versions on rank %d; 1 to 4096 make sense", nv, r);
+		}
 		if (rc) {
 			FAIL("%s", e.msg);
 		} else {

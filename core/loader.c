@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* memmem */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "loader.h"
 #include "options.h"
 
@@ -91,6 +93,35 @@ static int check_cuda_ops(const char *file, const char *what, const ph_layer_ops
 	return PH_OK;
 }
 
+/* The keys the host reads itself in a plugin's INI section ([layer NAME]:
+ * type, repeat, cut, tie; [partition]: type, cost, ...; [schedule]:
+ * type): the INI gives such a key to the host, never to the plugin. */
+static const ph_option *host_keys(ph_plugin_kind kind)
+{
+	return kind == PH_KIND_LAYER ? ph_layer_common_options
+	       : kind == PH_KIND_PARTITIONER ? ph_partition_options : ph_schedule_options;
+}
+
+/* An option table whose names the INI can tell apart: no name twice (the
+ * INI would set one, --list-plugins show both) and none the host reads in
+ * the plugin's section (the INI could never set it). */
+static int check_option_names(const char *file, const char *what, ph_plugin_kind kind, const ph_option *opts,
+			      int nopt, ph_err *err)
+{
+	for (int i = 0; i < nopt; i++) {
+		for (int j = 0; j < i; j++)
+			if (!strcmp(opts[i].name, opts[j].name))
+				return ph_fail(err, PH_EINVAL, "plugin %s: %s has two options named %s (options %d and %d), "
+					       "and an INI key can set only one; rename or remove one and rebuild",
+					       file, what, opts[i].name, j, i);
+		if (ph_options_find(host_keys(kind), opts[i].name))
+			return ph_fail(err, PH_EINVAL, "plugin %s: %s has an option named %s, a key the host reads itself "
+				       "in the %s's INI section, so the INI could never set it; rename it and rebuild",
+				       file, what, opts[i].name, ph_kind_name(kind));
+	}
+	return PH_OK;
+}
+
 static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_err *err)
 {
 	const ph_ops_head *h = ops;
@@ -137,6 +168,12 @@ static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_
 	if (missing)
 		return ph_fail(err, PH_EINVAL, "plugin %s: %s lacks the required %s hook; implement it and rebuild",
 			       file, what, missing);
+	/* a schedule orders 1 chunk per rank at least: 0 or less would turn
+	 * every [run] chunks into "lower it", which no value satisfies */
+	if (kind == PH_KIND_SCHEDULE && ((const ph_schedule_ops *)ops)->max_chunks_per_rank < 1)
+		return ph_fail(err, PH_EINVAL, "plugin %s: %s has max_chunks_per_rank = %d; set it to 1 (a schedule "
+			       "without virtual chunks) or to the most chunks per rank it orders, and rebuild",
+			       file, what, ((const ph_schedule_ops *)ops)->max_chunks_per_rank);
 	/* The defaults must parse: run the table once on a scratch config. */
 	if (h->options) {
 		if (h->config_size == 0 || h->config_size > (1u << 20))
@@ -152,6 +189,8 @@ static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_
 			if (!h->options[i].name[0] || (unsigned)h->options[i].type > PH_OPT_INTLIST)
 				return ph_fail(err, PH_EINVAL, "plugin %s: %s option %d has an empty name or an unknown "
 					       "type %d; fix the plugin", file, what, i, (int)h->options[i].type);
+		if ((rc = check_option_names(file, what, kind, h->options, nopt, err)))
+			return rc;
 		void *cfg = calloc(1, h->config_size);
 		if (!cfg)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -313,6 +352,11 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 	if (!dl) {
 		guard_off(&g);
 		const char *why = dlerror();
+		/* a file we may not read: its permissions are the fix, not a rebuild */
+		if (access(file, R_OK) != 0 || (why && strstr(why, strerror(EACCES))))
+			return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; it is not readable by this user: "
+				       "check its permissions (chmod a+r %s) and those of its directories",
+				       file, why && why[0] ? why : strerror(EACCES), file);
 		return ph_fail(err, PH_EINVAL, "plugin %s cannot be loaded: %s; rebuild it if it is damaged, "
 			       "or check `ldd %s` for missing libraries",
 			       file, why && why[0] ? why : "the dynamic loader gave no reason", file);
@@ -365,8 +409,16 @@ static int file_mentions(const char *file, const char *name)
 static int load_dir(ph_registry *r, const char *dir, const char *name, ph_err *err)
 {
 	DIR *d = opendir(dir);
-	if (!d)
-		return PH_OK; /* a path entry that does not exist is not an error */
+	if (!d) {
+		/* a path entry that does not exist is not an error; one that
+		 * exists but cannot be read is: its plugins would go missing
+		 * without a word, and "unknown plugin" would hide why */
+		if (errno == ENOENT || errno == ENOTDIR)
+			return PH_OK;
+		int e = errno;
+		return ph_fail(err, PH_EINVAL, "plugin directory %s cannot be read: %s; give this user read and search "
+			       "permission on it (chmod a+rx %s) or take it off the plugin path", dir, strerror(e), dir);
+	}
 	int rc0 = r->allow_writable ? PH_OK : ph_plugin_trust(dir, 1, err);
 	if (rc0) {
 		closedir(d);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Model building: create layers in order and infer shapes forward. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,16 @@ static int check_meta(const ph_layer *l, int max_batch, ph_err *err)
 			       "over 1 PiB for a micro-batch of %d; fix the plugin or the layer's options", name, type, sh,
 			       max_batch);
 	}
+	/* FLOPs become costs and seconds (the partitioner, --plan, --simulate):
+	 * a negative or non-finite figure would give wrong cuts and advice */
+	const struct { const char *what; double v; } flops[] = {
+		{ "forward", mt->fwd_flops },
+		{ "backward", mt->bwd_flops },
+	};
+	for (size_t i = 0; i < sizeof flops / sizeof *flops; i++)
+		if (!isfinite(flops[i].v) || flops[i].v < 0)
+			return ph_fail(err, PH_EINVAL, "layer %s (%s) reports %s FLOPs %g; FLOPs a sample are finite and 0 "
+				       "or more: fix the plugin's meta", name, type, flops[i].what, flops[i].v);
 	const struct { const char *what; size_t v; int per_sample; } sizes[] = {
 		{ "saved_bytes", mt->saved_bytes, 1 },
 		{ "scratch_bytes", mt->scratch_bytes, 0 },

@@ -42,9 +42,12 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 		for (int k = 0; k < counts[r] && !rc; k++) {
 			const ph_action *a = &lists[r][k];
 			ph_action_str(a, p->v, s, sizeof s);
-			if (a->kind > PH_ACT_W || a->chunk >= C || a->mb < 0 || a->mb >= M) {
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: action %s is out of range "
-					     "(chunks 0..%d, micro-batches 0..%d)", r, k, s, C - 1, M - 1);
+			if (a->kind > PH_ACT_W || a->chunk < 0 || a->chunk >= C || a->mb < 0 || a->mb >= M) {
+				/* every field as the plugin gave it: the short form leaves
+				 * the chunk out where there is one chunk a rank */
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: action (kind %d, chunk %d, "
+					     "micro-batch %d) is out of range (kinds 0..%d, chunks 0..%d, micro-batches 0..%d)",
+					     r, k, (int)a->kind, a->chunk, a->mb, PH_ACT_W, C - 1, M - 1);
 				break;
 			}
 			if (a->chunk % P != r) {
@@ -213,6 +216,9 @@ int ph_plan_set_actions(ph_plan *p, ph_action **lists, const int *counts, ph_err
 }
 
 /* "partitioner dp: " unless the plugin's message already starts with "dp:". */
+/* what a generate hook that failed without a message is said to have done */
+#define SILENT_GENERATE "generate failed without saying why; a bug in the plugin"
+
 static const char *plugin_prefix(const char *msg, const char *kind, const char *name)
 {
 	static __thread char buf[96];
@@ -260,7 +266,8 @@ static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
 			return ph_fail(err, PH_ENOMEM, "out of memory");
 		ph_err e2 = { { 0 } };
 		if ((rc = s->generate(c->schedule_config, &shape, r, p->actions[r], cap, &p->nactions[r], &e2)))
-			return ph_fail(err, rc, "%s%s", plugin_prefix(e2.msg, "schedule", s->head.name), e2.msg);
+			return ph_fail(err, rc, "%s%s", plugin_prefix(e2.msg, "schedule", s->head.name),
+				       e2.msg[0] ? e2.msg : SILENT_GENERATE);
 		if (p->nactions[r] < 0 || p->nactions[r] > cap)
 			return ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d returned %d actions (room for %d)", s->head.name,
 				       r, p->nactions[r], cap);
@@ -616,8 +623,9 @@ int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph
 	for (int r = 0; r < p->ranks; r++) {
 		if (!(out->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
 			return ph_fail(err, PH_ENOMEM, "out of memory");
+		err->msg[0] = 0;
 		if ((rc = s->generate(c->schedule_config, &shape, r, out->actions[r], cap, &out->nactions[r], err)))
-			return rc;
+			return err->msg[0] ? rc : ph_fail(err, rc, "schedule %s: %s", s->head.name, SILENT_GENERATE);
 		if (out->nactions[r] < 0 || out->nactions[r] > cap)
 			return ph_fail(err, PH_EINTERNAL, "schedule %s: rank %d returned %d actions (room for %d)",
 				       s->head.name, r, out->nactions[r], cap);

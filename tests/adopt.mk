@@ -38,3 +38,45 @@ EXTRA_DIST += tests/test-check-plugin.sh tests/test-install.sh tests/test-plugin
 # Conventions (exit statuses, metrics, progress, INI paths, launchers).
 TESTS += tests/test-conventions.sh
 EXTRA_DIST += tests/test-conventions.sh docs/conventions.md
+
+# The plugin loader and --check-plugin against a third audit's plugins
+# (tests/test-plugin-loader.sh): one source each, broken one way per -DAUDIT,
+# in a directory of their own so that no run searching tests/plugins/.libs
+# meets them (one is named relu).
+check_LTLIBRARIES += tests/plugins/loader-audit/flops_neg.la tests/plugins/loader-audit/flops_nan.la \
+	tests/plugins/loader-audit/meta_zero.la tests/plugins/loader-audit/opt_dup.la \
+	tests/plugins/loader-audit/opt_type.la tests/plugins/loader-audit/name_relu.la \
+	tests/plugins/loader-audit/sched_delayed.la tests/plugins/loader-audit/sched_silent.la \
+	tests/plugins/loader-audit/sched_nochunks.la tests/plugins/loader-audit/sched_chunk77.la
+tests_plugins_loader_audit_flops_neg_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
+tests_plugins_loader_audit_flops_neg_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=1
+tests_plugins_loader_audit_flops_neg_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_flops_nan_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
+tests_plugins_loader_audit_flops_nan_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=2
+tests_plugins_loader_audit_flops_nan_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_meta_zero_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
+tests_plugins_loader_audit_meta_zero_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=3
+tests_plugins_loader_audit_meta_zero_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_opt_dup_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
+tests_plugins_loader_audit_opt_dup_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=4
+tests_plugins_loader_audit_opt_dup_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_opt_type_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
+tests_plugins_loader_audit_opt_type_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=5
+tests_plugins_loader_audit_opt_type_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_name_relu_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
+tests_plugins_loader_audit_name_relu_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=6
+tests_plugins_loader_audit_name_relu_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_sched_delayed_la_SOURCES = tests/plugins/loader-audit/audit-sched.c
+tests_plugins_loader_audit_sched_delayed_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=1
+tests_plugins_loader_audit_sched_delayed_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_sched_silent_la_SOURCES = tests/plugins/loader-audit/audit-sched.c
+tests_plugins_loader_audit_sched_silent_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=2
+tests_plugins_loader_audit_sched_silent_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_sched_chunk77_la_SOURCES = tests/plugins/loader-audit/audit-sched.c
+tests_plugins_loader_audit_sched_chunk77_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=4
+tests_plugins_loader_audit_sched_chunk77_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_sched_nochunks_la_SOURCES = tests/plugins/loader-audit/audit-sched.c
+tests_plugins_loader_audit_sched_nochunks_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=3
+tests_plugins_loader_audit_sched_nochunks_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+TESTS += tests/test-plugin-loader.sh
+EXTRA_DIST += tests/test-plugin-loader.sh
