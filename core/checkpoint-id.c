@@ -4,69 +4,19 @@
  * digest), and the first line where two identities differ.  See
  * checkpoint.h for what counts and why. */
 #include "checkpoint-impl.h"
+#include "config_agree.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* One option's value as text, the way an INI file would say it. */
+/* One option's line, its value as an INI file would say it (the canonical
+ * form config_agree.c shares). */
 static void sb_option(ph_ck_sbuf *b, const char *prefix, const ph_option *o, const void *cfg)
 {
-	const char *p = (const char *)cfg + o->offset;
-	ph_ck_printf(b, "%s.%s=", prefix, o->name);
-	switch (o->type) {
-	case PH_OPT_INT: {
-		int64_t v;
-		memcpy(&v, p, sizeof v);
-		ph_ck_printf(b, "%lld", (long long)v);
-		break;
-	}
-	case PH_OPT_FLOAT: {
-		double v;
-		memcpy(&v, p, sizeof v);
-		char t[40];
-		/* the shortest of %.15g..%.17g that reads back exactly */
-		for (int prec = 15; prec <= 17; prec++) {
-			snprintf(t, sizeof t, "%.*g", prec, v);
-			if (strtod(t, NULL) == v)
-				break;
-		}
-		ph_ck_printf(b, "%s", t);
-		break;
-	}
-	case PH_OPT_BOOL: {
-		int v;
-		memcpy(&v, p, sizeof v);
-		ph_ck_printf(b, "%s", v ? "yes" : "no");
-		break;
-	}
-	case PH_OPT_STRING:
-		ph_ck_printf(b, "%.*s", PH_STR_MAX, p);
-		break;
-	case PH_OPT_CHOICE: {
-		int v;
-		memcpy(&v, p, sizeof v);
-		const char *c = o->choices ? o->choices : "";
-		for (int i = 0; i < v && c; i++)
-			if ((c = strchr(c, '|')))
-				c++;
-		if (c) {
-			const char *end = strchr(c, '|');
-			ph_ck_printf(b, "%.*s", end ? (int)(end - c) : (int)strlen(c), c);
-		} else {
-			ph_ck_printf(b, "#%d", v);
-		}
-		break;
-	}
-	case PH_OPT_INTLIST: {
-		ph_intlist v;
-		memcpy(&v, p, sizeof v);
-		for (int i = 0; i < v.n && i < PH_INTLIST_MAX; i++)
-			ph_ck_printf(b, "%s%lld", i ? "," : "", (long long)v.v[i]);
-		break;
-	}
-	}
-	ph_ck_printf(b, "\n");
+	char v[PH_OPTION_TEXT_MAX];
+	ph_option_value_text(o, cfg, v, sizeof v);
+	ph_ck_printf(b, "%s.%s=%s\n", prefix, o->name, v);
 }
 
 static void sb_named(ph_ck_sbuf *b, const char *prefix, const ph_option *table, const void *cfg, const char *name)

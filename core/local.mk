@@ -5,7 +5,7 @@ core_libphcore_la_SOURCES = \
 	core/options.c core/options.h \
 	core/inifile.c core/inifile.h \
 	core/loader.c core/loader.h core/loader-trust.c core/loader-needs.c \
-	core/config.c core/config.h core/gpu_switches.c core/gpu_switches.h \
+	core/config.c core/config.h core/config_agree.c core/config_agree.h core/gpu_switches.c core/gpu_switches.h \
 	core/model.c core/model.h \
 	core/layer_call.c core/layer_call.h core/layer_times.c core/layer_times.h \
 	core/plan.c core/plan.h core/memcheck.c core/memcheck.h \

@@ -25,6 +25,7 @@
 #include "check_plugin.h"
 #include "comm.h"
 #include "config.h"
+#include "config_agree.h"
 #include "data_source.h"
 #include "engine.h"
 #include "errline.h"
@@ -661,6 +662,14 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		goto out;
 	if ((rc = ph_config_resolve(&cfg, &reg, err)))
 		goto out;
+	/* under mpirun every process must run one job: its resolved config
+	 * and the command line's part in it against process 0's, before
+	 * anything is loaded, measured or planned (core/config_agree.h) */
+	const char *wout = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
+	const char *mode = cli->gen.prompt ? "--generate" : cli->simulate ? "--simulate" : cli->plan_only ? "--plan" : "training";
+	ph_agree_cli agree = { mode, cli->trace != NULL, cli->resume != NULL, wout[0] != 0 };
+	if ((rc = ph_config_agree(&cfg, &agree, err)))
+		goto out;
 	if ((rc = check_outputs(cli, &cfg, err)))
 		goto out; /* an output that cannot be written fails now, not after the work */
 	ph_shape in;
@@ -668,6 +677,10 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	if ((rc = source->sample_shape(&cfg, &in, err)))
 		goto out;
 	if (cli->gen.prompt) {
+		/* under mpirun process 0 alone generates and prints (the
+		 * others would repeat its text and its "generated" line) */
+		if (!ph_comm_writer(&cfg.comm))
+			goto out;
 		ph_gen_opts go = cli->gen;
 		if (!cli->gen_seed_set)
 			go.seed = (uint64_t)cfg.run.seed;
@@ -905,8 +918,15 @@ int main(int argc, char **argv)
 	if (!(rc = cli.config ? refuse_foreign_launcher(&err) : PH_OK) && !(rc = ph_comm_init(&comm, &err)) &&
 	    !ph_comm_writer(&comm) && !freopen("/dev/null", "w", stdout))
 		rc = ph_fail(&err, PH_EIO, "process %d: cannot silence its output (/dev/null)", comm.rank);
+	/* a run's plugin code that calls exit() or crashes gets one line
+	 * (core/signals.h); main's own exits below come after the disarm.
+	 * Not --check-plugin: it runs plugin code in a child of its own,
+	 * and reports how that ended. */
+	if (!rc && cli.config)
+		ph_plugin_guard_arm();
 	if (!rc)
 		rc = run(&cli, &comm, &stopped, &err);
+	ph_plugin_guard_disarm();
 	if (rc) {
 		fflush(stdout);
 		/* under mpirun a failure every process shares (a config error)

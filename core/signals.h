@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Signals: what pipehost does when its output goes away (SIGPIPE, SIGXFSZ)
- * and when it is asked to stop (SIGINT, SIGTERM), in one place. */
+/* Signals: what pipehost does when its output goes away (SIGPIPE, SIGXFSZ),
+ * when it is asked to stop (SIGINT, SIGTERM), and when plugin code crashes
+ * or calls exit() during a run, in one place. */
 #ifndef PH_CORE_SIGNALS_H
 #define PH_CORE_SIGNALS_H
 
@@ -60,5 +61,21 @@ int ph_stop_local(void);
  * the signal (130 for SIGINT, 143 for SIGTERM), the shells' convention, so
  * a scheduler sees a preempted job as not finished. */
 int ph_stop_exit_status(void);
+
+/* Plugin code that goes wrong during a run.  Between arm and disarm (main
+ * arms it around a run with -c, and disarms it before its own exits):
+ *  - exit() called by plugin code (code loaded for the run) prints one
+ *    line naming the .so and ends the process with status 1, where it
+ *    ended with the plugin's status, 0 reading as "done" with nothing
+ *    saved; an exit(0) by anything else becomes 1 the same way, and a
+ *    library's exit(N > 0) is left as it was;
+ *  - SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT print one line naming the
+ *    signal and the object of the faulting instruction (a plugin's .so),
+ *    where known, then take the default action: the status stays 128 +
+ *    the signal and a core is still dumped.  The loader's own guard
+ *    (core/loader.c) takes over while a plugin is opened.
+ * Before, both ended the run without a word on stderr. */
+void ph_plugin_guard_arm(void);
+void ph_plugin_guard_disarm(void);
 
 #endif

@@ -28,6 +28,10 @@ tests_plugins_abi13_relu_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 check_LTLIBRARIES += tests/plugins/fail_forward.la
 tests_plugins_fail_forward_la_SOURCES = tests/plugins/fail_forward.c
 tests_plugins_fail_forward_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# a layer that calls exit() or crashes at run time (test-plugin-exit.sh)
+check_LTLIBRARIES += tests/plugins/misbehave.la
+tests_plugins_misbehave_la_SOURCES = tests/plugins/misbehave.c
+tests_plugins_misbehave_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 # bad_twin.c three times: CUDA hooks (ABI 1.4) too short, without backward, split unlike the layer
 check_LTLIBRARIES += tests/plugins/bad_twin_size.la tests/plugins/bad_twin_hook.la tests/plugins/bad_twin_split.la
 tests_plugins_bad_twin_size_la_SOURCES = tests/plugins/bad_twin.c

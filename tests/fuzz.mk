@@ -36,7 +36,7 @@ FUZZ_DATA_SRC = core/data.c core/data_sources.c core/data_fashion_mnist.c core/d
 FUZZ_CONFIG_SRC = tests/fuzz/fuzz-config.c core/config.c core/inifile.c core/options.c core/loader.c core/device.c \
 	core/loader-trust.c $(FUZZ_DATA_SRC)
 FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c core/outputs.c core/signals.c core/readfile.c
-FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/checkpoint-id.c core/checkpoint-state.c \
+FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/checkpoint-id.c core/config_agree.c core/checkpoint-state.c \
 	core/checkpoint-manifest.c core/checkpoint-files.c core/checkpoint-sbuf.c core/weights.c core/outputs.c core/signals.c core/runlock.c core/config.c \
 	core/inifile.c core/options.c core/loader.c core/device.c core/loader-trust.c $(FUZZ_DATA_SRC)
 FUZZ_IDX_SRC = tests/fuzz/fuzz-idx.c $(FUZZ_DATA_SRC)

@@ -11,6 +11,10 @@ TESTS += tests/test-checkpoint.sh tests/test-crash.sh tests/test-corrupt.sh test
 EXTRA_DIST += tests/test-checkpoint.sh tests/test-crash.sh tests/test-corrupt.sh tests/fuzz.mk .ci/sanitize.sh \
 	docs/corrupted-inputs.md tests/test-outputs.sh tests/test-faults.sh tests/test-bitflip.sh \
 	docs/reliability-outputs.md tests/test-tied-weights.sh
+# A plugin that calls exit() or crashes during a run: one line, never exit 0
+# (test-plugin-exit.sh, with tests/plugins/misbehave.c).
+TESTS += tests/test-plugin-exit.sh
+EXTRA_DIST += tests/test-plugin-exit.sh
 
 check_LTLIBRARIES += tests/faultfs.la
 tests_faultfs_la_SOURCES = tests/faultfs.c

@@ -146,4 +146,56 @@ if [ "$rc" -eq 143 ] && [ -z "$(leftovers)" ] && [ ! -e "$tmp/sig/t.json" ] && g
 else
 	not_ok "SIGTERMs while --simulate writes: exit $rc, left: $(ls -A "$tmp/sig" | tr '\n' ' ') $(cat "$tmp/err")"
 fi
+# --- ^C under mpirun: to mpirun, or to the processes themselves --------------
+# Open MPI's mpirun (4.1) passes a ^C on as SIGTERM odls_base_sigkill_timeout
+# (T, 1) seconds late and SIGKILLs T s after that, then exits 1; a signal
+# sent to the processes is taken at once, and mpirun exits with their
+# status (130).  The old interrupt line advised T = 600, which only delays
+# the stop by 10 minutes; the line now says so only for mpirun's signal,
+# and names the processes' parent to signal instead.
+. "$top_srcdir/tests/mpi-lib.sh"
+# mpi_stop WHO: a 2-process run saving no step of its own; once it trains,
+# SIGINT to WHO (mpirun, or procs: every process); $rc, $mpi
+mpi_stop() {
+	d="$tmp/mck-$1"
+	rm -f "$tmp/mm.jsonl"
+	ph_mpirun 2 "$PIPEHOST" -c "$tiny" --set run.steps=400000 --set "checkpoint.dir=$d" --set checkpoint.every=1000000 \
+		--set run.log_every=100 --set "run.metrics=$tmp/mm.jsonl" --progress=none >"$tmp/out" 2>"$tmp/err" &
+	sp=$!
+	i=0
+	while ! [ -s "$tmp/mm.jsonl" ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done
+	# ph_mpirun runs in a subshell: mpirun is its child, the processes mpirun's
+	mpi=$(ps -o pid= --ppid "$sp" | tr -d ' ')
+	if [ "$1" = mpirun ]; then
+		kill -INT "$mpi"
+	else
+		kill -INT $(ps -o pid= --ppid "$mpi")
+	fi
+	# a stop that never comes (60 s) fails the test, not the suite
+	i=0
+	while kill -0 "$sp" 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i + 1)); done
+	kill -0 "$sp" 2>/dev/null && kill -KILL $(ps -o pid= --ppid "$mpi") "$mpi"
+	wait "$sp"
+	rc=$?
+	saved=$(ls "$d" 2>/dev/null)
+}
+if ! ph_have_mpi; then
+	ok "# SKIP ^C under mpirun: $ph_mpi_why"
+else
+	base="^pipehost: interrupted: finishing this step, then writing a checkpoint \\(interrupt again to stop at once\\)"
+	mpi_stop mpirun
+	if [ "$rc" -eq 1 ] && [ -f "$d/$saved/state.json" ] && grep -q "^interrupted at step" "$tmp/out" &&
+		grep -Eq "$base; mpirun sends SIGKILL 1 s after this SIGTERM, too soon for a long step or checkpoint: next time interrupt the processes, not mpirun \\(here: pkill -INT -P $mpi, mpirun's children; on other nodes, the orted's\\), or start mpirun with --mca odls_base_sigkill_timeout T \\(it then passes \\^C on T s late, and kills T s after that\\)$" "$tmp/err"; then
+		ok "^C to mpirun: $saved saved within its 1 s, mpirun exit 1, the line names mpirun's SIGKILL and pkill -INT -P $mpi"
+	else
+		not_ok "^C to mpirun: exit $rc, saved: $saved, $(grep -m1 'interrupted' "$tmp/err")"
+	fi
+	mpi_stop procs
+	if [ "$rc" -eq 130 ] && [ -f "$d/$saved/state.json" ] && grep -Eq "$base$" "$tmp/err" &&
+		! grep -q "mpirun sends SIGKILL" "$tmp/err"; then
+		ok "SIGINT to the processes under mpirun: $saved saved, mpirun exit 130, no word of mpirun's SIGKILL"
+	else
+		not_ok "SIGINT to the processes under mpirun: exit $rc, saved: $saved, $(grep -m1 'interrupted' "$tmp/err")"
+	fi
+fi
 finish

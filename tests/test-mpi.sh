@@ -212,4 +212,62 @@ elif grep -q "pipehost: process [01] of 2: .*replicas = 3 does not divide among 
 else
 	not_ok "replicas = 3 on 2 processes: $(head -c 600 "$tmp/e.err")"
 fi
+
+# Processes whose configs differ (each node its own copy of the INI, a
+# per-host wrapper adding --set): process 1 stops the job with one line
+# naming the first key that differs, before any data, profile or plan
+# (core/config_agree.c).  Steps that differ used to hang the job for ever,
+# a learning rate or micro-batches to train replicas that silently
+# differed, a layer's width to fail with MPI_ERR_TRUNCATE; under timeout,
+# so that a hang fails instead of stalling the suite.
+# agree_fails DESC WANT OPT0 OPT1: process 0 with --set OPT0, process 1
+# with --set OPT1 (an MPMD launch); WANT is process 1's "KEY = V here, W in
+# process 0".
+agree_fails() {
+	timeout 120 sh -c '. "$top_srcdir/tests/mpi-lib.sh"; ph_mpirun 1 -x PIPEHOST_PLUGIN_PATH "$@"' sh \
+		"$PIPEHOST" -c "$tiny" --set "$3" : -np 1 "$PIPEHOST" -c "$tiny" --set "$4" </dev/null >"$tmp/ag.out" 2>"$tmp/ag.err"
+	rc=$?
+	want="pipehost: process 1 of 2: its config differs from process 0's: $2; give every process the same config and --set options"
+	if [ "$rc" -eq 0 ]; then
+		not_ok "$1: mpirun exited 0"
+	elif [ "$rc" -eq 124 ]; then
+		not_ok "$1: the job hung (killed after 120 s)"
+	elif [ "$(grep -c '^pipehost: ' "$tmp/ag.err")" -eq 1 ] && grep -qxF "$want" "$tmp/ag.err" &&
+		! grep -Eq '^(plan|trained|profile)' "$tmp/ag.out"; then
+		ok "$1: $want"
+	else
+		not_ok "$1: exit $rc, $(grep -c '^pipehost: ' "$tmp/ag.err") pipehost line(s): $(head -c 600 "$tmp/ag.err") $(head -3 "$tmp/ag.out")"
+	fi
+}
+agree_fails "steps differ" "run.steps = 4 here, 2 in process 0" run.steps=2 run.steps=4
+agree_fails "lr differs" "optimizer.lr = 0.02 here, 0.01 in process 0" optimizer.lr=0.01 optimizer.lr=0.02
+agree_fails "a layer's width differs" "layer fc1.units = 8 here, 16 in process 0" "layer fc1.units=16" "layer fc1.units=8"
+agree_fails "checkpoints in one process only" "checkpoint.dir = a path here, none in process 0" \
+	checkpoint.every=0 checkpoint.dir="$tmp/ag-ck"
+# what may differ: each node's own copy of the INI (relative paths resolve
+# to other directories), the BLAS threads, and what process 0 alone uses
+# (metrics, log_every); process 0 alone writes
+mkdir "$tmp/n0" "$tmp/n1"
+for d in n0 n1; do sed 's/^\[run\]$/[run]\nsave_weights = w.st/' "$tiny" >"$tmp/$d/run.ini"; done
+if timeout 120 sh -c '. "$top_srcdir/tests/mpi-lib.sh"; ph_mpirun 1 -x PIPEHOST_PLUGIN_PATH "$@"' sh \
+	"$PIPEHOST" -c "$tmp/n0/run.ini" --set run.threads=1 --set run.metrics="$tmp/ag.jsonl" --set run.log_every=5 : \
+	-np 1 "$PIPEHOST" -c "$tmp/n1/run.ini" --set run.threads=2 --set run.log_every=7 </dev/null >"$tmp/agok.out" 2>"$tmp/agok.err" &&
+	[ "$(grep -c '^trained 20 steps' "$tmp/agok.out")" -eq 1 ] && [ -f "$tmp/n0/w.st" ] && [ ! -e "$tmp/n1/w.st" ] &&
+	[ -s "$tmp/ag.jsonl" ]; then
+	ok "the same job with each node's INI, threads, metrics and log_every its own: trains, process 0 writes"
+else
+	not_ok "keys that may differ: exit $?, $(ls "$tmp/n0" "$tmp/n1" | tr '\n' ' ') $(head -c 600 "$tmp/agok.err")"
+fi
+
+# --generate under mpirun: process 0 alone generates and prints (every
+# process printed its own "generated" line); the others exit 0 quietly
+cat "$top_srcdir"/docs/*.md | head -c 60000 >"$tmp/corpus.txt"
+"$PIPEHOST" -c "$lm" --set data.path="$tmp/corpus.txt" --set run.steps=5 --save-weights "$tmp/lmw.st" >/dev/null 2>&1
+if mp 2 "$PIPEHOST" -c "$lm" --set data.path="$tmp/corpus.txt" --load-weights "$tmp/lmw.st" --generate "The plan" \
+	--max-new-tokens 10 </dev/null >"$tmp/gen.out" 2>"$tmp/gen.err" && [ "$(grep -c '^generated 10 tokens' "$tmp/gen.err")" -eq 1 ] &&
+	[ "$(grep -c '^The plan' "$tmp/gen.out")" -eq 1 ]; then
+	ok "mpirun -np 2 --generate: one process generates and prints"
+else
+	not_ok "mpirun -np 2 --generate: exit $?, $(grep -c '^generated' "$tmp/gen.err") 'generated' lines, $(grep -c '^The plan' "$tmp/gen.out") texts: $(head -c 400 "$tmp/gen.err")"
+fi
 finish

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/* Test plugin: an identity layer whose forward misbehaves on purpose at
+ * its N-th call of the process, the way a broken plugin does: it calls
+ * exit() or crashes instead of returning an error (tests/test-plugin-exit.sh:
+ * the run must end with one line and a failing status, never 0, never
+ * silent).
+ *
+ *   x [B, ...]  ->  y = x [B, ...]
+ *
+ * $PH_TEST_MISBEHAVE: exit0, exit3 (exit(0), exit(3)), segv (a NULL
+ * dereference), abort, fpe (an integer division by zero); unset, it
+ * never misbehaves, so a scan of the test plugins loads it harmlessly.
+ * $PH_TEST_MISBEHAVE_AT=N: at the N-th forward call (default 2).  Named
+ * misbehave. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <pipehost/plugin.h>
+
+typedef struct {
+	ph_shape shape;
+	int64_t numel; /* per sample */
+} mis_state;
+
+/* the process's count, over all instances and the rank threads */
+static long calls;
+
+static int create(const void *cfg, const ph_shape *in, int max_batch, void **state, ph_err *err)
+{
+	(void)cfg, (void)max_batch;
+	mis_state *s = calloc(1, sizeof *s);
+	if (!s)
+		return ph_fail(err, PH_ENOMEM, "misbehave: out of memory");
+	s->shape = *in;
+	s->numel = ph_shape_numel(in);
+	*state = s;
+	return PH_OK;
+}
+static void destroy(void *state)
+{
+	free(state);
+}
+static int meta(const void *state, ph_layer_meta *m, ph_err *err)
+{
+	(void)err;
+	*m = (ph_layer_meta){ 0 };
+	m->out = ((const mis_state *)state)->shape;
+	return PH_OK;
+}
+
+static void misbehave(const char *how)
+{
+	if (!strcmp(how, "exit0"))
+		exit(0); /* the bug: a "success" in the middle of training */
+	if (!strcmp(how, "exit3"))
+		exit(3);
+	if (!strcmp(how, "segv"))
+		*(volatile int *)(volatile void *)0 = 1;
+	if (!strcmp(how, "abort"))
+		abort();
+	if (!strcmp(how, "fpe")) {
+		/* both volatile: 1 / x is computed without a division */
+		volatile int num = 7, zero = 0;
+		volatile int q = num / zero;
+		(void)q;
+	}
+}
+
+static int forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y, ph_err *err)
+{
+	(void)params, (void)err;
+	const mis_state *s = state;
+	const char *how = getenv("PH_TEST_MISBEHAVE"), *at = getenv("PH_TEST_MISBEHAVE_AT");
+	const long call = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
+	if (how && call == (at ? strtol(at, NULL, 10) : 2))
+		misbehave(how);
+	if (y != x)
+		memcpy(y, x, (size_t)(ctx->batch * s->numel) * sizeof *y);
+	return PH_OK;
+}
+static int backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads, const float *x,
+		    const float *y, const float *dy, float *dx, ph_err *err)
+{
+	(void)params, (void)grads, (void)x, (void)y, (void)err;
+	const mis_state *s = state;
+	if (dx && dx != dy)
+		memcpy(dx, dy, (size_t)(ctx->batch * s->numel) * sizeof *dx);
+	return PH_OK;
+}
+
+static const ph_layer_ops misbehave_ops = {
+	.head = PH_HEAD_NOOPT(ph_layer_ops, "misbehave",
+			      "identity that exits or crashes at forward call $PH_TEST_MISBEHAVE_AT (a test)"),
+	.devices = PH_DEV_CPU,
+	.create = create,
+	.destroy = destroy,
+	.meta = meta,
+	.forward = forward,
+	.backward = backward,
+};
+static const ph_layer_ops *const layers[] = { &misbehave_ops, NULL };
+PH_PLUGIN(layers, NULL, NULL)
