@@ -601,6 +601,16 @@ static int stopped_after(const char *what)
 	return 1;
 }
 
+/* stdout as it was before run() set it aside (*fd, closed and -1 after):
+ * what went to it meanwhile is flushed to stderr first */
+static void stdout_back(int *fd)
+{
+	fflush(stdout);
+	dup2(*fd, STDOUT_FILENO);
+	close(*fd);
+	*fd = -1;
+}
+
 static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 {
 	ph_registry reg;
@@ -633,6 +643,15 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	double *cost_f = NULL, *cost_b = NULL; /* [partition] cost = profile */
 	int data_loaded = 0;
 	int json_stdout = cli->plan_json && !strcmp(cli->plan_json, "-");
+	/* --plan=json owns stdout: until the document is written, what else
+	 * would go there (a plugin's printf in create, say) goes to stderr,
+	 * so the document stays JSON */
+	int json_fd = -1;
+	if (json_stdout) {
+		fflush(stdout);
+		if ((json_fd = dup(STDOUT_FILENO)) < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+			return ph_fail(err, PH_EIO, "--plan=json: cannot set stdout aside: %s", strerror(errno));
+	}
 	memset(&model, 0, sizeof model);
 	memset(&plan, 0, sizeof plan);
 	memset(&train, 0, sizeof train);
@@ -743,6 +762,8 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	 * stops at once and removes the temporary file) */
 	/* under mpirun one process writes the files, as a run's outputs */
 	const int writer = ph_comm_writer(&cfg.comm);
+	if (json_fd >= 0)
+		stdout_back(&json_fd);
 	if (cli->plan_json && writer) {
 		ph_stop_hold();
 		rc = ph_plan_write_json_file(cli->plan_json, &plan, &model, &cfg, cost_f, cost_b, err);
@@ -847,6 +868,8 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	if (!rc && ph_stop_signal())
 		*stopped = 1; /* held while the outputs were written: exit 128 + signal */
 out:
+	if (json_fd >= 0)
+		stdout_back(&json_fd);
 	free(cost_f);
 	free(cost_b);
 	ph_engine_destroy(engine);

@@ -122,4 +122,13 @@ else
 		not_ok "under mpirun, exit(0) in a forward: mpirun exit $rc, $(head -c 800 "$tmp/err")"
 	fi
 fi
+# A plugin printing on stdout from create: under --plan=json stdout holds
+# the document alone (the line goes to stderr), where it used to open the
+# document with "misbehave: ..." and break every JSON reader.
+if PH_TEST_MISBEHAVE=print "$PIPEHOST" "$@" --plan=json >"$tmp/out" 2>"$tmp/err" &&
+	[ "$(head -c 1 "$tmp/out")" = "{" ] && ! grep -q '^misbehave: created' "$tmp/out" && grep -q '^misbehave: created' "$tmp/err"; then
+	ok "a plugin's printf under --plan=json goes to stderr; stdout is the document alone"
+else
+	not_ok "--plan=json with a printing plugin: stdout starts $(head -c 80 "$tmp/out" | tr '\n' ' '), stderr $(head -c 200 "$tmp/err")"
+fi
 finish

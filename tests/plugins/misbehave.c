@@ -8,10 +8,13 @@
  *   x [B, ...]  ->  y = x [B, ...]
  *
  * $PH_TEST_MISBEHAVE: exit0, exit3 (exit(0), exit(3)), segv (a NULL
- * dereference), abort, fpe (an integer division by zero); unset, it
+ * dereference), abort, fpe (an integer division by zero), print (a line
+ * on stdout from create, as a plugin left with debug output does; for
+ * tests/test-errors.sh's --plan=json); unset, it
  * never misbehaves, so a scan of the test plugins loads it harmlessly.
  * $PH_TEST_MISBEHAVE_AT=N: at the N-th forward call (default 2).  Named
  * misbehave. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +31,9 @@ static long calls;
 static int create(const void *cfg, const ph_shape *in, int max_batch, void **state, ph_err *err)
 {
 	(void)cfg, (void)max_batch;
+	const char *how = getenv("PH_TEST_MISBEHAVE");
+	if (how && !strcmp(how, "print"))
+		printf("misbehave: created for input %s\n", "x");
 	mis_state *s = calloc(1, sizeof *s);
 	if (!s)
 		return ph_fail(err, PH_ENOMEM, "misbehave: out of memory");
