@@ -54,6 +54,18 @@ static int meta(const void *state, ph_layer_meta *m, ph_err *err)
 	return PH_OK;
 }
 
+/* num / zero, left to the CPU's trap: UBSan (the sanitizer build) would
+ * report the division and exit 1 before the SIGFPE this test is about */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("integer-divide-by-zero")))
+#endif
+#endif
+static int divide(volatile int num, volatile int zero)
+{
+	return num / zero;
+}
+
 static void misbehave(const char *how)
 {
 	if (!strcmp(how, "exit0"))
@@ -66,8 +78,7 @@ static void misbehave(const char *how)
 		abort();
 	if (!strcmp(how, "fpe")) {
 		/* both volatile: 1 / x is computed without a division */
-		volatile int num = 7, zero = 0;
-		volatile int q = num / zero;
+		volatile int q = divide(7, 0);
 		(void)q;
 	}
 }
