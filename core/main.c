@@ -627,13 +627,13 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		plugin_path(cli, NULL, path, sizeof path);
 		if (cli->list_options)
 			list_options();
+		rc = PH_OK;
 		if (cli->list_plugins) {
-			if ((rc = ph_registry_load_path(&reg, path, err)))
-				return rc;
-			ph_registry_print(stdout, &reg);
-			ph_registry_free(&reg);
+			if (!(rc = ph_registry_load_path(&reg, path, err)))
+				ph_registry_print(stdout, &reg);
+			ph_registry_free(&reg); /* what loaded before a refused plugin too */
 		}
-		return PH_OK;
+		return rc;
 	}
 	ph_config cfg;
 	ph_model model;
@@ -649,8 +649,12 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 	int json_fd = -1;
 	if (json_stdout) {
 		fflush(stdout);
-		if ((json_fd = dup(STDOUT_FILENO)) < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
-			return ph_fail(err, PH_EIO, "--plan=json: cannot set stdout aside: %s", strerror(errno));
+		if ((json_fd = dup(STDOUT_FILENO)) < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+			rc = ph_fail(err, PH_EIO, "--plan=json: cannot set stdout aside: %s", strerror(errno));
+			if (json_fd >= 0)
+				close(json_fd);
+			return rc;
+		}
 	}
 	memset(&model, 0, sizeof model);
 	memset(&plan, 0, sizeof plan);

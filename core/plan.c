@@ -45,9 +45,9 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 			if (a->kind > PH_ACT_W || a->chunk < 0 || a->chunk >= C || a->mb < 0 || a->mb >= M) {
 				/* every field as the plugin gave it: the short form leaves
 				 * the chunk out where there is one chunk a rank */
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: action (kind %d, chunk %d, "
+				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: action %s (kind %d, chunk %d, "
 					     "micro-batch %d) is out of range (kinds 0..%d, chunks 0..%d, micro-batches 0..%d)",
-					     r, k, (int)a->kind, a->chunk, a->mb, PH_ACT_W, C - 1, M - 1);
+					     r, k, s, (int)a->kind, a->chunk, a->mb, PH_ACT_W, C - 1, M - 1);
 				break;
 			}
 			if (a->chunk % P != r) {

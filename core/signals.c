@@ -335,27 +335,29 @@ static void on_exit_while_armed(int status, void *arg)
 	(void)arg;
 	if (!guard_armed || getpid() != guard_pid) /* (a plugin's forked child is its own) */
 		return;
-	/* the caller: the first frame past libc's exit machinery, which calls
-	 * this handler (frame 1) */
+	/* plugin code on the stack: the first frame in an object loaded for
+	 * the run.  (Not "the frame past libc's": a sanitizer's runtime wraps
+	 * the handler, and libc's frames then come first.) */
 	void *fr[64];
-	int n = backtrace(fr, 64), during = 0, d;
-	const char *who = NULL, *libc = n > 1 ? object_of((char *)fr[1] - 1, &d) : NULL;
-	for (int i = 2; i < n && libc && !who; i++) {
+	int n = backtrace(fr, 64);
+	const char *who = NULL;
+	for (int i = 1; i < n && !who; i++) {
+		int during;
 		const char *o = object_of((char *)fr[i] - 1, &during);
-		if (o && o != libc)
+		if (o && during)
 			who = o;
 	}
-	if (!(who && during) && status != 0)
+	if (!who && status != 0)
 		return;
 	fflush(NULL); /* what exit() would have flushed: stdout, the metrics' lines */
-	if (who && during)
+	if (who)
 		fprintf(stderr, "pipehost: a plugin called exit(%d) during the run (code in %s), so the run did not finish: "
 			"no weights or other final outputs were written (checkpoints already written stay); a plugin must "
 			"return an error (ph_fail) instead: fix it\n", status, who);
 	else
-		fprintf(stderr, "pipehost: exit(0) was called during the run by %s, so the run did not finish: no weights "
-			"or other final outputs were written (checkpoints already written stay); please report it\n",
-			!who ? "a plugin or a library" : *who ? who : "pipehost itself");
+		fprintf(stderr, "pipehost: exit(0) was called during the run, not from plugin code, so the run did not "
+			"finish: no weights or other final outputs were written (checkpoints already written stay); "
+			"please report it\n");
 	_exit(1);
 }
 #endif

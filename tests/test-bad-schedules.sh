@@ -47,7 +47,7 @@ rule "with both B and I/W" "F0, B0, I0, W0, F1, B1, F2, B2, F3, B3" "chunk 1 mic
 rule "with an I and no W" "F0, I0, F1, B1, F2, B2, F3, B3" \
 	"rank 1 never runs W of chunk 1 micro-batch 0; rule: every I has its W"
 rule "naming a micro-batch past the last" "F0, B0, F1, B1, F2, B2, F3, B3, F4" \
-	"rank 1 position 8: action F4 is out of range \(chunks 0\.\.1, micro-batches 0\.\.3\)"
+	"rank 1 position 8: action F4 \(kind 0, chunk 1, micro-batch 4\) is out of range \(kinds 0\.\.3, chunks 0\.\.1, micro-batches 0\.\.3\)"
 { printf 'F0, F1, B0, F2, B1, F3, B2, B3\n'; printf 'F0, B0\000, F1\n'; } >"$tmp/nul.csv"
 expect_error "table with a NUL byte" "^pipehost: $tmp/nul.csv:2: a NUL byte; a schedule table is a text file$" \
 	-c "$tiny" --plan $T "schedule.file=$tmp/nul.csv"

@@ -115,9 +115,9 @@ expect_error "generate fails silently: the run" \
 	"^pipehost: schedule audit_sched: generate failed without saying why; a bug in the plugin$" \
 	-c "$tmp/s2.ini" --plugin-dir "$tmp/sched_silent" --set schedule.type=audit_sched --plan
 # An action's chunk out of range is printed as the plugin gave it: the
-# short form (F0) left chunk 77 out.
+# short form alone (F0) left chunk 77 out.
 expect_error "an action of chunk 77" \
-	"^pipehost: schedule: rank 0 position 0: action \(kind 0, chunk 77, micro-batch 0\) is out of range \(kinds 0\.\.3, chunks 0\.\.1, micro-batches 0\.\.1\)" \
+	"^pipehost: schedule: rank 0 position 0: action F0 \(kind 0, chunk 77, micro-batch 0\) is out of range \(kinds 0\.\.3, chunks 0\.\.1, micro-batches 0\.\.1\)" \
 	-c "$tmp/s2.ini" --plugin-dir "$tmp/sched_chunk77" --set schedule.type=audit_sched --plan
 
 # F. max_chunks_per_rank = 0: refused at load, not "lower chunks to 1".

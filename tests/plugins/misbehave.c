@@ -14,6 +14,7 @@
  * never misbehaves, so a scan of the test plugins loads it harmlessly.
  * $PH_TEST_MISBEHAVE_AT=N: at the N-th forward call (default 2).  Named
  * misbehave. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,14 +67,30 @@ static int divide(volatile int num, volatile int zero)
 	return num / zero;
 }
 
+/* a store through p, not checked first: UBSan's null check and ASan (the
+ * sanitizer build) would report it and exit 1 before the SIGSEGV this test
+ * is about; p comes from a volatile, so the compiler cannot see a NULL and
+ * turn the store into a trap (SIGILL) */
+#if defined(__has_attribute)
+#if __has_attribute(no_sanitize)
+__attribute__((no_sanitize("null", "address")))
+#endif
+#endif
+__attribute__((noinline)) static void store_through(volatile int *p)
+{
+	*p = 1;
+}
+
 static void misbehave(const char *how)
 {
 	if (!strcmp(how, "exit0"))
 		exit(0); /* the bug: a "success" in the middle of training */
 	if (!strcmp(how, "exit3"))
 		exit(3);
-	if (!strcmp(how, "segv"))
-		*(volatile int *)(volatile void *)0 = 1;
+	if (!strcmp(how, "segv")) {
+		volatile uintptr_t zero = 0;
+		store_through((volatile int *)zero);
+	}
 	if (!strcmp(how, "abort"))
 		abort();
 	if (!strcmp(how, "fpe")) {
