@@ -189,26 +189,6 @@ static int exit_status(int status)
 /* (core/loader.c), so a plugin named like a built-in (relu, 1f1b) would */
 /* pass every check here and then be refused by every run.              */
 
-/* Does the file hold "name" as the end of a C string?  (Reading runs
- * none of its code; loader.c picks its candidates the same way.) */
-static int file_mentions(const char *file, const char *name)
-{
-	int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	struct stat st;
-	int hit = 0;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (m != MAP_FAILED) {
-			hit = memmem(m, (size_t)st.st_size, name, strlen(name) + 1) != NULL;
-			munmap(m, (size_t)st.st_size);
-		}
-	}
-	close(fd);
-	return hit;
-}
-
 /* Another file on the path every run searches ($PIPEHOST_PLUGIN_PATH and
  * the compiled-in directory) that provides a plugin of this kind and
  * name: its path in *other, and 1.  The file checked is not "another",
@@ -236,7 +216,7 @@ static int provided_elsewhere(const ph_registry_entry *en, const ph_check_opts *
 			if (n < 4 || strcmp(de->d_name + n - 3, ".so") ||
 			    (size_t)snprintf(file, sizeof file, "%s/%s", dir, de->d_name) >= sizeof file ||
 			    stat(file, &st) != 0 || (st.st_dev == self.st_dev && st.st_ino == self.st_ino) ||
-			    !file_mentions(file, en->head->name))
+			    !ph_file_mentions(file, en->head->name, 0))
 				continue;
 			ph_registry reg;
 			memset(&reg, 0, sizeof reg);

@@ -383,16 +383,18 @@ static int cmp_str(const void *a, const void *b)
 
 /* Does the file hold "name" as the end of a C string?  Reading a file runs
  * none of its code: this picks the candidates for a plugin name without
- * dlopen'ing (and so running the constructors of) every .so on the path.
- * The linker may share a string's tail ("relu" inside "leaky_relu"), so a
- * match on the tail alone counts: a false match only loads one file more. */
-static int file_mentions(const char *file, const char *name)
+ * dlopen'ing (and so running the constructors of) every .so on the path;
+ * --check-plugin's name check uses it too.  The linker may share a
+ * string's tail ("relu" inside "leaky_relu"), so a match on the tail alone
+ * counts: a false match only loads one file more.  unreadable: the answer
+ * for a file that cannot be opened or mapped, or is not a regular file. */
+int ph_file_mentions(const char *file, const char *name, int unreadable)
 {
 	int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
-		return 1; /* let the load report it */
+		return unreadable;
 	struct stat st;
-	int hit = 1;
+	int hit = unreadable;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
 		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (m != MAP_FAILED) {
@@ -444,7 +446,7 @@ static int load_dir(ph_registry *r, const char *dir, const char *name, ph_err *e
 		if (!rc) {
 			char file[1024];
 			snprintf(file, sizeof file, "%s/%s", dir, names[i]);
-			if (!name || file_mentions(file, name))
+			if (!name || ph_file_mentions(file, name, 1)) /* an unreadable one: let the load report it */
 				rc = ph_registry_load_file(r, file, err);
 		}
 		free(names[i]);

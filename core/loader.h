@@ -48,6 +48,9 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err);
  * mention the name is loaded (from every directory, so a name two files
  * provide is still refused); when none provides it, all the rest are. */
 void ph_registry_search_path(ph_registry *r, const char *path_list);
+/* Does file hold "name" as the end of a C string (its code not run)?
+ * unreadable: the answer where it cannot be read. */
+int ph_file_mentions(const char *file, const char *name, int unreadable);
 int ph_registry_load_name(ph_registry *r, ph_plugin_kind kind, const char *name, ph_err *err);
 
 /* The plugins an INI names ([layer] type, [schedule] type, [partition]
