@@ -42,7 +42,7 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 		for (int k = 0; k < counts[r] && !rc; k++) {
 			const ph_action *a = &lists[r][k];
 			ph_action_str(a, p->v, s, sizeof s);
-			if (a->kind > PH_ACT_W || a->chunk < 0 || a->chunk >= C || a->mb < 0 || a->mb >= M) {
+			if (a->kind > PH_ACT_W || a->chunk >= C || a->mb < 0 || a->mb >= M) {
 				/* every field as the plugin gave it: the short form leaves
 				 * the chunk out where there is one chunk a rank */
 				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: action %s (kind %d, chunk %d, "
