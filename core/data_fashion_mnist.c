@@ -106,26 +106,39 @@ static int expect_eof(gzFile f, const char *path, ph_err *err)
 	return PH_OK;
 }
 
+/* Opens an IDX file and reads its header h[0 .. hsize-1], which must start
+ * with `magic`; `what` names the records ("images", "labels") and `file`
+ * the kind of file expected, for the line a wrong magic gets. */
+static int idx_open_header(const char *path, uint32_t magic, const char *what, const char *file,
+			   unsigned char *h, size_t hsize, gzFile *out, ph_err *err)
+{
+	gzFile f = NULL;
+	int rc = open_idx(path, &f, err);
+	if (rc)
+		return rc;
+	rc = gz_read_all(f, path, h, hsize, "IDX header", err);
+	if (!rc && be32(h) != magic)
+		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: magic 0x%08x, expected "
+			     "0x%08x (IDX unsigned-byte %s): not %s",
+			     path, be32(h), magic, what, file);
+	if (rc) {
+		gzclose(f);
+		return rc;
+	}
+	*out = f;
+	return PH_OK;
+}
+
 static int read_images(const char *path, int64_t *n, int64_t *rows, int64_t *cols,
 		       float **x, ph_err *err)
 {
 	gzFile f;
-	int rc = open_idx(path, &f, err);
+	unsigned char h[16];
+	int rc = idx_open_header(path, IDX_MAGIC_IMAGES, "images", "an image file", h, sizeof h, &f, err);
 	if (rc)
 		return rc;
-	unsigned char h[16];
 	unsigned char *raw = NULL;
 	float *out = NULL;
-	rc = gz_read_all(f, path, h, sizeof h, "IDX header", err);
-	if (rc)
-		goto done;
-	uint32_t magic = be32(h);
-	if (magic != IDX_MAGIC_IMAGES) {
-		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: magic 0x%08x, expected "
-			     "0x%08x (IDX unsigned-byte images): not an image file",
-			     path, magic, IDX_MAGIC_IMAGES);
-		goto done;
-	}
 	int64_t cnt = be32(h + 4), r = be32(h + 8), c = be32(h + 12);
 	/* Each factor bounded first, so no product below can overflow. */
 	if (cnt == 0 || r == 0 || c == 0 || cnt > PH_DATA_MAX_ELEMS ||
@@ -168,22 +181,12 @@ static int read_labels(const char *path, int64_t *n, int nclasses, int32_t **y,
 		       ph_err *err)
 {
 	gzFile f;
-	int rc = open_idx(path, &f, err);
+	unsigned char h[8];
+	int rc = idx_open_header(path, IDX_MAGIC_LABELS, "labels", "a label file", h, sizeof h, &f, err);
 	if (rc)
 		return rc;
-	unsigned char h[8];
 	unsigned char *raw = NULL;
 	int32_t *out = NULL;
-	rc = gz_read_all(f, path, h, sizeof h, "IDX header", err);
-	if (rc)
-		goto done;
-	uint32_t magic = be32(h);
-	if (magic != IDX_MAGIC_LABELS) {
-		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: magic 0x%08x, expected "
-			     "0x%08x (IDX unsigned-byte labels): not a label file",
-			     path, magic, IDX_MAGIC_LABELS);
-		goto done;
-	}
 	int64_t cnt = be32(h + 4);
 	if (cnt == 0 || cnt > PH_DATA_MAX_ELEMS) {
 		rc = ph_fail(err, PH_EINVAL, "fashion-mnist: %s: header says %lld labels, "

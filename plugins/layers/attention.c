@@ -61,35 +61,19 @@ static int attention_create(const void *config, const ph_shape *in, int max_batc
 			    void **state, ph_err *err)
 {
 	const attention_config *cfg = config;
-	if (in->ndim != 2)
-		return ph_fail(err, PH_EINVAL,
-			       "attention: input has %d dimensions; need 2 ([T, d]) per sample",
-			       in->ndim);
-	if (in->d[0] < 1 || in->d[1] < 1)
-		return ph_fail(err, PH_EINVAL, "attention: input [%lld, %lld]; need both >= 1",
-			       (long long)in->d[0], (long long)in->d[1]);
+	tf_attn_geom g;
+	if (tf_attn_geom_make("attention", in, cfg->heads, cfg->dropout, &g, err))
+		return PH_EINVAL;
 	const int64_t T = in->d[0], d = in->d[1];
-	if (cfg->heads < 1 || cfg->heads > d || d % cfg->heads != 0)
-		return ph_fail(err, PH_EINVAL,
-			       "attention: heads = %lld does not divide the model dimension %lld",
-			       (long long)cfg->heads, (long long)d);
-	if (!(cfg->dropout >= 0 && cfg->dropout <= 0.99))
-		return ph_fail(err, PH_EINVAL, "attention: dropout %g outside [0, 0.99]",
-			       cfg->dropout);
-	/* CBLAS takes int dimensions. */
-	if (3 * d > INT_MAX || T * T > INT_MAX || (int64_t)max_batch * T > INT_MAX)
+	/* CBLAS takes int dimensions (T and d first: T * T must not overflow). */
+	if (T > INT_MAX || d > INT_MAX || 3 * d > INT_MAX || T * T > INT_MAX || (int64_t)max_batch * T > INT_MAX)
 		return ph_fail(err, PH_EINVAL,
 			       "attention: T = %lld, d = %lld, micro-batch %d exceed BLAS int sizes",
 			       (long long)T, (long long)d, max_batch);
 	attention_state *s = calloc(1, sizeof *s);
 	if (!s)
 		return ph_fail(err, PH_ENOMEM, "attention: out of memory");
-	s->g.T = (int)T;
-	s->g.d = (int)d;
-	s->g.H = (int)cfg->heads;
-	s->g.hd = (int)(d / cfg->heads);
-	s->g.rate = (float)cfg->dropout;
-	s->g.scale = (float)(1.0 / (1.0 - cfg->dropout));
+	s->g = g;
 	s->max_batch = max_batch;
 	*state = s;
 	return PH_OK;

@@ -147,28 +147,18 @@ static int gpt_create(const void *config, const ph_shape *in, int max_batch, voi
 		      ph_err *err)
 {
 	const gpt_block_config *cfg = config;
-	if (in->ndim != 2)
-		return ph_fail(err, PH_EINVAL,
-			       "gpt_block: input has %d dimensions; need 2 ([T, d]) per sample",
-			       in->ndim);
-	if (in->d[0] < 1 || in->d[1] < 1)
-		return ph_fail(err, PH_EINVAL, "gpt_block: input [%lld, %lld]; need both >= 1",
-			       (long long)in->d[0], (long long)in->d[1]);
+	tf_attn_geom g;
+	if (tf_attn_geom_make("gpt_block", in, cfg->heads, cfg->dropout, &g, err))
+		return PH_EINVAL;
 	const int64_t T = in->d[0], d = in->d[1];
-	if (cfg->heads < 1 || cfg->heads > d || d % cfg->heads != 0)
-		return ph_fail(err, PH_EINVAL,
-			       "gpt_block: heads = %lld does not divide the model dimension %lld",
-			       (long long)cfg->heads, (long long)d);
-	if (!(cfg->dropout >= 0 && cfg->dropout <= 0.99))
-		return ph_fail(err, PH_EINVAL, "gpt_block: dropout %g outside [0, 0.99]",
-			       cfg->dropout);
 	if (cfg->mlp_ratio < 1 || cfg->mlp_ratio > 64)
 		return ph_fail(err, PH_EINVAL, "gpt_block: mlp_ratio %lld outside [1, 64]",
 			       (long long)cfg->mlp_ratio);
 	if (max_batch < 1)
 		return ph_fail(err, PH_EINVAL, "gpt_block: max_batch %d; need >= 1", max_batch);
-	/* CBLAS takes int dimensions and leading dimensions. */
-	if (cfg->mlp_ratio * d > INT_MAX / 8 || T * T > INT_MAX ||
+	/* CBLAS takes int dimensions and leading dimensions (T and d first:
+	 * T * T must not overflow). */
+	if (T > INT_MAX || d > INT_MAX || cfg->mlp_ratio * d > INT_MAX / 8 || T * T > INT_MAX ||
 	    (int64_t)max_batch * T > INT_MAX)
 		return ph_fail(err, PH_EINVAL,
 			       "gpt_block: T = %lld, d = %lld, micro-batch %d exceed BLAS int sizes",
@@ -182,12 +172,7 @@ static int gpt_create(const void *config, const ph_shape *in, int max_batch, voi
 	gpt_state *s = &ms->b;
 	s->moe = cfg->mlp == 1;
 	ms->mg = mg;
-	s->g.T = (int)T;
-	s->g.d = (int)d;
-	s->g.H = (int)cfg->heads;
-	s->g.hd = (int)(d / cfg->heads);
-	s->g.rate = (float)cfg->dropout;
-	s->g.scale = (float)(1.0 / (1.0 - cfg->dropout));
+	s->g = g;
 	s->r = (int)cfg->mlp_ratio;
 	s->max_batch = max_batch;
 	*state = s;

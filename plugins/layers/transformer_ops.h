@@ -269,6 +269,30 @@ TF_HOT static void tf_gelu_backward(const float *x, const float *dy, float *dx, 
 
 #include "attn_geom.h" /* tf_attn_geom: the shapes and dropout */
 
+/* The geometry of a causal self-attention over a per-sample input [T, d]
+ * with `heads` heads and dropout `rate`, or one line naming `layer`: the
+ * checks attention and gpt_block share.  Each caller then bounds T and d by
+ * its BLAS int sizes before it uses *g (the casts here may truncate). */
+static inline int tf_attn_geom_make(const char *layer, const ph_shape *in, int64_t heads, double rate,
+				    tf_attn_geom *g, ph_err *err)
+{
+	if (in->ndim != 2)
+		return ph_fail(err, PH_EINVAL, "%s: input has %d dimensions; need 2 ([T, d]) per sample", layer,
+			       in->ndim);
+	if (in->d[0] < 1 || in->d[1] < 1)
+		return ph_fail(err, PH_EINVAL, "%s: input [%lld, %lld]; need both >= 1", layer,
+			       (long long)in->d[0], (long long)in->d[1]);
+	const int64_t T = in->d[0], d = in->d[1];
+	if (heads < 1 || heads > d || d % heads != 0)
+		return ph_fail(err, PH_EINVAL, "%s: heads = %lld does not divide the model dimension %lld", layer,
+			       (long long)heads, (long long)d);
+	if (!(rate >= 0 && rate <= 0.99))
+		return ph_fail(err, PH_EINVAL, "%s: dropout %g outside [0, 0.99]", layer, rate);
+	*g = (tf_attn_geom){ .T = (int)T, .d = (int)d, .H = (int)heads, .hd = (int)(d / heads),
+			     .rate = (float)rate, .scale = (float)(1.0 / (1.0 - rate)) };
+	return PH_OK;
+}
+
 /* M[e] = keep ? 1/(1 - rate) : 0 for one (sample, head): the dropout mask,
  * drawn from the key every time it is needed, never stored. */
 static inline void tf_attn_mask(const tf_attn_geom *g, uint64_t key, int b, int h, float *M)
