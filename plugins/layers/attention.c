@@ -166,21 +166,10 @@ static int attention_forward(void *state, const ph_ctx *ctx, float *const *param
 		    params[0], d, 1.0f, qkv, 3 * d);
 	tf_attn_forward(&s->g, ctx->batch, drop, key, qkv, P, att, ctx->scratch);
 	/* y = att proj^T + b */
-	for (int r = 0; r < rows; r++)
-		memcpy(y + (size_t)r * d, params[3], (size_t)d * sizeof(float));
+	tf_bias_preload(y, params[3], rows, d);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, d, d, 1.0f, att, d,
 		    params[2], d, 1.0f, y, d);
 	return PH_OK;
-}
-
-/* Column sums of m [rows, n] added to acc, row by row (fixed order). */
-static void add_colsum(float *acc, const float *m, int rows, int n)
-{
-	for (int r = 0; r < rows; r++) {
-		const float *mr = m + (size_t)r * n;
-		for (int c = 0; c < n; c++)
-			acc[c] += mr[c];
-	}
 }
 
 /* The whole backward; grads == NULL skips the weight half, dx == NULL the input half. */
@@ -206,14 +195,14 @@ static int attention_bwd(const attention_state *s, const ph_ctx *ctx, float *con
 		/* dproj_weight += dy^T att, dproj_bias += sum dy */
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, rows, 1.0f, dy, d,
 			    att, d, 1.0f, grads[2], d);
-		add_colsum(grads[3], dy, rows, d);
+		tf_colsum_add(grads[3], dy, rows, d);
 	}
 	tf_attn_backward(&s->g, ctx->batch, drop, key, qkv, P, datt, dqkv, tmp);
 	if (grads) {
 		/* dqkv_weight += dqkv^T x, dqkv_bias += sum dqkv */
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 3 * d, d, rows, 1.0f, dqkv,
 			    3 * d, x, d, 1.0f, grads[0], d);
-		add_colsum(grads[1], dqkv, rows, 3 * d);
+		tf_colsum_add(grads[1], dqkv, rows, 3 * d);
 	}
 	if (dx) /* dx = dqkv qkv_weight */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, 3 * d, 1.0f, dqkv,

@@ -355,13 +355,6 @@ static moe_params moe_params_of(float *const *params, int d)
 			     params[P_BIAS] + 4 * (size_t)d };
 }
 
-/* rows copies of bias [n] into out [rows, n], for a gemm to accumulate onto. */
-static void preload_bias(float *out, const float *bias, int rows, int n)
-{
-	for (int i = 0; i < rows; i++)
-		memcpy(out + (size_t)i * n, bias, (size_t)n * sizeof(float));
-}
-
 static int gpt_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x,
 		       float *y, ph_err *err)
 {
@@ -378,12 +371,12 @@ static int gpt_forward(void *state, const ph_ctx *ctx, float *const *params, con
 
 	/* attention branch */
 	tf_layernorm_forward(x, v.h1, lnw, lnb, R, d, GPT_LN_EPS, v.mean1, v.rstd1);
-	preload_bias(v.qkv, bias, R, 3 * d);
+	tf_bias_preload(v.qkv, bias, R, 3 * d);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, 3 * d, d, 1.0f, v.h1, d,
 		    params[P_QKV], d, 1.0f, v.qkv, 3 * d);
 	tf_attn_forward(&s->g, ctx->batch, drop, site_key(ctx, GPT_SITE_ATTN), v.qkv, v.P, v.att,
 			pd_tmp);
-	preload_bias(tmp, bias + 3 * d, R, d);
+	tf_bias_preload(tmp, bias + 3 * d, R, d);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, d, d, 1.0f, v.att, d,
 		    params[P_PROJ], d, 1.0f, tmp, d);
 	resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID1), n, x, tmp, v.x1);
@@ -398,25 +391,15 @@ static int gpt_forward(void *state, const ph_ctx *ctx, float *const *params, con
 			resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID2), n, v.x1, tmp, y);
 		return rc;
 	}
-	preload_bias(v.u, bias + 4 * d, R, rd);
+	tf_bias_preload(v.u, bias + 4 * d, R, rd);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, rd, d, 1.0f, v.h2, d,
 		    params[P_FC], d, 1.0f, v.u, rd);
 	tf_gelu_forward(v.u, v.g, (int64_t)R * rd);
-	preload_bias(tmp, bias + 4 * d + rd, R, d);
+	tf_bias_preload(tmp, bias + 4 * d + rd, R, d);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, d, rd, 1.0f, v.g, rd,
 		    params[P_FCPROJ], rd, 1.0f, tmp, d);
 	resid_drop(&s->g, drop, site_key(ctx, GPT_SITE_RESID2), n, v.x1, tmp, y);
 	return PH_OK;
-}
-
-/* Column sums of m [rows, n] added to acc, row by row (fixed order). */
-static void add_colsum(float *acc, const float *m, int rows, int n)
-{
-	for (int r = 0; r < rows; r++) {
-		const float *mr = m + (size_t)r * n;
-		for (int c = 0; c < n; c++)
-			acc[c] += mr[c];
-	}
 }
 
 /* The whole backward; grads == NULL skips the weight half, dx == NULL the end of
@@ -454,7 +437,7 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 	} else if (grads) {
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, rd, R, 1.0f, dbr, d, v.g,
 			    rd, 1.0f, grads[P_FCPROJ], rd);
-		add_colsum(grads[P_BIAS] + 4 * d + rd, dbr, R, d);
+		tf_colsum_add(grads[P_BIAS] + 4 * d + rd, dbr, R, d);
 	}
 	if (!s->moe) {
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, rd, d, 1.0f, dbr, d,
@@ -463,7 +446,7 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 		if (grads) {
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rd, d, R, 1.0f, dgu, rd, v.h2,
 				    d, 1.0f, grads[P_FC], d);
-			add_colsum(grads[P_BIAS] + 4 * d, dgu, R, rd);
+			tf_colsum_add(grads[P_BIAS] + 4 * d, dgu, R, rd);
 		}
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, rd, 1.0f, dgu, rd,
 			    params[P_FC], d, 0.0f, dh, d);
@@ -478,7 +461,7 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 	if (grads) {
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, R, 1.0f, dbr, d, v.att,
 			    d, 1.0f, grads[P_PROJ], d);
-		add_colsum(grads[P_BIAS] + 3 * d, dbr, R, d);
+		tf_colsum_add(grads[P_BIAS] + 3 * d, dbr, R, d);
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, d, 1.0f, dbr, d,
 		    params[P_PROJ], d, 0.0f, dh, d); /* datt */
@@ -487,7 +470,7 @@ static int gpt_bwd(const gpt_state *s, const ph_ctx *ctx, float *const *params,
 	if (grads) {
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, 3 * d, d, R, 1.0f, dqkv, 3 * d,
 			    v.h1, d, 1.0f, grads[P_QKV], d);
-		add_colsum(grads[P_BIAS], dqkv, R, 3 * d);
+		tf_colsum_add(grads[P_BIAS], dqkv, R, 3 * d);
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, d, 3 * d, 1.0f, dqkv, 3 * d,
 		    params[P_QKV], d, 0.0f, dh1, d);

@@ -14,13 +14,6 @@
 #include "moe_core.h"
 #include "transformer_ops.h"
 
-/* rows copies of b [n] into out [rows, n], for a gemm to accumulate onto */
-static void preload(float *out, const float *b, int rows, int n)
-{
-	for (int i = 0; i < rows; i++)
-		memcpy(out + (size_t)i * n, b, (size_t)n * sizeof *b);
-}
-
 void moe_experts_forward(const moe_geom *g, const ph_ctx *ctx, int rows, const moe_params *p,
 			 const float *xin, float *u, float *a, float *out)
 {
@@ -33,22 +26,13 @@ void moe_experts_forward(const moe_geom *g, const ph_ctx *ctx, int rows, const m
 		const float *w1 = p->w1 + (size_t)l * h * d, *w2 = p->w2 + (size_t)l * d * h;
 		float *uq = u + off * h, *oq = out + off * d;
 		/* u [rows, h] = xin [rows, d] w1^T + b1;  out [rows, d] = gelu(u) w2^T + b2 */
-		preload(uq, b1 + (size_t)e * h, rows, h);
+		tf_bias_preload(uq, b1 + (size_t)e * h, rows, h);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, h, d, 1.0f, xin + off * d,
 			    d, w1, d, 1.0f, uq, h);
 		tf_gelu_forward(uq, a, (int64_t)rows * h);
-		preload(oq, b2 + (size_t)e * d, rows, d);
+		tf_bias_preload(oq, b2 + (size_t)e * d, rows, d);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, d, h, 1.0f, a, h, w2, h,
 			    1.0f, oq, d);
-	}
-}
-
-static void add_colsum(float *acc, const float *m, int rows, int n)
-{
-	for (int r = 0; r < rows; r++) {
-		const float *mr = m + (size_t)r * n;
-		for (int c = 0; c < n; c++)
-			acc[c] += mr[c];
 	}
 }
 
@@ -68,7 +52,7 @@ void moe_experts_backward(const moe_geom *g, const ph_ctx *ctx, int rows, const 
 			tf_gelu_forward(uq, a, (int64_t)rows * h);
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, h, rows, 1.0f, dq, d,
 				    a, h, 1.0f, gr->w2 + (size_t)l * d * h, h);
-			add_colsum(gr->biases + (size_t)E * h + (size_t)e * d, dq, rows, d);
+			tf_colsum_add(gr->biases + (size_t)E * h + (size_t)e * d, dq, rows, d);
 		}
 		/* dh [rows, h] = dout w2, then * gelu'(u) */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, h, d, 1.0f, dq, d, w2, h,
@@ -78,7 +62,7 @@ void moe_experts_backward(const moe_geom *g, const ph_ctx *ctx, int rows, const 
 			/* dw1 [h, d] += du^T xin;  db1 += colsum du */
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, h, d, rows, 1.0f, dh, h,
 				    xq, d, 1.0f, gr->w1 + (size_t)l * h * d, d);
-			add_colsum(gr->biases + (size_t)e * h, dh, rows, h);
+			tf_colsum_add(gr->biases + (size_t)e * h, dh, rows, h);
 		}
 		/* dxin [rows, d] = du w1 */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, h, 1.0f, dh, h, w1, d,

@@ -35,6 +35,28 @@
 #define TF_REF __attribute__((unused))
 
 /* ------------------------------------------------------------------ */
+/* Bias helpers shared by the layers' CPU forward and backward.        */
+
+/* rows copies of bias [n] into out [rows, n], for a gemm to accumulate onto
+ * (beta = 1): the bias added in the product rather than in a pass after. */
+static inline void tf_bias_preload(float *out, const float *bias, int rows, int n)
+{
+	for (int i = 0; i < rows; i++)
+		memcpy(out + (size_t)i * n, bias, (size_t)n * sizeof(float));
+}
+
+/* Column sums of m [rows, n] added to acc [n], row by row: a fixed order,
+ * so a bias gradient is the same bits however the rows were computed. */
+static inline void tf_colsum_add(float *acc, const float *m, int rows, int n)
+{
+	for (int r = 0; r < rows; r++) {
+		const float *mr = m + (size_t)r * n;
+		for (int c = 0; c < n; c++)
+			acc[c] += mr[c];
+	}
+}
+
+/* ------------------------------------------------------------------ */
 /* Layer normalisation over the last dimension (C) of `rows` rows.     */
 /*                                                                     */
 /* All in float.  Row sums run in TF_LANES fixed lanes (lane j takes    */
