@@ -93,6 +93,19 @@ static int download_tensors(ph_engine *e, int state, ph_err *err)
 	return state ? ph_eng_versions_download(e, err) : PH_OK;
 }
 
+/* An evaluation round's micro-batches leave the chunks' activation slots:
+ * every slot free again for the next round or the next training step. */
+static void free_eval_slots(ph_engine *q)
+{
+	for (int c = 0; c < q->plan->nchunks; c++) {
+		chunk_t *ch = &q->chunks[c];
+		for (int s = 0; s < ch->nslots; s++)
+			ch->slots[s].mb = -1;
+		for (int mb = 0; ch->mb_slot && mb < q->mcap; mb++)
+			ch->mb_slot[mb] = -1;
+	}
+}
+
 /* Sharded parameters: a layer needs the other replicas' rows (their
  * experts), so every replica of this process runs the same round and
  * their collectives pair up; replica 0's figures count (engine-group.c).
@@ -122,16 +135,8 @@ static int eval_all_replicas(ph_engine *e, int64_t n, ph_err *err)
 	}
 	if (!rc)
 		rc = ph_eng_gather_losses(e, e->active_mbs, err);
-	for (int r = 1; r < e->nrep; r++) { /* as below for replica 0 */
-		ph_engine *q = e->rep[r];
-		for (int c = 0; c < q->plan->nchunks; c++) {
-			chunk_t *ch = &q->chunks[c];
-			for (int s = 0; s < ch->nslots; s++)
-				ch->slots[s].mb = -1;
-			for (int mb = 0; ch->mb_slot && mb < q->mcap; mb++)
-				ch->mb_slot[mb] = -1;
-		}
-	}
+	for (int r = 1; r < e->nrep; r++) /* replica 0's: after the round */
+		free_eval_slots(e->rep[r]);
 	return rc;
 }
 
@@ -167,13 +172,7 @@ int ph_engine_eval(ph_engine *e, const ph_dataset *ds, int64_t count, ph_stats *
 			if (!(rc = ph_eng_dispatch_wait(e, err)))
 				rc = ph_eng_gather_losses(e, e->active_mbs, err);
 		}
-		for (int c = 0; c < e->plan->nchunks; c++) {
-			chunk_t *ch = &e->chunks[c];
-			for (int s = 0; s < ch->nslots; s++)
-				ch->slots[s].mb = -1;
-			for (int mb = 0; ch->mb_slot && mb < e->mcap; mb++)
-				ch->mb_slot[mb] = -1;
-		}
+		free_eval_slots(e);
 		if (!rc)
 			ph_eng_collect(e, e->active_mbs, st);
 	}
