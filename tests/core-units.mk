@@ -12,7 +12,8 @@ tests_test_errline_SOURCES = tests/test-errline.c core/errline.c core/errline.h
 tests_test_errline_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_errline_LDADD = $(CHECK_LIBS)
 
-tests_test_data_SOURCES = tests/test-data.c core/data.c core/data.h core/data_source.h core/data_sources.c \
+tests_test_data_SOURCES = tests/test-data.c tests/unit-harness.h \
+	core/data.c core/data.h core/data_source.h core/data_sources.c \
 	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/readfile.c core/readfile.h \
 	core/data_npy.c core/data_tokens.c core/bpe.c core/bpe.h core/bpe_unicode.h
 tests_test_data_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS) $(CJSON_CFLAGS)
@@ -24,11 +25,12 @@ tests_test_manifest_SOURCES = tests/test-manifest.c core/checkpoint-manifest.c c
 tests_test_manifest_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_manifest_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS)
 
-tests_test_optim_SOURCES = tests/test-optim.c core/optim.c core/optim.h
+tests_test_optim_SOURCES = tests/test-optim.c tests/unit-harness.h core/optim.c core/optim.h
 tests_test_optim_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_optim_LDADD = $(CHECK_LIBS) -lm
 
-tests_test_weights_SOURCES = tests/test-weights.c core/weights.c core/weights.h core/outputs.c core/outputs.h \
+tests_test_weights_SOURCES = tests/test-weights.c tests/unit-harness.h \
+	core/weights.c core/weights.h core/outputs.c core/outputs.h \
 	core/signals.c core/signals.h core/readfile.c core/readfile.h
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) -lm

@@ -2,8 +2,9 @@
 /* What every layer-plugin test binary needs: a seeded test RNG, loading a
  * layer plugin from $PH_LAYER_DIR (or the compile-time PH_LAYER_DIR),
  * configuring it through the host's own option parser (core/options.c),
- * and an instance of it on the CPU with its buffers (inst: the host's
- * core/layer_inst.h, which pipehost --check-plugin drives too).
+ * the checks every layer's head and option table get alike, and an instance
+ * of it on the CPU with its buffers (inst: the host's core/layer_inst.h,
+ * which pipehost --check-plugin drives too).
  * Shared by test-layers.c, test-transformer.c and test-cuda-layers.c; each
  * includes it once, after <check.h>. */
 #ifndef PH_TESTS_LAYER_HARNESS_H
@@ -49,6 +50,22 @@ static inline void fill_uniform(float *p, int64_t n, float lo, float hi)
 	ph_rng64_fill(&test_rng, p, n, lo, hi);
 }
 
+/* n distinct values 0.05 apart in random order: no ties, so a max-pool's
+ * choice is clear, and a finite difference of eps = 0.01 cannot change it. */
+static inline void fill_distinct(float *x, int64_t n)
+{
+	int64_t *perm = malloc((size_t)n * sizeof *perm);
+	for (int64_t i = 0; i < n; i++)
+		perm[i] = i;
+	for (int64_t i = n - 1; i > 0; i--) {
+		int64_t j = (int64_t)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
+		perm[i] = perm[j], perm[j] = t;
+	}
+	for (int64_t i = 0; i < n; i++)
+		x[i] = (float)(perm[i] - n / 2) * 0.05f;
+	free(perm);
+}
+
 /* ------------------------------------------------------------------ */
 /* Loading and configuring plugins.                                    */
 
@@ -86,6 +103,58 @@ static inline void *make_config(const ph_layer_ops *ops, const char *const *kv)
 		ck_assert_msg(rc == PH_OK, "%s %s = %s: %s", ops->head.name, kv[0], kv[1], e.msg);
 	}
 	return cfg;
+}
+
+/* What every layer plugin's head must be, whatever the layer: this ABI, its
+ * own name, a help line, the CPU among its devices, every hook the host
+ * always calls, both split-backward hooks or neither, each option documented
+ * and inside the config, and defaults that parse.  `flags` is exactly the
+ * PH_LAYER_* set this layer must declare.  Returns the ops for the caller's
+ * own checks. */
+static inline const ph_layer_ops *check_layer_head(const char *name, uint32_t flags)
+{
+	const ph_layer_ops *ops = load_layer(name);
+	ck_assert_int_eq(ops->head.abi_major, PH_ABI_MAJOR);
+	ck_assert_int_eq(ops->head.abi_minor, PH_ABI_MINOR);
+	ck_assert_int_eq(ops->head.struct_size, sizeof(ph_layer_ops));
+	ck_assert_str_eq(ops->head.name, name);
+	ck_assert(ops->head.help && *ops->head.help);
+	ck_assert(ops->devices & PH_DEV_CPU); /* and PH_DEV_CUDA in a CUDA build */
+	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
+	ck_assert_int_eq(ops->flags, flags);
+	ck_assert_int_eq(ops->backward_input != NULL, ops->backward_weight != NULL);
+	if (!ops->head.options)
+		ck_assert_int_eq(ops->head.config_size, 0);
+	for (const ph_option *o = ops->head.options; o && o->name; o++)
+		ck_assert(o->help && *o->help && o->offset < ops->head.config_size);
+	free(make_config(ops, NULL)); /* every default parses */
+	return ops;
+}
+
+/* ph_options_set()'s status for key = value on a fresh default config of
+ * layer `name`: how a test shows that the option table itself, before
+ * create() sees the value, refuses (PH_EINVAL) or takes (PH_OK) it. */
+static inline int option_set_status(const char *name, const char *key, const char *value)
+{
+	const ph_layer_ops *ops = load_layer(name);
+	void *cfg = make_config(ops, NULL);
+	ph_err e = { { 0 } };
+	int rc = ph_options_set(ops->head.options, cfg, key, value, &e);
+	free(cfg);
+	return rc;
+}
+
+/* The default of layer `name`'s float option `key` (which must exist). */
+static inline double option_default_float(const char *name, const char *key)
+{
+	const ph_layer_ops *ops = load_layer(name);
+	const ph_option *o = ph_options_find(ops->head.options, key);
+	ck_assert_msg(o, "%s has no option %s", name, key);
+	ck_assert_int_eq(o->type, PH_OPT_FLOAT);
+	void *cfg = make_config(ops, NULL);
+	double value = *(double *)((char *)cfg + o->offset);
+	free(cfg);
+	return value;
 }
 
 /* ------------------------------------------------------------------ */

@@ -6,7 +6,7 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test-layers
 TESTS += tests/test-layers
 tests_test_layers_SOURCES = tests/test-layers.c tests/layer-harness.h tests/fd-harness.h \
-	core/options.c core/layer_inst.c core/fd_check.c
+	tests/unit-harness.h core/options.c core/layer_inst.c core/fd_check.c
 tests_test_layers_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
 	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
 tests_test_layers_LDADD = $(CHECK_LIBS) -ldl -lm

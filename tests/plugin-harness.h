@@ -96,4 +96,14 @@ static inline const ph_ops_head *find_head(const char *what, const char *name)
 	return NULL;
 }
 
+/* What every plugin's ops must say of themselves, whatever their kind: this
+ * ABI major, the size of the ops struct the caller expects (ops_size), a
+ * help line. */
+static inline void check_ops_head(const ph_ops_head *h, size_t ops_size)
+{
+	ck_assert_int_eq(h->abi_major, PH_ABI_MAJOR);
+	ck_assert_uint_eq(h->struct_size, ops_size);
+	ck_assert_ptr_nonnull(h->help);
+}
+
 #endif

@@ -7,11 +7,13 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test-schedules tests/test-partitioners
 TESTS += tests/test-schedules tests/test-partitioners
 
-tests_test_schedules_SOURCES = tests/test-schedules.c tests/plugin-harness.h core/options.c
+tests_test_schedules_SOURCES = tests/test-schedules.c tests/plugin-harness.h tests/unit-harness.h \
+	core/options.c
 tests_test_schedules_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_schedules_LDADD = $(CHECK_LIBS) -ldl -lm
 
-tests_test_partitioners_SOURCES = tests/test-partitioners.c tests/plugin-harness.h core/options.c
+tests_test_partitioners_SOURCES = tests/test-partitioners.c tests/plugin-harness.h tests/unit-harness.h \
+	core/options.c
 tests_test_partitioners_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_partitioners_LDADD = $(CHECK_LIBS) -ldl -lm
 endif

@@ -3,7 +3,6 @@
  * Fashion-MNIST when installed, synthetic data, epoch permutations. */
 #define _GNU_SOURCE
 #include <check.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,34 +14,8 @@
 #include "data.h"
 #include "data_source.h"
 
-static char dir[4096];
-
-static void setup(void)
-{
-	const char *base = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/ph-test-data.XXXXXX", base && *base ? base : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static int rm_one(const char *p, const struct stat *s, int flag, struct FTW *f)
-{
-	(void)s, (void)flag, (void)f;
-	return remove(p);
-}
-
-static void teardown(void)
-{
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *in_dir(const char *name)
-{
-	static char buf[2][4200];
-	static int k;
-	k ^= 1;
-	snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-	return buf[k];
-}
+#define SCRATCH_DIR_PREFIX "ph-test-data"
+#include "unit-harness.h"
 
 static void put_be32(unsigned char *b, uint32_t v)
 {
@@ -90,7 +63,7 @@ static void expect_fail(int train, const char *want)
 	ph_dataset ds;
 	memset(&ds, 0x5a, sizeof ds);
 	ph_err err = { "" };
-	ck_assert_int_ne(ph_data_load_fashion_mnist(dir, train, &ds, &err), PH_OK);
+	ck_assert_int_ne(ph_data_load_fashion_mnist(scratch_dir, train, &ds, &err), PH_OK);
 	ck_assert_msg(strstr(err.msg, want) != NULL, "got \"%s\", wanted \"%s\"", err.msg,
 		      want);
 	ck_assert_ptr_null(ds.x);
@@ -127,7 +100,7 @@ START_TEST(test_small_valid)
 	write_set("t10k", 5, 5, labels5);
 	ph_dataset ds;
 	ph_err err = { "" };
-	ck_assert_int_eq(ph_data_load_fashion_mnist(dir, 0, &ds, &err), PH_OK);
+	ck_assert_int_eq(ph_data_load_fashion_mnist(scratch_dir, 0, &ds, &err), PH_OK);
 	ck_assert_int_eq(ds.n, 5);
 	ck_assert_int_eq(ds.shape.ndim, 3);
 	ck_assert_int_eq(ds.shape.d[0], 1);
@@ -492,7 +465,8 @@ START_TEST(test_source_ops)
 	/* fashion-mnist: [1,28,28]; a missing evaluation split fails the
 	 * load and leaves both splits empty */
 	write_set("train", 5, 5, labels5);
-	ck_assert_int_lt(snprintf(c.data.path, sizeof c.data.path, "%s", dir), (int)sizeof c.data.path);
+	ck_assert_int_lt(snprintf(c.data.path, sizeof c.data.path, "%s", scratch_dir),
+			 (int)sizeof c.data.path);
 	const ph_data_source *fm = ph_data_source_find("fashion-mnist");
 	ck_assert_int_eq(fm->sample_shape(&c, &s, &err), PH_OK);
 	ck_assert_int_eq(s.ndim, 3);
@@ -506,7 +480,7 @@ START_TEST(test_source_ops)
 	ck_assert_int_eq(fm->load(&c, &s, &tr, &ev, &err), PH_OK);
 	ck_assert_int_eq(tr.n, 5);
 	ck_assert_int_eq(ev.n, 3);
-	ck_assert_int_eq(ph_data_load_fashion_mnist(dir, 0, &want, &err), PH_OK);
+	ck_assert_int_eq(ph_data_load_fashion_mnist(scratch_dir, 0, &want, &err), PH_OK);
 	expect_same(&ev, &want);
 	ph_data_free(&tr), ph_data_free(&ev), ph_data_free(&want);
 }
@@ -1034,7 +1008,7 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("data");
 	TCase *tc = tcase_create("data");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, scratch_setup, scratch_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_missing_dir);
 	tcase_add_test(tc, test_missing_labels);
@@ -1061,9 +1035,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(suite());
 }

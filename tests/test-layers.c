@@ -28,6 +28,7 @@
 
 #include "layer-harness.h"
 #include "fd-harness.h"
+#include "unit-harness.h"
 
 /* This file's use of the harness (tests/fd-harness.h): softmax_xent's input
  * is [K], every element a class; plain central differences; the split
@@ -61,26 +62,13 @@ static const char *const all_layers[] = { "linear", "relu", "conv2d", "maxpool2d
 START_TEST(test_heads)
 {
 	const char *name = all_layers[_i];
-	const ph_layer_ops *ops = load_layer(name);
-	ck_assert_int_eq(ops->head.abi_major, PH_ABI_MAJOR);
-	ck_assert_int_eq(ops->head.abi_minor, PH_ABI_MINOR);
-	ck_assert_int_eq(ops->head.struct_size, sizeof(ph_layer_ops));
-	ck_assert_str_eq(ops->head.name, name);
-	ck_assert(ops->head.help && *ops->head.help);
-	ck_assert(ops->devices & PH_DEV_CPU); /* and PH_DEV_CUDA in a CUDA build */
-	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
-	ck_assert_int_eq(ops->flags, strcmp(name, "softmax_xent") == 0 ? PH_LAYER_LOSS
-				      : strcmp(name, "linear") == 0   ? PH_LAYER_BACKWARD_NO_Y
-								      : 0);
-	/* both split hooks or neither; conv2d has both */
-	ck_assert_int_eq(ops->backward_input != NULL, ops->backward_weight != NULL);
+	const uint32_t flags = strcmp(name, "softmax_xent") == 0 ? PH_LAYER_LOSS
+			       : strcmp(name, "linear") == 0   ? PH_LAYER_BACKWARD_NO_Y
+							       : 0;
+	const ph_layer_ops *ops = check_layer_head(name, flags);
+	/* conv2d has both split-backward hooks */
 	if (strcmp(name, "conv2d") == 0)
 		ck_assert(ph_layer_has_split_backward(ops));
-	if (!ops->head.options)
-		ck_assert_int_eq(ops->head.config_size, 0);
-	for (const ph_option *o = ops->head.options; o && o->name; o++)
-		ck_assert(o->help && *o->help && o->offset < ops->head.config_size);
-	free(make_config(ops, NULL)); /* every default parses */
 }
 END_TEST
 
@@ -416,31 +404,12 @@ START_TEST(test_conv2d_bad_config)
 			 PH_EINVAL);
 	ck_assert_msg(strstr(e.msg, "4 dimensions"), "message: %s", e.msg);
 	/* The option table refuses a zero kernel before create sees it. */
-	const ph_layer_ops *ops = load_layer("conv2d");
-	void *cfg = make_config(ops, NULL);
-	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "kernel", "0", &e), PH_EINVAL);
-	free(cfg);
+	ck_assert_int_eq(option_set_status("conv2d", "kernel", "0"), PH_EINVAL);
 }
 END_TEST
 
 /* ------------------------------------------------------------------ */
 /* maxpool2d                                                           */
-
-/* Distinct values 0.05 apart in random order: no ties, and eps = 0.01
- * cannot change which element is the max. */
-static void fill_distinct(float *x, int64_t n)
-{
-	int64_t *perm = malloc(n * sizeof *perm);
-	for (int64_t i = 0; i < n; i++)
-		perm[i] = i;
-	for (int64_t i = n - 1; i > 0; i--) {
-		int64_t j = (int64_t)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
-		perm[i] = perm[j], perm[j] = t;
-	}
-	for (int64_t i = 0; i < n; i++)
-		x[i] = (float)(perm[i] - n / 2) * 0.05f;
-	free(perm);
-}
 
 /* Max over each window, straight from the definition. */
 static void maxpool_ref(const float *x, float *y, int B, int C, int H, int W, int size,
@@ -645,17 +614,10 @@ START_TEST(test_dropout_rate_zero_and_range)
 	inst_close(&L);
 
 	/* The option table bounds the rate. */
-	const ph_layer_ops *ops = load_layer("dropout");
-	void *cfg = make_config(ops, NULL);
-	ph_err e;
-	const ph_option *rate = ph_options_find(ops->head.options, "rate");
-	ck_assert_ptr_nonnull(rate);
-	ck_assert_int_eq(rate->type, PH_OPT_FLOAT);
-	ck_assert_double_eq(*(double *)((char *)cfg + rate->offset), 0.5); /* the default */
-	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "rate", "1", &e), PH_EINVAL);
-	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "rate", "-0.1", &e), PH_EINVAL);
-	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "rate", "0.99", &e), PH_OK);
-	free(cfg);
+	ck_assert_double_eq(option_default_float("dropout", "rate"), 0.5);
+	ck_assert_int_eq(option_set_status("dropout", "rate", "1"), PH_EINVAL);
+	ck_assert_int_eq(option_set_status("dropout", "rate", "-0.1"), PH_EINVAL);
+	ck_assert_int_eq(option_set_status("dropout", "rate", "0.99"), PH_OK);
 }
 END_TEST
 
@@ -794,9 +756,5 @@ static Suite *layers_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(layers_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(layers_suite());
 }

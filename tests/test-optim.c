@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "optim.h"
+#include "unit-harness.h"
 
 #define N 5
 static const float w0[N] = { 0.5f, -1.25f, 2.0f, 0.0f, -0.75f };
@@ -44,41 +45,24 @@ static const float torch_adamw_nodecay[N] = { /* same, weight_decay=0 */
 	4.939749241e-01f, -1.240728140e+00f, 1.974777579e+00f, 1.425481681e-02f,
 	-7.480533719e-01f };
 
+/* The configs under test; every field not named is 0: a constant lr, no
+ * warm-up, no clipping. */
 static ph_optim_config sgd_cfg(double mom, int nesterov, double wd)
 {
-	ph_optim_config c;
-	memset(&c, 0, sizeof c);
-	c.type = PH_OPTIM_SGD;
-	c.lr = 0.1;
-	c.momentum = mom;
-	c.nesterov = nesterov;
-	c.weight_decay = wd;
-	return c;
+	return (ph_optim_config){ .type = PH_OPTIM_SGD, .lr = 0.1, .momentum = mom,
+				  .nesterov = nesterov, .weight_decay = wd };
 }
 
 static ph_optim_config adamw_cfg(double wd)
 {
-	ph_optim_config c;
-	memset(&c, 0, sizeof c);
-	c.type = PH_OPTIM_ADAMW;
-	c.lr = 1e-2;
-	c.beta1 = 0.9;
-	c.beta2 = 0.999;
-	c.eps = 1e-8;
-	c.weight_decay = wd;
-	return c;
+	return (ph_optim_config){ .type = PH_OPTIM_ADAMW, .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999,
+				  .eps = 1e-8, .weight_decay = wd };
 }
 
 static ph_optim_config lion_cfg(double wd)
 {
-	ph_optim_config c;
-	memset(&c, 0, sizeof c);
-	c.type = PH_OPTIM_LION;
-	c.lr = 1e-2;
-	c.beta1 = 0.9;
-	c.beta2 = 0.99;
-	c.weight_decay = wd;
-	return c;
+	return (ph_optim_config){ .type = PH_OPTIM_LION, .lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99,
+				  .weight_decay = wd };
 }
 
 /* Three steps of the optimizer on w0 with grads, at a constant lr. */
@@ -439,9 +423,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(suite());
 }

@@ -21,6 +21,7 @@
 #include "options.h"
 
 #include "plugin-harness.h"
+#include "unit-harness.h"
 
 #define MAXN 64
 #define MAXK 16
@@ -249,9 +250,7 @@ START_TEST(test_heads)
 	const char *names[] = { "uniform", "parameters", "histogram", "type", "dp", "explicit" };
 	for (int i = 0; i < 6; i++) {
 		const ph_partitioner_ops *o = find(names[i]);
-		ck_assert_int_eq(o->head.abi_major, PH_ABI_MAJOR);
-		ck_assert_uint_eq(o->head.struct_size, sizeof(ph_partitioner_ops));
-		ck_assert_ptr_nonnull(o->head.help);
+		check_ops_head(&o->head, sizeof(ph_partitioner_ops));
 		ck_assert_ptr_nonnull(o->partition);
 	}
 }
@@ -806,9 +805,5 @@ static Suite *suite(void)
 int main(void)
 {
 	load_plugins();
-	SRunner *sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(suite());
 }

@@ -21,6 +21,7 @@
 #include "options.h"
 
 #include "plugin-harness.h"
+#include "unit-harness.h"
 
 #define MAX_P 8
 #define MAX_V 4
@@ -97,9 +98,7 @@ START_TEST(test_heads)
 	const int maxv[] = { 1, 1, 8, 1 };
 	for (int i = 0; i < 4; i++) {
 		const ph_schedule_ops *o = find(names[i]);
-		ck_assert_int_eq(o->head.abi_major, PH_ABI_MAJOR);
-		ck_assert_uint_eq(o->head.struct_size, sizeof(ph_schedule_ops));
-		ck_assert_ptr_nonnull(o->head.help);
+		check_ops_head(&o->head, sizeof(ph_schedule_ops));
 		ck_assert_ptr_nonnull(o->generate);
 		ck_assert_int_eq(o->max_chunks_per_rank, maxv[i]);
 	}
@@ -376,9 +375,5 @@ static Suite *suite(void)
 int main(void)
 {
 	load_plugins();
-	SRunner *sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(suite());
 }

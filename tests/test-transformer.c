@@ -29,6 +29,7 @@
 #include "layer-harness.h"
 #include "sdpa_place.h"
 #include "fd-harness.h"
+#include "unit-harness.h"
 
 /* This file's use of the harness (tests/fd-harness.h): seq_xent's input is
  * [T, V], the classes its last dimension; a layer with the split backward
@@ -62,6 +63,66 @@ static void scale_params(inst *L, float k)
 			L->params[p][i] *= k;
 }
 
+/* Causal, for attention and gpt_block alike (L: a micro-batch of one [T, d]
+ * sample, x drawn): changing position t changes the output at t and leaves
+ * every earlier position bitwise alone; and backward from dy at position 2
+ * only gives dx at positions <= 2.  Dropout, if on, keeps its key throughout. */
+static void check_causal(inst *L)
+{
+	ck_assert_int_eq(L->meta.out.ndim, 2);
+	const int T = (int)L->meta.out.d[0], d = (int)L->meta.out.d[1];
+	fwd(L);
+	float *y0 = malloc(L->ny * sizeof(float));
+	float *keep = malloc(d * sizeof(float));
+	memcpy(y0, L->y, L->ny * sizeof(float));
+	for (int t = 0; t < T; t++) {
+		memcpy(keep, L->x + t * d, d * sizeof(float));
+		for (int c = 0; c < d; c++)
+			L->x[t * d + c] += 0.5f + c;
+		fwd(L);
+		/* positions before t: bitwise unchanged; t itself: changed */
+		ck_assert_msg(memcmp(y0, L->y, (size_t)t * d * sizeof(float)) == 0,
+			      "changing position %d changed an earlier output", t);
+		ck_assert_msg(memcmp(y0 + t * d, L->y + t * d, d * sizeof(float)) != 0,
+			      "changing position %d did not change its own output", t);
+		memcpy(L->x + t * d, keep, d * sizeof(float));
+	}
+	/* Backward: dy at position 2 only gives dx at positions <= 2. */
+	fwd(L);
+	for (int64_t i = 0; i < L->ny; i++)
+		L->r[i] = i >= 2 * d && i < 3 * d ? 1.0f : 0.0f;
+	bwd(L, L->dx);
+	for (int i = 3 * d; i < T * d; i++)
+		ck_assert_msg(L->dx[i] == 0.0f, "dx[%d] = %g leaks from the future", i, L->dx[i]);
+	free(keep);
+	free(y0);
+}
+
+/* Dropout's mask comes from its key (ctx), for attention and gpt_block alike:
+ * in training, sample `sample`'s output must differ from ref, that sample's
+ * output without dropout; the same key must give bitwise the same output, the
+ * next step another.  Leaves L training at its first step; returns the output
+ * of that step (the caller frees it) for checks of the other key fields. */
+static float *check_dropout_keyed(inst *L, int sample, const double *ref)
+{
+	const int64_t per_sample = ph_shape_numel(&L->meta.out);
+	L->ctx.training = 1;
+	float *y1 = malloc(L->ny * sizeof(float));
+	fwd(L);
+	memcpy(y1, L->y, L->ny * sizeof(float));
+	int differ = 0;
+	for (int64_t i = 0; i < per_sample; i++)
+		differ += fabs(L->y[sample * per_sample + i] - ref[i]) > 1e-3;
+	ck_assert_int_gt(differ, 0);
+	fwd(L);
+	ck_assert(memcmp(y1, L->y, L->ny * sizeof(float)) == 0);
+	L->ctx.step++;
+	fwd(L);
+	ck_assert(memcmp(y1, L->y, L->ny * sizeof(float)) != 0);
+	L->ctx.step--;
+	return y1;
+}
+
 /* ------------------------------------------------------------------ */
 /* Every plugin: a well-formed head.                                   */
 
@@ -71,22 +132,7 @@ static const char *const all_layers[] = { "embedding", "layernorm", "gelu", "att
 START_TEST(test_heads)
 {
 	const char *name = all_layers[_i];
-	const ph_layer_ops *ops = load_layer(name);
-	ck_assert_int_eq(ops->head.abi_major, PH_ABI_MAJOR);
-	ck_assert_int_eq(ops->head.abi_minor, PH_ABI_MINOR);
-	ck_assert_int_eq(ops->head.struct_size, sizeof(ph_layer_ops));
-	ck_assert_str_eq(ops->head.name, name);
-	ck_assert(ops->head.help && *ops->head.help);
-	ck_assert(ops->devices & PH_DEV_CPU); /* and PH_DEV_CUDA in a CUDA build */
-	ck_assert(ops->create && ops->destroy && ops->meta && ops->forward && ops->backward);
-	ck_assert_int_eq(ops->flags, strcmp(name, "seq_xent") == 0 ? PH_LAYER_LOSS | PH_LAYER_DX_OVER_X : 0);
-	/* both split hooks or neither */
-	ck_assert_int_eq(ops->backward_input != NULL, ops->backward_weight != NULL);
-	if (!ops->head.options)
-		ck_assert_int_eq(ops->head.config_size, 0);
-	for (const ph_option *o = ops->head.options; o && o->name; o++)
-		ck_assert(o->help && *o->help && o->offset < ops->head.config_size);
-	free(make_config(ops, NULL)); /* every default parses */
+	check_layer_head(name, strcmp(name, "seq_xent") == 0 ? PH_LAYER_LOSS | PH_LAYER_DX_OVER_X : 0);
 }
 END_TEST
 
@@ -233,14 +279,8 @@ START_TEST(test_layernorm_normalises)
 	inst_close(&L);
 
 	/* The option table bounds eps away from 0 (a constant row would divide by 0). */
-	const ph_layer_ops *ops = load_layer("layernorm");
-	void *cfg = make_config(ops, NULL);
-	ph_err e;
-	const ph_option *eps = ph_options_find(ops->head.options, "eps");
-	ck_assert_ptr_nonnull(eps);
-	ck_assert_double_eq(*(double *)((char *)cfg + eps->offset), 1e-5); /* the default */
-	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "eps", "0", &e), PH_EINVAL);
-	free(cfg);
+	ck_assert_double_eq(option_default_float("layernorm", "eps"), 1e-5);
+	ck_assert_int_eq(option_set_status("layernorm", "eps", "0"), PH_EINVAL);
 }
 END_TEST
 
@@ -428,19 +468,7 @@ START_TEST(test_attention_forward_meta)
 				      "y[%d][%d] = %g, want %g", b, i, L.y[b * T * d + i], ref[i]);
 	}
 	/* Training with dropout 0.5 changes the output; the same key, the same output. */
-	L.ctx.training = 1;
-	float *y1 = malloc(L.ny * sizeof(float));
-	fwd(&L);
-	memcpy(y1, L.y, L.ny * sizeof(float));
-	int differ = 0;
-	for (int i = 0; i < T * d; i++)
-		differ += fabs(L.y[T * d + i] - ref[i]) > 1e-3;
-	ck_assert_int_gt(differ, 0);
-	fwd(&L);
-	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) == 0);
-	L.ctx.step++;
-	fwd(&L);
-	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) != 0);
+	float *y1 = check_dropout_keyed(&L, B - 1, ref);
 	free(y1);
 	inst_close(&L);
 }
@@ -449,33 +477,9 @@ END_TEST
 START_TEST(test_attention_causal)
 {
 	rng_seed(504);
-	const int T = 6, d = 4;
 	inst L;
 	inst_open(&L, "attention", KV("heads", "2", "dropout", "0.2"), SHAPE(6, 4), 1);
-	fwd(&L);
-	float *y0 = malloc(L.ny * sizeof(float));
-	memcpy(y0, L.y, L.ny * sizeof(float));
-	for (int t = 0; t < T; t++) {
-		float keep[4];
-		memcpy(keep, L.x + t * d, sizeof keep);
-		for (int c = 0; c < d; c++)
-			L.x[t * d + c] += 0.5f + c;
-		fwd(&L);
-		/* positions before t: bitwise unchanged; t itself: changed */
-		ck_assert_msg(memcmp(y0, L.y, (size_t)t * d * sizeof(float)) == 0,
-			      "changing position %d changed an earlier output", t);
-		ck_assert_msg(memcmp(y0 + t * d, L.y + t * d, d * sizeof(float)) != 0,
-			      "changing position %d did not change its own output", t);
-		memcpy(L.x + t * d, keep, sizeof keep);
-	}
-	/* And backward: dy at position t only gives dx at positions <= t. */
-	fwd(&L);
-	for (int64_t i = 0; i < L.ny; i++)
-		L.r[i] = i >= 2 * d && i < 3 * d ? 1.0f : 0.0f; /* position 2 */
-	bwd(&L, L.dx);
-	for (int i = 3 * d; i < T * d; i++)
-		ck_assert_msg(L.dx[i] == 0.0f, "dx[%d] = %g leaks from the future", i, L.dx[i]);
-	free(y0);
+	check_causal(&L);
 	inst_close(&L);
 }
 END_TEST
@@ -616,21 +620,9 @@ START_TEST(test_gpt_block_forward_meta)
 			ck_assert_msg(fabs(L.y[b * T * d + i] - ref[i]) < 2e-4 * fmax(1, fabs(ref[i])),
 				      "y[%d][%d] = %g, want %g", b, i, L.y[b * T * d + i], ref[i]);
 	}
-	/* Training drops; the same key, the same output; another step, another. */
-	L.ctx.training = 1;
-	float *y1 = malloc(L.ny * sizeof(float));
-	fwd(&L);
-	memcpy(y1, L.y, L.ny * sizeof(float));
-	int differ = 0;
-	for (int i = 0; i < T * d; i++)
-		differ += fabs(L.y[T * d + i] - ref[i]) > 1e-3;
-	ck_assert_int_gt(differ, 0);
-	fwd(&L);
-	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) == 0);
-	L.ctx.step++;
-	fwd(&L);
-	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) != 0);
-	L.ctx.step--;
+	/* Training drops; the same key, the same output; another step, another;
+	 * another layer, another. */
+	float *y1 = check_dropout_keyed(&L, B - 1, ref);
 	L.ctx.layer++;
 	fwd(&L);
 	ck_assert(memcmp(y1, L.y, L.ny * sizeof(float)) != 0);
@@ -652,32 +644,9 @@ END_TEST
 START_TEST(test_gpt_block_causal)
 {
 	rng_seed(604);
-	const int T = 6, d = 8;
 	inst L;
 	inst_open(&L, "gpt_block", KV("heads", "2", "dropout", "0.2"), SHAPE(6, 8), 1);
-	fwd(&L);
-	float *y0 = malloc(L.ny * sizeof(float));
-	memcpy(y0, L.y, L.ny * sizeof(float));
-	for (int t = 0; t < T; t++) {
-		float keep[8];
-		memcpy(keep, L.x + t * d, sizeof keep);
-		for (int c = 0; c < d; c++)
-			L.x[t * d + c] += 0.5f + c;
-		fwd(&L);
-		ck_assert_msg(memcmp(y0, L.y, (size_t)t * d * sizeof(float)) == 0,
-			      "changing position %d changed an earlier output", t);
-		ck_assert_msg(memcmp(y0 + t * d, L.y + t * d, d * sizeof(float)) != 0,
-			      "changing position %d did not change its own output", t);
-		memcpy(L.x + t * d, keep, sizeof keep);
-	}
-	/* Backward: dy at position 2 only gives dx at positions <= 2. */
-	fwd(&L);
-	for (int64_t i = 0; i < L.ny; i++)
-		L.r[i] = i >= 2 * d && i < 3 * d ? 1.0f : 0.0f;
-	bwd(&L, L.dx);
-	for (int i = 3 * d; i < T * d; i++)
-		ck_assert_msg(L.dx[i] == 0.0f, "dx[%d] = %g leaks from the future", i, L.dx[i]);
-	free(y0);
+	check_causal(&L);
 	inst_close(&L);
 }
 END_TEST
@@ -693,11 +662,8 @@ START_TEST(test_gpt_block_bad_config)
 	ck_assert_int_eq(try_create("gpt_block", NULL, SHAPE(4, 8), &e), PH_EINVAL); /* required */
 	ck_assert_int_eq(try_create("gpt_block", KV("heads", "2"), SHAPE(4, 8), &e), PH_OK);
 	/* the option table bounds dropout and mlp_ratio */
-	const ph_layer_ops *ops = load_layer("gpt_block");
-	void *cfg = make_config(ops, NULL);
-	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "dropout", "1", &e), PH_EINVAL);
-	ck_assert_int_eq(ph_options_set(ops->head.options, cfg, "mlp_ratio", "0", &e), PH_EINVAL);
-	free(cfg);
+	ck_assert_int_eq(option_set_status("gpt_block", "dropout", "1"), PH_EINVAL);
+	ck_assert_int_eq(option_set_status("gpt_block", "mlp_ratio", "0"), PH_EINVAL);
 }
 END_TEST
 
@@ -882,9 +848,5 @@ static Suite *transformer_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(transformer_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(transformer_suite());
 }

@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,36 +18,8 @@
 
 #include "weights.h"
 
-static char dir[4096];
-
-static void setup(void)
-{
-	const char *base = getenv("TMPDIR");
-	snprintf(dir, sizeof dir, "%s/ph-test-weights.XXXXXX", base && *base ? base : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-}
-
-static int rm_one(const char *p, const struct stat *s, int flag, struct FTW *f)
-{
-	(void)s, (void)flag, (void)f;
-	chmod(p, 0700);
-	return remove(p);
-}
-
-static void teardown(void)
-{
-	chmod(dir, 0700);
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static const char *in_dir(const char *name)
-{
-	static char buf[4][4200];
-	static int k;
-	k = (k + 1) % 4;
-	snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-	return buf[k];
-}
+#define SCRATCH_DIR_PREFIX "ph-test-weights"
+#include "unit-harness.h"
 
 static unsigned char *slurp(const char *path, size_t *len)
 {
@@ -145,10 +116,31 @@ static int write_sample(const char *path, ph_err *err)
 	return ph_safetensors_write(path, t, 4, meta, err);
 }
 
-/* Names in dir other than `keep`: leftovers of a failed or finished write. */
+/* Where a read of the sample file's three tensors with data goes, and the
+ * refs that ask for them. */
+typedef struct {
+	float w[40], b[10], s[1];
+	ph_tensor_ref t[3];
+} sample_dst;
+
+/* The tests that damage a copy of the sample file start from this: its bytes
+ * (written to in_dir("full")), *len of them, to free, and *dst ready to read
+ * a copy back with ph_safetensors_read(path, dst->t, 3, ...). */
+static unsigned char *sample_bytes(size_t *len, sample_dst *dst)
+{
+	ph_err err = { "" };
+	const char *full = in_dir("full");
+	ck_assert_int_eq(write_sample(full, &err), PH_OK);
+	dst->t[0] = ref("fc1.weight", dst->w, 2, 10, 4);
+	dst->t[1] = ref("fc1.bias", dst->b, 1, 10);
+	dst->t[2] = ref("scale", dst->s, 0);
+	return slurp(full, len);
+}
+
+/* Names in the scratch directory other than `keep`: leftovers of a failed or finished write. */
 static int strays(const char *keep)
 {
-	DIR *d = opendir(dir);
+	DIR *d = opendir(scratch_dir);
 	ck_assert_ptr_nonnull(d);
 	int n = 0;
 	struct dirent *e;
@@ -280,14 +272,10 @@ END_TEST
 START_TEST(test_every_truncation)
 {
 	ph_err err = { "" };
-	const char *full = in_dir("full");
-	ck_assert_int_eq(write_sample(full, &err), PH_OK);
 	size_t len;
-	unsigned char *b = slurp(full, &len);
-	float w[40], bb[10], s[1];
-	ph_tensor_ref t[3] = {
-		ref("fc1.weight", w, 2, 10, 4), ref("fc1.bias", bb, 1, 10), ref("scale", s, 0),
-	};
+	sample_dst dst;
+	unsigned char *b = sample_bytes(&len, &dst);
+	ph_tensor_ref *t = dst.t;
 	const char *cut = in_dir("cut");
 	for (size_t n = 0; n < len; n++) {
 		spit(cut, b, n);
@@ -426,15 +414,11 @@ END_TEST
 START_TEST(test_fuzz)
 {
 	ph_err err = { "" };
-	const char *full = in_dir("full");
-	ck_assert_int_eq(write_sample(full, &err), PH_OK);
 	size_t len;
-	unsigned char *b = slurp(full, &len);
+	sample_dst dst;
+	unsigned char *b = sample_bytes(&len, &dst);
+	ph_tensor_ref *t = dst.t;
 	unsigned char *m = malloc(len);
-	float w[40], bb[10], s[1];
-	ph_tensor_ref t[3] = {
-		ref("fc1.weight", w, 2, 10, 4), ref("fc1.bias", bb, 1, 10), ref("scale", s, 0),
-	};
 	uint64_t x = 12345;
 	int ok = 0;
 	const char *path = in_dir("fz");
@@ -524,9 +508,9 @@ START_TEST(test_failed_write_keeps_old)
 
 	/* 4. An unwritable directory (root writes anywhere, so only as a user). */
 	if (geteuid() != 0) {
-		ck_assert_int_eq(chmod(dir, 0500), 0);
+		ck_assert_int_eq(chmod(scratch_dir, 0500), 0);
 		ck_assert_int_eq(write_sample(path, &err), PH_EIO);
-		chmod(dir, 0700);
+		chmod(scratch_dir, 0700);
 		assert_same_file(path, old, len);
 	}
 	ck_assert_int_eq(strays("ck.safetensors"), 0);
@@ -632,7 +616,7 @@ static Suite *suite(void)
 {
 	Suite *s = suite_create("weights");
 	TCase *tc = tcase_create("safetensors");
-	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_checked_fixture(tc, scratch_setup, scratch_teardown);
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_half_dtypes);
@@ -649,9 +633,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(suite());
 }

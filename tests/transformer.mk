@@ -8,7 +8,7 @@ if HAVE_CHECK
 check_PROGRAMS += tests/test-transformer
 TESTS += tests/test-transformer
 tests_test_transformer_SOURCES = tests/test-transformer.c tests/layer-harness.h \
-	tests/fd-harness.h core/options.c core/layer_inst.c core/fd_check.c \
+	tests/fd-harness.h tests/unit-harness.h core/options.c core/layer_inst.c core/fd_check.c \
 	plugins/layers/sdpa_place.h
 tests_test_transformer_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -I$(top_srcdir)/plugins/layers \
 	-DPH_LAYER_DIR='"$(abs_top_builddir)/plugins/layers/.libs"'
