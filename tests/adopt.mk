@@ -42,7 +42,8 @@ EXTRA_DIST += tests/test-conventions.sh docs/conventions.md
 # The plugin loader and --check-plugin against a third audit's plugins
 # (tests/test-plugin-loader.sh): one source each, broken one way per -DAUDIT,
 # in a directory of their own so that no run searching tests/plugins/.libs
-# meets them (one is named relu).
+# meets them (one is named relu).  Automake writes each library's rules from
+# its own variables, read before make runs, so no make loop can stand for them.
 check_LTLIBRARIES += tests/plugins/loader-audit/flops_neg.la tests/plugins/loader-audit/flops_nan.la \
 	tests/plugins/loader-audit/meta_zero.la tests/plugins/loader-audit/opt_dup.la \
 	tests/plugins/loader-audit/opt_type.la tests/plugins/loader-audit/name_relu.la \

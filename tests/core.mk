@@ -32,6 +32,8 @@ tests_plugins_fail_forward_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 check_LTLIBRARIES += tests/plugins/misbehave.la
 tests_plugins_misbehave_la_SOURCES = tests/plugins/misbehave.c
 tests_plugins_misbehave_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# what these two and tests/adopt.mk's identity and y = w * x test layers share
+EXTRA_DIST += tests/plugins/test-layer-common.h
 # bad_twin.c three times: CUDA hooks (ABI 1.4) too short, without backward, split unlike the layer
 check_LTLIBRARIES += tests/plugins/bad_twin_size.la tests/plugins/bad_twin_hook.la tests/plugins/bad_twin_split.la
 tests_plugins_bad_twin_size_la_SOURCES = tests/plugins/bad_twin.c
@@ -50,6 +52,9 @@ SH_LOG_COMPILER = $(SHELL)
 TESTS += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh tests/test-lm.sh
 EXTRA_DIST += tests/test-errors.sh tests/test-reproducible.sh tests/test-out-of-tree.sh tests/test-train.sh tests/test-lm.sh \
 	tests/lib.sh tests/fixtures tests/example-plugin
+# Both run `make install` in this build tree (into staging directories of
+# their own); under make -j, distcheck's included, never at the same time.
+tests/test-out-of-tree.log: tests/test-install.log
 
 # The core sections' one table and the [gpu] keys (test-sections.sh), with
 # a plugin that reports the environment it is loaded in.

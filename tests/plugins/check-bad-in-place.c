@@ -9,42 +9,12 @@
  *   check_bad_no_y     y = exp(x), dx = dy * y;  claims
  *                      PH_LAYER_BACKWARD_NO_Y, but reads y. */
 #include <math.h>
-#include <stdlib.h>
 
-#include <pipehost/plugin.h>
-
-typedef struct {
-	ph_shape shape;
-	int64_t n;
-} state;
-
-static int create(const void *config, const ph_shape *in, int max_batch, void **st, ph_err *err)
-{
-	state *s = calloc(1, sizeof *s);
-	if (!s)
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	s->shape = *in;
-	s->n = ph_shape_numel(in);
-	*st = s;
-	return PH_OK;
-}
-
-static void destroy(void *st)
-{
-	free(st);
-}
-
-static int meta(const void *st, ph_layer_meta *m, ph_err *err)
-{
-	const state *s = st;
-	*m = (ph_layer_meta){ 0 };
-	m->out = s->shape;
-	return PH_OK;
-}
+#include "test-layer-common.h"
 
 static int fwd_pair(void *st, const ph_ctx *ctx, float *const *params, const float *x, float *y, ph_err *err)
 {
-	const state *s = st;
+	const tl_state *s = st;
 	const int64_t n = s->n;
 	for (int64_t b = 0; b < ctx->batch; b++)
 		for (int64_t i = 0; i < n; i++)
@@ -56,7 +26,7 @@ static int fwd_pair(void *st, const ph_ctx *ctx, float *const *params, const flo
 static int bwd_pair(void *st, const ph_ctx *ctx, float *const *params, float *const *grads, const float *x,
 		    const float *y, const float *dy, float *dx, ph_err *err)
 {
-	const state *s = st;
+	const tl_state *s = st;
 	const int64_t n = s->n;
 	for (int64_t b = 0; dx && b < ctx->batch; b++) {
 		const float *xb = x + b * n, *db = dy + b * n;
@@ -70,7 +40,7 @@ static int bwd_pair(void *st, const ph_ctx *ctx, float *const *params, float *co
 
 static int fwd_exp(void *st, const ph_ctx *ctx, float *const *params, const float *x, float *y, ph_err *err)
 {
-	const state *s = st;
+	const tl_state *s = st;
 	for (int64_t i = 0; i < ctx->batch * s->n; i++)
 		y[i] = expf(x[i]);
 	return PH_OK;
@@ -79,32 +49,22 @@ static int fwd_exp(void *st, const ph_ctx *ctx, float *const *params, const floa
 static int bwd_exp(void *st, const ph_ctx *ctx, float *const *params, float *const *grads, const float *x,
 		   const float *y, const float *dy, float *dx, ph_err *err)
 {
-	const state *s = st;
+	const tl_state *s = st;
 	for (int64_t i = 0; dx && i < ctx->batch * s->n; i++)
 		dx[i] = dy[i] * y[i]; /* reads y */
 	return PH_OK;
 }
 
 static const ph_layer_ops over_x = {
-	.head = PH_HEAD_NOOPT(ph_layer_ops, "check_bad_over_x", "y_i = x_i x_(i+1), falsely claiming dx over x (a test)"),
-	.devices = PH_DEV_CPU,
+	TL_OPS(PH_HEAD_NOOPT(ph_layer_ops, "check_bad_over_x", "y_i = x_i x_(i+1), falsely claiming dx over x (a test)"),
+	       tl_create, tl_meta, fwd_pair, bwd_pair),
 	.flags = PH_LAYER_DX_OVER_X,
-	.create = create,
-	.destroy = destroy,
-	.meta = meta,
-	.forward = fwd_pair,
-	.backward = bwd_pair,
 };
 
 static const ph_layer_ops no_y = {
-	.head = PH_HEAD_NOOPT(ph_layer_ops, "check_bad_no_y", "y = exp(x), falsely claiming not to read y (a test)"),
-	.devices = PH_DEV_CPU,
+	TL_OPS(PH_HEAD_NOOPT(ph_layer_ops, "check_bad_no_y", "y = exp(x), falsely claiming not to read y (a test)"),
+	       tl_create, tl_meta, fwd_exp, bwd_exp),
 	.flags = PH_LAYER_BACKWARD_NO_Y,
-	.create = create,
-	.destroy = destroy,
-	.meta = meta,
-	.forward = fwd_exp,
-	.backward = bwd_exp,
 };
 
 static const ph_layer_ops *const layers[] = { &over_x, &no_y, NULL };

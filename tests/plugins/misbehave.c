@@ -16,15 +16,8 @@
  * misbehave. */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include <pipehost/plugin.h>
-
-typedef struct {
-	ph_shape shape;
-	int64_t numel; /* per sample */
-} mis_state;
+#include "test-layer-common.h"
 
 /* the process's count, over all instances and the rank threads */
 static long calls;
@@ -35,24 +28,7 @@ static int create(const void *cfg, const ph_shape *in, int max_batch, void **sta
 	const char *how = getenv("PH_TEST_MISBEHAVE");
 	if (how && !strcmp(how, "print"))
 		printf("misbehave: created for input %s\n", "x");
-	mis_state *s = calloc(1, sizeof *s);
-	if (!s)
-		return ph_fail(err, PH_ENOMEM, "misbehave: out of memory");
-	s->shape = *in;
-	s->numel = ph_shape_numel(in);
-	*state = s;
-	return PH_OK;
-}
-static void destroy(void *state)
-{
-	free(state);
-}
-static int meta(const void *state, ph_layer_meta *m, ph_err *err)
-{
-	(void)err;
-	*m = (ph_layer_meta){ 0 };
-	m->out = ((const mis_state *)state)->shape;
-	return PH_OK;
+	return tl_new(in, sizeof(tl_state), state, err, "misbehave: out of memory");
 }
 
 /* num / zero, left to the CPU's trap: UBSan (the sanitizer build) would
@@ -102,35 +78,16 @@ static void misbehave(const char *how)
 
 static int forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y, ph_err *err)
 {
-	(void)params, (void)err;
-	const mis_state *s = state;
 	const char *how = getenv("PH_TEST_MISBEHAVE"), *at = getenv("PH_TEST_MISBEHAVE_AT");
 	const long call = __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
 	if (how && call == (at ? strtol(at, NULL, 10) : 2))
 		misbehave(how);
-	if (y != x)
-		memcpy(y, x, (size_t)(ctx->batch * s->numel) * sizeof *y);
-	return PH_OK;
-}
-static int backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads, const float *x,
-		    const float *y, const float *dy, float *dx, ph_err *err)
-{
-	(void)params, (void)grads, (void)x, (void)y, (void)err;
-	const mis_state *s = state;
-	if (dx && dx != dy)
-		memcpy(dx, dy, (size_t)(ctx->batch * s->numel) * sizeof *dx);
-	return PH_OK;
+	return tl_forward_identity(state, ctx, params, x, y, err);
 }
 
 static const ph_layer_ops misbehave_ops = {
-	.head = PH_HEAD_NOOPT(ph_layer_ops, "misbehave",
-			      "identity that exits or crashes at forward call $PH_TEST_MISBEHAVE_AT (a test)"),
-	.devices = PH_DEV_CPU,
-	.create = create,
-	.destroy = destroy,
-	.meta = meta,
-	.forward = forward,
-	.backward = backward,
+	TL_OPS(PH_HEAD_NOOPT(ph_layer_ops, "misbehave",
+			     "identity that exits or crashes at forward call $PH_TEST_MISBEHAVE_AT (a test)"),
+	       create, tl_meta, forward, tl_backward_identity),
 };
-static const ph_layer_ops *const layers[] = { &misbehave_ops, NULL };
-PH_PLUGIN(layers, NULL, NULL)
+TL_PLUGIN(misbehave_ops)

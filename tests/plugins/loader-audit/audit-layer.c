@@ -9,9 +9,8 @@
  * Kept in a directory of their own: a run that searches tests/plugins/.libs
  * must not meet them. */
 #include <math.h>
-#include <stdlib.h>
 
-#include <pipehost/plugin.h>
+#include "../test-layer-common.h"
 
 #ifndef AUDIT
 #define AUDIT 0
@@ -47,35 +46,10 @@ static const ph_option audit_options[] = {
 #define AUDIT_NAME "audit_scale"
 #endif
 
-typedef struct {
-	ph_shape shape;
-	int64_t n;
-} state;
-
-static int create(const void *config, const ph_shape *in, int max_batch, void **st, ph_err *err)
-{
-	(void)config;
-	(void)max_batch;
-	state *s = calloc(1, sizeof *s);
-	if (!s)
-		return ph_fail(err, PH_ENOMEM, "out of memory");
-	s->shape = *in;
-	s->n = ph_shape_numel(in);
-	*st = s;
-	return PH_OK;
-}
-
-static void destroy(void *st)
-{
-	free(st);
-}
-
 static int meta(const void *st, ph_layer_meta *m, ph_err *err)
 {
-	(void)err;
-	const state *s = st;
-	*m = (ph_layer_meta){ 0 };
-	m->out = s->shape;
+	const tl_state *s = st;
+	tl_meta_scale(st, m, err);
 	m->fwd_flops = (double)s->n;
 	m->bwd_flops = 2.0 * (double)s->n;
 #if AUDIT == 1
@@ -85,43 +59,11 @@ static int meta(const void *st, ph_layer_meta *m, ph_err *err)
 #elif AUDIT == 3
 	m->out.d[0] = 0;
 #endif
-	m->nparams = 1;
-	m->params[0] = (ph_param_desc){ .name = "weight", .shape = s->shape, .init = PH_INIT_ONES };
-	return PH_OK;
-}
-
-static int forward(void *st, const ph_ctx *ctx, float *const *params, const float *x, float *y, ph_err *err)
-{
-	(void)err;
-	const state *s = st;
-	for (int64_t i = 0; i < ctx->batch * s->n; i++)
-		y[i] = params[0][i % s->n] * x[i];
-	return PH_OK;
-}
-
-static int backward(void *st, const ph_ctx *ctx, float *const *params, float *const *grads, const float *x,
-		    const float *y, const float *dy, float *dx, ph_err *err)
-{
-	(void)y;
-	(void)err;
-	const state *s = st;
-	for (int64_t i = 0; i < ctx->batch * s->n; i++) {
-		grads[0][i % s->n] += dy[i] * x[i];
-		if (dx)
-			dx[i] = params[0][i % s->n] * dy[i];
-	}
 	return PH_OK;
 }
 
 static const ph_layer_ops ops = {
-	.head = PH_HEAD(ph_layer_ops, AUDIT_NAME, "y = w * x, broken one way (a test)", audit_options, audit_config),
-	.devices = PH_DEV_CPU,
-	.create = create,
-	.destroy = destroy,
-	.meta = meta,
-	.forward = forward,
-	.backward = backward,
+	TL_OPS(PH_HEAD(ph_layer_ops, AUDIT_NAME, "y = w * x, broken one way (a test)", audit_options, audit_config),
+	       tl_create, meta, tl_forward_scale, tl_backward_scale),
 };
-
-static const ph_layer_ops *const layers[] = { &ops, NULL };
-PH_PLUGIN(layers, NULL, NULL)
+TL_PLUGIN(ops)
