@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pipehost/plugin.h>
+
 #include "errline.h"
 
 /* A stream that records what reaches it and in how many writes. */
@@ -64,12 +66,35 @@ START_TEST(test_long_line_in_one_write)
 }
 END_TEST
 
+/* ph_fail: a line that fits is kept whole; one that does not is cut to
+ * PH_ERR_MAX - 1 bytes ending in "...", so a reader knows there was more. */
+START_TEST(test_fail_marks_a_cut_line)
+{
+	char text[PH_ERR_MAX + 50];
+	ph_err e;
+	for (size_t len = PH_ERR_MAX - 2; len <= PH_ERR_MAX + 40; len++) {
+		memset(text, 'a', len);
+		text[len] = 0;
+		ck_assert_int_eq(ph_fail(&e, PH_EINVAL, "%s", text), PH_EINVAL);
+		if (len < PH_ERR_MAX) {
+			ck_assert_str_eq(e.msg, text);
+			continue;
+		}
+		ck_assert_uint_eq(strlen(e.msg), PH_ERR_MAX - 1);
+		ck_assert_int_eq(memcmp(e.msg, text, PH_ERR_MAX - 4), 0);
+		ck_assert_str_eq(e.msg + PH_ERR_MAX - 4, "...");
+	}
+	ck_assert_int_eq(ph_fail(NULL, PH_EIO, "no buffer"), PH_EIO);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *su = suite_create("errline");
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_escapes_in_one_write);
 	tcase_add_test(tc, test_long_line_in_one_write);
+	tcase_add_test(tc, test_fail_marks_a_cut_line);
 	suite_add_tcase(su, tc);
 	SRunner *sr = srunner_create(su);
 	srunner_run_all(sr, CK_NORMAL);

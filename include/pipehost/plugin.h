@@ -82,7 +82,9 @@ typedef struct {
 	char msg[PH_ERR_MAX];
 } ph_err;
 
-/* Record an error and return its code: `return ph_fail(err, PH_EINVAL, "...")`. */
+/* Record an error and return its code: `return ph_fail(err, PH_EINVAL, "...")`.
+ * A line longer than the buffer ends in "..." so that a reader knows it was
+ * cut (keep the what-to-do part short, or early). */
 static inline int ph_fail(ph_err *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 static inline int ph_fail(ph_err *err, int code, const char *fmt, ...)
@@ -90,8 +92,10 @@ static inline int ph_fail(ph_err *err, int code, const char *fmt, ...)
 	if (err) {
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+		int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
 		va_end(ap);
+		for (size_t k = 2; n >= (int)sizeof err->msg && k <= 4; k++)
+			err->msg[sizeof err->msg - k] = '.'; /* the last byte stays the NUL */
 	}
 	return code;
 }
