@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <xxhash.h>
+
 #include "checkpoint-impl.h" /* ph_ck_sbuf, a growing string */
 
 void ph_option_value_text(const ph_option *o, const void *cfg, char *buf, size_t len)
@@ -101,7 +103,7 @@ static const struct {
 	/* the profiler's cache: process 0's costs are broadcast to all */
 	{ "partition", "profile_cache", LOCAL },
 	/* where the data files are (each node may keep its own copy); their
-	 * contents are not compared here: give every process the same data */
+	 * contents are compared once loaded (ph_data_agree) */
 	{ "data", "path", LOCAL },
 	{ "data", "vocab", LOCAL },
 	{ "data", "merges", LOCAL },
@@ -256,21 +258,16 @@ static void sleep_through(double s)
 	}
 }
 
-#define ADVICE "give every process the same config and --set options"
-
-int ph_config_agree(const ph_config *c, const ph_agree_cli *cli, ph_err *err)
+/* The agreement itself, on any text: process 0's length, its text, then
+ * the first process that differs (max_int), the same collective calls in
+ * every process and in this order.  `mine` is freed.  The line says "its
+ * <subject> from process 0's" ("config differs", "data differ"). */
+static int agree_on_text(const ph_comm *cm, char *mine, const char *subject, const char *advice, ph_err *err)
 {
-	const ph_comm *cm = &c->comm;
-	if (cm->size <= 1 || !cm->ops)
-		return PH_OK;
-	/* The collective calls, the same in every process and in this order:
-	 * process 0's length, its text, then the first process that differs
-	 * (max_int).  A process that fails alone before them (out of memory)
+	/* A process that fails alone before the calls (out of memory)
 	 * returns at once: main() aborts the job, which ends the others
 	 * waiting in one of them (the max_int at the latest). */
-	char *mine = ph_config_agree_text(c, cli), *theirs = NULL;
-	if (!mine)
-		return ph_fail(err, PH_ENOMEM, "out of memory for the config's text");
+	char *theirs = NULL;
 	uint64_t n = cm->rank == 0 ? (uint64_t)strlen(mine) : 0;
 	int rc = cm->ops->bcast(&n, sizeof n, 0, err);
 	if (rc)
@@ -278,7 +275,8 @@ int ph_config_agree(const ph_config *c, const ph_agree_cli *cli, ph_err *err)
 	if (cm->rank == 0) {
 		theirs = mine;
 	} else if (n >= (uint64_t)1 << 30 || !(theirs = malloc((size_t)n + 1))) {
-		rc = ph_fail(err, PH_ENOMEM, "out of memory for process 0's config (%llu bytes)", (unsigned long long)n);
+		rc = ph_fail(err, PH_ENOMEM, "out of memory for process 0's %.6s text (%llu bytes)", subject,
+			     (unsigned long long)n);
 		goto out;
 	}
 	if ((rc = cm->ops->bcast(theirs, (size_t)n, 0, err)))
@@ -301,13 +299,60 @@ int ph_config_agree(const ph_config *c, const ph_agree_cli *cli, ph_err *err)
 	if (cm->rank != first)
 		sleep_through(PH_AGREE_WAIT_S);
 	if (diff[0])
-		rc = ph_fail(err, PH_EINVAL, "its config differs from process 0's: %s; " ADVICE, diff);
+		rc = ph_fail(err, PH_EINVAL, "its %s from process 0's: %s; %s", subject, diff, advice);
 	else
-		rc = ph_fail(err, PH_EINVAL, "process %d's config differs from process 0's (its own line says where); " ADVICE,
-			     first);
+		rc = ph_fail(err, PH_EINVAL, "process %d's %s from process 0's (its own line says where); %s", first,
+			     subject, advice);
 out:
 	if (theirs != mine)
 		free(theirs);
 	free(mine);
 	return rc;
+}
+
+int ph_config_agree(const ph_config *c, const ph_agree_cli *cli, ph_err *err)
+{
+	const ph_comm *cm = &c->comm;
+	if (cm->size <= 1 || !cm->ops)
+		return PH_OK;
+	char *mine = ph_config_agree_text(c, cli);
+	if (!mine)
+		return ph_fail(err, PH_ENOMEM, "out of memory for the config's text");
+	return agree_on_text(cm, mine, "config differs", "give every process the same config and --set options", err);
+}
+
+static void data_lines(ph_ck_sbuf *b, const char *split, const ph_dataset *d, int64_t in_numel)
+{
+	const int64_t n = d ? d->n : 0;
+	ph_ck_printf(b, "%s samples=%lld\n", split, (long long)n);
+	if (n <= 0)
+		return;
+	ph_ck_printf(b, "%s inputs (XXH3-64)=%016llx\n", split,
+		     (unsigned long long)XXH3_64bits(d->x, (size_t)(n * in_numel) * sizeof *d->x));
+	ph_ck_printf(b, "%s targets (XXH3-64)=%016llx\n", split,
+		     (unsigned long long)XXH3_64bits(d->y, (size_t)(n * d->targets_per_sample) * sizeof *d->y));
+}
+
+char *ph_data_agree_text(const ph_dataset *train, const ph_dataset *test, const ph_shape *in)
+{
+	ph_ck_sbuf b = { 0 };
+	const int64_t numel = ph_shape_numel(in);
+	data_lines(&b, "training data:", train, numel);
+	data_lines(&b, "test data:", test, numel);
+	if (b.oom) {
+		free(b.s);
+		return NULL;
+	}
+	return b.s ? b.s : calloc(1, 1);
+}
+
+int ph_data_agree(const ph_comm *cm, const ph_dataset *train, const ph_dataset *test, const ph_shape *in,
+		  ph_err *err)
+{
+	if (cm->size <= 1 || !cm->ops)
+		return PH_OK;
+	char *mine = ph_data_agree_text(train, test, in);
+	if (!mine)
+		return ph_fail(err, PH_ENOMEM, "out of memory for the data's digest");
+	return agree_on_text(cm, mine, "data differ", "give every process the same data files", err);
 }

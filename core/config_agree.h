@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "data.h"
 
 /* What the command line adds to the job that ph_config does not hold, and
  * that every process must share: each of these makes collective calls
@@ -56,6 +57,18 @@ void ph_config_agree_diff(const char *here, const char *p0, char *buf, size_t le
 int ph_config_agree(const ph_config *c, const ph_agree_cli *cli, ph_err *err);
 
 #define PH_AGREE_WAIT_S 20
+
+/* The same for the data, once every process has loaded them (a training
+ * run's, core/main.c): the data's paths may differ from node to node (each
+ * its own copy), their contents may not, or replicas would train apart and
+ * a split pipeline's stages on other samples.  Compared: each split's
+ * sample count and the XXH3-64 of its inputs and of its targets, as loaded
+ * (after the source's parsing and scaling), so "its data differ from
+ * process 0's: training data: inputs (XXH3-64) = 0123... here, 4567... in
+ * process 0; give every process the same data files". */
+char *ph_data_agree_text(const ph_dataset *train, const ph_dataset *test, const ph_shape *in);
+int ph_data_agree(const ph_comm *cm, const ph_dataset *train, const ph_dataset *test, const ph_shape *in,
+		  ph_err *err);
 
 /* An option's value in cfg as an INI file would say it, the canonical
  * form the checkpoint identity (checkpoint-id.c) and this check share: an

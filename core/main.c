@@ -730,6 +730,10 @@ static int run(const cli_t *cli, const ph_comm *comm, int *stopped, ph_err *err)
 		if ((rc = source->load(&cfg, &in, &train, &test, err)) || (rc = check_data(&cfg, &model, &in, &train, &test, err)))
 			goto out;
 		data_loaded = 1;
+		/* under mpirun: the same samples in every process, whatever
+		 * copy of the files each node read (core/config_agree.h) */
+		if ((rc = ph_data_agree(&cfg.comm, &train, &test, &in, err)))
+			goto out;
 	}
 	if (cfg.part.cost == PH_COST_PROFILE || cfg.part.cost == PH_COST_AUTO) {
 		cost_f = calloc((size_t)model.n, sizeof *cost_f);

@@ -259,6 +259,35 @@ else
 	not_ok "keys that may differ: exit $?, $(ls "$tmp/n0" "$tmp/n1" | tr '\n' ' ') $(head -c 600 "$tmp/agok.err")"
 fi
 
+# Each node's own copy of the data (data.path may differ), but the copies
+# differ: one byte of the corpus.  Trained replicas that silently drifted
+# apart; now process 1 stops the job with one line naming what differs,
+# before any step, and the same copies in other places still train.
+cat "$top_srcdir"/docs/*.md | head -c 60000 >"$tmp/corpus-a.txt"
+mkdir "$tmp/other-node"
+cp "$tmp/corpus-a.txt" "$tmp/other-node/corpus-a.txt"
+cp "$tmp/corpus-a.txt" "$tmp/corpus-b.txt"
+printf '\001' | dd of="$tmp/corpus-b.txt" bs=1 seek=30000 conv=notrunc 2>/dev/null
+data_mpmd() { # OUT PATH0 PATH1: the tiny LM, 2 steps, each process its own data.path
+	timeout 120 sh -c '. "$top_srcdir/tests/mpi-lib.sh"; ph_mpirun 1 -x PIPEHOST_PLUGIN_PATH "$@"' sh \
+		"$PIPEHOST" -c "$lm" --set run.steps=2 --set data.path="$2" : \
+		-np 1 "$PIPEHOST" -c "$lm" --set run.steps=2 --set data.path="$3" </dev/null >"$tmp/$1.out" 2>"$tmp/$1.err"
+}
+data_mpmd dd "$tmp/corpus-a.txt" "$tmp/corpus-b.txt"
+rc=$?
+want='^pipehost: process 1 of 2: its data differ from process 0.s: training data: inputs \(XXH3-64\) = [0-9a-f]{16} here, [0-9a-f]{16} in process 0; give every process the same data files$'
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$(grep -c '^pipehost: ' "$tmp/dd.err")" -eq 1 ] &&
+	grep -Eq "$want" "$tmp/dd.err" && ! grep -q '^trained' "$tmp/dd.out"; then
+	ok "each process a different corpus: $(grep '^pipehost: ' "$tmp/dd.err" | cut -c1-90)..."
+else
+	not_ok "each process a different corpus: exit $rc, $(head -c 600 "$tmp/dd.err") $(head -3 "$tmp/dd.out")"
+fi
+if data_mpmd ds "$tmp/corpus-a.txt" "$tmp/other-node/corpus-a.txt" && grep -q '^trained 2 steps' "$tmp/ds.out"; then
+	ok "the same corpus at two paths: trains"
+else
+	not_ok "the same corpus at two paths: exit $?, $(head -c 600 "$tmp/ds.err")"
+fi
+
 # --generate under mpirun: process 0 alone generates and prints (every
 # process printed its own "generated" line); the others exit 0 quietly
 cat "$top_srcdir"/docs/*.md | head -c 60000 >"$tmp/corpus.txt"
