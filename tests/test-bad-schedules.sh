@@ -46,6 +46,13 @@ rule "with a W before its I" "F0, W0, I0, F1, B1, F2, B2, F3, B3" \
 rule "with both B and I/W" "F0, B0, I0, W0, F1, B1, F2, B2, F3, B3" "chunk 1 micro-batch 0 has both B and I/W; use one"
 rule "with an I and no W" "F0, I0, F1, B1, F2, B2, F3, B3" \
 	"rank 1 never runs W of chunk 1 micro-batch 0; rule: every I has its W"
+# each chunk adds its weight gradients in micro-batch order: in another
+# order the floats sum to other bits, and the weights differed from every
+# built-in schedule's (a docs audit, 2026-12-07)
+rule "with backwards out of micro-batch order" "F0, F1, F2, F3, B3, B2, B1, B0" \
+	"rank 1 position 5: B2 adds to chunk 1's weight gradients after micro-batch 3's \(position 4\); rule: each chunk's B or W in micro-batch order, so that every schedule gives the same weights"
+rule "with Ws out of micro-batch order" "F0, F1, F2, F3, I0, I1, I2, I3, W1, W3, W0, W2" \
+	"rank 1 position 10: W0 adds to chunk 1's weight gradients after micro-batch 3's \(position 9\); rule: each chunk's B or W in micro-batch order, so that every schedule gives the same weights"
 rule "naming a micro-batch past the last" "F0, B0, F1, B1, F2, B2, F3, B3, F4" \
 	"rank 1 position 8: action F4 \(kind 0, chunk 1, micro-batch 4\) is out of range \(kinds 0\.\.3, chunks 0\.\.1, micro-batches 0\.\.3\)"
 { printf 'F0, F1, B0, F2, B1, F3, B2, B3\n'; printf 'F0, B0\000, F1\n'; } >"$tmp/nul.csv"
@@ -82,6 +89,11 @@ done
 if train interleaved --set run.chunks=2 --set schedule.type=interleaved &&
 	train table-interleaved --set run.chunks=2 $T "schedule.file=$sched/interleaved-p2-v2-m4.csv"; then
 	same "table interleaved-p2-v2-m4.csv vs schedule.type=interleaved" interleaved table-interleaved
+fi
+# the input gradients (I) in any order: they add to no weight
+printf 'F0, F1, F2, F3, B0, B1, B2, B3\nF0, F1, F2, F3, I3, I2, I1, I0, W0, W1, W2, W3\n' >"$tmp/i-reversed.csv"
+if [ -f "$tmp/1f1b.safetensors" ] && train i-reversed $T "schedule.file=$tmp/i-reversed.csv"; then
+	same "a table with its Is in reverse, its Ws in order, vs schedule.type=1f1b" 1f1b i-reversed
 fi
 # and every schedule trains to the same weights (DESIGN.md): the check can fail
 [ -f "$tmp/1f1b.safetensors" ] && [ -f "$tmp/zb-h1.safetensors" ] && same "zb-h1 vs 1f1b" 1f1b zb-h1

@@ -465,7 +465,13 @@ typedef struct {
 	/* Optional: refuse a shape this schedule cannot order (say why, and
 	 * what would work).  NULL = every shape is fine. */
 	int (*check)(const void *config, const ph_schedule_shape *shape, ph_err *err);
-	/* Write rank's actions into out[0..cap) and their number into *n. */
+	/* Write rank's actions into out[0..cap) and their number into *n.
+	 * The host refuses a plan that breaks its rules (docs/reference.md,
+	 * Schedules): every action once, on the rank of its chunk, each
+	 * backward after its forward, each W after its I, each chunk's B or
+	 * W in micro-batch order (the weight gradients' sum, the same bits
+	 * for every schedule), and no deadlock once sends and receives are
+	 * added. */
 	int (*generate)(const void *config, const ph_schedule_shape *shape, int rank,
 			ph_action *out, int cap, int *n, ph_err *err);
 	/* ---- ABI 1.5: optional, what the schedule needs of the host ----
