@@ -322,7 +322,7 @@ int ph_ini_load(const char *path, ph_ini *ini, ph_err *err)
 	free(buf);
 	if (st.too_long)
 		return ph_fail(err, PH_EINVAL, "%s:%d: line longer than %d characters (the system inih's limit); shorten it",
-			       path, st.too_long, ini_max_line - 3);
+			       path, st.too_long, ini_max_line - 2); /* inih's buffer: the line, its newline, a NUL */
 	if (st.fail_line)
 		return PH_EINVAL; /* err already says what */
 	if (rc > 0)

@@ -89,6 +89,21 @@ expect_error "key set twice" "$tmp/dup.ini:3: stages is set twice in \[run\]" -c
 
 { printf '[run]\nseed = 1 ; '; head -c 300 /dev/zero | tr '\0' x; printf '\n'; } >"$tmp/long.ini"
 expect_error "line over the inih limit" "$tmp/long.ini:2: line longer than" -c "$tmp/long.ini"
+# the limit the line states is exact: a line of that many characters loads,
+# one more does not (the line said one fewer than inih's limit, 2026-12-07)
+limit=$(sed -n 's/.*line longer than \([0-9]*\) characters.*/\1/p' "$tmp/err")
+long_line() { # N: [run] then "seed = 1 ;" padded to N characters
+	{ printf '[run]\nseed = 1 ;'; head -c $(($1 - 10)) /dev/zero | tr '\0' x; printf '\n'; } >"$tmp/edge.ini"
+}
+# (the file has no layers: a line that loads gets that refusal instead)
+if [ -n "$limit" ] && long_line "$limit" && ! "$PIPEHOST" -c "$tmp/edge.ini" --plan >/dev/null 2>"$tmp/edge.err" &&
+	! grep -q "line longer" "$tmp/edge.err" &&
+	long_line $((limit + 1)) && ! "$PIPEHOST" -c "$tmp/edge.ini" --plan >/dev/null 2>"$tmp/edge.err" &&
+	grep -q "edge.ini:2: line longer than $limit characters" "$tmp/edge.err"; then
+	ok "a line of $limit characters (the limit the refusal states) loads, $((limit + 1)) do not"
+else
+	not_ok "inih's limit as stated ($limit): $(head -c 300 "$tmp/edge.err")"
+fi
 
 printf '[run]\nthis line has no equals sign\n' >"$tmp/syntax.ini"
 expect_error "malformed line" "$tmp/syntax.ini:2: cannot parse this line" -c "$tmp/syntax.ini"
