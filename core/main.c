@@ -370,6 +370,15 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 	if (cli->plan_as_json && cli->simulate)
 		return ph_fail(err, PH_EINVAL, "--plan=json prints only the plan's JSON on stdout, --simulate a report beside "
 			       "it: for both, give --simulate --plan-json FILE");
+	/* "-" is standard output for --plan-json alone: a value these options
+	 * cannot take, so a usage error (the same line as for an INI's output
+	 * key, core/outputs.c, which exits 1 as a config's errors do) */
+	const char *const dash[][2] = { { "--save-weights", cli->save_weights }, { "--trace", cli->trace },
+				       { "--svg", cli->svg } };
+	for (size_t i = 0; i < sizeof dash / sizeof dash[0]; i++)
+		if (dash[i][1] && !strcmp(dash[i][1], "-"))
+			return ph_fail(err, PH_EINVAL, "%s -: only --plan-json writes to standard output; give a file name "
+				       "(./- for a file named -)", dash[i][0]);
 	/* the SVG draws the simulated timeline; a real run's is --trace */
 	if (cli->svg && !cli->simulate)
 		return ph_fail(err, PH_EINVAL, "--svg %s needs --simulate (it draws the simulated timeline); add --simulate, "

@@ -353,6 +353,16 @@ expect_error "[run] metrics = -" "^pipehost: \[run\] metrics -: only --plan-json
 expect_error "--simulate --svg -" "^pipehost: --svg -: only --plan-json writes to standard output" \
 	-c "$tiny" --simulate --svg -
 [ ! -e "$tmp/-" ] && ok "... and no file named - written" || not_ok "a file named - was written"
+# a value the option cannot take: exit 2, as every bad command line; the
+# same in the INI is a config's error: 1 (the reference's rule; 2026-12-07)
+for c in "2 --save-weights -" "2 --trace -" "2 --simulate --svg -" "1 --set run.metrics=-"; do
+	want=${c%% *}
+	# shellcheck disable=SC2086 # the options are words
+	"$PIPEHOST" -c "$tiny" --set run.steps=2 ${c#* } >/dev/null 2>"$tmp/err"
+	rc=$?
+	[ "$rc" -eq "$want" ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && ok "${c#* }: exit $rc" ||
+		not_ok "${c#* }: exit $rc (want $want): $(head -c 300 "$tmp/err")"
+done
 "$PIPEHOST" -c "$tiny" --set run.steps=2 --save-weights ./- >/dev/null 2>"$tmp/err" && [ -s "$tmp/-" ] &&
 	ok "--save-weights ./-: a file named -, as asked" || not_ok "--save-weights ./-: $(cat "$tmp/err")"
 cd "$here" || exit 1
