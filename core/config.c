@@ -642,10 +642,14 @@ static int check_schedule_shape(ph_config *c, ph_err *err)
 		snprintf(fix, sizeof fix, "[run] batch = %lld splits into no count it takes: change it too, e.g. "
 			 "micro_batches = %lld with batch = %lld", (long long)B, (long long)near, (long long)step);
 	/* the schedule's own advice ("; use ...") is what fix replaces, and
-	 * the line must fit PH_ERR_MAX with a long path before it */
+	 * the line must fit PH_ERR_MAX with a long path before it: the
+	 * schedule's reason gives way ("..."), never the fix at the end */
 	char *advice = strstr(e2.msg, "; ");
 	if (advice)
 		*advice = 0;
+	const size_t room = PH_ERR_MAX - 1, others = strlen(where) + strlen(": ; ") + strlen(fix);
+	if (others + strlen(e2.msg) > room && others + 16 < room)
+		memcpy(e2.msg + (room - others - 3), "...", 4);
 	return ph_fail(err, PH_EINVAL, "%s: %s; %s", where, e2.msg, fix);
 }
 

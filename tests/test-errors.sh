@@ -427,6 +427,14 @@ expect_error "interleaved: the counts named split the batch" \
 	"^pipehost: --set: interleaved: 6 micro-batches is not a multiple of 4 ranks; of the counts it takes, \[run\] batch = 48 splits into 4 or 8: set micro_batches to one\$" \
 	-c "$tiny" --set schedule.type=interleaved --set run.stages=4 --set run.chunks=2 --set run.micro_batches=6 \
 	--set run.batch=48 --plan
+# at a long path the schedule's reason gives way, never the fix at the end
+# (the fix was cut off: "... set micro_batche", 2026-12-07)
+deep="$tmp/$(printf 'd%.0s' $(seq 1 90))"
+mkdir -p "$deep" && sed 's/^micro_batches = .*/micro_batches = 2/' "$tiny" >"$deep/t.ini"
+expect_error "2bw, 3 stages, 2 micro-batches, a long path: the fix kept" \
+	"^pipehost: $deep/t.ini:$line: 2bw: needs micro_batches >= stages .*\.\.\.; of the counts it takes, \[run\] batch = 32 splits into 4: set micro_batches = 4\$" \
+	-c "$deep/t.ini" --set schedule.type=2bw --set run.stages=3 --plan
+[ "$(wc -c <"$tmp/err")" -le 266 ] || not_ok "the line is longer than PH_ERR_MAX allows: $(wc -c <"$tmp/err")"
 expect_error "a [data] limit below one batch" \
 	"^pipehost: the training set has 1024 samples, 5 after \\[data\\] limit = 5, fewer than one batch of 32; raise limit or lower \\[run\\] batch$" \
 	-c "$tiny" --set data.limit=5
