@@ -121,4 +121,13 @@ for kind in layer:scale:layers schedule:windowed:schedules partitioner:greedy:pa
 		not_ok "--list-plugins with the $k template: $(head -3 "$tmp/list")"
 	fi
 done
+
+# make uninstall takes it all back: no file, and none of pipehost's own
+# directories (automake's uninstall left them, empty: 2026-12-07)
+if env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$top_builddir" uninstall DESTDIR="$dest" >"$tmp/uninstall.log" 2>&1 &&
+	[ -z "$(find "$dest" -type f -o -type l)" ] && [ -z "$(find "$dest" -type d -name pipehost)" ]; then
+	ok "make uninstall: no file and no pipehost directory left"
+else
+	not_ok "make uninstall left: $(find "$dest" \( -type f -o -type l -o -name pipehost \) | head -5) $(tail -2 "$tmp/uninstall.log")"
+fi
 finish
