@@ -275,7 +275,7 @@ static int agree_on_text(const ph_comm *cm, char *mine, const char *subject, con
 	if (cm->rank == 0) {
 		theirs = mine;
 	} else if (n >= (uint64_t)1 << 30 || !(theirs = malloc((size_t)n + 1))) {
-		rc = ph_fail(err, PH_ENOMEM, "out of memory for process 0's %.6s text (%llu bytes)", subject,
+		rc = ph_fail(err, PH_ENOMEM, "out of memory for process 0's text to compare (%llu bytes)",
 			     (unsigned long long)n);
 		goto out;
 	}
