@@ -130,7 +130,8 @@ const ph_option ph_partition_options[] = {
 	PH_OPT_CHOICE_(ph_partition_cfg, cuts, "cuts", "all", "all|marked",
 		       "boundaries after any layer (except cut = no), or only after cut = yes"),
 	PH_OPT_FLOAT_(ph_partition_cfg, memory_gib, "memory", "0", 0, 1e6,
-		      "per-stage memory limit in GiB (params, grads, optimizer state, activations); 0 = none"),
+		      "per-stage memory limit in GiB, as --plan's est. MiB counts it (params, grads, optimizer state, "
+		      "activations, scratch); 0 = none"),
 	PH_OPT_FLOAT_(ph_partition_cfg, link_gbps, "link_bandwidth", "0", 0, 1e6,
 		      "stage-to-stage bandwidth in GB/s for the cost model; 0 = free"),
 	PH_OPT_FLOAT_(ph_partition_cfg, device_tflops, "device_tflops", "0.05", 1e-6, 1e6,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "memcheck.h"
+#include "plan-memory.h"
 #include "optim.h"
 
 /* First number in a file, or -1 ("max" and missing files are no limit). */
@@ -119,7 +120,6 @@ int ph_mem_available(double *bytes, char *which, size_t len)
 
 double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c)
 {
-	int spp = ph_optim_state_per_param(&c->optim);
 	int span = ph_config_span(c);
 	int per_proc = span > 1 && p->ranks % span == 0 ? p->ranks / span : p->ranks;
 	double least = -1;
@@ -131,19 +131,13 @@ double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c)
 			int r = k % p->ranks;
 			if (span > 1 && r / per_proc != q)
 				continue;
-			double params = 0, scratch = 0;
-			for (int i = p->first[k]; i < p->first[k + 1]; i++) {
-				params += (double)m->layers[i].param_numel;
-				if ((double)m->layers[i].meta.scratch_bytes > scratch)
-					scratch = (double)m->layers[i].meta.scratch_bytes;
-			}
+			ph_chunk_mem mem;
+			ph_plan_chunk_mem(p, m, c, k, &mem);
 			int gpu = c->place.ordinal && r < c->place.ranks && c->place.ordinal[r] >= 0;
-			/* a tied copy sharing its source's memory keeps its gradient alone */
-			double shared = ph_plan_shared_bytes(p, m, c, k);
 			if (gpu) /* the host keeps a copy of the weights and optimizer state */
-				sum += 4.0 * params * (1 + spp) - shared;
+				sum += mem.params + mem.optimizer - mem.shared;
 			else
-				sum += 4.0 * params * (2 + spp) - shared + ph_plan_activation_bytes(p, m, c, k) + scratch;
+				sum += mem.total;
 		}
 		if (least < 0 || sum < least)
 			least = sum;

@@ -6,6 +6,7 @@
 
 #include "engine-layout.h"
 #include "plan.h"
+#include "plan-memory.h"
 
 static const char kind_char[] = { 'F', 'B', 'I', 'W' };
 
@@ -413,8 +414,15 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 			goto out;
 		}
 	}
+	/* Under recompute a chunk keeps one micro-batch's activations whole
+	 * (the one being recomputed; except_last: the last one's too) and
+	 * little more per micro-batch in flight (its last output): in the
+	 * partitioners' model, one or two in flight.  The plan's own figure
+	 * is checked against the limit after (check_memory_limit). */
 	for (int k = 0; k < K; k++)
-		inflight[k] = p->slots[k];
+		inflight[k] = c->run.recompute == PH_RECOMPUTE_YES	      ? 1
+			      : c->run.recompute == PH_RECOMPUTE_EXCEPT_LAST ? (p->slots[k] < 2 ? p->slots[k] : 2)
+									     : p->slots[k];
 	ph_partition_problem pbm = {
 		.n = n, .stages = K, .fwd_cost = fwd, .bwd_cost = bwd, .param_bytes = pb, .act_bytes = ab,
 		.keep_bytes = kb, .names = names, .types = types, .cut_after = cut, .mem_limit = lim,
@@ -501,6 +509,32 @@ static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c
 	return fits;
 }
 
+/* [partition] memory bounds every chunk's memory as --plan prints it (est.
+ * MiB).  The partitioners see a model of it (ph_partition_problem:
+ * parameters, state and kept bytes per layer); this is the exact figure,
+ * scratch, shared ties, weight versions and the engine's buffer table
+ * included. */
+static int check_memory_limit(const ph_plan *p, const ph_model *m, const ph_config *c, ph_err *err)
+{
+	const double limit = c->part.memory_gib * 1024.0 * 1024.0 * 1024.0;
+	if (!(limit > 0))
+		return PH_OK;
+	for (int k = 0; k < p->nchunks; k++) {
+		ph_chunk_mem mem;
+		ph_plan_chunk_mem(p, m, c, k, &mem);
+		if (mem.total <= limit)
+			continue;
+		char where[PH_STR_MAX + 16];
+		ph_ini_where_key(&c->ini, "partition", "memory", where, sizeof where);
+		const int a = p->first[k], b = p->first[k + 1] - 1;
+		return ph_fail(err, PH_EINVAL, "%s: chunk %d (layers %d..%d, %s..%s) needs %.1f MiB (--plan's est. MiB), "
+			       "over [partition] memory = %g GiB (%.1f MiB); raise it, add stages%s", where, k, a, b,
+			       m->layers[a].cfg->name, m->layers[b].cfg->name, mem.total / 1048576.0, c->part.memory_gib,
+			       limit / 1048576.0, c->run.recompute == PH_RECOMPUTE_YES ? "" : ", or set [run] recompute = yes");
+	}
+	return PH_OK;
+}
+
 int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const double *cost_fwd,
 		  const double *cost_bwd, ph_err *err)
 {
@@ -514,7 +548,7 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const doubl
 		return rc;
 	/* once, for --plan and for every replica's engine */
 	p->streams = decide_stream(p, m, c, &p->stream_why);
-	return PH_OK;
+	return check_memory_limit(p, m, c, err);
 }
 
 double ph_plan_activation_bytes(const ph_plan *p, const ph_model *m, const ph_config *c, int k)
@@ -567,7 +601,6 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	double total = 0;
 	for (int i = 0; i < m->n; i++)
 		total += m->layers[i].meta.fwd_flops + m->layers[i].meta.bwd_flops;
-	int spp = ph_optim_state_per_param(&c->optim);
 	/* a stream's delayed update keeps a second gradient buffer */
 	int stream_grads = p->streams && (ph_schedule_flags(c->schedule) & PH_SCHED_DELAYED_UPDATE);
 	fprintf(f, "plan: %d layers, %d rank(s) x %d chunk(s), %d micro-batches of %d, schedule %s, partitioner %s\n",
@@ -586,31 +619,23 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 	for (int k = 0; k < p->nchunks; k++) {
 		int a = p->first[k], b = p->first[k + 1] - 1;
 		int64_t params = 0;
-		double cost = 0, scratch = 0;
+		double cost = 0;
 		for (int i = a; i <= b; i++) {
 			const ph_layer *l = &m->layers[i];
 			params += l->param_numel;
 			cost += l->meta.fwd_flops + l->meta.bwd_flops;
-			if (l->meta.scratch_bytes > scratch)
-				scratch = (double)l->meta.scratch_bytes;
 		}
 		char range[160];
 		if (a == b)
 			snprintf(range, sizeof range, "%s (%d)", m->layers[a].cfg->name, a);
 		else
 			snprintf(range, sizeof range, "%s..%s (%d-%d)", m->layers[a].cfg->name, m->layers[b].cfg->name, a, b);
-		/* weights, gradients, optimizer state, and the older weight
-		 * versions an asynchronous schedule keeps (2bw: one) */
-		ph_schedule_shape shape = { p->ranks, p->v, p->m };
-		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
-		/* a tied copy sharing its source's memory: its gradient alone */
-		double mem = 4.0 * (double)params * (2 + spp + (versions > 1 ? versions - 1 : 0) + stream_grads) -
-			     ph_plan_shared_bytes(p, m, c, k) +
-			     ph_plan_activation_bytes(p, m, c, k) + scratch;
+		ph_chunk_mem mem;
+		ph_plan_chunk_mem(p, m, c, k, &mem);
 		char dev[16];
 		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);
 		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10.1f\n", k, k % p->ranks, dev, range,
-			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], mem / (1024.0 * 1024.0));
+			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], mem.total / (1024.0 * 1024.0));
 	}
 	/* an asynchronous schedule: the weight versions each rank holds */
 	ph_schedule_shape shape = { p->ranks, p->v, p->m };

@@ -6,7 +6,9 @@
  *   optimizer   4 B x parameters x state per parameter (SGD 1, AdamW 2)
  *   activations what the engine allocates for them (ph_plan_activation_bytes:
  *               the chunk's buffer table, core/engine-layout.h)
- *   scratch     the largest scratch_bytes of the chunk's layers (one shared buffer) */
+ *   scratch     the largest scratch_bytes of the chunk's layers (one shared buffer)
+ * and where they apply older_versions, second_grads and shared (taken off):
+ * ph_plan_chunk_mem (plan-memory.c) makes them all, for the table too. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "outputs.h"
+#include "plan-memory.h"
 #include "planjson.h"
 
 /* Integers as raw text: cJSON prints numbers as doubles ("1e+15"). */
@@ -122,15 +125,12 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		cJSON *layers = ok ? cJSON_AddArrayToObject(st, "layers") : NULL;
 		ok = ok && layers;
 		int64_t params = 0;
-		double f = 0, bw = 0, keep = 0, scratch = 0, sf = 0, sb = 0;
+		double f = 0, bw = 0, sf = 0, sb = 0;
 		for (int i = a; ok && i <= b; i++) {
 			const ph_layer *l = &m->layers[i];
 			params += l->param_numel;
 			f += l->meta.fwd_flops;
 			bw += l->meta.bwd_flops;
-			keep += (4.0 * (double)ph_shape_numel(&l->meta.out) + (double)ph_layer_saved_bytes(l)) * m->max_batch;
-			if ((double)l->meta.scratch_bytes > scratch)
-				scratch = (double)l->meta.scratch_bytes;
 			cJSON *lj = cJSON_CreateObject();
 			ok = lj != NULL;
 			if (!ok)
@@ -154,16 +154,11 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		double share = total > 0 ? (f + bw) / total : 0;
 		if (share > max_cost)
 			max_cost = share;
-		double pbytes = 4.0 * (double)params, act = ph_plan_activation_bytes(p, m, c, k);
-		(void)keep;
-		/* an asynchronous schedule's older weight versions (2bw: one) */
-		ph_schedule_shape shape = { p->ranks, p->v, p->m };
-		int versions = ph_schedule_weight_versions(c->schedule, c->schedule_config, &shape, k % p->ranks);
-		double older = versions > 1 ? pbytes * (versions - 1) : 0;
-		double mem = pbytes * (2 + spp) - ph_plan_shared_bytes(p, m, c, k) + older + act + scratch;
-		if (mem > peak)
-			peak = mem;
-		sum_mem += mem;
+		ph_chunk_mem mem;
+		ph_plan_chunk_mem(p, m, c, k, &mem);
+		if (mem.total > peak)
+			peak = mem.total;
+		sum_mem += mem.total;
 		ok = add_int(st, "params", params) && add_num(st, "fwd_flops", f) && add_num(st, "bwd_flops", bw) &&
 		     add_num(st, "cost_share", share) && add_int(st, "in_flight", p->slots[k]);
 		if (ts > 0 && (sf + sb) / ts > max_meas)
@@ -172,12 +167,13 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 			ok = add_num(st, "fwd_s", sf) && add_num(st, "bwd_s", sb) &&
 			     add_num(st, "measured_share", ts > 0 ? (sf + sb) / ts : 0);
 		cJSON *mj = ok ? cJSON_AddObjectToObject(st, "memory") : NULL;
-		ok = ok && mj && add_int(mj, "params", (int64_t)pbytes) && add_int(mj, "grads", (int64_t)pbytes) &&
-		     add_int(mj, "optimizer", (int64_t)(pbytes * spp)) && add_int(mj, "activations", (int64_t)act) &&
-		     add_int(mj, "scratch", (int64_t)scratch) &&
-		     (versions < 2 || (add_int(mj, "weight_versions", versions) &&
-				       add_int(mj, "older_versions", (int64_t)older))) &&
-		     add_int(mj, "total", (int64_t)mem);
+		ok = ok && mj && add_int(mj, "params", (int64_t)mem.params) && add_int(mj, "grads", (int64_t)mem.grads) &&
+		     add_int(mj, "optimizer", (int64_t)mem.optimizer) && add_int(mj, "activations", (int64_t)mem.activations) &&
+		     add_int(mj, "scratch", (int64_t)mem.scratch) &&
+		     (mem.versions < 2 || (add_int(mj, "weight_versions", mem.versions) &&
+					   add_int(mj, "older_versions", (int64_t)mem.older_versions))) &&
+		     (!mem.second_grads || add_int(mj, "second_grads", (int64_t)mem.second_grads)) &&
+		     (!mem.shared || add_int(mj, "shared", (int64_t)mem.shared)) && add_int(mj, "total", (int64_t)mem.total);
 	}
 	cJSON *tot = ok ? cJSON_AddObjectToObject(root, "totals") : NULL;
 	ok = ok && tot && add_int(tot, "layers", m->n) && add_int(tot, "params", tparams) &&

@@ -45,8 +45,8 @@ FUZZ_NPY_SRC = tests/fuzz/fuzz-npy.c $(FUZZ_DATA_SRC)
 FUZZ_TOKENS_SRC = tests/fuzz/fuzz-tokens.c $(FUZZ_DATA_SRC)
 # plan.c's memory estimates reach engine-layout.c; the harness stands in
 # for the engine's allocator, which the checks it fuzzes never call.
-FUZZ_TABLE_SRC = tests/fuzz/fuzz-table.c plugins/schedules/table.c core/plan.c core/engine-layout.c core/optim.c \
-	core/inifile.c core/options.c core/device.c core/readfile.c
+FUZZ_TABLE_SRC = tests/fuzz/fuzz-table.c plugins/schedules/table.c core/plan.c core/plan-memory.c core/engine-layout.c \
+	core/optim.c core/inifile.c core/options.c core/device.c core/readfile.c
 FUZZ_HDRS = $(top_srcdir)/tests/fuzz/fuzz-util.h $(top_srcdir)/core/*.h $(top_srcdir)/include/pipehost/*.h
 
 EXTRA_DIST += tests/fuzz/fuzz-util.h tests/fuzz/fuzz-config.c tests/fuzz/fuzz-safetensors.c \

@@ -83,4 +83,32 @@ if ph_have_mpi; then
 else
 	echo "# skipped the mpirun case: $ph_mpi_why"
 fi
+
+# --plan=json's memory total is the table's est. MiB, chunk by chunk, for
+# every schedule (2bw's JSON left out its second gradient buffer, which the
+# table counted: 19.07 against 20.8 MiB, 2026-12-07), and its parts add up
+# to the total
+for conf in "$top_srcdir/etc/gpt-fortunes-2bw.ini" "$top_srcdir/etc/gpt-fortunes.ini --set run.chunks=2 --set schedule.type=interleaved"; do
+	# shellcheck disable=SC2086 # the INI and its --set words
+	if "$PIPEHOST" -c $conf --set partition.cost=flops --plan >"$tmp/t.out" 2>"$tmp/t.err" &&
+		"$PIPEHOST" -c $conf --set partition.cost=flops --plan=json >"$tmp/t.json" 2>>"$tmp/t.err"; then
+		table=$(awk '/^  [0-9]/ { printf "%s%s", sep, $NF; sep = " " }' "$tmp/t.out")
+		json=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+out = []
+for st in d["stages"]:
+    m = st["memory"]
+    parts = sum(m.get(k, 0) for k in ("params", "grads", "optimizer", "older_versions", "second_grads",
+                                      "activations", "scratch")) - m.get("shared", 0)
+    out.append("%.1f" % (m["total"] / 1048576.0) if parts == m["total"] else "parts-%d-total-%d" % (parts, m["total"]))
+print(" ".join(out))' "$tmp/t.json")
+		label=$(basename "${conf%% *}")
+		case $conf in *" "*) label="$label ${conf#* }" ;; esac
+		[ -n "$table" ] && [ "$table" = "$json" ] && ok "$label: --plan=json's totals are the table's ($table MiB)" ||
+			not_ok "$conf: the table says $table MiB, the JSON $json"
+	else
+		not_ok "$conf: --plan failed: $(head -c 300 "$tmp/t.err")"
+	fi
+done
 finish
