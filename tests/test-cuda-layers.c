@@ -510,19 +510,9 @@ static void fill_inputs(const gpu_case *c, float *x, int64_t n)
 		for (int64_t i = 0; i < n; i++)
 			x[i] = (rng_next() & 1 ? 1.0f : -1.0f) * urand(0.1f, 1.0f);
 		break;
-	case X_DISTINCT: {
-		int64_t *perm = malloc((size_t)n * sizeof *perm);
-		for (int64_t i = 0; i < n; i++)
-			perm[i] = i;
-		for (int64_t i = n - 1; i > 0; i--) {
-			int64_t j = (int64_t)(rng_next() % (uint64_t)(i + 1)), t = perm[i];
-			perm[i] = perm[j], perm[j] = t;
-		}
-		for (int64_t i = 0; i < n; i++)
-			x[i] = (float)(perm[i] - n / 2) * 0.05f;
-		free(perm);
+	case X_DISTINCT:
+		fill_distinct(x, n);
 		break;
-	}
 	case X_WIDE:
 		for (int64_t i = 0; i < n; i++)
 			x[i] = urand(-4, 4);
