@@ -56,7 +56,7 @@ static void usage(FILE *f)
 		"options:\n"
 		"  -c, --config FILE        the run's INI file\n"
 		"  -s, --set SEC.KEY=VALUE  override one INI key (repeatable), e.g. --set run.steps=20\n"
-		"      --plan[=json]        print the partition and schedule (a table, or JSON) and exit\n"
+		"      --plan[=text|json]   print the partition and schedule (a table, or JSON) and exit\n"
 		"      --plan-json FILE     also write the plan as JSON to FILE (- = stdout)\n"
 		"      --save-weights FILE  write the trained weights (safetensors)\n"
 		"      --resume DIR         continue from the newest checkpoint in DIR (or from DIR/step-N)\n"
@@ -217,13 +217,19 @@ static int parse_cli(int argc, char **argv, cli_t *cli, ph_err *err)
 				return ph_fail(err, PH_EINVAL, "too many --set options (256 at most)");
 			cli->overrides[cli->noverrides++] = optarg;
 			break;
-		case OPT_PLAN:
-			cli->plan_only = 1;
-			if (optarg && !strcmp(optarg, "json"))
-				cli->plan_json = "-", cli->plan_as_json = 1;
-			else if (optarg && strcmp(optarg, "text"))
+		case OPT_PLAN: {
+			const char *form = optarg ? optarg : "text";
+			if (strcmp(form, "json") && strcmp(form, "text"))
 				return ph_fail(err, PH_EINVAL, "--plan=%s: expected --plan, --plan=text or --plan=json", optarg);
+			/* --plan=json --plan printed JSON: the second form dropped */
+			if (cli->plan_only && (!strcmp(form, "json")) != cli->plan_as_json)
+				return ph_fail(err, PH_EINVAL, "--plan given twice (%s, then %s); give one form",
+					       cli->plan_as_json ? "json" : "text", form);
+			cli->plan_only = 1;
+			if (!strcmp(form, "json"))
+				cli->plan_json = "-", cli->plan_as_json = 1;
 			break;
+		}
 		case OPT_PLANJSON: cli->plan_json = optarg, cli->plan_json_file = 1; break;
 		case OPT_LIST: cli->list_plugins = 1; break;
 		case OPT_LISTOPT: cli->list_options = 1; break;

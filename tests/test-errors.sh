@@ -414,6 +414,11 @@ if [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ ! -s "$tmp/out" ] &&
 else
 	not_ok "--generate '': exit $rc, $(cat "$tmp/out" "$tmp/err")"
 fi
+# --plan in two forms: the second used to be dropped without a word
+expect_error "--plan=json then --plan" "^pipehost: --plan given twice \(json, then text\); give one form\$" \
+	-c "$tiny" --plan=json --plan
+"$PIPEHOST" -c "$tiny" --plan=text --plan >"$tmp/out" 2>"$tmp/err" && grep -q '^plan: ' "$tmp/out" &&
+	ok "--plan=text --plan: the same form twice, the table" || not_ok "--plan=text --plan: $(head -c 300 "$tmp/err")"
 # interleaved needs a multiple of the ranks; the counts named must split
 # the batch too (32 splits into neither 3 nor 6), or say to change it
 # (a copy at a short path: the line, path and all, must fit in 255 bytes,
