@@ -29,7 +29,7 @@ const ph_option ph_run_options[] = {
 		       "CUDA matrix products: fp32, or bf16 on tensor cores with fp32 accumulation and fp32 master weights"),
 	PH_OPT_INT_(ph_run_cfg, threads, "threads", "0", 0, 256,
 		    "BLAS threads per rank; 0 = the cores over the ranks (printed at startup); results are bitwise "
-		    "reproducible for equal ranks x threads, so pin it to compare runs across machines"),
+		    "the same for a fixed threads whatever the schedule or stage count, so pin it to compare runs"),
 	PH_OPT_INT_(ph_run_cfg, window, "window", "16", 1, 1024,
 		    "steps a no-flush schedule (2bw, pipedream) runs as one stream before the pipeline drains "
 		    "(evaluation, checkpoints and the run's end drain it too); 1 = drain every step; the bits are the same"),

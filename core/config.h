@@ -23,8 +23,8 @@ typedef struct {
 	char devices[PH_STR_MAX];
 	int64_t threads;         /* BLAS threads per rank; 0 (the default) = cores / ranks.
 				  * OpenBLAS results depend on its thread count, so runs
-				  * are bitwise comparable for equal ranks x threads:
-				  * tests that compare stage counts pin threads = 1 */
+				  * are bitwise comparable for a fixed threads (0 resolves
+				  * by the ranks): tests that compare stage counts pin it */
 	int64_t window;          /* no-flush schedules: steps run as one stream */
 	int64_t log_every;
 	char metrics[PH_STR_MAX];
