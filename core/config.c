@@ -636,11 +636,11 @@ static int check_schedule_shape(ph_config *c, ph_err *err)
 		snprintf(fix, sizeof fix, "of the counts it takes, [run] batch = %lld splits into %lld: set micro_batches = "
 			 "%lld", (long long)B, (long long)(lo ? lo : hi), (long long)(lo ? lo : hi));
 	else if (blo)
-		snprintf(fix, sizeof fix, "[run] batch = %lld splits into no count it takes: change it too, e.g. "
+		snprintf(fix, sizeof fix, "no count it takes divides [run] batch = %lld: change the batch too, e.g. "
 			 "micro_batches = %lld with batch = %lld or %lld", (long long)B, (long long)near, (long long)blo,
 			 (long long)(blo + step));
 	else
-		snprintf(fix, sizeof fix, "[run] batch = %lld splits into no count it takes: change it too, e.g. "
+		snprintf(fix, sizeof fix, "no count it takes divides [run] batch = %lld: change the batch too, e.g. "
 			 "micro_batches = %lld with batch = %lld", (long long)B, (long long)near, (long long)step);
 	/* the schedule's own advice ("; use ...") is what fix replaces, and
 	 * the line must fit PH_ERR_MAX with a long path before it: the

@@ -426,7 +426,7 @@ expect_error "--plan=json then --plan" "^pipehost: --plan given twice \(json, th
 cp "$tiny" "$tmp/t.ini"
 line=$(grep -n '^micro_batches = ' "$tmp/t.ini" | cut -d: -f1)
 expect_error "interleaved: no multiple of 3 splits batch 32" \
-	"^pipehost: $tmp/t.ini:$line: interleaved: 4 micro-batches is not a multiple of 3 ranks; \[run\] batch = 32 splits into no count it takes: change it too, e.g. micro_batches = 3 with batch = 30 or 33\$" \
+	"^pipehost: $tmp/t.ini:$line: interleaved: 4 micro-batches is not a multiple of 3 ranks; no count it takes divides \[run\] batch = 32: change the batch too, e.g. micro_batches = 3 with batch = 30 or 33\$" \
 	-c "$tmp/t.ini" --set schedule.type=interleaved --set run.stages=3 --set run.chunks=2 --plan
 expect_error "interleaved: the counts named split the batch" \
 	"^pipehost: --set: interleaved: 6 micro-batches is not a multiple of 4 ranks; of the counts it takes, \[run\] batch = 48 splits into 4 or 8: set micro_batches to one\$" \
