@@ -38,7 +38,7 @@ core_libphcore_la_LIBADD = $(INIH_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) $(ZLIB_LIBS
 core_libphcore_la_SOURCES += core/generate.c core/generate.h core/hf_gpt2.c core/hf_gpt2.h core/tokenizer_bpe.c
 
 bin_PROGRAMS += core/pipehost
-core_pipehost_SOURCES = core/main.c
+core_pipehost_SOURCES = core/main.c core/cli.c core/cli.h
 core_pipehost_CFLAGS = $(AM_CFLAGS)
 core_pipehost_LDADD = core/libphcore.la
 
