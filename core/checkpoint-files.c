@@ -311,7 +311,11 @@ void ph_ck_apply_keep(const char *dir, int keep, int64_t just)
 		return;
 	int others = keep - 1; /* `just` takes one place */
 	for (int i = 0; i < n; i++) {
-		if (v[i].step == just)
+		/* steps past `just` are an earlier continuation of a run resumed
+		 * from an older step: each is replaced as the run reaches it, and
+		 * none may crowd out the steps this run wrote (keep = 2 deleted
+		 * the step just written and kept a stale later one) */
+		if (v[i].step >= just)
 			continue;
 		if (others > 0) {
 			others--;
@@ -332,6 +336,18 @@ void ph_ck_apply_keep(const char *dir, int keep, int64_t just)
 	free(v);
 	if (ph_sync_dir(dir))
 		fprintf(stderr, "pipehost: warning: syncing checkpoint dir %s: %s\n", dir, strerror(errno));
+}
+
+int64_t ph_checkpoint_newest_step(const char *dir)
+{
+	ph_ck_step *v;
+	int n;
+	ph_err e2;
+	if (ph_ck_list_steps(dir, &v, &n, &e2))
+		return -1;
+	int64_t newest = n > 0 ? v[0].step : -1;
+	free(v);
+	return newest;
 }
 
 /* Move a damaged step out of view (never deleted: it may be all there is). */

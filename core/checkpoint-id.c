@@ -121,6 +121,13 @@ void ph_checkpoint_diff(const char *ours, const char *theirs, char *buf, size_t 
 				snprintf(buf, len, "only here: %.*s", la, a);
 			else if (!*a)
 				snprintf(buf, len, "only in the checkpoint: %.*s", lb, b);
+			else if (ea && eb && ea - a == eb - b && !memcmp(a, b, (size_t)(ea - a)) &&
+				 !strncmp(a, "optimizer.total_steps=", (size_t)(ea - a) + 1))
+				/* cosine's length, not a key a user sets (the
+				 * digest's name for it stays, or older checkpoints
+				 * would no longer match) */
+				snprintf(buf, len, "[run] steps or epochs: %.*s steps in the checkpoint, %.*s here",
+					 (int)(lb - (eb - b) - 1), eb + 1, (int)(la - (ea - a) - 1), ea + 1);
 			else if (ea && eb && ea - a == eb - b && !memcmp(a, b, (size_t)(ea - a)))
 				snprintf(buf, len, "%.*s = %.*s in the checkpoint, %.*s here", (int)(ea - a), a,
 					 (int)(lb - (eb - b) - 1), eb + 1, (int)(la - (ea - a) - 1), ea + 1);

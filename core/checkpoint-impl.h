@@ -63,7 +63,9 @@ typedef struct {
 int ph_ck_list_steps(const char *dir, ph_ck_step **out, int *n, ph_err *err);
 /* Remove leftovers of interrupted saves and deletions. */
 void ph_ck_remove_stale(const char *dir);
-/* Keep the `keep` highest steps and `just`; remove the rest. */
+/* Keep `just` and the keep - 1 highest steps below it; remove the other
+ * steps below it.  Steps above `just` (a resumed run's earlier
+ * continuation, replaced as the run reaches them) stay. */
 void ph_ck_apply_keep(const char *dir, int keep, int64_t just);
 /* Move dir/name out of view as dir/damaged-name (never deleted); to is
  * where it went, "" if it could not be moved. */

@@ -128,6 +128,8 @@ int ph_checkpoint_claim(const char *dir, char run[33], int fresh, int overwrite,
 /* The highest complete DIR/step-N: 1 found (path filled), 0 none, or a
  * negative -PH_E* code with err set (DIR unreadable). */
 int ph_checkpoint_latest(const char *dir, char *path, size_t len, int64_t *step, ph_err *err);
+/* The highest complete step in dir, -1 if none (or dir unreadable). */
+int64_t ph_checkpoint_newest_step(const char *dir);
 
 /* Parse and validate state.json text (len bytes, need not be terminated);
  * `where` names it in messages.  On success free st with ph_ckpt_state_free. */

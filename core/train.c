@@ -349,6 +349,14 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		saved_at = start;
 		res->steps = start;
 		printf("resumed from %s at step %lld of %lld\n", res->checkpoint, (long long)start, (long long)total);
+		/* resumed from an older step into the same directory: its later
+		 * steps are the abandoned continuation's, replaced as this run
+		 * reaches them; until then --resume DIR would take them */
+		int64_t newest = ckdir && writer ? ph_checkpoint_newest_step(ckdir) : -1;
+		if (newest > start)
+			printf("note: %s holds steps up to %lld from an earlier continuation; this run replaces each as it "
+			       "reaches it, and until then --resume %s takes them: resume this run from its own step "
+			       "directory\n", ckdir, (long long)newest, ckdir);
 		fflush(stdout);
 	}
 	if (ckdir && writer && (rc = ph_checkpoint_claim(ckdir, id.run, !resume, c->checkpoint.overwrite, err)))
@@ -506,8 +514,11 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			     (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
 								 res->checkpoint, sizeof res->checkpoint, err)))))
 				goto out;
+			/* DIR may still hold a resumed run's abandoned later steps,
+			 * which --resume DIR would take: then name this step */
 			printf("%sinterrupted at step %lld: checkpoint written to %s; resume with --resume %s\n",
-			       tty ? "\n" : "", (long long)s + 1, res->checkpoint, ckdir);
+			       tty ? "\n" : "", (long long)s + 1, res->checkpoint,
+			       ph_checkpoint_newest_step(ckdir) > s + 1 ? res->checkpoint : ckdir);
 			fflush(stdout);
 			res->interrupted = 1;
 			break;

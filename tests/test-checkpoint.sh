@@ -46,6 +46,26 @@ if ph --set run.steps=40 --resume "$tmp/ck/step-00000030" --save-weights "$tmp/r
 else
 	not_ok "resume from step 30: $(cat "$tmp/err") $(grep resumed "$tmp/out")"
 fi
+# Resumed from an older step into the same directory: its later steps are
+# an abandoned continuation's.  keep = 2 used to delete the steps this run
+# wrote and keep the stale step-00000040, and nothing said that --resume
+# DIR would now take step 40 (an audit, 2026-12-07).
+C="--set optimizer.lr_schedule=constant"
+# shellcheck disable=SC2086 # C is words
+if ph $C --set run.steps=40 --set "checkpoint.dir=$tmp/ck5" --set checkpoint.every=10 >/dev/null 2>"$tmp/err" &&
+	ph $C --set run.steps=30 --set checkpoint.every=10 --set checkpoint.keep=2 --resume "$tmp/ck5/step-00000010" \
+		>"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^note: $tmp/ck5 holds steps up to 40 from an earlier continuation; this run replaces each as it reaches it, and until then --resume $tmp/ck5 takes them: resume this run from its own step directory$" "$tmp/out" &&
+	[ "$(ls -A "$tmp/ck5" | tr '\n' ' ')" = "step-00000020 step-00000030 step-00000040 " ]; then
+	ok "resumed at step 10 into a directory up to step 40: a note, and keep = 2 keeps this run's steps 20 and 30"
+else
+	not_ok "resume into a directory with later steps: $(ls -A "$tmp/ck5" | tr '\n' ' ') $(grep -v '^epoch\|^step' "$tmp/out" | head -3) $(head -c 300 "$tmp/err")"
+fi
+# under cosine the schedule's length is in the digest: the refusal names
+# what the user sets ([run] steps or epochs), not the digest's own key
+expect_error "cosine, another run length" \
+	"^pipehost: checkpoint $tmp/ck/step-00000030 was written for another model or training config \(digest [0-9a-f]+, this one [0-9a-f]+; \[run\] steps or epochs: 40 steps in the checkpoint, 50 here\); use the matching config or start fresh\$" \
+	-c "$tiny" --set run.steps=50 --resume "$tmp/ck/step-00000030"
 # Lion's one moment per weight: saved as LAYER.PARAM.lion_m, state.json
 # says "lion", and a resume gives the uninterrupted run's bytes
 lion="--set optimizer.type=lion --set optimizer.lr=0.001 --set optimizer.beta2=0.99"
