@@ -582,8 +582,13 @@ static int write_weights(ph_engine *e, const char *path, ph_err *err)
 	}
 	static const char *const meta[] = { "format", "pt", "producer", "pipehost " PACKAGE_VERSION, NULL };
 	rc = ph_safetensors_write(path, t, n, meta, err);
+	/* the file's own count: a tied copy is a name in its metadata */
+	const int tied = rc ? 0 : ph_safetensors_tied_out(t, n);
 	free(t);
-	if (!rc)
+	if (!rc && tied)
+		printf("weights written to %s (%d tensors, and %d tied cop%s named in its metadata)\n", path, n - tied, tied,
+		       tied == 1 ? "y" : "ies");
+	else if (!rc)
 		printf("weights written to %s (%d tensors)\n", path, n);
 	return rc;
 }

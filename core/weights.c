@@ -157,6 +157,14 @@ static char *tied_list(const ph_tensor_ref *t, int n, int *oom)
 	return s;
 }
 
+int ph_safetensors_tied_out(const ph_tensor_ref *t, int n)
+{
+	int out = 0;
+	for (int i = 0; i < n; i++)
+		out += tie_source(t, n, i, 1) >= 0;
+	return out;
+}
+
 /* The JSON header, unpadded; NULL when out of memory.  Tied copies get no
  * entry: "tied" in __metadata__ names them. */
 static char *build_header(const ph_tensor_ref *t, int n, const char *const *metadata)

@@ -27,6 +27,10 @@ typedef struct {
 int ph_safetensors_write(const char *path, const ph_tensor_ref *t, int n,
 			 const char *const *metadata, ph_err *err);
 
+/* How many of t[0..n) ph_safetensors_write leaves out: tied copies equal
+ * to their source, named in the file's "tied" metadata instead. */
+int ph_safetensors_tied_out(const ph_tensor_ref *t, int n);
+
 /* ph_safetensors_write, and the file's size and XXH3-64 checksum of every
  * byte written (for a checkpoint's manifest; either may be NULL). */
 int ph_safetensors_write_hashed(const char *path, const ph_tensor_ref *t, int n,

@@ -20,6 +20,12 @@ case $h in
 *'"tied":"b.weight=a.weight,c.weight=a.weight"'*) ok "--save-weights stores a.weight once, the copies named in \"tied\"" ;;
 *) not_ok "--save-weights: no \"tied\" metadata in $h" ;;
 esac
+# the line counts the file's tensors, the copies apart (it counted them
+# in: 33 for a file of 32, 2026-12-07)
+entries=$(printf '%s' "$h" | grep -o '"dtype"' | wc -l)
+grep -q "^weights written to $tmp/w.st ($entries tensors, and 2 tied copies named in its metadata)$" "$tmp/out" &&
+	ok "the written line counts the $entries tensors in the file and the 2 tied copies" ||
+	not_ok "written line: $(grep 'weights written' "$tmp/out"), the file holds $entries"
 
 # the file as a pipehost before wrote it: every copy stored in full
 python3 - "$tmp/w.st" "$tmp/dup.st" "$tmp/untied.st" <<'PY'
