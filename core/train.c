@@ -551,11 +551,17 @@ int ph_run_check_outputs(const ph_config *c, const char *config_path, const char
 {
 	if (!ph_comm_writer(&c->comm))
 		return PH_OK; /* only process 0 writes files */
+	/* --resume DIR reads its newest step alone: that step is the input,
+	 * not every file in DIR (a --save-weights DIR/final.st worked once,
+	 * then was refused as "an input of this run") */
 	char latest[4096] = "";
 	if (resume && resume[0] && !ph_checkpoint_is_step(resume)) {
+		struct stat sb;
 		ph_err ignored;
 		if (ph_checkpoint_latest(resume, latest, sizeof latest, NULL, &ignored) != 1)
 			latest[0] = 0;
+		if (!stat(resume, &sb) && S_ISDIR(sb.st_mode))
+			resume = NULL;
 	}
 	const ph_data_cfg *d = &c->data;
 	const char *const inputs[] = { config_path,     c->run.init,     resume,          latest,

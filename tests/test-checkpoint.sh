@@ -66,6 +66,20 @@ fi
 expect_error "cosine, another run length" \
 	"^pipehost: checkpoint $tmp/ck/step-00000030 was written for another model or training config \(digest [0-9a-f]+, this one [0-9a-f]+; \[run\] steps or epochs: 40 steps in the checkpoint, 50 here\); use the matching config or start fresh\$" \
 	-c "$tiny" --set run.steps=50 --resume "$tmp/ck/step-00000030"
+# --resume DIR reads its newest step: a file of DIR's own is no input, so
+# the same command runs twice (the second was refused: "an input of this
+# run"); the newest step's files still are
+# shellcheck disable=SC2086
+if ph $C --set run.steps=40 --resume "$tmp/ck5" --save-weights "$tmp/ck5/final.st" >/dev/null 2>"$tmp/err" &&
+	ph $C --set run.steps=40 --resume "$tmp/ck5" --save-weights "$tmp/ck5/final.st" >/dev/null 2>"$tmp/err"; then
+	ok "--resume DIR --save-weights DIR/final.st, twice"
+else
+	not_ok "--resume DIR --save-weights DIR/final.st twice: $(head -c 300 "$tmp/err")"
+fi
+# shellcheck disable=SC2086
+expect_error "--save-weights over the resumed step's weights" \
+	"^pipehost: --save-weights $tmp/ck5/step-00000040/weights.safetensors is $tmp/ck5/step-00000040/weights.safetensors, an input of this run; write to another file\$" \
+	-c "$tiny" $C --set run.steps=40 --resume "$tmp/ck5" --save-weights "$tmp/ck5/step-00000040/weights.safetensors"
 # Lion's one moment per weight: saved as LAYER.PARAM.lion_m, state.json
 # says "lion", and a resume gives the uninterrupted run's bytes
 lion="--set optimizer.type=lion --set optimizer.lr=0.001 --set optimizer.beta2=0.99"
