@@ -249,4 +249,13 @@ expect_error "2bw with fewer micro-batches than stages" \
 	-c "$tiny" --set schedule.type=2bw --set run.stages=4 --set run.micro_batches=2 --set run.batch=16
 expect_error "2bw with virtual chunks" "schedule 2bw runs at most 1 chunk\(s\) per rank; \[run\] chunks = 2" \
 	-c "$tiny" --set schedule.type=2bw --set run.chunks=2
+# a synchronous schedule's checkpoint under 2bw: the same model, so the
+# refusal says why (it asked whether the file was for another model)
+C="--set optimizer.lr_schedule=constant"
+# shellcheck disable=SC2086 # C is words
+"$PIPEHOST" -c "$tiny" $C --set run.steps=4 --set checkpoint.dir="$tmp/sync-ck" --set checkpoint.every=2 >/dev/null 2>&1
+# shellcheck disable=SC2086
+expect_error "a 1f1b checkpoint resumed under 2bw" \
+	"^pipehost: $tmp/sync-ck/step-00000004/optimizer.safetensors: no [a-z0-9]+\.[a-z]+\.prev: written under a schedule that keeps one weight version, and this one resumes from two; resume under the checkpoint's schedule, or start fresh\$" \
+	-c "$tiny" $C --set run.steps=6 --set schedule.type=2bw --resume "$tmp/sync-ck"
 finish
