@@ -183,7 +183,15 @@ int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 		case OPT_LIST: cli->list_plugins = 1; break;
 		case OPT_LISTOPT: cli->list_options = 1; break;
 		case OPT_SAVE: cli->save_weights = optarg; break;
-		case OPT_RESUME: cli->resume = optarg; break;
+		case OPT_RESUME: {
+			/* "--resume c1/": the step it names is printed as c1/step-N,
+			 * not c1//step-N */
+			size_t l = strlen(optarg);
+			while (l > 1 && optarg[l - 1] == '/')
+				optarg[--l] = 0;
+			cli->resume = optarg;
+			break;
+		}
 		case OPT_ALLOWW: cli->allow_writable = 1; break;
 		case OPT_TRACE: cli->trace = optarg; break;
 		case OPT_SIMULATE: cli->simulate = 1; break;

@@ -35,7 +35,7 @@ const ph_option ph_run_options[] = {
 		    "(evaluation, checkpoints and the run's end drain it too); 1 = drain every step; the bits are the same"),
 	PH_OPT_INT_(ph_run_cfg, log_every, "log_every", "100", 1, PH_NO_MAX, "steps between progress lines when not on a terminal"),
 	PH_OPT_STRING_(ph_run_cfg, metrics, "metrics", "", "write one JSON object per logged step and evaluation to this file"),
-	PH_OPT_BOOL_(ph_run_cfg, eval, "eval", "yes", "evaluate on the test split after each epoch"),
+	PH_OPT_BOOL_(ph_run_cfg, eval, "eval", "yes", "evaluate on the test split after each epoch, and at the last step of a run cut short by steps"),
 	PH_OPT_STRING_(ph_run_cfg, plugin_path, "plugin_path", "", "extra plugin directories, colon-separated, searched first"),
 	PH_OPT_STRING_(ph_run_cfg, save_weights, "save_weights", "", "write the trained weights (safetensors) to this file"),
 	PH_OPT_STRING_(ph_run_cfg, init, "init", "",

@@ -505,7 +505,10 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 		*stopped = 1; /* by SIGINT/SIGTERM after writing a checkpoint: exit 128 + signal */
 		goto out;
 	}
-	if (res.steps_run)
+	if (res.steps_run && res.steps_run < res.steps) /* resumed: say what this run trained */
+		printf("trained %lld steps (steps %lld..%lld, resumed) in %.1f s; final loss %.4f", (long long)res.steps_run,
+		       (long long)(res.steps - res.steps_run + 1), (long long)res.steps, res.seconds, res.final_loss);
+	else if (res.steps_run)
 		printf("trained %lld steps in %.1f s; final loss %.4f", (long long)res.steps, res.seconds, res.final_loss);
 	else
 		printf("trained no step (the run of %lld steps was complete); no loss to report", (long long)res.steps);

@@ -80,6 +80,16 @@ fi
 expect_error "--save-weights over the resumed step's weights" \
 	"^pipehost: --save-weights $tmp/ck5/step-00000040/weights.safetensors is $tmp/ck5/step-00000040/weights.safetensors, an input of this run; write to another file\$" \
 	-c "$tiny" $C --set run.steps=40 --resume "$tmp/ck5" --save-weights "$tmp/ck5/step-00000040/weights.safetensors"
+# "--resume DIR/" names the step without a double slash, and the last line
+# counts the steps this run trained (it said "trained 50 steps" for 10)
+# shellcheck disable=SC2086
+if ph $C --set run.steps=50 --resume "$tmp/ck5/" >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^resumed from $tmp/ck5/step-00000040 at step 40 of 50$" "$tmp/out" &&
+	grep -q "^trained 10 steps (steps 41\.\.50, resumed) in " "$tmp/out"; then
+	ok "--resume DIR/: resumed from DIR/step-00000040; trained 10 steps (steps 41..50, resumed)"
+else
+	not_ok "--resume DIR/: $(grep -E '^resumed|^trained' "$tmp/out") $(head -c 300 "$tmp/err")"
+fi
 # Lion's one moment per weight: saved as LAYER.PARAM.lion_m, state.json
 # says "lion", and a resume gives the uninterrupted run's bytes
 lion="--set optimizer.type=lion --set optimizer.lr=0.001 --set optimizer.beta2=0.99"
