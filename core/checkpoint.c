@@ -142,13 +142,23 @@ out:
 	return rc;
 }
 
-/* The optimizer state, with pipedream's stash explained: its tensors are
- * named slot J of K (core/engine-versions.c), so a run that keeps another
- * number of versions for a layer finds none of its names. */
+/* The optimizer state, with the asynchronous schedules' names explained:
+ * pipedream's stash is slot J of K (core/engine-versions.c), so a run that
+ * keeps another number of versions for a layer finds none of its names;
+ * 2bw's W(t-1) is LAYER.PARAM.prev, which a synchronous schedule's
+ * checkpoint of the same model lacks. */
 static int read_state_tensors(const char *path, ph_tensor_ref *s, int ns, ph_err *err)
 {
 	int rc = ph_safetensors_read(path, s, ns, err);
 	const char *name = rc ? strstr(err->msg, "tensor ") : NULL; /* "tensor LAYER.PARAM.stashJofK missing" */
+	const char *prev = name ? strstr(name, ".prev missing") : NULL;
+	if (prev) {
+		char t[128];
+		name += strlen("tensor ");
+		snprintf(t, sizeof t, "%.*s", (int)(prev + strlen(".prev") - name), name);
+		return ph_fail(err, rc, "%s: no %s: written under a schedule that keeps one weight version, and this "
+			       "one resumes from two; resume under the checkpoint's schedule, or start fresh", path, t);
+	}
 	const char *stash = name ? strstr(name, ".stash") : NULL;
 	int j, k, used = 0;
 	if (!stash || sscanf(stash, ".stash%dof%d missing%n", &j, &k, &used) != 2 || !used)

@@ -673,16 +673,6 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 			continue; /* stored once, as its source: copied below */
 		}
 		src[i] = -1;
-		const size_t nl = strlen(t[i].name);
-		if (!hit[i] && nl > 5 && !strcmp(t[i].name + nl - 5, ".prev")) {
-			/* the same model under another schedule: 2bw resumes from
-			 * W(t-1) too (engine-versions.c), a synchronous schedule's
-			 * checkpoint has only W(t) */
-			rc = ph_fail(err, PH_EINVAL, "%s: no %.96s: written under a schedule that keeps one weight "
-				     "version, and this one resumes from two; resume under the checkpoint's schedule, or "
-				     "start fresh", path, t[i].name);
-			break;
-		}
 		if (!hit[i]) {
 			rc = ph_fail(err, PH_EINVAL, "%s: tensor %.96s missing; was the file "
 				     "written for another model?", path, t[i].name);
