@@ -10,7 +10,6 @@
 
 #include "memcheck.h"
 #include "plan-memory.h"
-#include "optim.h"
 
 /* First number in a file, or -1 ("max" and missing files are no limit). */
 static double read_number(const char *path)

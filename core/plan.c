@@ -35,17 +35,17 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 {
 	int P = p->ranks, C = p->nchunks, M = p->m;
 	seen_t *seen = calloc((size_t)C * M, sizeof *seen);
-	/* per chunk: the micro-batch and position of the last action that
-	 * added to its weight gradients (B, or W of a split backward) */
-	int *grad_mb = malloc((size_t)C * sizeof *grad_mb), *grad_pos = malloc((size_t)C * sizeof *grad_pos);
-	if (!seen || !grad_mb || !grad_pos) {
+	/* per chunk: the micro-batch of the last action that added to its
+	 * weight gradients (B, or W of a split backward; its position is in
+	 * seen) */
+	int *grad_mb = malloc((size_t)C * sizeof *grad_mb);
+	if (!seen || !grad_mb) {
 		free(seen);
 		free(grad_mb);
-		free(grad_pos);
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	}
 	for (int c = 0; c < C; c++)
-		grad_mb[c] = grad_pos[c] = -1;
+		grad_mb[c] = -1;
 	int rc = PH_OK;
 	char s[32];
 	for (int r = 0; r < P && !rc; r++)
@@ -83,15 +83,14 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 			 * promise that every schedule trains the same weights
 			 * holds because each chunk adds its micro-batches'
 			 * weight gradients in micro-batch order. */
-			else if ((a->kind == PH_ACT_B || a->kind == PH_ACT_W) && a->mb < grad_mb[a->chunk])
+			else if ((a->kind == PH_ACT_B || a->kind == PH_ACT_W) && a->mb < grad_mb[a->chunk]) {
+				const seen_t *last = &seen[a->chunk * M + grad_mb[a->chunk]];
 				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s adds to chunk %d's weight "
 					     "gradients after micro-batch %d's (position %d); rule: each chunk's B or W in "
 					     "micro-batch order, so that every schedule gives the same weights",
-					     r, k, s, a->chunk, grad_mb[a->chunk], grad_pos[a->chunk]);
-			else if (a->kind == PH_ACT_B || a->kind == PH_ACT_W) {
+					     r, k, s, a->chunk, grad_mb[a->chunk], (last->b ? last->b : last->w) - 1);
+			} else if (a->kind == PH_ACT_B || a->kind == PH_ACT_W)
 				grad_mb[a->chunk] = a->mb;
-				grad_pos[a->chunk] = k;
-			}
 		}
 	for (int c = 0; c < C && !rc; c++)
 		for (int mb = 0; mb < M && !rc; mb++) {
@@ -112,7 +111,6 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 		}
 	free(seen);
 	free(grad_mb);
-	free(grad_pos);
 	return rc;
 }
 
