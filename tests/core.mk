@@ -75,6 +75,7 @@ EXTRA_DIST += tests/test-bench-args.sh
 # [data] source through the registry of data sources.
 TESTS += tests/test-data-sources.sh
 EXTRA_DIST += tests/test-data-sources.sh
-# Training from .npy files and token files; GPT-2's BPE on the fortunes.
-TESTS += tests/test-data-files.sh tests/test-bpe.sh
-EXTRA_DIST += tests/test-data-files.sh tests/test-bpe.sh
+# Training from .npy files and token files; GPT-2's BPE on the fortunes,
+# and with GPT-2's own vocabulary against tiktoken (skipped without it).
+TESTS += tests/test-data-files.sh tests/test-bpe.sh tests/test-bpe-tiktoken.sh
+EXTRA_DIST += tests/test-data-files.sh tests/test-bpe.sh tests/test-bpe-tiktoken.sh
