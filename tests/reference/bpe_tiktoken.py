@@ -10,7 +10,7 @@ parts must be left), then encodes files with tests/bpe-tool (core/bpe.c)
 and with tiktoken, and requires the same ids:
 
     python3 tests/reference/bpe_tiktoken.py --tool tests/bpe-tool \
-        [--ranks gpt2.tiktoken] [--seeds 40] FILE...
+        [--ranks gpt2.tiktoken] [--seeds 40] [--out DIR] FILE...
 
 The ranks come from tiktoken's own cache or download
 (`tiktoken.get_encoding("r50k_base")`), or from --ranks: a local copy of
@@ -19,7 +19,10 @@ whisper/assets/gpt2.tiktoken, the same bytes); tiktoken checks its hash.
 Besides FILEs, --seeds random texts (Latin, Greek, Cyrillic, Hebrew,
 Arabic, Devanagari, CJK, Hangul, numbers of many scripts, combining marks,
 every kind of Unicode space, emoji with joiners, control bytes,
-contractions, runs of spaces and newlines) are compared.  Prints one
+contractions, runs of spaces and newlines) are compared.  --out DIR
+keeps vocab.json and merges.txt there, and the first FILE as tiktoken
+encodes it in llm.c's token file format (DIR/tokens.bin: 256 int32 of
+header, magic 20240520, version 1, the count; then uint16 ids).  Prints one
 `ok`/`not ok` line each and exits 1 if any differ; exits 77 (skip) without
 tiktoken or the ranks.
 """
@@ -121,6 +124,7 @@ def main():
     ap.add_argument("--tool", required=True)
     ap.add_argument("--ranks")
     ap.add_argument("--seeds", type=int, default=40)
+    ap.add_argument("--out")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     try:
@@ -163,6 +167,19 @@ def main():
                     f" lengths {len(got)} vs {len(want)}")
                 print(f"not ok {n} - {name}: ids differ from tiktoken's{where} {p.stderr.decode()[:200]}")
         print(f"{n - failed} of {n} equal")
+        if a.out and not failed:
+            import array
+            import struct
+            shutil.copy(vocab, a.out)
+            shutil.copy(merges, a.out)
+            if cases and a.files:
+                ids = enc.encode_ordinary(cases[0][1].decode("utf-8", errors="surrogateescape"))
+                with open(os.path.join(a.out, "tokens.bin"), "wb") as f:
+                    f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)))
+                    a16 = array.array("H", ids)
+                    if sys.byteorder == "big":
+                        a16.byteswap()
+                    f.write(a16.tobytes())
         return 1 if failed else 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
