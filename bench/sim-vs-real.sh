@@ -18,7 +18,8 @@ need_count sim-vs-real.sh STEPS "$steps" 7
 [ -x "$bin" ] || { echo "sim-vs-real.sh: no pipehost at $bin; pass the build directory" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-common="--set run.stages=4 --set run.micro_batches=8 --set run.batch=128 --set partition.cost=profile --set partition.profile_cache=$tmp/cache"
+# one pipeline (the ini's default is 2 replicas of one stage): 8 micro-batches of 16
+common="--set run.stages=4 --set run.replicas=1 --set run.micro_batches=8 --set run.batch=128 --set partition.cost=profile --set partition.profile_cache=$tmp/cache"
 printf '| schedule | simulated step (ms) | measured step (ms) | measured / simulated |\n|---|---|---|---|\n'
 for s in gpipe 1f1b "interleaved 2" zb-h1; do
 	set -- $s

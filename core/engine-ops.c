@@ -218,11 +218,15 @@ static int run_weight(ph_engine *e, int c, int mb, ph_err *err)
 	if (s < 0)
 		return ph_fail(err, PH_EINTERNAL, "chunk %d W of micro-batch %d without its forward", c, mb);
 	slot_t *sl = &ch->slots[s];
-	/* another micro-batch may have used the work buffers since I */
-	int rc0 = rematerialize(e, c, mb, sl, err);
+	/* another micro-batch may have used the work buffers since I; a
+	 * chunk with no split layer has nothing to do here, so no rerun */
+	int any = 0;
+	for (int l = ch->a; l < ch->b && !any; l++)
+		any = ph_layer_has_split_backward(e->model->layers[l].ops);
+	int rc0 = any ? rematerialize(e, c, mb, sl, err) : PH_OK;
 	if (rc0)
 		return rc0;
-	for (int l = ch->b - 1; l >= ch->a; l--) {
+	for (int l = ch->b - 1; l >= ch->a && any; l--) {
 		ph_layer *L = &e->model->layers[l];
 		if (!ph_layer_has_split_backward(L->ops))
 			continue;

@@ -26,8 +26,22 @@ static int is_compute(int kind)
 	return kind == PH_OP_F || kind == PH_OP_B || kind == PH_OP_I || kind == PH_OP_W;
 }
 
+/* What compute op o takes: its chunk's duration, and under recompute the
+ * forward it reruns first when its micro-batch kept only its output. */
+static double op_cost(const ph_op *o, const double *f, const double *b, const double *i, const double *w,
+		      const ph_sim_rerun *rerun)
+{
+	int c = o->chunk;
+	double d = o->kind == PH_OP_F ? f[c] : o->kind == PH_OP_B ? b[c] : o->kind == PH_OP_I ? (i ? i[c] : b[c])
+		 : o->kind == PH_OP_W ? (w ? w[c] : 0) : 0;
+	if (rerun && o->kind != PH_OP_F && is_compute(o->kind) && rerun->lean[o->mb])
+		d += o->kind == PH_OP_W ? rerun->before_w[c] : rerun->before_b[c];
+	return d;
+}
+
 int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
-		       const double *link, const double *act_bytes, int concurrency, ph_sim_result *r, ph_err *err)
+		       const double *link, const double *act_bytes, const ph_sim_rerun *rerun, int concurrency,
+		       ph_sim_result *r, ph_err *err)
 {
 	memset(r, 0, sizeof *r);
 	int P = p->ranks, C = p->nchunks, M = p->m, rc = PH_OK;
@@ -88,6 +102,13 @@ int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const
 			int granted = 0;
 			while (pos[k] < p->nops[k]) {
 				const ph_op *o = &p->ops[k][pos[k]];
+				int c = o->chunk, mb = o->mb;
+				if (c < 0 || c >= C || mb < 0 || mb >= M) {
+					rc = ph_fail(err, PH_EINTERNAL, "simulate: rank %d op %d names chunk %d micro-batch %d",
+						     k, pos[k], c, mb);
+					goto out;
+				}
+				double d = op_cost(o, f, b, i, w, rerun);
 				if (limited && is_compute(o->kind)) {
 					if (k != chosen || granted)
 						goto blocked;
@@ -98,17 +119,8 @@ int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const
 							q = j;
 					if (core_free[q] > t[k])
 						t[k] = core_free[q];
-					double dd = o->kind == PH_OP_F ? f[o->chunk] : o->kind == PH_OP_B ? b[o->chunk]
-						  : o->kind == PH_OP_I ? (i ? i[o->chunk] : b[o->chunk]) : (w ? w[o->chunk] : 0);
-					core_free[q] = t[k] + dd;
+					core_free[q] = t[k] + d;
 				}
-				int c = o->chunk, mb = o->mb;
-				if (c < 0 || c >= C || mb < 0 || mb >= M) {
-					rc = ph_fail(err, PH_EINTERNAL, "simulate: rank %d op %d names chunk %d micro-batch %d",
-						     k, pos[k], c, mb);
-					goto out;
-				}
-				double d = 0;
 				switch (o->kind) {
 				case PH_OP_RECV_ACT: {
 					double at = c > 0 ? act_at[(size_t)(c - 1) * M + mb] : 0;
@@ -133,21 +145,13 @@ int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const
 					grad_at[(size_t)c * M + mb] = t[k] + (link && c > 0 ? link[c - 1] : 0);
 					break;
 				case PH_OP_F:
-					d = f[c];
 					if (++live[k] > r->peak_inflight[k])
 						r->peak_inflight[k] = live[k];
 					held[k] += act_bytes ? act_bytes[c] : 0;
 					if (held[k] > r->peak_act_bytes[k])
 						r->peak_act_bytes[k] = held[k];
 					break;
-				case PH_OP_B:
-					d = b[c];
-					break;
-				case PH_OP_I:
-					d = i ? i[c] : b[c];
-					break;
-				case PH_OP_W:
-					d = w ? w[c] : 0;
+				default:
 					break;
 				}
 				if (is_compute(o->kind)) {
@@ -204,7 +208,7 @@ out:
 int ph_simulate(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
 		const double *link, const double *act_bytes, ph_sim_result *r, ph_err *err)
 {
-	return ph_simulate_shared(p, f, b, i, w, link, act_bytes, 0, r, err);
+	return ph_simulate_shared(p, f, b, i, w, link, act_bytes, NULL, 0, r, err);
 }
 
 /* ------------------------------------------------------------------ */
@@ -232,8 +236,9 @@ static void time_unit(double scale, const char **unit, double *mult)
  * busy time over the steady step) beside one flushed step's (`one`), and
  * leave the longer stream's events in *ev for the timeline. */
 static int report_stream(const ph_plan *p, const ph_config *c, const double *f, const double *b, const double *ci,
-			 const double *cw, const double *link, const double *keep, int conc, const ph_sim_result *one,
-			 double mult, const char *unit, ph_sim_result *ev, FILE *out, ph_err *err)
+			 const double *cw, const double *link, const ph_sim_rerun *rerun, int conc,
+			 const ph_sim_result *one, double mult, const char *unit, ph_sim_result *ev, double *steady_out,
+			 double *bubble_out, FILE *out, ph_err *err)
 {
 	ph_plan pk, pk1;
 	ph_sim_result rk1;
@@ -244,9 +249,9 @@ static int report_stream(const ph_plan *p, const ph_config *c, const double *f, 
 	else
 		memset(&pk1, 0, sizeof pk1);
 	if (!rc)
-		rc = ph_simulate_shared(&pk, f, b, ci, cw, link, keep, conc, ev, err);
+		rc = ph_simulate_shared(&pk, f, b, ci, cw, link, NULL, rerun, conc, ev, err);
 	if (!rc)
-		rc = ph_simulate_shared(&pk1, f, b, ci, cw, link, keep, conc, &rk1, err);
+		rc = ph_simulate_shared(&pk1, f, b, ci, cw, link, NULL, rerun, conc, &rk1, err);
 	/* one step is within PH_SIM_MAX_S; a stream of STREAM_STEPS should
 	 * be within as many (and so within what a trace holds) */
 	if (!rc && !(ev->step_time <= STREAM_STEPS * PH_SIM_MAX_S && rk1.step_time <= STREAM_STEPS * PH_SIM_MAX_S))
@@ -269,6 +274,14 @@ static int report_stream(const ph_plan *p, const ph_config *c, const double *f, 
 			mean += bub / p->ranks;
 		}
 		fprintf(out, "  steady-state mean bubble %.1f%%\n", 100.0 * mean);
+		*steady_out = steady;
+		*bubble_out = mean;
+		/* the stream's micro-batch n is step n / m's n % m, as a real
+		 * run's trace numbers them */
+		for (int k = 0; k < ev->nevents; k++) {
+			ev->events[k].step = ev->events[k].mb / p->m;
+			ev->events[k].mb %= p->m;
+		}
 	}
 	ph_sim_free(&rk1);
 	ph_plan_free(&pk);
@@ -327,15 +340,51 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 	int C = p->nchunks, rc = PH_OK;
 	if (!p->first)
 		return ph_fail(err, PH_EINTERNAL, "simulate: the plan has no partition");
-	double *buf = calloc((size_t)C * 6, sizeof *buf);
+	double *buf = calloc((size_t)C * 8, sizeof *buf);
+	unsigned char *lean = calloc((size_t)STREAM_STEPS * p->m, 1);
 	ph_sim_result r, rs;
 	memset(&r, 0, sizeof r);
 	memset(&rs, 0, sizeof rs);
-	if (!buf)
+	if (!buf || !lean) {
+		free(buf);
+		free(lean);
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	double *f = buf, *b = buf + C, *ci = buf + 2 * C, *cw = buf + 3 * C, *link = buf + 4 * C, *keep = buf + 5 * C;
+	}
+	double *f = buf, *b = buf + C, *ci = buf + 2 * C, *cw = buf + 3 * C, *link = buf + 4 * C, *act = buf + 5 * C;
+	double *re_b = buf + 6 * C, *re_w = buf + 7 * C;
 	double flops_per_s = c->part.device_tflops * 1e12, link_total = 0, compute_total = 0;
+	/* Ranks on the CPU share its cores as the run's BLAS threads do: the
+	 * ranks of every replica this process runs divide them (ph_config_busy),
+	 * and each replica runs this plan at the same time, so one pipeline
+	 * gets its replica's share.  PIPEHOST_SIM_CORES asks what another
+	 * machine's cores would do with these costs (a rank's op costs what it
+	 * measured here).  GPU ranks share no cores. */
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	const char *sim_cores = getenv("PIPEHOST_SIM_CORES");
+	if (sim_cores) {
+		char *end;
+		errno = 0;
+		long v = strtol(sim_cores, &end, 10);
+		if (!*sim_cores || *end || errno || v < 1 || v > 65536) {
+			rc = ph_fail(err, PH_EINVAL, "PIPEHOST_SIM_CORES=%.40s%s: not a count of cores from 1 to 65536; unset it "
+				     "to simulate this machine's %ld", sim_cores, strlen(sim_cores) > 40 ? "..." : "", cores);
+			goto done;
+		}
+		cores = v;
+	}
+	long busy = ph_config_busy(c, p->ranks);
+	int threads = ph_config_blas_threads(c, cores, busy), reps = ph_config_local_replicas(c);
+	/* compute units for this pipeline's ranks (in this process) */
+	double units = (double)(cores / threads > 0 ? cores / threads : 1) / reps, stretch = 1.0;
+	int conc = 0, ranks_here = (int)(busy / reps);
+	if (!c->place.cuda && units < 1)
+		stretch = 1.0 / units, conc = 1; /* less than a core a replica: every op takes longer */
+	else if (!c->place.cuda && units < ranks_here)
+		conc = (int)units;
+	if (conc && ph_config_span(c) > 1)
+		conc *= ph_config_span(c); /* each process's cores: pooled, an approximation */
 	for (int k = 0; k < C; k++) {
+		int split = 0;
 		for (int l = p->first[k]; l < p->first[k + 1]; l++) {
 			const ph_layer *L = &m->layers[l];
 			double lf = layer_fwd ? layer_fwd[l] : L->meta.fwd_flops * m->max_batch / flops_per_s;
@@ -358,6 +407,8 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 						       : "raise device_tflops, or lower [run] batch");
 				goto done;
 			}
+			lf *= stretch;
+			lb *= stretch;
 			compute_total += lf + lb;
 			f[k] += lf;
 			b[k] += lb;
@@ -367,24 +418,24 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 			} else {
 				ci[k] += lb;
 			}
-			keep[k] += (4.0 * (double)ph_shape_numel(&L->meta.out) + (double)ph_layer_saved_bytes(L)) * m->max_batch;
+			split |= ph_layer_has_split_backward(L->ops);
 		}
+		re_b[k] = f[k];
+		re_w[k] = split ? f[k] : 0;
+		act[k] = ph_plan_activation_bytes(p, m, c, k);
 		if (k + 1 < C && link_bytes_per_s > 0) {
 			const ph_layer *L = &m->layers[p->first[k + 1] - 1];
 			link[k] = 4.0 * (double)ph_shape_numel(&L->meta.out) * m->max_batch / link_bytes_per_s;
 			link_total += 2 * link[k]; /* there and back */
 		}
 	}
-	/* Ranks on the CPU share its cores: each runs `threads` BLAS threads.
-	 * PIPEHOST_SIM_CORES asks what another machine's cores would do with
-	 * these costs (a rank's op costs what it measured here). */
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	const char *sim_cores = getenv("PIPEHOST_SIM_CORES");
-	if (sim_cores && atol(sim_cores) > 0 && atol(sim_cores) <= 65536)
-		cores = atol(sim_cores);
-	int threads = c->run.threads > 0 ? (int)c->run.threads : (int)(cores / p->ranks > 0 ? cores / p->ranks : 1);
-	int units = (int)(cores / threads) > 0 ? (int)(cores / threads) : 1;
-	if ((rc = ph_simulate_shared(p, f, b, ci, cw, link, keep, units < p->ranks ? units : 0, &r, err)))
+	/* [run] recompute: which micro-batches of a step keep only their
+	 * output (engine-ops.c recomputed: except_last keeps the last whole) */
+	for (int n = 0; n < STREAM_STEPS * p->m; n++)
+		lean[n] = c->run.recompute == PH_RECOMPUTE_YES ||
+			  (c->run.recompute == PH_RECOMPUTE_EXCEPT_LAST && n % p->m != p->m - 1);
+	const ph_sim_rerun rerun = { lean, re_b, re_w }, *rr = c->run.recompute ? &rerun : NULL;
+	if ((rc = ph_simulate_shared(p, f, b, ci, cw, link, NULL, rr, conc, &r, err)))
 		goto done;
 	/* before anything is printed or written: a step no report, bubble
 	 * or trace can show (inf s, -nan%, an int64 overflow in the trace) */
@@ -406,38 +457,56 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 		layer_fwd ? "measured" : "meta FLOPs");
 	if (!layer_fwd)
 		fprintf(out, " at %g TFLOP/s", c->part.device_tflops);
-	if (units < p->ranks)
-		fprintf(out, "; %d ranks share %ld cores (%d BLAS thread(s) each)", p->ranks, cores, threads);
+	if (conc) {
+		fprintf(out, "; %ld ranks share %ld cores (%d BLAS thread(s) each", busy, cores, threads);
+		if (reps > 1)
+			fprintf(out, "; %d replicas of this pipeline, so %.3g core(s) a replica", reps, units);
+		fprintf(out, ")");
+	}
 	if (link_bytes_per_s > 0)
 		fprintf(out, ", links %g GB/s\n", link_bytes_per_s / 1e9);
 	else
 		fprintf(out, ", links free\n");
 	fprintf(out, "  step time %.4g %s (busiest rank computes %.4g %s: %.1f%% of the step)\n", r.step_time * mult,
 		unit, ideal * mult, unit, r.step_time > 0 ? 100.0 * ideal / r.step_time : 100.0);
-	fprintf(out, "  %-4s %12s %8s %15s %15s\n", "rank", "busy", "bubble", "peak in-flight", "peak act. MiB");
+	/* the activation memory is what the engine allocates for the plan's
+	 * in-flight micro-batches (each chunk's slots, recompute's lean ones
+	 * included): the figure the run prints, not a separate model */
+	fprintf(out, "  %-4s %12s %8s %15s %15s\n", "rank", "busy", "bubble", "peak in-flight", "act. MiB");
 	double mean_bubble = 0;
 	for (int k = 0; k < p->ranks; k++) {
-		char busy[32];
-		snprintf(busy, sizeof busy, "%.4g %s", r.busy[k] * mult, unit);
-		fprintf(out, "  %-4d %12s %7.1f%% %15d %15.2f\n", k, busy, 100.0 * r.bubble[k], r.peak_inflight[k],
-			r.peak_act_bytes[k] / (1024.0 * 1024.0));
+		char busy_s[32], act_s[32];
+		double a = 0;
+		for (int q = k; q < C && a >= 0; q += p->ranks)
+			a = act[q] < 0 ? -1 : a + act[q];
+		snprintf(busy_s, sizeof busy_s, "%.4g %s", r.busy[k] * mult, unit);
+		if (a < 0)
+			snprintf(act_s, sizeof act_s, "?");
+		else
+			snprintf(act_s, sizeof act_s, "%.2f", a / (1024.0 * 1024.0));
+		fprintf(out, "  %-4d %12s %7.1f%% %15d %15s\n", k, busy_s, 100.0 * r.bubble[k], r.peak_inflight[k], act_s);
 		mean_bubble += r.bubble[k] / p->ranks;
 	}
-	fprintf(out, "  mean bubble %.1f%%\n", 100.0 * mean_bubble);
+	fprintf(out, "  mean bubble %.1f%%%s\n", 100.0 * mean_bubble,
+		c->run.recompute ? " (recompute on: each recomputed backward reruns its forward)" : "");
+	char title[256];
+	snprintf(title, sizeof title, "%s: %d rank(s) x %d chunk(s), %d micro-batches; step %.4g %s, mean bubble %.1f%%",
+		 c->schedule->head.name, p->ranks, p->v, p->m, r.step_time * mult, unit, 100.0 * mean_bubble);
 	/* a schedule that runs across steps: its steady state, and the
 	 * timeline of several steps */
 	if (ph_schedule_flags(c->schedule) & PH_SCHED_NO_FLUSH) {
-		if ((rc = report_stream(p, c, f, b, ci, cw, link, keep, units < p->ranks ? units : 0, &r, mult, unit,
-					&rs, out, err)))
+		double steady = 0, steady_bubble = 0;
+		if ((rc = report_stream(p, c, f, b, ci, cw, link, rr, conc, &r, mult, unit, &rs, &steady, &steady_bubble,
+					out, err)))
 			goto done;
 		ph_sim_free(&r);
 		r = rs;
 		memset(&rs, 0, sizeof rs);
+		snprintf(title, sizeof title, "%s: %d rank(s) x %d chunk(s), %d steps of %d micro-batches as one stream; "
+			 "steady state %.4g %s a step, mean bubble %.1f%%", c->schedule->head.name, p->ranks, p->v,
+			 STREAM_STEPS, p->m, steady * mult, unit, 100.0 * steady_bubble);
 	}
 	if (svg_path) {
-		char title[256];
-		snprintf(title, sizeof title, "%s: %d rank(s) x %d chunk(s), %d micro-batches; step %.4g %s, mean bubble %.1f%%",
-			 c->schedule->head.name, p->ranks, p->v, p->m, r.step_time * mult, unit, 100.0 * mean_bubble);
 		if ((rc = ph_svg_write(svg_path, r.events, r.nevents, p->ranks, p->v, title, err)))
 			goto done;
 		fprintf(out, "  timeline written to %s\n", svg_path);
@@ -451,6 +520,7 @@ done:
 	ph_sim_free(&rs);
 	ph_sim_free(&r);
 	free(buf);
+	free(lean);
 	return rc;
 }
 
@@ -564,7 +634,10 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 	}
 	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">time (%s)</text>\n", left - 8, plot_bottom + 16, unit);
 	fprintf(f, "</g>\n");
-	/* boxes */
+	/* boxes; over several steps (a no-flush stream) each names its step */
+	int steps = 0;
+	for (int k = 0; k < n && !steps; k++)
+		steps = ev[k].step != ev[0].step;
 	fprintf(f, "<g font-size=\"11\" text-anchor=\"middle\">\n");
 	for (int k = 0; k < n; k++) {
 		const ph_trace_event *e = &ev[k];
@@ -577,8 +650,11 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 			snprintf(label, sizeof label, "%d%s%d", e->chunk, kind_name[e->kind], e->mb);
 		else
 			snprintf(label, sizeof label, "%s%d", kind_name[e->kind], e->mb);
-		fprintf(f, "<g><title>%s: %s, chunk %d, micro-batch %d, %.6g..%.6g %s</title>", label, kind_long[e->kind],
-			e->chunk, e->mb, (e->t0 - tmin) * mult, (e->t1 - tmin) * mult, unit);
+		char of_step[40] = "";
+		if (steps)
+			snprintf(of_step, sizeof of_step, " of step %lld", (long long)e->step);
+		fprintf(f, "<g><title>%s: %s, chunk %d, micro-batch %d%s, %.6g..%.6g %s</title>", label, kind_long[e->kind],
+			e->chunk, e->mb, of_step, (e->t0 - tmin) * mult, (e->t1 - tmin) * mult, unit);
 		/* a white edge separates neighbours; a sliver gets none, or it would vanish */
 		fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\"%s/>", x, y,
 			w > 0.5 ? w : 0.5, row_h, kind_fill[e->kind], w >= 4 ? " stroke=\"#ffffff\" stroke-width=\"1\"" : "");

@@ -57,12 +57,23 @@ typedef struct {
  * that deadlocks (ph_plan_set_actions refuses those) or out of memory. */
 int ph_simulate(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
 		const double *link, const double *act_bytes, ph_sim_result *r, ph_err *err);
+/* Recomputation ([run] recompute): a micro-batch whose slot kept only its
+ * output reruns its chunk's forward at the start of its B or I, and again
+ * at its W (the engine's work buffers may hold another micro-batch's by
+ * then; engine-ops.c rematerialize). */
+typedef struct {
+	const unsigned char *lean; /* [p->m]: 1 = this micro-batch is recomputed */
+	const double *before_b;    /* [nchunks] the rerun before B or I */
+	const double *before_w;    /* [nchunks] the rerun before W (0: no split layer, no rerun) */
+} ph_sim_rerun;
+
 /* The same with ranks sharing `concurrency` compute units (the CPU's cores
  * divided by BLAS threads per rank, when ranks share one CPU): compute ops
  * are granted earliest-ready first to the unit that frees first.  0, or as
- * many units as ranks, is ph_simulate. */
+ * many units as ranks, is ph_simulate.  rerun: NULL = no recomputation. */
 int ph_simulate_shared(const ph_plan *p, const double *f, const double *b, const double *i, const double *w,
-		       const double *link, const double *act_bytes, int concurrency, ph_sim_result *r, ph_err *err);
+		       const double *link, const double *act_bytes, const ph_sim_rerun *rerun, int concurrency,
+		       ph_sim_result *r, ph_err *err);
 void ph_sim_free(ph_sim_result *r);
 
 /* The longest step --simulate reports: 1e9 s (about 32 years).  Beyond it
@@ -83,10 +94,18 @@ void ph_sim_free(ph_sim_result *r);
  *   link_bytes_per_s  boundary bandwidth (4 * output numel * micro-batch size
  *       bytes cross each boundary each way); 0 = free;
  *   svg_path, trace_path  SVG timeline and Chrome trace JSON; NULL = none.
+ * Under [run] recompute, B, I and W of a recomputed micro-batch first
+ * rerun the chunk's forward (ph_sim_rerun).  CPU ranks share the cores as
+ * the run's BLAS threads do: the cores (PIPEHOST_SIM_CORES, else this
+ * machine's) over the ranks of every local replica (ph_config_busy), each
+ * replica running this plan at once; with less than one core a replica,
+ * every duration stretches by what it lacks.  GPU ranks share nothing.
  * Prints step time, and per rank busy time, bubble fraction, peak in-flight
- * micro-batches and peak activation MiB, to out.  A layer cost that is
- * negative or not finite, or a step longer than PH_SIM_MAX_S: PH_EINVAL,
- * nothing printed or written. */
+ * micro-batches and the activation MiB the engine allocates for them (its
+ * chunks' slots: the run's "activation memory per rank"), to out.  A layer
+ * cost that is negative or not finite, a step longer than PH_SIM_MAX_S, or
+ * a PIPEHOST_SIM_CORES that is no count: PH_EINVAL, nothing printed or
+ * written. */
 int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
 		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
 		       const char *trace_path, FILE *out, ph_err *err);

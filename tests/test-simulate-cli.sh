@@ -139,4 +139,65 @@ if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 8000000) 2>/dev/null; then
 		not_ok "cost = profile too big to measure: exit $(cat "$tmp/rc"), $(head -c 400 "$tmp/err")"
 	fi
 fi
+# the activation column is what the run allocates: each rank's figure
+# equals the real run's "activation memory per rank", schedule by
+# schedule, recompute too (it once counted only outputs and saved bytes,
+# 1.5 to 2.5 times under the run, and ranked interleaved below gpipe)
+for sched in "gpipe" "1f1b" "interleaved --set run.chunks=2" "zb-h1" "1f1b --set run.recompute=yes"; do
+	# shellcheck disable=SC2086
+	set -- -c "$tiny" --set run.stages=4 --set run.micro_batches=8 --set run.batch=512 --set schedule.type=$sched \
+		--set run.steps=1 --set run.threads=1
+	"$PIPEHOST" "$@" --simulate >"$tmp/s" 2>&1
+	"$PIPEHOST" "$@" >"$tmp/r" 2>&1
+	sim=$(awk '/act\. MiB/ { f = 1; next } f && /^  [0-9]/ { printf "%s ", $NF } /mean bubble/ { f = 0 }' "$tmp/s")
+	real=$(sed -n 's/^activation memory per rank://p' "$tmp/r" | sed 's/ (recompute on)//' | tr -d ',' |
+		awk '{ for (i = 2; i <= NF; i += 3) printf "%s ", $i }')
+	if [ -n "$sim" ] && [ "$sim" = "$real" ]; then
+		ok "--simulate's act. MiB, $sched: $sim= the run's"
+	else
+		not_ok "--simulate's act. MiB, $sched: '$sim' against the run's '$real'"
+	fi
+done
+
+# recompute: each recomputed backward reruns its forward, so the step is
+# longer, by one forward a micro-batch on the busiest rank at most
+set -- -c "$tiny" --set run.stages=2 --set run.threads=1 --set partition.cost=flops --simulate
+"$PIPEHOST" "$@" >"$tmp/rc0" 2>&1
+"$PIPEHOST" "$@" --set run.recompute=yes >"$tmp/rc1" 2>&1
+t0=$(sed -n 's/^  step time \([0-9.e+-]*\) .*/\1/p' "$tmp/rc0")
+t1=$(sed -n 's/^  step time \([0-9.e+-]*\) .*/\1/p' "$tmp/rc1")
+if [ -n "$t0" ] && [ -n "$t1" ] && awk "BEGIN { exit !($t1 > $t0 * 1.1) }" && grep -q 'recompute on' "$tmp/rc1"; then
+	ok "--simulate under recompute = yes: step $t0 -> $t1 (the forwards run again)"
+else
+	not_ok "--simulate ignores recompute: step '$t0' -> '$t1' $(tail -2 "$tmp/rc1")"
+fi
+
+# replicas share the cores with the pipeline: 2 stages x 2 replicas on 2
+# cores give each pipeline one core, as 2 stages alone on 1 core (each
+# replica takes half the batch: 64 over 2 replicas, 32 alone)
+set -- -c "$tiny" --set run.stages=2 --set partition.cost=flops --simulate
+PIPEHOST_SIM_CORES=2 "$PIPEHOST" "$@" --set run.replicas=2 --set run.batch=64 >"$tmp/rep2" 2>&1
+PIPEHOST_SIM_CORES=1 "$PIPEHOST" "$@" >"$tmp/rep1" 2>&1
+PIPEHOST_SIM_CORES=2 "$PIPEHOST" "$@" >"$tmp/rep0" 2>&1
+a=$(sed -n 's/^  step time //p' "$tmp/rep2") b=$(sed -n 's/^  step time //p' "$tmp/rep1")
+c=$(sed -n 's/^  step time //p' "$tmp/rep0")
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$c" ] && grep -q '2 replicas of this pipeline, so 1 core(s) a replica' "$tmp/rep2"; then
+	ok "--simulate with 2 replicas on 2 cores: step $(echo "$a" | cut -d' ' -f1,2), as one pipeline on 1 core"
+else
+	not_ok "--simulate with replicas: '$a' (2 replicas, 2 cores), '$b' (1 core), '$c' (2 cores) $(grep '^simulate' "$tmp/rep2")"
+fi
+PIPEHOST_SIM_CORES=abc expect_error "PIPEHOST_SIM_CORES=abc" \
+	'^pipehost: PIPEHOST_SIM_CORES=abc: not a count of cores from 1 to 65536; unset it to simulate this machine.s [0-9]+$' \
+	-c "$tiny" --simulate
+
+# a no-flush schedule's timeline is 4 steps: its title gives the steady
+# step, not the 4 steps' span, and each box names its step
+if "$PIPEHOST" -c "$tiny" --set run.stages=2 --set schedule.type=2bw --simulate --svg "$tmp/2bw.svg" >"$tmp/2bw" 2>&1 &&
+	st=$(sed -n 's/^  steady state, no flush (.*): \([0-9.]* [a-z]*\) a step.*/\1/p' "$tmp/2bw") && [ -n "$st" ] &&
+	grep -q "4 steps of 4 micro-batches as one stream; steady state $st a step" "$tmp/2bw.svg" &&
+	grep -q 'micro-batch 3 of step 3,' "$tmp/2bw.svg"; then
+	ok "--simulate --svg under 2bw: the title's step is the steady state's, $st"
+else
+	not_ok "--simulate --svg under 2bw: $(grep -o 'bold">[^<]*' "$tmp/2bw.svg") / $(grep 'steady state' "$tmp/2bw")"
+fi
 finish

@@ -198,7 +198,7 @@ else
 fi
 if ph --set run.stages=4 --set run.threads=1 --simulate --trace "$tmp/sim.json" >"$tmp/sim" 2>"$tmp/err" &&
 	grep -q '^  steady state, no flush (4 steps as one stream of 16 micro-batches)' "$tmp/sim" &&
-	grep -q '"F15"\|"name": *"F15"\|F15' "$tmp/sim.json"; then
+	grep -q '"name":"F3".*"mb":3,"step":3}' "$tmp/sim.json" && ! grep -q '"step":4' "$tmp/sim.json"; then
 	ok "--simulate: $(grep 'steady-state mean bubble' "$tmp/sim"), trace of 4 steps"
 else
 	not_ok "--simulate: $(cat "$tmp/sim" "$tmp/err")"
