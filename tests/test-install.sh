@@ -5,7 +5,8 @@
 # of --list-options), the bash completion, every example job (each runs from
 # the installed tree, 2 steps), and the three plugin templates, which build
 # from the installed tree with pkg-config alone, load, and pass
-# --check-plugin.
+# --check-plugin (under umask 002), train their run.ini, and install where
+# runs find them by name.
 . "$top_srcdir/tests/lib.sh"
 dest="$tmp/dest"
 # a nested make of the same tree: not the outer make's job server
@@ -93,23 +94,26 @@ for src in "$top_srcdir"/etc/*.ini; do
 	fi
 done
 
-# The templates: copied out, built with pkg-config alone, tested, loaded, checked.
+# The templates: copied out, built with pkg-config alone, tested, loaded,
+# checked, their run.ini trained, installed where runs find them by name.
+# All under umask 002 (many distributions' default), where the linker's
+# group-writable .so was refused by --check-plugin until the Makefiles
+# dropped the bit themselves.
 export PKG_CONFIG_PATH="$(dirname "$pc")"
+# pkg-config's prefix moved to the staging directory; the Makefiles find the
+# headers and pipehost (bindir) through it
+tmake() { (umask 002 && PIPEHOST_PLUGIN_PATH= make "$@" PKG_CONFIG="pkg-config --define-variable=prefix=$inst"); }
 for kind in layer:scale:layers schedule:windowed:schedules partitioner:greedy:partitioners; do
 	k=${kind%%:*} rest=${kind#*:}
 	name=${rest%%:*} list=${rest#*:}
 	src="$inst/share/pipehost/templates/$k"
-	if [ ! -f "$src/Makefile" ]; then
-		not_ok "template $k not installed"
+	if [ ! -f "$src/Makefile" ] || [ ! -f "$src/run.ini" ]; then
+		not_ok "template $k not installed (or its run.ini)"
 		continue
 	fi
-	cp -r "$src" "$tmp/$k"
-	chmod -R u+w "$tmp/$k"
-	# pkg-config's prefix moved to the staging directory; the Makefile finds
-	# the headers and pipehost (bindir) through it
-	if PIPEHOST_PLUGIN_PATH= make -C "$tmp/$k" check PKG_CONFIG="pkg-config --define-variable=prefix=$inst" \
-		>"$tmp/$k.log" 2>&1; then
-		ok "template $k builds with pkg-config alone, passes its test and --check-plugin: $(grep '^ok' "$tmp/$k.log")"
+	(umask 002 && cp -r "$src" "$tmp/$k" && chmod -R u+w "$tmp/$k")
+	if tmake -C "$tmp/$k" check >"$tmp/$k.log" 2>&1; then
+		ok "template $k under umask 002 builds with pkg-config alone, passes its test and --check-plugin: $(grep '^ok' "$tmp/$k.log")"
 	else
 		not_ok "template $k: make check: $(grep -E 'FAIL|rror' "$tmp/$k.log" | head -3) $(tail -2 "$tmp/$k.log")"
 	fi
@@ -119,6 +123,50 @@ for kind in layer:scale:layers schedule:windowed:schedules partitioner:greedy:pa
 		ok "pipehost --list-plugins --plugin-dir lists the $k template's $name"
 	else
 		not_ok "--list-plugins with the $k template: $(head -3 "$tmp/list")"
+	fi
+	# the docs' step: pipehost -c run.ini --plugin-dir . (the shipped
+	# plugins, staged, are not in the compiled-in directory: named too)
+	if (cd "$tmp/$k" && ipipehost -c run.ini --plugin-dir . --plugin-dir "$plugins") >"$tmp/run.log" 2>&1 &&
+		grep -q "^trained [0-9]* steps" "$tmp/run.log"; then
+		ok "template $k: its run.ini trains with --plugin-dir .: $(grep '^trained' "$tmp/run.log")"
+	else
+		not_ok "template $k: pipehost -c run.ini --plugin-dir .: $(tail -3 "$tmp/run.log")"
+	fi
+	# make install DESTDIR=: into the staged plugin directory, where a run
+	# finds it by name with no --plugin-dir ($PIPEHOST_PLUGIN_PATH stands in
+	# for the compiled-in directory, which DESTDIR moved); make uninstall
+	# takes it out, before pipehost's own uninstall below
+	so="$plugins/$name.so"
+	if (umask 002 && PIPEHOST_PLUGIN_PATH= make -C "$tmp/$k" install DESTDIR="$dest") >"$tmp/inst.log" 2>&1 &&
+		[ "$(stat -c %a "$so")" = 755 ] &&
+		(cd "$tmp" && PIPEHOST_PLUGIN_PATH="$plugins" "$bin" -c "$tmp/$k/run.ini") >"$tmp/run.log" 2>&1 &&
+		grep -q "^trained [0-9]* steps" "$tmp/run.log"; then
+		ok "template $k: make install DESTDIR=... puts $name.so (755) where a run without --plugin-dir finds it"
+	else
+		not_ok "template $k: make install: $(tail -2 "$tmp/inst.log") $(ls -l "$so" 2>&1) $(tail -2 "$tmp/run.log")"
+	fi
+	if make -C "$tmp/$k" uninstall DESTDIR="$dest" >"$tmp/inst.log" 2>&1 && [ ! -e "$so" ]; then
+		ok "template $k: make uninstall DESTDIR=... removes $name.so"
+	else
+		not_ok "template $k: make uninstall: $(tail -2 "$tmp/inst.log") $(ls -l "$so" 2>&1)"
+	fi
+done
+
+# The layer template's test tells += from = : a backward that zeroes the
+# gradients it should add to, or adds to the dx it should overwrite, passed
+# it while the gradients started at 0 and dx in fresh (zeroed) memory.
+for bug in 's/dgain\[i\] += dy\[k\] \* x\[k\];/dgain[i] = (b ? dgain[i] : 0) + dy[k] * x[k];/:= where += is due' \
+	's/dx\[k\] = dy\[k\] \* gain\[i\];/dx[k] += dy[k] * gain[i];/:+= where = is due'; do
+	what=${bug##*:}
+	rm -rf "$tmp/broken" && cp -r "$tmp/layer" "$tmp/broken"
+	sed -i "${bug%:*}" "$tmp/broken/scale.c"
+	if cmp -s "$tmp/layer/scale.c" "$tmp/broken/scale.c"; then
+		not_ok "the sed that breaks scale.c ($what) no longer matches it"
+	elif tmake -C "$tmp/broken" -B scale.so test-scale >"$tmp/broken.log" 2>&1 &&
+		! (cd "$tmp/broken" && ./test-scale ./scale.so) >"$tmp/broken.log" 2>&1 && grep -q '^FAIL' "$tmp/broken.log"; then
+		ok "test-scale fails a backward with $what: $(cat "$tmp/broken.log")"
+	else
+		not_ok "test-scale with $what: $(tail -2 "$tmp/broken.log")"
 	fi
 done
 

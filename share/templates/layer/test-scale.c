@@ -7,8 +7,10 @@
  * Loads the plugin as the host does (dlopen, the pipehost_plugin symbol),
  * runs forward and backward on random numbers, and compares every input
  * and parameter gradient with a central difference of the objective
- * L = sum(y .* r):  (L(v + eps) - L(v - eps)) / (2 eps).  Prints one line
- * and exits 0 when all agree, 1 otherwise.  `pipehost --check-plugin` runs
+ * L = sum(y .* r):  (L(v + eps) - L(v - eps)) / (2 eps).  The gradients
+ * start at GRAD0 and dx at NaN, as the host's buffers may: backward must add
+ * to the gradients (+=) and overwrite dx (=), and a swap of the two fails
+ * here.  Prints one line and exits 0 when all agree, 1 otherwise.  `pipehost --check-plugin` runs
  * this check and more on any plugin; keep this file as the start of your
  * layer's own tests (forward values against a reference, edge cases).
  */
@@ -25,6 +27,7 @@
 #define B 2        /* batch */
 #define EPS 1e-2f
 #define TOL 1e-2
+#define GRAD0 0.375f /* what the gradients hold before backward: it must add to it */
 
 static float urand(void)
 {
@@ -49,9 +52,9 @@ static double objective(const float *x, float *y, const float *r, int64_t ny)
 	return s;
 }
 
-/* Compare analytic[i] with the central difference in v[i], for every i. */
-static int check(const char *what, float *v, int64_t n, const float *analytic, const float *x, float *y,
-		 const float *r, int64_t ny)
+/* Compare analytic[i] - base with the central difference in v[i], for every i. */
+static int check(const char *what, float *v, int64_t n, const float *analytic, float base, const float *x,
+		 float *y, const float *r, int64_t ny)
 {
 	for (int64_t i = 0; i < n; i++) {
 		float v0 = v[i];
@@ -60,10 +63,15 @@ static int check(const char *what, float *v, int64_t n, const float *analytic, c
 		v[i] = v0 - EPS;
 		double lm = objective(x, y, r, ny);
 		v[i] = v0;
-		double num = (lp - lm) / (2.0 * EPS), a = analytic[i];
+		double num = (lp - lm) / (2.0 * EPS), a = (double)analytic[i] - base;
 		double err = fabs(a - num) / fmax(fmax(fabs(a), fabs(num)), 1e-3);
-		if (err > TOL) {
-			printf("FAIL d%s[%lld]: backward %.6g, finite difference %.6g\n", what, (long long)i, a, num);
+		if (!(err <= TOL)) { /* not `>`: a NaN left in dx must fail */
+			if (base != 0)
+				printf("FAIL d%s[%lld]: backward added %.6g to the %g there before (gradients: +=), "
+				       "finite difference %.6g\n", what, (long long)i, a, base, num);
+			else
+				printf("FAIL d%s[%lld]: backward %.6g (dx starts as NaN: backward writes it, =), "
+				       "finite difference %.6g\n", what, (long long)i, a, num);
 			return 1;
 		}
 	}
@@ -104,20 +112,24 @@ int main(int argc, char **argv)
 	for (int p = 0; p < m.nparams; p++) {
 		pn[p] = ph_shape_numel(&m.params[p].shape);
 		params[p] = malloc(pn[p] * sizeof(float));
-		grads[p] = calloc(pn[p], sizeof(float)); /* gradients accumulate from 0 */
-		for (int64_t i = 0; i < pn[p]; i++)
+		grads[p] = malloc(pn[p] * sizeof(float));
+		for (int64_t i = 0; i < pn[p]; i++) {
 			params[p][i] = urand();
+			grads[p][i] = GRAD0; /* from an earlier micro-batch: backward adds to it */
+		}
 	}
+	for (int64_t i = 0; i < nx; i++)
+		dx[i] = NAN; /* stale: backward overwrites every element */
 	objective(x, y, r, ny);
 	if (ops->backward(st, &ctx, params, grads, x, y, r, dx, &err)) {
 		fprintf(stderr, "test-scale: backward: %s\n", err.msg);
 		return 1;
 	}
-	int bad = check("x", x, nx, dx, x, y, r, ny);
+	int bad = check("x", x, nx, dx, 0.0f, x, y, r, ny);
 	for (int p = 0; p < m.nparams && !bad; p++)
-		bad = check(m.params[p].name, params[p], pn[p], grads[p], x, y, r, ny);
+		bad = check(m.params[p].name, params[p], pn[p], grads[p], GRAD0, x, y, r, ny);
 	if (!bad)
-		printf("ok: dx and %d parameter gradient(s) agree with finite differences\n", m.nparams);
+		printf("ok: dx (=) and %d parameter gradient(s) (+=) agree with finite differences\n", m.nparams);
 	ops->destroy(st);
 	return bad;
 }
