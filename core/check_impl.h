@@ -18,6 +18,13 @@ void ph_chk_begin(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "PASS <the check under way>: message" (FAIL, SKIP), counted. */
 void ph_chk_verdict(const char *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The plugin hook about to run ("forward", "backward (dx = NULL)",
+ * "partition"), NULL once it returned: a child that crashes, hangs or
+ * exits is then reported as that hook's doing, not only the check's (the
+ * checks reach most hooks through layer_inst.c and fd_check.c, so a check's
+ * name alone does not say which ran).  A static string: it is copied. */
+void ph_chk_hook(const char *name);
+
 #define PASS(...) ph_chk_verdict("PASS", __VA_ARGS__)
 #define FAIL(...) ph_chk_verdict("FAIL", __VA_ARGS__)
 #define SKIP(...) ph_chk_verdict("SKIP", __VA_ARGS__)

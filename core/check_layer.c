@@ -342,8 +342,94 @@ static void twin(const layer_plan *lp)
 	ph_layer_inst_close(&L);
 }
 
-void ph_chk_layer(const ph_layer_ops *ops, const ph_check_opts *o)
+/* ------------------------------------------------------------------ */
+/* The hooks, each named (ph_chk_hook) while it runs: the checks reach    */
+/* them through layer_inst.c, fd_check.c and check_twin.c, so the checked */
+/* layer's ops are a copy whose hooks name themselves, then call the      */
+/* layer's.  One layer a child process, so one `real` at a time.          */
+
+static const ph_layer_ops *real;
+
+static int named_create(const void *config, const ph_shape *in, int max_batch, void **state, ph_err *err)
 {
+	ph_chk_hook("create");
+	int rc = real->create(config, in, max_batch, state, err);
+	ph_chk_hook(NULL);
+	return rc;
+}
+
+static void named_destroy(void *state)
+{
+	ph_chk_hook("destroy");
+	real->destroy(state);
+	ph_chk_hook(NULL);
+}
+
+static int named_meta(const void *state, ph_layer_meta *meta, ph_err *err)
+{
+	ph_chk_hook("meta");
+	int rc = real->meta(state, meta, err);
+	ph_chk_hook(NULL);
+	return rc;
+}
+
+static int named_forward(void *state, const ph_ctx *ctx, float *const *params, const float *x, float *y, ph_err *err)
+{
+	ph_chk_hook("forward");
+	int rc = real->forward(state, ctx, params, x, y, err);
+	ph_chk_hook(NULL);
+	return rc;
+}
+
+/* the dx it is given named too: writing through dx = NULL is a bug of its own */
+static int named_backward(void *state, const ph_ctx *ctx, float *const *params, float *const *grads, const float *x,
+			  const float *y, const float *dy, float *dx, ph_err *err)
+{
+	ph_chk_hook(!dx ? "backward (dx = NULL)" : dx == x ? "backward (dx = x)" : "backward");
+	int rc = real->backward(state, ctx, params, grads, x, y, dy, dx, err);
+	ph_chk_hook(NULL);
+	return rc;
+}
+
+static int named_backward_input(void *state, const ph_ctx *ctx, float *const *params, const float *x, const float *y,
+				const float *dy, float *dx, ph_err *err)
+{
+	ph_chk_hook(!dx ? "backward_input (dx = NULL)" : "backward_input");
+	int rc = real->backward_input(state, ctx, params, x, y, dy, dx, err);
+	ph_chk_hook(NULL);
+	return rc;
+}
+
+static int named_backward_weight(void *state, const ph_ctx *ctx, float *const *params, float *const *grads,
+				 const float *x, const float *y, const float *dy, ph_err *err)
+{
+	ph_chk_hook("backward_weight");
+	int rc = real->backward_weight(state, ctx, params, grads, x, y, dy, err);
+	ph_chk_hook(NULL);
+	return rc;
+}
+
+/* ops with its CPU hooks named; the optional split stays absent where it
+ * is (the CUDA twin's hooks are called as they are: its check names it). */
+static ph_layer_ops named_hooks(const ph_layer_ops *ops)
+{
+	ph_layer_ops t = *ops; /* the loader's copy, at this ABI's size */
+	real = ops;
+	t.create = named_create;
+	t.destroy = named_destroy;
+	t.meta = named_meta;
+	t.forward = named_forward;
+	t.backward = named_backward;
+	if (ops->backward_input && ops->backward_weight) {
+		t.backward_input = named_backward_input;
+		t.backward_weight = named_backward_weight;
+	}
+	return t;
+}
+
+void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
+{
+	const ph_layer_ops named = named_hooks(layer), *ops = &named;
 	const char *name = ops->head.name;
 	ph_err e = { { 0 } };
 	ph_chk_begin("layer %s: cpu", name);

@@ -35,6 +35,7 @@
 
 typedef struct {
 	char current[192]; /* "layer linear: gradients (batch 4)": the check under way */
+	char hook[64];     /* "forward": the plugin hook running in the child, "" between hooks */
 	int passed, failed, skipped;
 	int done;          /* the child finished its checks (did not exit inside a plugin) */
 } tally;
@@ -48,6 +49,11 @@ void ph_chk_begin(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(tl->current, sizeof tl->current, fmt, ap);
 	va_end(ap);
+}
+
+void ph_chk_hook(const char *name)
+{
+	snprintf(tl->hook, sizeof tl->hook, "%s", name ? name : "");
 }
 
 /* "PASS <current>: message"; counts it. */
@@ -158,6 +164,7 @@ static child_end in_child(void (*fn)(const ph_check_opts *, const void *), const
 			  const void *arg, int *status)
 {
 	tl->done = 0;
+	tl->hook[0] = 0;
 	fflush(out);
 	fflush(stderr);
 	pid_t pid = fork();
@@ -260,31 +267,45 @@ static void check_entry(const ph_check_opts *o, const void *arg)
 }
 
 /* Run one entry's checks in a child; how it ended, where not by
- * returning, is a FAIL of the check that was under way. */
+ * returning, is a FAIL of the check that was under way, naming the hook
+ * that was running (ph_chk_hook) where the child had entered one. */
 static void run_isolated(const ph_registry_entry *en, const ph_check_opts *o)
 {
 	snprintf(tl->current, sizeof tl->current, "%s %s", ph_kind_name(en->kind), en->head->name);
 	int status = 0;
-	switch (in_child(check_entry, o, en, &status)) {
+	child_end end = in_child(check_entry, o, en, &status);
+	int fork_errno = errno;
+	char who[96] = "the plugin";
+	if (tl->hook[0])
+		snprintf(who, sizeof who, "the plugin's %s", tl->hook);
+	switch (end) {
 	case CHILD_DONE: break;
-	case CHILD_NOT_STARTED: FAIL("cannot start a process to check it in: %s", strerror(errno)); break;
+	case CHILD_NOT_STARTED: FAIL("cannot start a process to check it in: %s", strerror(fork_errno)); break;
 	case CHILD_HUNG:
-		FAIL("still running after %d s; a check of these small inputs takes seconds",
-		     o->timeout_s > 0 ? o->timeout_s : 600);
+		FAIL("still running after %d s%s%s; a check of these small inputs takes seconds",
+		     o->timeout_s > 0 ? o->timeout_s : 600, tl->hook[0] ? ", in " : "", tl->hook[0] ? who : "");
 		break;
-	case CHILD_CRASHED: FAIL("crashed (signal %d, %s)", WTERMSIG(status), strsignal(WTERMSIG(status))); break;
+	case CHILD_CRASHED:
+		if (tl->hook[0])
+			FAIL("%s crashed (signal %d, %s)", who, WTERMSIG(status), strsignal(WTERMSIG(status)));
+		else /* between hooks: the checker's own code, on memory a hook may have broken */
+			FAIL("crashed (signal %d, %s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+		break;
 	case CHILD_EXITED:
-		FAIL("the plugin ended the process (exit status %d); plugins return errors, they never exit",
+		FAIL("%s ended the process (exit status %d); plugins return errors, they never exit", who,
 		     exit_status(status));
 		break;
 	}
 }
 
 /* Open the file and read its descriptor, nothing more (a child's; the
- * process ends with _exit, so no destructor runs). */
+ * process ends with _exit, so no destructor runs).  *arg: the descriptor
+ * its stderr goes to (trial_load's capture), or -1 for the user's. */
 static void load_only(const ph_check_opts *o, const void *arg)
 {
-	(void)arg;
+	const int *err_fd = arg;
+	if (*err_fd >= 0)
+		dup2(*err_fd, STDERR_FILENO);
 	ph_registry reg;
 	memset(&reg, 0, sizeof reg);
 	reg.allow_writable = o->allow_writable;
@@ -292,28 +313,61 @@ static void load_only(const ph_check_opts *o, const void *arg)
 	ph_registry_load_file(&reg, o->file, &e);
 }
 
+/* What a trial load that went wrong wrote on stderr, on one line for its
+ * FAIL (an assertion, a constructor's complaint); "" if nothing.  The
+ * host's own lines ("pipehost: plugin X crashed while being loaded", the
+ * loader's guard) are left out: the FAIL line says the same, and the
+ * report is one line a check. */
+static void captured_text(FILE *cap, char *buf, size_t len)
+{
+	char line[512];
+	size_t used = 0;
+	buf[0] = 0;
+	rewind(cap); /* the child wrote through a dup of this descriptor: its offset is at the end */
+	while (used + 1 < len && fgets(line, sizeof line, cap)) {
+		line[strcspn(line, "\n")] = 0;
+		if (line[0] && strncmp(line, "pipehost: ", 10))
+			used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " / " : "", line);
+	}
+	if (used >= len && len > 4)
+		memcpy(buf + len - 4, "...", 4);
+}
+
 /* Open the file once in a child first: a constructor or descriptor that
  * crashes, hangs or exits would otherwise take pipehost down with it (the
  * loader's guard names the file, then the signal ends the process).  The
+ * child's stderr is captured, so that such a load is one FAIL line with
+ * what the plugin said in it, not the loader's line besides; after a good
+ * load it is dropped: the parent's load says again whatever matters.  The
  * child's own load errors are left to the parent's load, which reports
  * them with the loader's words; only how the child ended counts here. */
 static int trial_load(const ph_check_opts *o)
 {
-	int status = 0;
-	switch (in_child(load_only, o, NULL, &status)) {
+	FILE *cap = tmpfile(); /* none: the child writes to the user's stderr, as pipehost would */
+	int fd = cap ? fileno(cap) : -1, status = 0;
+	child_end end = in_child(load_only, o, &fd, &status);
+	int fork_errno = errno; /* before the capture's reads and close */
+	char said[320] = "", tail[sizeof said + 32] = "";
+	if (cap && end != CHILD_DONE)
+		captured_text(cap, said, sizeof said);
+	if (cap)
+		fclose(cap);
+	if (said[0])
+		snprintf(tail, sizeof tail, " (on stderr: \"%s\")", said);
+	switch (end) {
 	case CHILD_DONE: return 0;
-	case CHILD_NOT_STARTED: FAIL("cannot start a process to load it in: %s", strerror(errno)); break;
+	case CHILD_NOT_STARTED: FAIL("cannot start a process to load it in: %s", strerror(fork_errno)); break;
 	case CHILD_HUNG:
-		FAIL("%s is still loading after %d s: a constructor or its descriptor function hangs; fix the plugin",
-		     o->file, o->timeout_s > 0 ? o->timeout_s : 600);
+		FAIL("%s is still loading after %d s: a constructor or its descriptor function hangs; fix the plugin%s",
+		     o->file, o->timeout_s > 0 ? o->timeout_s : 600, tail);
 		break;
 	case CHILD_CRASHED:
 		FAIL("%s crashed while being loaded (signal %d, %s): a constructor or its descriptor function is broken; "
-		     "fix the plugin", o->file, WTERMSIG(status), strsignal(WTERMSIG(status)));
+		     "fix the plugin%s", o->file, WTERMSIG(status), strsignal(WTERMSIG(status)), tail);
 		break;
 	case CHILD_EXITED:
 		FAIL("%s ended the process while being loaded (exit status %d): a constructor calls exit; plugins "
-		     "return errors, they never exit", o->file, exit_status(status));
+		     "return errors, they never exit%s", o->file, exit_status(status), tail);
 		break;
 	}
 	return -1;

@@ -7,6 +7,14 @@
 #include "check_impl.h"
 #include "plan.h"
 
+/* A refusal's message, or what its absence means: a plugin that refuses
+ * says why (plugin.h), and a blank after "refused:" reads as the
+ * checker's slip.  Schedules and partitioners alike. */
+static const char *reason(const char *msg)
+{
+	return msg[0] ? msg : "(it gave no reason; a bug in the plugin)";
+}
+
 /* ------------------------------------------------------------------ */
 /* Schedules: the host's own checks (core/plan.c) on a few shapes.      */
 
@@ -39,8 +47,11 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 			continue;
 		ph_chk_begin("schedule %s: p=%d v=%d m=%d", name, sh.ranks, sh.chunks_per_rank, sh.microbatches);
 		e.msg[0] = 0;
-		if (s->check && s->check(cfg, &sh, &e)) {
-			SKIP("refused by its check: %s", e.msg[0] ? e.msg : "(it gave no reason; a bug in the plugin)");
+		ph_chk_hook("check");
+		int refused = s->check && s->check(cfg, &sh, &e);
+		ph_chk_hook(NULL);
+		if (refused) {
+			SKIP("refused by its check: %s", reason(e.msg));
 			continue;
 		}
 		accepted++;
@@ -57,13 +68,25 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 			rc = ph_fail(&e, PH_ENOMEM, "out of memory");
 		for (int r = 0; r < p.ranks && !rc; r++) {
 			ph_err e2 = { { 0 } };
-			if (!(p.actions[r] = calloc((size_t)cap, sizeof(ph_action))))
+			if (!(p.actions[r] = calloc((size_t)cap, sizeof(ph_action)))) {
 				rc = ph_fail(&e, PH_ENOMEM, "out of memory");
-			else if ((rc = s->generate(cfg, &sh, r, p.actions[r], cap, &p.nactions[r], &e2)))
+				break;
+			}
+			ph_chk_hook("generate");
+			rc = s->generate(cfg, &sh, r, p.actions[r], cap, &p.nactions[r], &e2);
+			ph_chk_hook(NULL);
+			if (rc)
 				ph_fail(&e, rc, "generate for rank %d failed after its check accepted the shape: %s", r,
 					e2.msg[0] ? e2.msg : "it failed without saying why; a bug in the plugin");
 			else if (p.nactions[r] < 0 || p.nactions[r] > cap)
 				rc = ph_fail(&e, PH_EINVAL, "rank %d returned %d actions (room for %d)", r, p.nactions[r], cap);
+		}
+		/* a run's own rule for an update per micro-batch (core/plan.c):
+		 * the plan needs each rank's weight versions to check it */
+		if (!rc) {
+			ph_chk_hook("weight_versions");
+			rc = ph_plan_per_mb_versions(s, cfg, &sh, &p.per_mb_versions, &e);
+			ph_chk_hook(NULL);
 		}
 		if (!rc)
 			rc = ph_plan_set_actions(&p, p.actions, p.nactions, &e);
@@ -72,7 +95,9 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 		 * per micro-batch 1 to 4096 */
 		const uint32_t flags = ph_schedule_flags(s);
 		for (int r = 0; r < p.ranks && !rc; r++) {
+			ph_chk_hook("weight_versions");
 			int nv = ph_schedule_weight_versions(s, cfg, &sh, r);
+			ph_chk_hook(NULL);
 			if ((flags & PH_SCHED_DELAYED_UPDATE) && nv < 2)
 				rc = ph_fail(&e, PH_EINVAL, "asks for a delayed update (PH_SCHED_DELAYED_UPDATE) but keeps %d "
 					     "weight version(s) on rank %d; it needs 2: give it a weight_versions hook that says so",
@@ -111,6 +136,13 @@ typedef struct {
 	int rising;       /* costs 1, 2, 3, ... */
 } profile;
 
+/* Entries after first[K] that the checker fills with BOUNDS_SENTINEL: a
+ * partitioner writing past the K + 1 it is given (a run gives it exactly
+ * that many, core/plan.c) is named for it, instead of its stray writes
+ * reading as wrong bounds or landing on the checker's stack. */
+#define BOUNDS_GUARD 16
+#define BOUNDS_SENTINEL (-0x5eed)
+
 static const profile profiles[] = {
 	{ "8 equal layers into 2 stages", 8, 2, 0, -1, 0 },
 	{ "12 layers of rising cost into 3 stages", 12, 3, 0, -1, 1 },
@@ -118,6 +150,27 @@ static const profile profiles[] = {
 	{ "8 layers cut only after every second, into 2 stages", 8, 2, 2, -1, 0 },
 	{ "4 layers into 4 stages", 4, 4, 0, -1, 0 },
 };
+
+/* pt->partition into b[0..K] (K = pb->stages), the guard zone after b[K]
+ * filled before and read after.  PH_OK: *refused is its answer (PH_OK,
+ * or its refusal with the message in err).  PH_EINVAL: it wrote past
+ * b[K], whatever it answered; err says so. */
+static int partition_guarded(const ph_partitioner_ops *pt, const void *cfg, const ph_partition_problem *pb, int *b,
+			     ph_err *warn, int *refused, ph_err *err)
+{
+	const int K = pb->stages;
+	for (int k = 0; k <= K + BOUNDS_GUARD; k++)
+		b[k] = k <= K ? -1 : BOUNDS_SENTINEL;
+	err->msg[0] = 0;
+	ph_chk_hook("partition");
+	*refused = pt->partition(cfg, pb, b, warn, err);
+	ph_chk_hook(NULL);
+	for (int k = K + 1; k <= K + BOUNDS_GUARD; k++)
+		if (b[k] != BOUNDS_SENTINEL)
+			return ph_fail(err, PH_EINVAL, "partition wrote past first[%d] (the array has K + 1 = %d entries for "
+				       "K = %d stages; it wrote first[%d])", K, K + 1, K, k);
+	return PH_OK;
+}
 
 void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 {
@@ -139,7 +192,7 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 		const char *names[16], *types[16];
 		char namebuf[16][16]; /* room for "l%d" of any int */
 		uint8_t cut[16];
-		int inflight[16], first[17], again[17];
+		int inflight[16], first[16 + 1 + BOUNDS_GUARD], again[16 + 1 + BOUNDS_GUARD];
 		for (int l = 0; l < n; l++) {
 			double c = pf->rising ? l + 1 : l == pf->heavy ? 20 : 1;
 			fwd[l] = c;
@@ -162,17 +215,20 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 			.in_flight = inflight, .state_factor = 4, .link_bytes_per_s = 0,
 		};
 		ph_chk_begin("partitioner %s: %s", name, pf->what);
-		for (int k = 0; k <= K; k++)
-			first[k] = again[k] = -1;
 		ph_err warn = { { 0 } }, warn2 = { { 0 } };
-		if (pt->partition(cfg, &pb, first, &warn, &e)) {
-			SKIP("refused: %s", e.msg);
+		int refused = 0, rc = partition_guarded(pt, cfg, &pb, first, &warn, &refused, &e);
+		if (!rc && refused) {
+			SKIP("refused: %s", reason(e.msg));
 			continue;
 		}
-		accepted++;
-		int rc = ph_plan_check_bounds(name, &pb, first, &e);
-		if (!rc && pt->partition(cfg, &pb, again, &warn2, &e))
-			rc = ph_fail(&e, PH_EINVAL, "the same problem a second time is refused: %s", e.msg);
+		accepted += !refused;
+		if (!rc)
+			rc = ph_plan_check_bounds(name, &pb, first, &e);
+		if (!rc && !(rc = partition_guarded(pt, cfg, &pb, again, &warn2, &refused, &e)) && refused) {
+			char why[sizeof e.msg];
+			snprintf(why, sizeof why, "%s", reason(e.msg)); /* e.msg is ph_fail's destination */
+			rc = ph_fail(&e, PH_EINVAL, "the same problem a second time is refused: %s", why);
+		}
 		if (!rc && memcmp(first, again, (size_t)(K + 1) * sizeof(int)))
 			rc = ph_fail(&e, PH_EINVAL, "the same problem a second time gives other bounds");
 		if (rc) {

@@ -134,6 +134,21 @@ static int check_ops(const char *file, ph_plugin_kind kind, const void *ops, ph_
 	if (strnlen(h->name, PH_MAX_PLUGIN_NAME) == PH_MAX_PLUGIN_NAME)
 		return ph_fail(err, PH_EINVAL, "plugin %s: a %s whose name is %d characters or more; shorten it",
 			       file, ph_kind_name(kind), PH_MAX_PLUGIN_NAME);
+	/* A run names a plugin in an INI value (type = NAME, trimmed) and in
+	 * --set keys (layer.NAME.key, cut at dots): a space at either end, a
+	 * dot or a control character makes a plugin no run can take.  The
+	 * names stay plain ASCII, as every built-in's is. */
+	for (const unsigned char *q = (const unsigned char *)h->name; *q; q++)
+		if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_' ||
+		      *q == '-')) {
+			char shown[PH_ECHO_BYTES_MAX], ch[16];
+			snprintf(ch, sizeof ch, "'%c'", *q);
+			return ph_fail(err, PH_EINVAL, "plugin %s: %s name \"%s\" has %s; a plugin name takes ASCII letters, "
+				       "digits, '_' and '-' only (an INI trims spaces, --set cuts keys at dots): rename it",
+				       file, ph_kind_name(kind), ph_echo_bytes(h->name, shown, sizeof shown),
+				       *q == ' ' ? "a space" : *q == '.' ? "a dot" : *q < 0x20 || *q == 0x7f ? "a control character"
+				       : *q >= 0x80 ? "a character outside ASCII" : ch);
+		}
 	char what[128];
 	snprintf(what, sizeof what, "%s '%s'", ph_kind_name(kind), h->name);
 	int rc = check_version(file, what, h->abi_major, h->abi_minor, err);
@@ -361,6 +376,15 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 			       "or check `ldd %s` for missing libraries",
 			       file, why && why[0] ? why : "the dynamic loader gave no reason", file);
 	}
+	/* One file under two spellings (dir//x.so, a symlink): the dynamic
+	 * loader hands back the same library, whose plugins are already here
+	 * (they were once "provided by both" spellings). */
+	for (int i = 0; i < r->nfiles; i++)
+		if (r->handles[i] == dl) {
+			guard_off(&g);
+			dlclose(dl);
+			return PH_OK;
+		}
 	int idx = r->nfiles++;
 	strcpy(r->files[idx], file);
 	r->handles[idx] = dl;

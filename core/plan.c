@@ -47,7 +47,8 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 	for (int c = 0; c < C; c++)
 		grad_mb[c] = -1;
 	int rc = PH_OK;
-	char s[32];
+	char s[32], who[96];
+	snprintf(who, sizeof who, "schedule%s%.80s", p->sched_name ? " " : "", p->sched_name ? p->sched_name : "");
 	for (int r = 0; r < P && !rc; r++)
 		for (int k = 0; k < counts[r] && !rc; k++) {
 			const ph_action *a = &lists[r][k];
@@ -55,40 +56,54 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 			if (a->kind > PH_ACT_W || a->chunk >= C || a->mb < 0 || a->mb >= M) {
 				/* every field as the plugin gave it: the short form leaves
 				 * the chunk out where there is one chunk a rank */
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: action %s (kind %d, chunk %d, "
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: action %s (kind %d, chunk %d, "
 					     "micro-batch %d) is out of range (kinds 0..%d, chunks 0..%d, micro-batches 0..%d)",
-					     r, k, s, (int)a->kind, a->chunk, a->mb, PH_ACT_W, C - 1, M - 1);
+					     who, r, k, s, (int)a->kind, a->chunk, a->mb, PH_ACT_W, C - 1, M - 1);
 				break;
 			}
 			if (a->chunk % P != r) {
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s runs chunk %d, which rank %d holds",
-					     r, k, s, a->chunk, a->chunk % P);
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s runs chunk %d, which rank %d holds",
+					     who, r, k, s, a->chunk, a->chunk % P);
 				break;
 			}
 			seen_t *e = &seen[a->chunk * M + a->mb];
 			int *slot = a->kind == PH_ACT_F ? &e->f : a->kind == PH_ACT_B ? &e->b : a->kind == PH_ACT_I ? &e->i : &e->w;
 			if (*slot) {
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s runs twice (first at position %d); "
-					     "rule: every action exactly once", r, k, s, *slot - 1);
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s runs twice (first at position %d); "
+					     "rule: every action exactly once", who, r, k, s, *slot - 1);
 				break;
 			}
 			*slot = k + 1;
-			if (a->kind != PH_ACT_F && !e->f)
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s comes before its forward; "
-					     "rule: each backward after its forward", r, k, s);
+			/* PipeDream's weight stashing (engine-versions.c): the update
+			 * follows each full backward, and micro-batch n reads version
+			 * n - K + 1, which exists once micro-batch n - K's backward
+			 * has run; earlier, the engine would read another version */
+			int K = p->per_mb_versions && p->per_mb_versions[r] >= 1 ? p->per_mb_versions[r] : 0;
+			if (K && (a->kind == PH_ACT_I || a->kind == PH_ACT_W))
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s splits a backward, but the schedule updates "
+					     "after each micro-batch's B (PH_SCHED_UPDATE_PER_MB); rule: full backwards only", who,
+					     r, k, s);
+			else if (K && a->kind == PH_ACT_F && a->mb >= K && !seen[a->chunk * M + a->mb - K].b)
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s comes before micro-batch %d's backward; "
+					     "rule: with an update per micro-batch and %d weight version(s) on rank %d "
+					     "(weight_versions), micro-batch n's forward after micro-batch n - %d's backward",
+					     who, r, k, s, a->mb - K, K, r, K);
+			else if (a->kind != PH_ACT_F && !e->f)
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s comes before its forward; "
+					     "rule: each backward after its forward", who, r, k, s);
 			else if (a->kind == PH_ACT_W && !e->i)
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s comes before its I; "
-					     "rule: each W after its I", r, k, s);
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s comes before its I; "
+					     "rule: each W after its I", who, r, k, s);
 			/* Floats summed in another order give other bits: the
 			 * promise that every schedule trains the same weights
 			 * holds because each chunk adds its micro-batches'
 			 * weight gradients in micro-batch order. */
 			else if ((a->kind == PH_ACT_B || a->kind == PH_ACT_W) && a->mb < grad_mb[a->chunk]) {
 				const seen_t *last = &seen[a->chunk * M + grad_mb[a->chunk]];
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d position %d: %s adds to chunk %d's weight "
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s adds to chunk %d's weight "
 					     "gradients after micro-batch %d's (position %d); rule: each chunk's B or W in "
 					     "micro-batch order, so that every schedule gives the same weights",
-					     r, k, s, a->chunk, grad_mb[a->chunk], (last->b ? last->b : last->w) - 1);
+					     who, r, k, s, a->chunk, grad_mb[a->chunk], (last->b ? last->b : last->w) - 1);
 			} else if (a->kind == PH_ACT_B || a->kind == PH_ACT_W)
 				grad_mb[a->chunk] = a->mb;
 		}
@@ -98,16 +113,16 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 			ph_action a = { PH_ACT_F, 0, (uint16_t)c, mb };
 			ph_action_str(&a, p->v, s, sizeof s);
 			if (!e->f)
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d never runs %s; rule: every forward exactly once",
-					     c % P, s);
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d never runs %s; rule: every forward exactly once",
+					     who, c % P, s);
 			else if (!e->b && !e->i)
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d never runs the backward of chunk %d micro-batch %d; "
-					     "rule: every backward exactly once", c % P, c, mb);
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d never runs the backward of chunk %d micro-batch %d; "
+					     "rule: every backward exactly once", who, c % P, c, mb);
 			else if (e->b && (e->i || e->w))
-				rc = ph_fail(err, PH_EINVAL, "schedule: chunk %d micro-batch %d has both B and I/W; use one", c, mb);
+				rc = ph_fail(err, PH_EINVAL, "%s: chunk %d micro-batch %d has both B and I/W; use one", who, c, mb);
 			else if (e->i && !e->w)
-				rc = ph_fail(err, PH_EINVAL, "schedule: rank %d never runs W of chunk %d micro-batch %d; "
-					     "rule: every I has its W", c % P, c, mb);
+				rc = ph_fail(err, PH_EINVAL, "%s: rank %d never runs W of chunk %d micro-batch %d; "
+					     "rule: every I has its W", who, c % P, c, mb);
 		}
 	free(seen);
 	free(grad_mb);
@@ -208,8 +223,9 @@ static int simulate(ph_plan *p, ph_err *err)
 			while (pos[r] >= p->nops[r])
 				r++;
 			op_str(&p->ops[r][pos[r]], what, sizeof what);
-			rc = ph_fail(err, PH_EINVAL, "schedule deadlocks: rank %d waits forever at step %d (%s) and no rank can "
-				     "move; rule: the lowered plan must not deadlock", r, pos[r], what);
+			rc = ph_fail(err, PH_EINVAL, "schedule%s%.80s deadlocks: rank %d waits forever at step %d (%s) and no "
+				     "rank can move; rule: the lowered plan must not deadlock", p->sched_name ? " " : "",
+				     p->sched_name ? p->sched_name : "", r, pos[r], what);
 			break;
 		}
 	}
@@ -283,6 +299,9 @@ static int make_actions(ph_plan *p, const ph_config *c, ph_err *err)
 	p->nactions = calloc((size_t)p->ranks, sizeof *p->nactions);
 	if (!p->actions || !p->nactions)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	p->sched_name = s->head.name;
+	if ((rc = ph_plan_per_mb_versions(s, c->schedule_config, &shape, &p->per_mb_versions, err)))
+		return rc;
 	int cap = 4 * p->v * p->m;
 	for (int r = 0; r < p->ranks; r++) {
 		if (!(p->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
@@ -427,13 +446,36 @@ static int make_partition(ph_plan *p, const ph_model *m, const ph_config *c, con
 		.in_flight = inflight, .state_factor = 2.0 + ph_optim_state_per_param(&c->optim), .link_bytes_per_s = link,
 	};
 	ph_err warn = { { 0 } }, e2 = { { 0 } };
-	rc = c->partitioner->partition(c->partitioner_config, &pbm, p->first, &warn, &e2);
+	/* The answer goes to a copy with a guard zone after first[K]: a
+	 * partitioner writing past it once ended the run in free() with
+	 * SIGABRT, naming nobody. */
+	enum { GUARD = 16, SENTINEL = -0x5eed };
+	int *bounds = malloc(((size_t)K + 1 + GUARD) * sizeof *bounds);
+	if (!bounds) {
+		rc = ph_fail(err, PH_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int k = 0; k < K + 1 + GUARD; k++)
+		bounds[k] = k <= K ? p->first[k] : SENTINEL;
+	rc = c->partitioner->partition(c->partitioner_config, &pbm, bounds, &warn, &e2);
+	int past = -1;
+	for (int k = K + GUARD; k > K; k--)
+		if (bounds[k] != SENTINEL)
+			past = k;
+	memcpy(p->first, bounds, ((size_t)K + 1) * sizeof *p->first);
+	free(bounds);
+	if (past >= 0) {
+		rc = ph_fail(err, PH_EINVAL, "partitioner %s wrote past first[%d] (the bounds array has K + 1 = %d entries "
+			     "for K = %d stages; it wrote first[%d]); fix the plugin", c->partitioner->head.name, K, K + 1,
+			     K, past);
+		goto out;
+	}
 	if (rc) {
 		/* the partitioner's keys are [partition]'s: point at its type */
 		char where[PH_STR_MAX + 16];
 		ph_ini_where_key(&c->ini, "partition", "type", where, sizeof where);
 		rc = ph_fail(err, rc, "%s: %s%s", where, plugin_prefix(e2.msg, "partitioner", c->partitioner->head.name),
-			     e2.msg);
+			     e2.msg[0] ? e2.msg : "it refused without saying why; a bug in the plugin");
 		goto out;
 	}
 	if (warn.msg[0])
@@ -667,6 +709,9 @@ int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph
 	if (!out->first || !out->actions || !out->nactions)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	memcpy(out->first, p->first, ((size_t)p->nchunks + 1) * sizeof *out->first);
+	out->sched_name = s->head.name;
+	if ((rc = ph_plan_per_mb_versions(s, c->schedule_config, &shape, &out->per_mb_versions, err)))
+		return rc;
 	for (int r = 0; r < p->ranks; r++) {
 		if (!(out->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
 			return ph_fail(err, PH_ENOMEM, "out of memory");
@@ -694,5 +739,20 @@ void ph_plan_free(ph_plan *p)
 	free(p->nops);
 	free(p->slots);
 	free(p->first);
+	free(p->per_mb_versions);
 	memset(p, 0, sizeof *p);
+}
+
+int ph_plan_per_mb_versions(const ph_schedule_ops *ops, const void *config, const ph_schedule_shape *shape,
+			    int **out, ph_err *err)
+{
+	*out = NULL;
+	uint32_t fl = ph_schedule_flags(ops);
+	if (!(fl & PH_SCHED_UPDATE_PER_MB) || (fl & PH_SCHED_DELAYED_UPDATE))
+		return PH_OK;
+	if (!(*out = malloc((size_t)shape->ranks * sizeof **out)))
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	for (int r = 0; r < shape->ranks; r++)
+		(*out)[r] = ph_schedule_weight_versions(ops, config, shape, r);
+	return PH_OK;
 }

@@ -43,7 +43,21 @@ typedef struct {
 	 * slots)?  When not, for a no-flush schedule, stream_why says why. */
 	int streams;
 	const char *stream_why;
+	/* Set before ph_plan_set_actions, by whoever generated the lists:
+	 * the schedule's name, for its refusals ("schedule NAME: ..."; NULL:
+	 * "schedule: ...", the checker names it itself), and for a schedule
+	 * that updates per micro-batch (PH_SCHED_UPDATE_PER_MB), each rank's
+	 * weight versions K ([ranks], owned by the plan; NULL: none). */
+	const char *sched_name;
+	int *per_mb_versions;
 } ph_plan;
+
+/* Each rank's weight versions for schedule ops with config under shape,
+ * when it updates per micro-batch (PH_SCHED_UPDATE_PER_MB without a
+ * delayed update): a malloc'd [shape->ranks] for plan.per_mb_versions;
+ * NULL with PH_OK when it does not. */
+int ph_plan_per_mb_versions(const ph_schedule_ops *ops, const void *config, const ph_schedule_shape *shape,
+			    int **out, ph_err *err);
 
 /* Generate, partition, lower, validate.  Errors name the rule, the rank and
  * the position.  cost_fwd/cost_bwd: measured per-layer costs (seconds) for

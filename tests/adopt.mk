@@ -19,6 +19,16 @@ tests_plugins_check_bad_in_place_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_check_bad_in_place_la_LIBADD = -lm
 tests_plugins_check_ctor_exit_la_SOURCES = tests/plugins/check-ctor-exit.c
 tests_plugins_check_ctor_exit_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+# a partitioner writing past first[stages], one refusing silently; a backward
+# writing through dx = NULL; a constructor that complains on stderr, then crashes
+check_LTLIBRARIES += tests/plugins/check-bad-partition.la tests/plugins/check-dx-null.la \
+	tests/plugins/check-ctor-stderr.la
+tests_plugins_check_bad_partition_la_SOURCES = tests/plugins/check-bad-partition.c
+tests_plugins_check_bad_partition_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_check_dx_null_la_SOURCES = tests/plugins/check-dx-null.c
+tests_plugins_check_dx_null_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_check_ctor_stderr_la_SOURCES = tests/plugins/check-ctor-stderr.c
+tests_plugins_check_ctor_stderr_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 # a layer with a CUDA twin that $PH_TEST_BAD_TWIN breaks (the twin check)
 check_LTLIBRARIES += tests/plugins/check-twin.la
 tests_plugins_check_twin_la_SOURCES = tests/plugins/check-twin.c tests/plugins/check-twin_state.h
@@ -48,7 +58,9 @@ check_LTLIBRARIES += tests/plugins/loader-audit/flops_neg.la tests/plugins/loade
 	tests/plugins/loader-audit/meta_zero.la tests/plugins/loader-audit/opt_dup.la \
 	tests/plugins/loader-audit/opt_type.la tests/plugins/loader-audit/name_relu.la \
 	tests/plugins/loader-audit/sched_delayed.la tests/plugins/loader-audit/sched_silent.la \
-	tests/plugins/loader-audit/sched_nochunks.la tests/plugins/loader-audit/sched_chunk77.la
+	tests/plugins/loader-audit/sched_nochunks.la tests/plugins/loader-audit/sched_chunk77.la \
+	tests/plugins/loader-audit/sched_permb.la tests/plugins/loader-audit/sched_permb_split.la \
+	tests/plugins/loader-audit/name_space.la
 tests_plugins_loader_audit_flops_neg_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
 tests_plugins_loader_audit_flops_neg_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=1
 tests_plugins_loader_audit_flops_neg_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
@@ -79,5 +91,14 @@ tests_plugins_loader_audit_sched_chunk77_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_plugins_loader_audit_sched_nochunks_la_SOURCES = tests/plugins/loader-audit/audit-sched.c
 tests_plugins_loader_audit_sched_nochunks_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=3
 tests_plugins_loader_audit_sched_nochunks_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_name_space_la_SOURCES = tests/plugins/loader-audit/audit-layer.c
+tests_plugins_loader_audit_name_space_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=7
+tests_plugins_loader_audit_name_space_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_sched_permb_la_SOURCES = tests/plugins/loader-audit/audit-sched.c
+tests_plugins_loader_audit_sched_permb_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=5
+tests_plugins_loader_audit_sched_permb_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_plugins_loader_audit_sched_permb_split_la_SOURCES = tests/plugins/loader-audit/audit-sched.c
+tests_plugins_loader_audit_sched_permb_split_la_CFLAGS = $(AM_CFLAGS) -DAUDIT=6
+tests_plugins_loader_audit_sched_permb_split_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 TESTS += tests/test-plugin-loader.sh
 EXTRA_DIST += tests/test-plugin-loader.sh

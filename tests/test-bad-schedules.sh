@@ -10,13 +10,13 @@ sched="$fixtures/schedules"
 T="--set schedule.type=table --set"   # then "schedule.file=FILE"
 
 expect_error "table missing a forward" \
-	"^pipehost: schedule: rank 0 never runs F3; rule: every forward exactly once$" \
+	"^pipehost: schedule table: rank 0 never runs F3; rule: every forward exactly once$" \
 	-c "$tiny" --plan $T "schedule.file=$sched/missing-forward.csv"
 expect_error "table with a backward before its forward" \
-	"^pipehost: schedule: rank 1 position 0: B0 comes before its forward; rule: each backward after its forward$" \
+	"^pipehost: schedule table: rank 1 position 0: B0 comes before its forward; rule: each backward after its forward$" \
 	-c "$tiny" --plan $T "schedule.file=$sched/backward-before-forward.csv"
 expect_error "table that deadlocks" \
-	"^pipehost: schedule deadlocks: rank 0 waits forever at step 2 \(recv-gradient of chunk 0, micro-batch 0\) and no rank can move; rule: the lowered plan must not deadlock$" \
+	"^pipehost: schedule table deadlocks: rank 0 waits forever at step 2 \(recv-gradient of chunk 0, micro-batch 0\) and no rank can move; rule: the lowered plan must not deadlock$" \
 	-c "$tiny" --plan $T "schedule.file=$sched/deadlock.csv"
 expect_error "malformed table line" \
 	"^pipehost: $sched/malformed.csv:4: 'BB2' is not an action; write F3, B3, I3 or W3 \(chunk-prefixed like 1F3 when chunks > 1\)$" \
@@ -35,7 +35,7 @@ expect_error "table without a file" "\[schedule\] needs file" -c "$tiny" --plan 
 # the rules, each broken by one row of rank 1 (rank 0's row is 1F1B's)
 rule() { # DESC ROW1 REGEX
 	printf 'F0, F1, B0, F2, B1, F3, B2, B3\n%s\n' "$2" >"$tmp/rule.csv"
-	expect_error "table $1" "^pipehost: schedule: $3$" -c "$tiny" --plan $T "schedule.file=$tmp/rule.csv"
+	expect_error "table $1" "^pipehost: schedule table: $3$" -c "$tiny" --plan $T "schedule.file=$tmp/rule.csv"
 }
 rule "running a forward twice" "F0, B0, F1, B1, F2, B2, F3, F3" \
 	"rank 1 position 7: F3 runs twice \(first at position 6\); rule: every action exactly once"

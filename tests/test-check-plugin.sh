@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # pipehost --check-plugin: every shipped plugin passes it; a layer with a
 # wrong backward, one whose meta disagrees with its forward, a schedule that
-# deadlocks and a layer that crashes each fail, naming the check; a bad
-# request is one line and nothing checked.
+# deadlocks, a partitioner writing past its bounds and a layer that crashes
+# each fail, naming the check (and for a crash the hook); a bad request is
+# one line and nothing checked.
 . "$top_srcdir/tests/lib.sh"
 
 # check_fails DESC PLUGIN REGEX: non-zero exit, a FAIL line matching REGEX,
@@ -78,25 +79,52 @@ if grep -q "^PASS schedule check_deadlock: p=1 v=1 m=4" "$tmp/out"; then
 else
 	not_ok "check_deadlock on 1 rank: $(cat "$tmp/out")"
 fi
-# A crash: a FAIL of the check under way (under ASan, whose handler ends
-# the process and prints its report, "ended the process"), then the count.
-"$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/check-crash.so" >"$tmp/out" 2>"$tmp/err"
-rc=$?
-if [ "$rc" -ne 0 ] && grep -Eq "^FAIL layer check_crash: create: (crashed \(signal 11|the plugin ended the process)" "$tmp/out" &&
-	grep -q "^[0-9]* check(s): .* 1 failed" "$tmp/out" && grep -q "checks failed" "$tmp/err"; then
-	ok "a layer that crashes: $(grep '^FAIL' "$tmp/out")"
+# A crash: a FAIL of the check under way naming the hook that crashed
+# (under ASan, whose handler ends the process and prints its report,
+# "ended the process"), then the count.
+# check_crash DESC PLUGIN CHECK HOOK: a FAIL of CHECK (a regex) naming HOOK
+check_crash() {
+	"$PIPEHOST" --check-plugin "$2" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$rc" -ne 0 ] && grep -Eq "^FAIL $3: the plugin's $4 (crashed \(signal 11|ended the process)" "$tmp/out" &&
+		grep -q "^[0-9]* check(s): .* 1 failed" "$tmp/out" && grep -q "checks failed" "$tmp/err"; then
+		ok "$1: $(grep '^FAIL' "$tmp/out")"
+	else
+		not_ok "$1: exit $rc; $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
+	fi
+}
+check_crash "a layer that crashes in forward" "$TEST_PLUGIN_DIR/check-crash.so" "layer check_crash: create" forward
+check_crash "a backward writing through dx = NULL" "$TEST_PLUGIN_DIR/check-dx-null.so" \
+	"layer check_dx_null: determinism \(batch 4\)" "backward \(dx = NULL\)"
+# A partitioner writing past first[stages] is named for it (the checker's
+# array has a guard zone), and a refusal without a message says so.
+check_fails "a partitioner writing past first[K]" "$TEST_PLUGIN_DIR/check-bad-partition.so" \
+	"^FAIL partitioner check_past_bounds: 8 equal layers into 2 stages: partition wrote past first\[2\] \(the array has K \+ 1 = 3 entries for K = 2 stages; it wrote first\[3\]\)$"
+if grep -q "^SKIP partitioner check_silent: 4 layers into 4 stages: refused: (it gave no reason; a bug in the plugin)$" "$tmp/out"; then
+	ok "a partitioner refusing without a reason: $(grep '^SKIP partitioner check_silent' "$tmp/out" | head -1)"
 else
-	not_ok "a layer that crashes: exit $rc; $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
+	not_ok "a partitioner refusing without a reason: $(grep 'check_silent' "$tmp/out")"
 fi
+# ... and a run: one line naming the partitioner, not free()'s SIGABRT
+# or "partitioner check_silent: " and nothing
+mkdir -p "$tmp/bp" && cp "$TEST_PLUGIN_DIR/check-bad-partition.so" "$tmp/bp/"
+expect_error "a run with a partitioner writing past first[K]" \
+	"^pipehost: partitioner check_past_bounds wrote past first\[2\] \(the bounds array has K \+ 1 = 3 entries for K = 2 stages; it wrote first\[3\]\); fix the plugin$" \
+	-c "$fixtures/tiny.ini" --plugin-dir "$tmp/bp" --set partition.type=check_past_bounds --plan
+expect_error "a run with a partitioner refusing without a reason" \
+	"^pipehost: --set: partitioner check_silent: it refused without saying why; a bug in the plugin$" \
+	-c "$fixtures/tiny.ini" --plugin-dir "$tmp/bp" --set partition.type=check_silent --set run.stages=3 --plan
 # A plugin that crashes or exits while it is opened: a FAIL of loading it
 # and the count line, exit 1 (the loader's guard alone would end
 # pipehost with the signal, exit 139). Under ASan a SEGV ends the child
-# with ASan's exit status instead of the signal.
+# with ASan's exit status instead of the signal.  One line on stderr: the
+# loader's own line from the child is not printed besides the FAIL.
 "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/wild_descriptor.so" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 if [ "$rc" -eq 1 ] &&
 	grep -Eq "^FAIL abi and descriptor: .*wild_descriptor.so (crashed while being loaded \(signal 11, .*\): a constructor or its descriptor function is broken|ended the process while being loaded)" "$tmp/out" &&
-	grep -q "^1 check(s): 0 passed, 1 failed, 0 skipped$" "$tmp/out" && grep -q "checks failed" "$tmp/err"; then
+	grep -q "^1 check(s): 0 passed, 1 failed, 0 skipped$" "$tmp/out" && grep -q "checks failed" "$tmp/err" &&
+	[ "$(wc -l <"$tmp/err")" -eq 1 ]; then
 	ok "a descriptor that crashes when read: exit 1; $(grep '^FAIL' "$tmp/out" | cut -c1-150)"
 else
 	not_ok "a descriptor that crashes when read: exit $rc; $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
@@ -116,6 +144,17 @@ if "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/check-ctor-exit.so" >"$tmp/out" 
 	ok "the same plugin, its constructor harmless: $(tail -1 "$tmp/out")"
 else
 	not_ok "check-ctor-exit.so unset: $(cat "$tmp/out") stderr: $(tail -2 "$tmp/err")"
+fi
+# What a constructor says on stderr before it crashes is in the FAIL line,
+# and stderr is the one line.
+PH_TEST_CTOR_CRASH=1 "$PIPEHOST" --check-plugin "$TEST_PLUGIN_DIR/check-ctor-stderr.so" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 1 ] &&
+	grep -Eq "^FAIL abi and descriptor: .*check-ctor-stderr.so (crashed|ended the process) while being loaded .*\(on stderr: \"check_ctor_stderr: no licence file" "$tmp/out" &&
+	[ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "checks failed" "$tmp/err"; then
+	ok "a constructor that complains, then crashes: $(grep '^FAIL' "$tmp/out" | cut -c1-220)"
+else
+	not_ok "a constructor that complains, then crashes: exit $rc; $(cat "$tmp/out") stderr: $(cat "$tmp/err")"
 fi
 # The CUDA twin check (core/check_twin.c): where the build has the twin and
 # a GPU (the emulator's counts), fp32 and bf16 pass, and each bug

@@ -11,7 +11,8 @@
 AD="$top_builddir/tests/plugins/loader-audit/.libs"
 
 # Each plugin in a directory of its own: --plugin-dir loads every .so of it.
-for p in flops_neg flops_nan meta_zero opt_dup opt_type name_relu sched_delayed sched_silent sched_nochunks sched_chunk77; do
+for p in flops_neg flops_nan meta_zero opt_dup opt_type name_relu sched_delayed sched_silent sched_nochunks sched_chunk77 \
+	sched_permb sched_permb_split name_space; do
 	mkdir -p "$tmp/$p" && cp "$AD/$p.so" "$tmp/$p/" || not_ok "no $AD/$p.so"
 done
 cat >"$tmp/s.ini" <<'INI'
@@ -117,8 +118,39 @@ expect_error "generate fails silently: the run" \
 # An action's chunk out of range is printed as the plugin gave it: the
 # short form alone (F0) left chunk 77 out.
 expect_error "an action of chunk 77" \
-	"^pipehost: schedule: rank 0 position 0: action F0 \(kind 0, chunk 77, micro-batch 0\) is out of range \(kinds 0\.\.3, chunks 0\.\.1, micro-batches 0\.\.1\)" \
+	"^pipehost: schedule audit_sched: rank 0 position 0: action F0 \(kind 0, chunk 77, micro-batch 0\) is out of range \(kinds 0\.\.3, chunks 0\.\.1, micro-batches 0\.\.1\)" \
 	-c "$tmp/s2.ini" --plugin-dir "$tmp/sched_chunk77" --set schedule.type=audit_sched --plan
+
+# Updates per micro-batch (PipeDream's stashing) in an order the versions
+# cannot serve: micro-batch 1's forward before micro-batch 0's backward
+# with one version trained other weights than 1F1B's order, silently.
+# (s2.ini: stages = 2, so each rank keeps 1 version, the plugin's default.)
+sed 's/^stages = 2/stages = 1/; s/^\[partition\]/[optimizer]\ntype = sgd\n[partition]/' "$tmp/s2.ini" >"$tmp/s1.ini"
+expect_error "an update per micro-batch, fill-drain order, 1 version" \
+	"^pipehost: schedule audit_sched: rank 0 position 1: F1 comes before micro-batch 0's backward; rule: with an update per micro-batch and 1 weight version\(s\) on rank 0 \(weight_versions\), micro-batch n's forward after micro-batch n - 1's backward$" \
+	-c "$tmp/s1.ini" --plugin-dir "$tmp/sched_permb" --set schedule.type=audit_sched
+expect_error "an update per micro-batch with split backwards" \
+	"^pipehost: schedule audit_sched: rank 0 position 1: I0 splits a backward, but the schedule updates after each micro-batch's B \(PH_SCHED_UPDATE_PER_MB\); rule: full backwards only$" \
+	-c "$tmp/s1.ini" --plugin-dir "$tmp/sched_permb_split" --set schedule.type=audit_sched
+check_line "an update per micro-batch, fill-drain order: --check-plugin" "$AD/sched_permb.so" \
+	"^FAIL schedule audit_sched: p=1 v=1 m=[0-9]+: .*F1 comes before micro-batch 0's backward"
+
+# A name no run can take (a space, a dot, a control character) is refused
+# at load; --check-plugin once passed it ("did you mean 'trail '?" later).
+expect_error "a layer named \"trail \"" \
+	"^pipehost: plugin $tmp/name_space/name_space.so: layer name \"trail \" has a space; a plugin name takes ASCII letters, digits, '_' and '-' only \(an INI trims spaces, --set cuts keys at dots\): rename it$" \
+	--plugin-dir "$tmp/name_space" --list-plugins
+check_line "a layer named \"trail \": --check-plugin" "$AD/name_space.so" \
+	"^FAIL abi and descriptor: .*layer name \"trail \" has a space"
+# One directory under two spellings is one set of plugins, not two that
+# "provide" every schedule twice.
+d1=$(echo "$PIPEHOST_PLUGIN_PATH" | cut -d: -f1)
+if PIPEHOST_PLUGIN_PATH="$PIPEHOST_PLUGIN_PATH:$d1/" "$PIPEHOST" -c "$tmp/s2.ini" --plugin-dir "$d1//" --plan \
+	>"$tmp/out" 2>"$tmp/err"; then
+	ok "a plugin directory named twice ($d1/, $d1//) loads its plugins once"
+else
+	not_ok "a plugin directory named twice: $(cat "$tmp/err")"
+fi
 
 # F. max_chunks_per_rank = 0: refused at load, not "lower chunks to 1".
 expect_error "max_chunks_per_rank = 0: the run" \

@@ -6,6 +6,7 @@
  *   3 meta's output size 0 (for any input: no --shape fixes it)
  *   4 two options named bias     5 an option named type (the host's key)
  *   6 named relu, like a built-in layer
+ *   7 named "trail " (a trailing space: no INI can name it)
  * Kept in a directory of their own: a run that searches tests/plugins/.libs
  * must not meet them. */
 #include <math.h>
@@ -42,6 +43,8 @@ static const ph_option audit_options[] = {
 
 #if AUDIT == 6
 #define AUDIT_NAME "relu"
+#elif AUDIT == 7
+#define AUDIT_NAME "trail " /* a run's "type = trail " reads "trail" */
 #else
 #define AUDIT_NAME "audit_scale"
 #endif
