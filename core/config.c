@@ -459,6 +459,11 @@ static int resolve_typed(ph_config *c, const ph_registry *reg, const ph_core_sec
 		if (s)
 			return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; did you mean '%s'? (found: %s)",
 					  ph_kind_name(kind), type, s, names);
+		/* no near name: most likely a plugin not installed where runs
+		 * look, so say where they looked (a list of none says it) */
+		if (strncmp(names, "none in ", 8) && reg->searched[0])
+			return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s': add its --plugin-dir or install "
+					  "it; searched: %s; found: %s", ph_kind_name(kind), type, reg->searched, names);
 		return where_fail(c, line, PH_EINVAL, err, "unknown %s plugin '%s'; found: %s", ph_kind_name(kind), type,
 				  names);
 	}
@@ -553,6 +558,10 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 			return where_fail(c, te->line, PH_EINVAL, err,
 					  "unknown layer plugin '%s' in [%s]; did you mean '%s'? (found: %s)", te->value,
 					  s->name, sug, names);
+		if (strncmp(names, "none in ", 8) && reg->searched[0])
+			return where_fail(c, te->line, PH_EINVAL, err, "unknown layer plugin '%s' in [%s]: add its "
+					  "--plugin-dir or install it; searched: %s; found: %s", te->value, s->name,
+					  reg->searched, names);
 		return where_fail(c, te->line, PH_EINVAL, err, "unknown layer plugin '%s' in [%s]; found: %s", te->value,
 				  s->name, names);
 	}

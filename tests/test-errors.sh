@@ -25,6 +25,10 @@ line=$(grep -n '^type = rleu' "$tmp/plug.ini" | head -1 | cut -d: -f1)
 expect_error "unknown plugin" "$tmp/plug.ini:$line: unknown layer plugin 'rleu' in \[layer relu1\]; did you mean 'relu'\?" -c "$tmp/plug.ini"
 
 expect_error "unknown schedule plugin" "unknown schedule plugin 'zigzag'" -c "$tiny" --set schedule.type=zigzag
+# no near name: likely a plugin not where runs look, so the line says where
+expect_error "unknown layer plugin, no near name" \
+	"unknown layer plugin 'myscale' in \[layer conv1\]: add its --plugin-dir or install it; searched: $tmp, " \
+	-c "$tiny" --set "layer conv1.type=myscale" --plugin-dir "$tmp"
 
 for p in bad_abi missing_hook not_a_plugin; do
 	mkdir -p "$tmp/$p" && cp "$TEST_PLUGIN_DIR/$p.so" "$tmp/$p/"

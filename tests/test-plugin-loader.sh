@@ -162,7 +162,7 @@ check_line "max_chunks_per_rank = 0: --check-plugin" "$AD/sched_nochunks.so" \
 # A directory on the path that does not exist is still no error: the
 # layer is then unknown, as before.
 PIPEHOST_PLUGIN_PATH="$tmp/none:$PIPEHOST_PLUGIN_PATH" expect_error "a missing directory is skipped" \
-	"unknown layer plugin 'audit_scale' in \[layer sc\]; found: " -c "$tmp/s.ini" --plan
+	"unknown layer plugin 'audit_scale' in \[layer sc\]: add its --plugin-dir or install it; searched: .*$tmp/none \(missing\)" -c "$tmp/s.ini" --plan
 
 # A and G. A plugin directory or file this user cannot read.  Root reads
 # mode 000, so as root the cases run as nobody (runuser); without a way
