@@ -43,18 +43,6 @@ def skip(msg):
     sys.exit(77)
 
 
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
-
-
 def merge_of(ranks, token, rank):
     """The pair that made `token`: its bytes merged by the ranks below its own."""
     parts = [bytes([x]) for x in token]
@@ -72,6 +60,10 @@ def merge_of(ranks, token, rank):
 
 def write_gpt2_files(enc, outdir):
     import json
+    # GPT-2's byte alphabet, from the other reference (tiktoken brings the
+    # `regex` module it needs)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bpe_reference import bytes_to_unicode
     ranks = enc._mergeable_ranks
     u = bytes_to_unicode()
     s = lambda b: "".join(u[x] for x in b)
