@@ -82,17 +82,18 @@ const ph_option ph_optimizer_options[] = {
 	PH_OPT_CHOICE_(ph_optim_config, type, "type", "adamw", "sgd|adamw|lion", "update rule"),
 	PH_OPT_FLOAT_(ph_optim_config, lr, "lr", "0.001", 0, 10, "peak learning rate"),
 	PH_OPT_FLOAT_(ph_optim_config, momentum, "momentum", "0.9", 0, 1, "SGD momentum"),
-	PH_OPT_BOOL_(ph_optim_config, nesterov, "nesterov", "no", "SGD: Nesterov momentum"),
+	PH_OPT_BOOL_(ph_optim_config, nesterov, "nesterov", "no", "SGD: Nesterov momentum (needs momentum > 0)"),
 	/* below 1: AdamW's bias correction divides by 1 - beta^t */
 	PH_OPT_FLOAT_(ph_optim_config, beta1, "beta1", "0.9", 0, 0.999999,
 		      "AdamW first-moment decay; Lion: the moment's weight in the step's sign"),
 	PH_OPT_FLOAT_(ph_optim_config, beta2, "beta2", "0.999", 0, 0.999999,
 		      "AdamW second-moment decay; Lion: the moment's decay (its paper: 0.99)"),
 	PH_OPT_FLOAT_(ph_optim_config, eps, "eps", "1e-8", 0, 1, "AdamW denominator epsilon"),
-	PH_OPT_FLOAT_(ph_optim_config, weight_decay, "weight_decay", "0", 0, 10, "weight decay (biases exempt)"),
+	PH_OPT_FLOAT_(ph_optim_config, weight_decay, "weight_decay", "0", 0, 10,
+		      "weight decay, biases and norm gains exempt (SGD: L2 added to the gradient; AdamW, Lion: decoupled)"),
 	PH_OPT_INT_(ph_optim_config, warmup, "warmup", "0", 0, PH_NO_MAX, "steps of linear learning-rate warm-up"),
 	PH_OPT_CHOICE_(ph_optim_config, lr_schedule, "lr_schedule", "cosine", "constant|cosine", "learning rate after warm-up"),
-	PH_OPT_FLOAT_(ph_optim_config, min_lr, "min_lr", "0", 0, 10, "cosine floor"),
+	PH_OPT_FLOAT_(ph_optim_config, min_lr, "min_lr", "0", 0, 10, "cosine floor, at most lr: the last step's learning rate"),
 	PH_OPT_FLOAT_(ph_optim_config, clip, "clip", "0", 0, PH_NO_MAX, "clip the global gradient norm to this; 0 = off"),
 	PH_OPT_END
 };
@@ -601,6 +602,28 @@ static int schedule_takes(const ph_config *c, int64_t m, ph_err *e)
 	return c->schedule->check(c->schedule_config, &sh, e) == PH_OK;
 }
 
+/* [optimizer] keys that are each in range but mean nothing together, which
+ * PyTorch refuses or a user would not ask for on purpose: silently, SGD
+ * with nesterov and no momentum is plain SGD, and a cosine "floor" above
+ * the peak climbs to it. */
+static int check_optimizer(ph_config *c, ph_err *err)
+{
+	const ph_optim_config *o = &c->optim;
+	ph_ini_entry *e;
+	if (o->type == PH_OPTIM_SGD && o->nesterov && !(o->momentum > 0)) {
+		e = ph_ini_find(&c->ini, "optimizer", "nesterov");
+		return where_fail(c, e ? e->line : 0, PH_EINVAL, err, "[optimizer] nesterov = yes needs momentum above 0 "
+				  "(momentum = %g: Nesterov's step looks ahead along the momentum); set momentum, or "
+				  "nesterov = no", o->momentum);
+	}
+	if (o->lr_schedule == PH_LR_COSINE && o->min_lr > o->lr) {
+		e = ph_ini_find(&c->ini, "optimizer", "min_lr");
+		return where_fail(c, e ? e->line : 0, PH_EINVAL, err, "[optimizer] min_lr = %g is above lr = %g: the cosine "
+				  "would climb to it; set min_lr at most lr (or lr_schedule = constant)", o->min_lr, o->lr);
+	}
+	return PH_OK;
+}
+
 /* The schedule's own check of the run's shape, made here, where the batch
  * is known: a schedule sees ranks, chunks and micro-batches only, so the
  * counts it would suggest may not split [run] batch (interleaved over 3
@@ -769,6 +792,8 @@ int ph_config_resolve(ph_config *c, const ph_registry *reg, ph_err *err)
 				  "[run] batch = %lld does not split into %lld equal micro-batches; %s", (long long)b,
 				  (long long)m, fix);
 	}
+	if ((rc = check_optimizer(c, err)))
+		return rc;
 	if ((rc = check_schedule_shape(c, err)))
 		return rc;
 	/* a file where the cache directory goes: said now, not only when a

@@ -86,8 +86,7 @@ int ph_eng_update_rank_at(ph_engine *e, int rank, int par, int64_t t, double lr,
  * [optimizer] clip. */
 double ph_eng_clip_scale_of(const ph_engine *e, double total)
 {
-	double norm = sqrt(total);
-	return norm > e->cfg->optim.clip ? e->cfg->optim.clip / (norm + 1e-6) : 1.0;
+	return ph_clip_scale(e->cfg->optim.clip, total);
 }
 
 void ph_eng_set_clip_scale(ph_engine *e, double total)

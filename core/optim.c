@@ -189,3 +189,13 @@ double ph_sumsq(const float *g, int64_t n)
 		acc += (double)g[i] * (double)g[i];
 	return acc;
 }
+
+double ph_clip_scale(double clip, double sumsq)
+{
+	if (!(clip > 0))
+		return 1.0;
+	/* as PyTorch: no comparison of the norm with clip first, which once
+	 * left a norm within 1e-6 under clip unscaled */
+	double scale = clip / (sqrt(sumsq) + 1e-6);
+	return scale < 1.0 ? scale : 1.0;
+}

@@ -36,6 +36,11 @@ int ph_optim_state_per_param(const ph_optim_config *c);
 void ph_optim_update(const ph_optim_config *c, int64_t t, double lr, float *w,
 		     const float *g, float *s, int64_t n, int decay);
 
+/* The factor clipping multiplies every gradient by, for the gradients'
+ * global sum of squares: torch.nn.utils.clip_grad_norm_'s
+ * min(1, clip / (norm + 1e-6)); 1 when clip is 0 (off). */
+double ph_clip_scale(double clip, double sumsq);
+
 /* Sum of squares of g in double, in index order. */
 double ph_sumsq(const float *g, int64_t n);
 

@@ -25,6 +25,13 @@ line=$(grep -n '^type = rleu' "$tmp/plug.ini" | head -1 | cut -d: -f1)
 expect_error "unknown plugin" "$tmp/plug.ini:$line: unknown layer plugin 'rleu' in \[layer relu1\]; did you mean 'relu'\?" -c "$tmp/plug.ini"
 
 expect_error "unknown schedule plugin" "unknown schedule plugin 'zigzag'" -c "$tiny" --set schedule.type=zigzag
+# [optimizer] keys in range that mean nothing together (PyTorch refuses the first)
+expect_error "nesterov without momentum" \
+	"^pipehost: --set: \[optimizer\] nesterov = yes needs momentum above 0 \(momentum = 0: Nesterov's step looks ahead along the momentum\); set momentum, or nesterov = no$" \
+	-c "$tiny" --set optimizer.type=sgd --set optimizer.momentum=0 --set optimizer.nesterov=yes --plan
+expect_error "a cosine floor above the peak" \
+	"^pipehost: --set: \[optimizer\] min_lr = 0.2 is above lr = 0.1: the cosine would climb to it; set min_lr at most lr \(or lr_schedule = constant\)$" \
+	-c "$tiny" --set optimizer.lr=0.1 --set optimizer.min_lr=0.2 --plan
 # no near name: likely a plugin not where runs look, so the line says where
 expect_error "unknown layer plugin, no near name" \
 	"unknown layer plugin 'myscale' in \[layer conv1\]: add its --plugin-dir or install it; searched: $tmp, " \

@@ -404,6 +404,23 @@ START_TEST(test_sumsq)
 }
 END_TEST
 
+/* Clipping's factor is torch.nn.utils.clip_grad_norm_'s: min(1, clip /
+ * (norm + 1e-6)).  A norm within 1e-6 under clip is still scaled (it was
+ * left alone: norm 3.3375e-5 under a clip 1e-5 above it moved 3% too far
+ * against PyTorch); clip = 0 is off. */
+START_TEST(test_clip_scale)
+{
+	double norm = 3.3375e-5, clip = norm * (1 + 1e-5);
+	double want = clip / (norm + 1e-6);
+	ck_assert_double_eq_tol(ph_clip_scale(clip, norm * norm), want, 1e-15);
+	ck_assert(ph_clip_scale(clip, norm * norm) < 0.98);
+	ck_assert_double_eq_tol(ph_clip_scale(1.0, 16.0), 1.0 / (4.0 + 1e-6), 1e-15); /* norm 4 over clip 1 */
+	ck_assert(ph_clip_scale(10.0, 16.0) == 1.0);                                  /* far under: untouched */
+	ck_assert(ph_clip_scale(0.0, 16.0) == 1.0);                                   /* off */
+	ck_assert(ph_clip_scale(1.0, 0.0) == 1.0);                                    /* no gradient */
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("optim");
@@ -417,6 +434,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_adamw_kernel_bitwise);
 	tcase_add_test(tc, test_lr_schedule);
 	tcase_add_test(tc, test_sumsq);
+	tcase_add_test(tc, test_clip_scale);
 	suite_add_tcase(s, tc);
 	return s;
 }
