@@ -591,6 +591,11 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 			}
 			if ((rc = write_logits(o->logits_path, logits, L, g.V, err)))
 				goto out;
+			/* a row i of the file is not prompt position i then: said */
+			if (n > g.T)
+				fprintf(stderr, "pipehost: note: --logits %s holds the last %d of the prompt's %lld tokens (the "
+					"model's context, seq_len = %d), positions counted from 0 as the model saw them\n",
+					o->logits_path, L, (long long)n, g.T);
 		}
 		if (k == o->max_new_tokens)
 			break;

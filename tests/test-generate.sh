@@ -111,6 +111,16 @@ if gen "$long" --max-new-tokens 5 --seed 1 >"$tmp/long" && [ "$(wc -c <"$tmp/lon
 else
 	not_ok "long prompt: $(cat "$tmp/long" "$tmp/gen.err")"
 fi
+# --logits of that long prompt: the last 16 positions, as the model saw
+# them (the logits of "klmnopqrstuvwxyz"), and a note saying so
+gen "$long" --max-new-tokens 0 --logits "$tmp/llong.st" >/dev/null && cp "$tmp/gen.err" "$tmp/llong.err"
+gen "klmnopqrstuvwxyz" --max-new-tokens 0 --logits "$tmp/l16b.st" >/dev/null
+if [ -s "$tmp/llong.st" ] && [ "$(tensor_bytes "$tmp/llong.st" logits | od -An -v -tx1)" = "$(tensor_bytes "$tmp/l16b.st" logits | od -An -v -tx1)" ] &&
+	grep -q "^pipehost: note: --logits $tmp/llong.st holds the last 16 of the prompt's 36 tokens (the model's context, seq_len = 16), positions counted from 0 as the model saw them$" "$tmp/llong.err"; then
+	ok "--logits of a 36-byte prompt: its last 16 positions, with a note"
+else
+	not_ok "--logits of a long prompt: $(cat "$tmp/llong.err")"
+fi
 
 # which weights: a checkpoint, else save_weights, else init
 run --set run.steps=10 --set checkpoint.dir="$tmp/ck" >/dev/null 2>&1
