@@ -4,6 +4,7 @@
  * people already have.  Format 1.0/2.0/3.0, C order, little-endian;
  * float32 or uint8 inputs (uint8 scaled to [0,1] like Fashion-MNIST's;
  * float32 ones finite), int64, int32 or uint8 labels. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -33,12 +34,13 @@ static const char *dict_value(const char *h, const char *key)
 		const char *p = strstr(h, q);
 		if (p) {
 			p += strlen(q);
-			while (*p == ' ')
+			/* a Python literal: any blanks around the colon */
+			while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
 				p++;
 			if (*p != ':')
 				return NULL;
 			p++;
-			while (*p == ' ')
+			while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
 				p++;
 			return p;
 		}
@@ -101,10 +103,18 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 {
 	unsigned char pre[12];
 	memset(h, 0, sizeof *h);
-	if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
+	size_t got = fread(pre, 1, 10, f);
+	if (got < 10 && got >= 1 && memcmp(pre, "\x93NUMPY", got < 6 ? got : 6) == 0)
+		return ph_fail(err, PH_EINVAL, "npy: %s is truncated: %zu bytes, inside the .npy magic and version", path,
+			       got);
+	if (got != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
 		return ph_fail(err, PH_EINVAL, "npy: %s is not a .npy file (no \\x93NUMPY magic); save it with numpy.save",
 			       path);
 	int major = pre[6];
+	/* numpy reads (and writes) versions 1.0, 2.0 and 3.0 only */
+	if ((major == 1 || major == 2 || major == 3) && pre[7] != 0)
+		return ph_fail(err, PH_EINVAL, "npy: %s is .npy format version %d.%d; numpy writes 1.0, 2.0 and 3.0: save "
+			       "it again with numpy.save", path, major, pre[7]);
 	uint32_t hlen;
 	long start;
 	if (major == 1) {
@@ -116,7 +126,7 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 		hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
 		start = 12;
 	} else {
-		return ph_fail(err, PH_EINVAL, "npy: %s is .npy format version %d.%d; only 1.x, 2.x and 3.x are read",
+		return ph_fail(err, PH_EINVAL, "npy: %s is .npy format version %d.%d; only 1.0, 2.0 and 3.0 are read",
 			       path, major, pre[7]);
 	}
 	if (hlen > NPY_MAX_HEADER)
@@ -137,7 +147,15 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 			     !descr ? "'descr'" : !fo ? "'fortran_order'" : "'shape'");
 		goto out;
 	}
-	if (strncmp(fo, "False", 5) != 0) {
+	/* a Python bool: False, or True (Fortran order); anything else is
+	 * no header numpy wrote (it once read "0" as Fortran order) */
+	int fo_false = strncmp(fo, "False", 5) == 0, fo_true = strncmp(fo, "True", 4) == 0;
+	const char *fo_end = fo + (fo_false ? 5 : fo_true ? 4 : 0);
+	if ((!fo_false && !fo_true) || isalnum((unsigned char)*fo_end) || *fo_end == '_') {
+		rc = ph_fail(err, PH_EINVAL, "npy: %s: fortran_order is neither True nor False; the file is corrupt", path);
+		goto out;
+	}
+	if (fo_true) {
 		rc = ph_fail(err, PH_EINVAL, "npy: %s is in Fortran order; save numpy.ascontiguousarray(a) instead", path);
 		goto out;
 	}
@@ -196,6 +214,8 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 		}
 		h->count *= d;
 		p = e;
+		if (*p == 'L') /* Python 2's long literal (10L), which numpy still reads */
+			p++;
 	}
 	if (h->ndim == 0 || h->dims[0] == 0) {
 		rc = ph_fail(err, PH_EINVAL, "npy: %s holds no samples", path);

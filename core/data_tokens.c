@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The tokens data source: pre-tokenised corpora as nanoGPT and llm.c
  * write them.  nanoGPT's train.bin/val.bin: raw little-endian uint16 (or
- * uint32) ids, no header; llm.c's: a 256 x int32 header (magic 20240520,
- * version 1 = uint16 ids / 2 = uint32, token count) then the ids.
+ * uint32) ids, no header; llm.c's: a 256 x int32 header (magic, version,
+ * token count) then the ids, as its dev/data/data_common.py writes them:
+ * GPT-2's magic 20240520 version 1 with uint16 ids, LLaMA 3's magic
+ * 20240801 version 7 with uint32 ids.
  * Sequences are cut the way the text source cuts bytes. */
 #include <errno.h>
 #include <stdlib.h>
@@ -11,7 +13,9 @@
 
 #include "data_source.h"
 
-#define LLMC_MAGIC 20240520u
+#define LLMC_MAGIC 20240520u      /* GPT-2 tokens: version 1, uint16 */
+#define LLMC_MAGIC_U32 20240801u  /* LLaMA 3 tokens: version 7, uint32 */
+#define LLMC_HELLASWAG 20240522u  /* llm.c's HellaSwag evaluation data: not tokens */
 #define LLMC_HEADER_BYTES (256 * 4)
 
 static uint32_t le32(const unsigned char *p)
@@ -65,30 +69,40 @@ int ph_data_read_tokens(const char *path, int token_bytes, int64_t vocab, uint32
 		goto out;
 	}
 	size_t off = 0, count;
-	if (size >= 4 && size < LLMC_HEADER_BYTES && le32(raw) == LLMC_MAGIC) {
+	uint32_t magic = size >= 4 ? le32(raw) : 0;
+	int llmc = magic == LLMC_MAGIC || magic == LLMC_MAGIC_U32;
+	if (magic == LLMC_HELLASWAG) {
+		rc = ph_fail(err, PH_EINVAL, "tokens: %s is llm.c's HellaSwag evaluation data (magic %u), not a token file; "
+			     "give a train or val .bin", path, magic);
+		goto out;
+	}
+	if (llmc && size < LLMC_HEADER_BYTES) {
 		rc = ph_fail(err, PH_EINVAL, "tokens: %s is truncated: llm.c's magic, but %zu bytes of its %d-byte header",
 			     path, size, LLMC_HEADER_BYTES);
 		goto out;
 	}
-	if (size >= LLMC_HEADER_BYTES && le32(raw) == LLMC_MAGIC) {
+	if (llmc) {
 		/* llm.c's header states the id width and the count */
 		uint32_t version = le32(raw + 4), declared = le32(raw + 8);
-		if (version != 1 && version != 2) {
-			rc = ph_fail(err, PH_EINVAL, "tokens: %s is llm.c format version %u; only 1 (uint16) and 2 (uint32) "
-				     "are read", path, version);
+		uint32_t want = magic == LLMC_MAGIC ? 1 : 7;
+		if (version != want) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s has llm.c's magic %u but version %u; llm.c writes GPT-2 token "
+				     "files as magic 20240520 version 1 (uint16 ids) and LLaMA 3 ones as magic 20240801 "
+				     "version 7 (uint32)", path, magic, version);
 			goto out;
 		}
-		token_bytes = version == 1 ? 2 : 4;
+		token_bytes = magic == LLMC_MAGIC ? 2 : 4;
 		off = LLMC_HEADER_BYTES;
 		count = declared;
-		if ((size - off) / (size_t)token_bytes < count || (size - off) % (size_t)token_bytes) {
-			rc = ph_fail(err, PH_EINVAL, "tokens: %s is truncated: its header says %zu tokens, it holds %zu bytes "
-				     "of them", path, count, size - off);
+		size_t have = size - off, need = count * (size_t)token_bytes;
+		if (have < need) {
+			rc = ph_fail(err, PH_EINVAL, "tokens: %s is truncated: its header says %zu tokens (%zu bytes), it holds "
+				     "%zu bytes of them", path, count, need, have);
 			goto out;
 		}
-		if ((size - off) / (size_t)token_bytes > count) {
+		if (have > need) {
 			rc = ph_fail(err, PH_EINVAL, "tokens: %s holds %zu bytes after the %zu tokens its header says; the "
-				     "file is corrupt", path, size - off - count * (size_t)token_bytes, count);
+				     "file is corrupt", path, have - need, count);
 			goto out;
 		}
 	} else {
@@ -145,8 +159,9 @@ int ph_data_token_sequences(const uint32_t *tok, size_t a, size_t b, int seq_len
 	memset(ds, 0, sizeof *ds);
 	int64_t nseq = b - a > (size_t)seq_len ? (int64_t)((b - a - 1) / (size_t)seq_len) : 0;
 	if (nseq < 1)
-		return ph_fail(err, PH_EINVAL, "%s has %zu %s tokens, too few for one sequence of %d; use more data or a "
-			       "shorter seq_len", what, b - a, split, seq_len);
+		return ph_fail(err, PH_EINVAL, "%s has %zu %s tokens, too few for one sequence of %d (it takes %d: each "
+			       "sequence's last token needs the one after it as its target); use more data or a shorter "
+			       "seq_len", what, b - a, split, seq_len, seq_len + 1);
 	ds->n = nseq;
 	ds->shape = (ph_shape){ 1, { seq_len } };
 	ds->targets_per_sample = seq_len;

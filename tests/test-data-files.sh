@@ -72,6 +72,20 @@ bad_npy() { # DESC FILE REGEX ARGS...: refused naming the file
 	shift 3
 	expect_error "npy: $d" "^pipehost: npy: $tmp/$f$r" -c "$tiny" "$@" --set "data.train_images=$tmp/$f"
 }
+# headers numpy reads and writes as Python literals: a tab after a colon
+# (once "is in Fortran order") and Python 2's 256L (once "unreadable shape")
+npy_dict "$tmp/tab.npy" "{'descr':	'|u1', 'fortran_order':	False, 'shape': (256L, 1L, 8L, 8L), }"; images 256 >>"$tmp/tab.npy"
+if "$PIPEHOST" -c "$tiny" "$@" --set "data.train_images=$tmp/tab.npy" --plan >/dev/null 2>"$tmp/err"; then
+	ok "npy: a header with tabs and Python 2's 256L, as numpy reads it"
+else
+	not_ok "npy: tabs and 256L: $(cat "$tmp/err")"
+fi
+npy "$tmp/fo0.npy" '|u1' '(256, 1, 8, 8)' 0; images 256 >>"$tmp/fo0.npy"
+bad_npy "fortran_order: 0 (not a bool)" fo0.npy ": fortran_order is neither True nor False; the file is corrupt$" "$@"
+printf '\223NUMPY\001' >"$tmp/magcut.npy"
+bad_npy "a file cut inside the magic" magcut.npy " is truncated: 7 bytes, inside the .npy magic and version$" "$@"
+{ printf '\223NUMPY\001\001'; tail -c +9 "$tmp/tx.npy"; } >"$tmp/v11.npy"
+bad_npy "version 1.1" v11.npy " is .npy format version 1.1; numpy writes 1.0, 2.0 and 3.0: save it again with numpy.save$" "$@"
 printf '\223NUMPY\002\000\100\000' >"$tmp/v2cut.npy"
 bad_npy "a 2.0 header cut inside its length" v2cut.npy ": header cut short; the file is truncated$" "$@"
 printf '\223NUMPY\002\000\377\377\377\177' >"$tmp/hlen.npy"

@@ -678,13 +678,14 @@ START_TEST(test_npy_ops)
 }
 END_TEST
 
-/* A token file: llm.c's header (version 0: none) and n ids of width bytes. */
+/* A token file: llm.c's header (version 0: none; 7: LLaMA 3's magic
+ * 20240801, else GPT-2's 20240520) and n ids of width bytes. */
 static void write_tokens(const char *name, int version, int width, const uint32_t *ids, size_t n, size_t declared)
 {
 	FILE *f = fopen(in_dir(name), "wb");
 	ck_assert_ptr_nonnull(f);
 	if (version) {
-		int32_t h[256] = { 20240520, version, (int32_t)declared };
+		int32_t h[256] = { version == 7 ? 20240801 : 20240520, version, (int32_t)declared };
 		fwrite(h, sizeof h, 1, f); /* little-endian host, as llm.c writes it */
 	}
 	for (size_t i = 0; i < n; i++)
@@ -713,7 +714,7 @@ START_TEST(test_tokens_files)
 	write_tokens("nano.bin", 0, 2, ids, 40, 0);
 	write_tokens("wide.bin", 0, 4, ids, 40, 0);
 	write_tokens("llmc1.bin", 1, 2, ids, 40, 40);
-	write_tokens("llmc2.bin", 2, 4, ids, 40, 40);
+	write_tokens("llmc2.bin", 7, 4, ids, 40, 40); /* LLaMA 3's: uint32 */
 	const char *ok[] = { "nano.bin", "wide.bin", "llmc1.bin", "llmc2.bin" };
 	for (int k = 0; k < 4; k++) {
 		uint32_t *t;
@@ -756,12 +757,29 @@ START_TEST(test_tokens_files)
 	expect_tokens_fail("absurd.bin", 4, 65536, "absurd.bin: token 1073741824 at position 2 is past any vocabulary (ids "
 			   "travel as floats, exact below 2^24): is [data] token_type = uint32 right?");
 	/* llm.c's header says the width: a big id there is the vocabulary's */
-	write_tokens("llmc2big.bin", 2, 4, absurd, 3, 3);
+	write_tokens("llmc2big.bin", 7, 4, absurd, 3, 3);
 	expect_tokens_fail("llmc2big.bin", 2, 65536, "token 1073741824 at position 2 is not below vocab_size 65536; set "
 			   "[data] vocab_size");
-	expect_tokens_fail("short1.bin", 2, 65536, "short1.bin is truncated: its header says 40 tokens");
+	expect_tokens_fail("short1.bin", 2, 65536, "short1.bin is truncated: its header says 40 tokens (80 bytes)");
 	expect_tokens_fail("long1.bin", 2, 65536, "long1.bin holds 2 bytes after the 39 tokens");
-	expect_tokens_fail("v3.bin", 2, 65536, "v3.bin is llm.c format version 3");
+	expect_tokens_fail("v3.bin", 2, 65536, "v3.bin has llm.c's magic 20240520 but version 3; llm.c writes GPT-2 token "
+			   "files as magic 20240520 version 1 (uint16 ids) and LLaMA 3 ones as magic 20240801 version 7 (uint32)");
+	/* GPT-2's magic with uint32 ids (no llm.c writes it: it was read once
+	 * as a "version 2") */
+	write_tokens("v2.bin", 2, 4, ids, 40, 40);
+	expect_tokens_fail("v2.bin", 2, 65536, "v2.bin has llm.c's magic 20240520 but version 2");
+	/* a longer file whose excess is not a whole id: corrupt, not truncated */
+	write_tokens("long1b.bin", 1, 2, ids, 40, 40);
+	f = fopen(in_dir("long1b.bin"), "ab");
+	fputc(7, f);
+	fclose(f);
+	expect_tokens_fail("long1b.bin", 2, 65536, "long1b.bin holds 1 bytes after the 40 tokens its header says");
+	int32_t hs[256] = { 20240522, 1, 10 };
+	f = fopen(in_dir("hellaswag.bin"), "wb");
+	fwrite(hs, sizeof hs, 1, f);
+	fclose(f);
+	expect_tokens_fail("hellaswag.bin", 2, 65536, "hellaswag.bin is llm.c's HellaSwag evaluation data (magic "
+			   "20240522), not a token file");
 	expect_tokens_fail("odd.bin", 2, 65536, "odd.bin is truncated: 81 bytes is not a whole number of uint16 ids");
 	expect_tokens_fail("hdr.bin", 2, 65536, "hdr.bin is truncated: llm.c's magic, but 44 bytes");
 	expect_tokens_fail("empty.bin", 2, 65536, "empty.bin holds no tokens");
