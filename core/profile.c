@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Measured layer costs for [partition] cost = profile, with a small on-disk
  * cache (see profile.h for the method, the key and the file format). */
+#define _GNU_SOURCE /* dladdr */
 #include "build-config.h"
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -13,6 +16,7 @@
 #include <unistd.h>
 
 #include <cblas.h>
+#include <xxhash.h>
 
 #include "layer_call.h"
 #include "memcheck.h"
@@ -63,6 +67,59 @@ static void kt_shape(keytext *k, const ph_shape *s)
 	kt_add(k, "]");
 }
 
+/* The bytes of the file that holds code at `addr` (a layer's plugin), as
+ * an XXH3-64: a plugin rebuilt (another kernel, another -O) times
+ * differently under the same name and shapes.  0 when unreadable. */
+static uint64_t code_digest(const void *addr)
+{
+	Dl_info info;
+	if (!dladdr(addr, &info) || !info.dli_fname)
+		return 0;
+	int fd = open(info.dli_fname, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	XXH3_state_t *st = XXH3_createState();
+	uint64_t h = 0;
+	if (st && XXH3_64bits_reset(st) == XXH_OK) {
+		char buf[65536];
+		ssize_t n;
+		while ((n = read(fd, buf, sizeof buf)) > 0)
+			XXH3_64bits_update(st, buf, (size_t)n);
+		h = n == 0 ? XXH3_64bits_digest(st) : 0;
+	}
+	XXH3_freeState(st);
+	close(fd);
+	return h;
+}
+
+/* A layer's options as its plugin holds them: an option that leaves the
+ * meta alone (a dropout rate, a second expert's rule) still moves the
+ * time (a rate of 0 draws no mask). */
+static void kt_options(keytext *k, const ph_layer *l)
+{
+	const ph_option *o = l->ops->head.options;
+	const char *cfg = l->cfg ? (const char *)l->cfg->config : NULL;
+	if (!o || !cfg)
+		return;
+	for (; o->name; o++) {
+		const char *v = cfg + o->offset;
+		kt_add(k, " %s=", o->name);
+		switch (o->type) {
+		case PH_OPT_INT: kt_add(k, "%lld", (long long)*(const int64_t *)v); break;
+		case PH_OPT_FLOAT: kt_add(k, "%.17g", *(const double *)v); break;
+		case PH_OPT_BOOL:
+		case PH_OPT_CHOICE: kt_add(k, "%d", *(const int *)v); break;
+		case PH_OPT_STRING: kt_add(k, "%.*s", PH_STR_MAX, v); break;
+		case PH_OPT_INTLIST: {
+			const ph_intlist *il = (const ph_intlist *)v;
+			for (int i = 0; i < il->n && i < PH_INTLIST_MAX; i++)
+				kt_add(k, "%s%lld", i ? "," : "", (long long)il->v[i]);
+			break;
+		}
+		}
+	}
+}
+
 uint64_t ph_profile_key(const ph_model *m, int threads, const char *device, char *text, size_t len)
 {
 	keytext k = { text, len, 0, 0xcbf29ce484222325ull };
@@ -71,12 +128,14 @@ uint64_t ph_profile_key(const ph_model *m, int threads, const char *device, char
 	/* method 3: mapped buffers, caches as in a step (evict_caches), the
 	 * run's samples, CPU time with one thread; a file measured another
 	 * way is a miss */
-	kt_add(&k, "%s\nmethod 3\ndevice %s\nthreads %d\nmicro_batch %d\nlayers %d\n", PROFILE_MAGIC, device, threads,
-	       m->max_batch, m->n);
+	kt_add(&k, "%s\nmethod 3\nversion %s\ndevice %s\nthreads %d\nmicro_batch %d\nlayers %d\n", PROFILE_MAGIC,
+	       PACKAGE_VERSION, device, threads, m->max_batch, m->n);
 	for (int i = 0; i < m->n; i++) {
 		const ph_layer *l = &m->layers[i];
 		const ph_layer_meta *mt = &l->meta;
-		kt_add(&k, "%s ", l->ops->head.name);
+		kt_add(&k, "%s code %016" PRIx64, l->ops->head.name, code_digest((const void *)l->ops->forward));
+		kt_options(&k, l);
+		kt_add(&k, " ");
 		kt_shape(&k, &l->in);
 		kt_add(&k, " -> ");
 		kt_shape(&k, &mt->out);
@@ -113,6 +172,17 @@ static void cpu_device(char *buf, size_t len)
 		}
 	}
 	fclose(f);
+}
+
+/* The device as the key knows it: on the CPU, the BLAS's own words too
+ * (OpenBLAS picks its kernels per CPU; OPENBLAS_CORETYPE or another build
+ * picks others, and a layer's products time differently). */
+static void key_device(const char *device, int gpu, char *buf, size_t len)
+{
+	if (gpu)
+		snprintf(buf, len, "%s", device);
+	else
+		snprintf(buf, len, "%s blas %.80s %.100s", device, openblas_get_corename(), openblas_get_config());
 }
 
 /* ------------------------------------------------------------------ */
@@ -247,9 +317,11 @@ int ph_profile_cache_read(const char *path, uint64_t key, const ph_model *m, dou
 			int idx, used = 0;
 			char type[256];
 			double a, b;
+			/* the layer's name is for the reader: a renamed layer times the
+			 * same (names are not in the key, so a check of them here
+			 * once made two INIs rewrite each other's file) */
 			if (next >= n || sscanf(line, "layer %d %255s %lf %lf %n", &idx, type, &a, &b, &used) != 4 ||
-			    idx != next || strcmp(type, m->layers[idx].ops->head.name) ||
-			    (m->layers[idx].cfg && strcmp(line + used, m->layers[idx].cfg->name))) {
+			    idx != next || strcmp(type, m->layers[idx].ops->head.name)) {
 				ph_fail(why, PH_EINVAL, "%s:%d: does not describe layer %d of this model", path, lineno, next);
 				goto out;
 			}
@@ -267,10 +339,19 @@ int ph_profile_cache_read(const char *path, uint64_t key, const ph_model *m, dou
 			next++;
 		}
 	}
-	if (state == 3 && next == n)
-		hit = 1;
-	else
-		ph_fail(why, PH_EINVAL, "%s: truncated after %d of %d layers", path, next, n);
+	if (state == 3 && next == n) {
+		/* every time 0 is no measurement (each call takes some time),
+		 * and would leave the partitioners nothing to balance */
+		double total = 0;
+		for (int i = 0; i < n; i++)
+			total += fwd_s[i] + bwd_s[i];
+		if (total > 0)
+			hit = 1;
+		else
+			ph_fail(why, PH_EINVAL, "%s: every layer's time is 0, which no measurement gives", path);
+	} else {
+		ph_fail(why, PH_EINVAL, "%s: truncated after %d of %d layers", path, next, n < 0 ? 0 : n);
+	}
 out:
 	fclose(f);
 	return hit;
@@ -435,15 +516,23 @@ static float *p_floats(const place *pl, const float *h, size_t n, ph_err *err)
 static float *evict_buf;
 static size_t evict_n;
 
+/* How much each eviction writes: twice the last-level cache, within 8 and
+ * 256 MiB. */
+static size_t evict_bytes(void)
+{
+	long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+	size_t bytes = l3 > 0 ? 2 * (size_t)l3 : (size_t)64 << 20;
+	if (bytes < ((size_t)8 << 20))
+		bytes = (size_t)8 << 20;
+	if (bytes > ((size_t)256 << 20))
+		bytes = (size_t)256 << 20;
+	return bytes;
+}
+
 static void evict_caches(void)
 {
 	if (!evict_buf) {
-		long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-		size_t bytes = l3 > 0 ? 2 * (size_t)l3 : (size_t)64 << 20;
-		if (bytes < ((size_t)8 << 20))
-			bytes = (size_t)8 << 20;
-		if (bytes > ((size_t)256 << 20))
-			bytes = (size_t)256 << 20;
+		size_t bytes = evict_bytes();
 		evict_buf = malloc(bytes);
 		if (!evict_buf)
 			return; /* the timing is only less faithful */
@@ -461,6 +550,19 @@ static void evict_release(void)
 	free(evict_buf);
 	evict_buf = NULL;
 	evict_n = 0;
+}
+
+/* What one eviction takes here, timed (the second of two: the first also
+ * faults the buffer's pages in); cost = auto's estimate adds it to every
+ * timed call.  The buffer is released again. */
+static double evict_seconds(void)
+{
+	evict_caches();
+	double t0 = now_s();
+	evict_caches();
+	double t = now_s() - t0;
+	evict_release();
+	return t > 0 ? t : 0;
 }
 
 /* Read n floats into the caches, as the neighbour's write leaves them. */
@@ -729,7 +831,9 @@ static int costs_on(const ph_model *m, const char *cache_dir, const ph_profile_g
 		cpu_device(device, sizeof device);
 		snprintf(how, sizeof how, ", %d BLAS thread%s", threads, threads == 1 ? "" : "s");
 	}
-	uint64_t key = ph_profile_key(m, threads, device, NULL, 0);
+	char kdev[512];
+	key_device(device, gpu != NULL, kdev, sizeof kdev);
+	uint64_t key = ph_profile_key(m, threads, kdev, NULL, 0);
 	ph_err perr = { { 0 } };
 	int have_path = !cache_off(cache_dir) && ph_profile_cache_path(cache_dir, key, path, sizeof path, &perr) == PH_OK;
 	if (have_path) {
@@ -766,13 +870,15 @@ static int costs_on(const ph_model *m, const char *cache_dir, const ph_profile_g
 	 * caller's business, and only happens on a miss). */
 	const float *x0 = NULL;
 	char src[160] = "random input";
+	int random_for_data = 0; /* the run's samples did not load: not for the cache */
 	if (input && input->get) {
 		ph_err ierr = { { 0 } };
 		x0 = input->get(input->ctx, m->max_batch, &ierr);
 		if (x0)
 			snprintf(src, sizeof src, "training samples");
 		else
-			snprintf(src, sizeof src, "random input (%.120s)", ierr.msg[0] ? ierr.msg : "no training data");
+			snprintf(src, sizeof src, "random input (%.140s)", ierr.msg[0] ? ierr.msg : "no training data");
+		random_for_data = !x0;
 	}
 	double t_start = now_s();
 	if (out) {
@@ -811,6 +917,10 @@ static int costs_on(const ph_model *m, const char *cache_dir, const ph_profile_g
 	if (!have_path) {
 		if (out && !cache_off(cache_dir))
 			fprintf(out, "profile: not cached: %s\n", perr.msg);
+	} else if (random_for_data) {
+		/* a later run with its data must measure its own samples */
+		if (out)
+			fprintf(out, "profile: not cached: timed on random input, not the run's samples\n");
 	} else {
 		ph_err werr = { { 0 } };
 		if (ph_profile_cache_write(path, key, m, fwd_s, bwd_s, &werr)) {
@@ -888,20 +998,31 @@ int ph_profile_costs_for_run(const ph_model *m, const ph_config *c, const ph_pro
 		flops *= m->max_batch;
 		double est = (PH_PROFILE_WARMUP + PH_PROFILE_REPEATS) * flops /
 			     (PH_PROFILE_AUTO_GFLOPS * 1e9 * (c->place.cuda ? 100 : ph_profile_run_threads(c)));
+		/* and on the CPU, each timed call's cache eviction (2 x the LLC
+		 * written, before each of 2 x (warm-up + repeats) calls a layer):
+		 * a deep model of small layers once estimated 0.003 s and
+		 * measured for 24 */
+		if (!c->place.cuda && est <= PH_PROFILE_AUTO_BUDGET_S)
+			est += (double)m->n * 2 * (PH_PROFILE_WARMUP + PH_PROFILE_REPEATS) * evict_seconds();
 		if (est > PH_PROFILE_AUTO_BUDGET_S) {
 			/* a cached profile is still free: look for one first */
 			openblas_set_num_threads(ph_profile_run_threads(c));
 			if (!c->place.cuda && !cache_off(c->part.profile_cache)) {
-				char device[256], path[4400];
+				char device[256], kdev[512], path[4400];
 				cpu_device(device, sizeof device);
-				uint64_t key = ph_profile_key(m, openblas_get_num_threads(), device, NULL, 0);
+				key_device(device, 0, kdev, sizeof kdev);
+				uint64_t key = ph_profile_key(m, openblas_get_num_threads(), kdev, NULL, 0);
 				ph_err e2 = { { 0 } };
-				if (ph_profile_cache_path(c->part.profile_cache, key, path, sizeof path, &e2) == PH_OK &&
-				    ph_profile_cache_read(path, key, m, fwd_s, bwd_s, &e2)) {
-					if (out)
-						fprintf(out, "profile: cache hit %s\n", path);
-					*used = 1;
-					return PH_OK;
+				if (ph_profile_cache_path(c->part.profile_cache, key, path, sizeof path, &e2) == PH_OK) {
+					if (ph_profile_cache_read(path, key, m, fwd_s, bwd_s, &e2)) {
+						if (out)
+							fprintf(out, "profile: cache hit %s\n", path);
+						*used = 1;
+						return PH_OK;
+					}
+					/* a damaged file: a note, as where measuring is cheap */
+					if (e2.msg[0] && out)
+						fprintf(out, "profile: ignoring the cache: %s\n", e2.msg);
 				}
 			}
 			if (out)

@@ -229,6 +229,55 @@ elif grep -q '^profile: measuring' "$tmp/plan"; then
 	else
 		not_ok "cost = profile: another micro-batch size is measured again ($(head -3 "$tmp/plan"))"
 	fi
+	# names are not what a layer costs: a renamed layer reads the cache (a
+	# check of names once made two INIs rewrite each other's file)
+	sed 's/^\[layer relu1\]/[layer act1]/' "$tiny" >"$tmp/renamed.ini"
+	plan -c "$tmp/renamed.ini" --set partition.cost=profile --set partition.type=dp --set "partition.profile_cache=$cache"
+	if grep -q '^profile: cache hit' "$tmp/plan"; then
+		ok "cost = profile: a renamed layer reads the cache"
+	else
+		not_ok "cost = profile: a renamed layer: $(head -3 "$tmp/plan")"
+	fi
+	# an option that leaves the meta alone still moves the time (a dropout
+	# rate of 0 draws no mask): each rate its own entry
+	cp "$tiny" "$tmp/drop.ini" # its [layer drop] is a dropout
+	plan -c "$tmp/drop.ini" --set partition.cost=profile --set "partition.profile_cache=$tmp/c2" --set layer.drop.rate=0.5
+	plan -c "$tmp/drop.ini" --set partition.cost=profile --set "partition.profile_cache=$tmp/c2" --set layer.drop.rate=0
+	if grep -q '^profile: measuring' "$tmp/plan" && [ "$(ls "$tmp/c2" | wc -l)" -eq 2 ]; then
+		ok "cost = profile: another dropout rate (not in the meta) is measured again"
+	else
+		not_ok "cost = profile: a dropout rate read a stale entry: $(head -3 "$tmp/plan")"
+	fi
+	# a file of zero times (no measurement gives them) is a note and a
+	# measurement, not a run refused for costs of 0
+	f=$(ls "$tmp/c2"/* | head -1)
+	awk '/^layer / { $4 = 0; $5 = 0 } { print }' "$f" >"$f.new" && mv "$f.new" "$f"
+	plan -c "$tmp/drop.ini" --set partition.cost=profile --set "partition.profile_cache=$tmp/c2" --set layer.drop.rate=0
+	plan2=$(cat "$tmp/plan")
+	plan -c "$tmp/drop.ini" --set partition.cost=profile --set "partition.profile_cache=$tmp/c2" --set layer.drop.rate=0.5
+	if echo "$plan2 $(cat "$tmp/plan")" | grep -q "ignoring the cache: .*every layer's time is 0, which no measurement gives"; then
+		ok "cost = profile: a cache file of zero times is ignored and measured again"
+	else
+		not_ok "cost = profile: zero times: $(head -3 "$tmp/plan") $(cat "$tmp/perr")"
+	fi
+	# cost = auto counts each timed call's cache eviction: 600 small layers
+	# are few FLOPs but 10,800 evictions of 16 MiB or more (a model of 62
+	# once estimated 0.003 s and measured for 24)
+	printf '[run]\nstages = 4\nbatch = 32\nmicro_batches = 4\n[data]\nsource = synthetic\nshape = 32\nclasses = 4\n[layer fc]\ntype = linear\nunits = 32\nrepeat = 600\n[layer out]\ntype = linear\nunits = 4\n[layer loss]\ntype = softmax_xent\n' >"$tmp/deep.ini"
+	plan -c "$tmp/deep.ini" --set "partition.profile_cache=$tmp/c4"
+	if grep -Eq '^cost: flops \(\[partition\] cost = auto: measuring would take about [0-9]+ s; cost = profile measures anyway\)$' "$tmp/plan"; then
+		ok "cost = auto: 600 small layers plan on FLOPs: $(grep '^cost' "$tmp/plan")"
+	else
+		not_ok "cost = auto, 600 small layers: $(grep -E '^(cost|profile)' "$tmp/plan" | head -2) $(cat "$tmp/perr")"
+	fi
+	# timed on random input because the run's data did not load: not
+	# cached, or the run with its data would read those times
+	plan -c "$fixtures/tiny-lm.ini" --set data.path="$tmp/none" --set partition.cost=profile --set "partition.profile_cache=$tmp/c3"
+	if grep -q '^profile: not cached: timed on random input, not the run.s samples$' "$tmp/plan" && [ ! -e "$tmp/c3" ]; then
+		ok "cost = profile: times taken on random input (the data did not load) are not cached"
+	else
+		not_ok "cost = profile: random input cached: $(grep '^profile' "$tmp/plan")"
+	fi
 else
 	not_ok "cost = profile measures ($(head -c 300 "$tmp/perr"))"
 fi
