@@ -448,6 +448,11 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 	if (!json_stdout) {
 		ph_plan_print(stdout, &plan, &model, &cfg);
 		print_threads(&cfg);
+	} else if (!cfg.place.cuda && cfg.place.auto_cpu[0]) {
+		/* stdout is the JSON's: the note that a job written for GPUs
+		 * runs on the CPU goes to stderr, not nowhere */
+		fprintf(stderr, "pipehost: note: devices = auto: no GPU (%s); every rank runs on the CPU\n",
+			cfg.place.auto_cpu);
 	}
 	fflush(stdout);
 	if (cli->simulate) {

@@ -429,7 +429,11 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		res->steps_run++;
 		res->steps = s + 1;
 		double t = now_s() - t0;
-		int64_t here = s + 1 - start; /* steps done by this process */
+		/* steps this process has done by now: under a window of steps
+		 * run as one job, all of the window's (its lines come after it;
+		 * counting only up to this step once showed a window's first
+		 * step at 1/16 of the speed) */
+		int64_t here = win_end - start;
 		double sps = (double)here * B / (t > 0 ? t : 1e-9);
 		/* sequence data (text, tokens): T tokens a sample, each a target */
 		double tokps = train->targets_per_sample > 1 ? sps * train->targets_per_sample : 0;
@@ -450,7 +454,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 			snprintf(tok_log + b, sizeof tok_log - b, " %s %.4g", rp[i].name, v);
 		}
 		char eta[32];
-		fmt_eta(t / here * (total - s - 1), eta, sizeof eta);
+		fmt_eta(t / here * (total - win_end), eta, sizeof eta);
 		int last = s + 1 == total;
 		if (tty && (t - last_print > 0.25 || last)) {
 			progress_redraw(epoch + 1, epochs, s + 1, total, loss, lr, sps, tok_tty, eta);

@@ -157,6 +157,11 @@ if "$PIPEHOST" -c "$tiny" --set run.devices=auto --set run.steps=1 >"$tmp/out" 2
 else
 	not_ok "devices = auto: $(cat "$tmp/err")"
 fi
+# ... and with --plan=json on stdout, the note goes to stderr (it went nowhere)
+PIPEHOST_CUDA_BACKEND=/nonexistent.so "$PIPEHOST" -c "$tiny" --set run.devices=auto --plan=json >"$tmp/out" 2>"$tmp/err"
+grep -Eq '^pipehost: note: devices = auto: no GPU \(.+\); every rank runs on the CPU$' "$tmp/err" &&
+	! grep -q 'devices = auto' "$tmp/out" && ok "devices = auto under --plan=json: the note on stderr" ||
+	not_ok "devices = auto under --plan=json: $(cat "$tmp/err")"
 PIPEHOST_CUDA_BACKEND=/nonexistent.so "$PIPEHOST" -c "$tiny" --set run.devices=auto --set run.steps=1 >"$tmp/out" 2>&1
 # (a build without CUDA says that instead)
 grep -Eq '^devices = auto: no GPU \((cannot load the CUDA backend: /nonexistent.so: |this pipehost was built without CUDA)' \

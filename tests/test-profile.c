@@ -511,6 +511,8 @@ START_TEST(test_json)
 	ck_assert_int_eq((int)num(j, "m"), 4);
 	ck_assert_int_eq((int)num(j, "micro_batch"), 4);
 	ck_assert_int_eq((int)num(j, "batch"), 16);
+	ck_assert_int_eq((int)num(j, "replicas"), 1); /* documented since 2026-12-07 */
+	ck_assert_int_eq((int)num(j, "batch"), (int)(num(j, "m") * num(j, "micro_batch") * num(j, "replicas")));
 	ck_assert_int_eq((int)num(j, "optimizer_state_per_param"), 2);
 	ck_assert(num(j, "memory_limit_bytes") == 2.0 * 1024 * 1024 * 1024);
 	const cJSON *stages = cJSON_GetObjectItemCaseSensitive(j, "stages");

@@ -216,6 +216,19 @@ else
 	not_ok "--simulate on 8 cores: a bubble in the steady state: $(cat "$tmp/sim8")"
 fi
 
+# --- the metrics of a window ---------------------------------------------------
+# A window's steps run as one job, so every line of it is known at its end:
+# each shows the speed of the steps done by then (step 1's once counted
+# only itself over the window's time: 1/16 of the speed)
+ph --set run.steps=16 --set run.log_every=1 --set run.metrics="$tmp/w.jsonl" >/dev/null 2>&1
+a=$(sed -n '1s/.*"samples_per_s":\([0-9.]*\).*/\1/p' "$tmp/w.jsonl")
+b=$(sed -n '$s/.*"samples_per_s":\([0-9.]*\).*/\1/p' "$tmp/w.jsonl")
+if [ -n "$a" ] && [ -n "$b" ] && awk "BEGIN { exit !($a > 0.5 * $b) }"; then
+	ok "metrics under a window of 16 steps: step 1 at $a samples/s, step 16 at $b"
+else
+	not_ok "metrics under a window: step 1 at '$a' samples/s, step 16 at '$b'"
+fi
+
 # --- the warm-up note ---------------------------------------------------------
 # AdamW with a warm-up under a quarter of the steps ends far behind 1f1b
 # under the delay (docs/delayed-update.md): one line says so before step
