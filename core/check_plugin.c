@@ -326,8 +326,10 @@ static void captured_text(FILE *cap, char *buf, size_t len)
 	rewind(cap); /* the child wrote through a dup of this descriptor: its offset is at the end */
 	while (used + 1 < len && fgets(line, sizeof line, cap)) {
 		line[strcspn(line, "\n")] = 0;
+		char shown[PH_ECHO_BYTES_MAX]; /* the plugin's bytes: control ones as \xNN */
 		if (line[0] && strncmp(line, "pipehost: ", 10))
-			used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " / " : "", line);
+			used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? " / " : "",
+						 ph_echo_bytes(line, shown, sizeof shown));
 	}
 	if (used >= len && len > 4)
 		memcpy(buf + len - 4, "...", 4);

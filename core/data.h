@@ -57,7 +57,8 @@ int ph_data_load_text(const char *path, int seq_len, double holdout, int train, 
 int ph_data_load_npy(const char *images, const char *labels, ph_dataset *ds, ph_err *err);
 
 /* Token ids from a token file (data_tokens.c): llm.c's format when it
- * starts with its header (magic 20240520), else raw little-endian ids of
+ * starts with its header (magic 20240520 version 1, uint16; 20240801
+ * version 7, uint32), else raw little-endian ids of
  * token_bytes (2 or 4) each.  Every id must be below vocab: the first that
  * is not is an error naming its position.  *tok is malloc'd. */
 int ph_data_read_tokens(const char *path, int token_bytes, int64_t vocab, uint32_t **tok, size_t *n, ph_err *err);

@@ -190,7 +190,7 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 	p++;
 	h->count = 1;
 	for (;;) {
-		while (*p == ' ' || *p == ',')
+		while (isspace((unsigned char)*p) || *p == ',')
 			p++;
 		if (*p == ')')
 			break;
@@ -214,7 +214,7 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 		}
 		h->count *= d;
 		p = e;
-		if (*p == 'L') /* Python 2's long literal (10L), which numpy still reads */
+		if (*p == 'L' || *p == 'l') /* Python 2's long literal (10L), which numpy still reads */
 			p++;
 	}
 	if (h->ndim == 0 || h->dims[0] == 0) {

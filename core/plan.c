@@ -85,9 +85,8 @@ static int check_lists(ph_plan *p, ph_action **lists, const int *counts, ph_err 
 					     r, k, s);
 			else if (K && a->kind == PH_ACT_F && a->mb >= K && !seen[a->chunk * M + a->mb - K].b)
 				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s comes before micro-batch %d's backward; "
-					     "rule: with an update per micro-batch and %d weight version(s) on rank %d "
-					     "(weight_versions), micro-batch n's forward after micro-batch n - %d's backward",
-					     who, r, k, s, a->mb - K, K, r, K);
+					     "rule: updating per micro-batch with K = %d weight version(s), micro-batch n's "
+					     "forward after n - K's backward", who, r, k, s, a->mb - K, K);
 			else if (a->kind != PH_ACT_F && !e->f)
 				rc = ph_fail(err, PH_EINVAL, "%s: rank %d position %d: %s comes before its forward; "
 					     "rule: each backward after its forward", who, r, k, s);
@@ -710,8 +709,13 @@ int ph_plan_stream(const ph_plan *p, const ph_config *c, int k, ph_plan *out, ph
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	memcpy(out->first, p->first, ((size_t)p->nchunks + 1) * sizeof *out->first);
 	out->sched_name = s->head.name;
-	if ((rc = ph_plan_per_mb_versions(s, c->schedule_config, &shape, &out->per_mb_versions, err)))
-		return rc;
+	/* the versions the engine keeps: the one step's shape's (engine-versions.c
+	 * sizes its rings so), not the stream's k * m */
+	if (p->per_mb_versions) {
+		if (!(out->per_mb_versions = malloc((size_t)p->ranks * sizeof *out->per_mb_versions)))
+			return ph_fail(err, PH_ENOMEM, "out of memory");
+		memcpy(out->per_mb_versions, p->per_mb_versions, (size_t)p->ranks * sizeof *out->per_mb_versions);
+	}
 	for (int r = 0; r < p->ranks; r++) {
 		if (!(out->actions[r] = calloc((size_t)cap, sizeof(ph_action))))
 			return ph_fail(err, PH_ENOMEM, "out of memory");

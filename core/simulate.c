@@ -361,11 +361,11 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 	 * measured here).  GPU ranks share no cores. */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	const char *sim_cores = getenv("PIPEHOST_SIM_CORES");
-	if (sim_cores) {
+	if (sim_cores && *sim_cores) { /* empty: unset, as a script clears it */
 		char *end;
 		errno = 0;
 		long v = strtol(sim_cores, &end, 10);
-		if (!*sim_cores || *end || errno || v < 1 || v > 65536) {
+		if (*end || errno || v < 1 || v > 65536) {
 			rc = ph_fail(err, PH_EINVAL, "PIPEHOST_SIM_CORES=%.40s%s: not a count of cores from 1 to 65536; unset it "
 				     "to simulate this machine's %ld", sim_cores, strlen(sim_cores) > 40 ? "..." : "", cores);
 			goto done;

@@ -41,7 +41,8 @@ typedef struct {
 	int *peak_inflight;      /* [ranks] most micro-batches between an F and its B (or W),
 				  * summed over the rank's chunks */
 	double *peak_act_bytes;  /* [ranks] most act_bytes held at once (same counting) */
-	ph_trace_event *events;  /* one per compute op, rank by rank in list order; step 0 */
+	ph_trace_event *events;  /* one per compute op, rank by rank in list order; step 0
+				  * (the report numbers a no-flush stream's steps) */
 	int nevents;
 } ph_sim_result;
 

@@ -74,7 +74,7 @@ bad_npy() { # DESC FILE REGEX ARGS...: refused naming the file
 }
 # headers numpy reads and writes as Python literals: a tab after a colon
 # (once "is in Fortran order") and Python 2's 256L (once "unreadable shape")
-npy_dict "$tmp/tab.npy" "{'descr':	'|u1', 'fortran_order':	False, 'shape': (256L, 1L, 8L, 8L), }"; images 256 >>"$tmp/tab.npy"
+npy_dict "$tmp/tab.npy" "{'descr':	'|u1', 'fortran_order':	False, 'shape': (256L,	1L, 8l, 8L	), }"; images 256 >>"$tmp/tab.npy"
 if "$PIPEHOST" -c "$tiny" "$@" --set "data.train_images=$tmp/tab.npy" --plan >/dev/null 2>"$tmp/err"; then
 	ok "npy: a header with tabs and Python 2's 256L, as numpy reads it"
 else

@@ -127,7 +127,7 @@ expect_error "an action of chunk 77" \
 # (s2.ini: stages = 2, so each rank keeps 1 version, the plugin's default.)
 sed 's/^stages = 2/stages = 1/; s/^\[partition\]/[optimizer]\ntype = sgd\n[partition]/' "$tmp/s2.ini" >"$tmp/s1.ini"
 expect_error "an update per micro-batch, fill-drain order, 1 version" \
-	"^pipehost: schedule audit_sched: rank 0 position 1: F1 comes before micro-batch 0's backward; rule: with an update per micro-batch and 1 weight version\(s\) on rank 0 \(weight_versions\), micro-batch n's forward after micro-batch n - 1's backward$" \
+	"^pipehost: schedule audit_sched: rank 0 position 1: F1 comes before micro-batch 0's backward; rule: updating per micro-batch with K = 1 weight version\(s\), micro-batch n's forward after n - K's backward$" \
 	-c "$tmp/s1.ini" --plugin-dir "$tmp/sched_permb" --set schedule.type=audit_sched
 expect_error "an update per micro-batch with split backwards" \
 	"^pipehost: schedule audit_sched: rank 0 position 1: I0 splits a backward, but the schedule updates after each micro-batch's B \(PH_SCHED_UPDATE_PER_MB\); rule: full backwards only$" \
