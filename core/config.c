@@ -67,7 +67,7 @@ const ph_option ph_data_options[] = {
 	PH_OPT_STRING_(ph_data_cfg, merges, "merges", "", "text: with tokenizer = bpe, GPT-2's merges.txt"),
 	PH_OPT_STRING_(ph_data_cfg, train_images, "train_images", "", "npy: training inputs, [N, ...] float32 or uint8"),
 	PH_OPT_STRING_(ph_data_cfg, train_labels, "train_labels", "", "npy: training labels, [N] int64, int32 or uint8"),
-	PH_OPT_STRING_(ph_data_cfg, test_images, "test_images", "", "npy: test inputs, the same shape per sample"),
+	PH_OPT_STRING_(ph_data_cfg, test_images, "test_images", "", "npy: test inputs, the same shape per sample (not needed under [run] eval = no)"),
 	PH_OPT_STRING_(ph_data_cfg, test_labels, "test_labels", "", "npy: test labels"),
 	PH_OPT_STRING_(ph_data_cfg, tokens, "tokens", "", "tokens: training token file (nanoGPT's train.bin, llm.c's .bin)"),
 	PH_OPT_STRING_(ph_data_cfg, test_tokens, "test_tokens", "",

@@ -416,6 +416,12 @@ static int npy_load(const ph_config *c, const ph_shape *shape, ph_dataset *train
 	int rc = load_split("train_images", d->train_images, "train_labels", d->train_labels, train, err);
 	if (rc)
 		return rc;
+	if (!c->run.eval && !d->test_images[0] && !d->test_labels[0]) {
+		/* never evaluated and no test files named: none needed (with
+		 * either named, both are read and checked as under eval) */
+		ph_data_empty_split(eval, shape, 1);
+		return PH_OK;
+	}
 	if ((rc = load_split("test_images", d->test_images, "test_labels", d->test_labels, eval, err))) {
 		ph_data_free(train);
 		return rc;

@@ -54,6 +54,22 @@ if "$PIPEHOST" -c "$tiny" "$@" --set run.metrics="$tmp/m.jsonl" --set run.log_ev
 else
 	not_ok "npy run failed: $(tail -3 "$tmp/out")"
 fi
+# never evaluated: the test files are not needed (named, they are still read)
+if "$PIPEHOST" -c "$tiny" --set data.source=npy --set "data.train_images=$tmp/tx.npy" \
+	--set "data.train_labels=$tmp/tl.npy" --set run.eval=no --set run.steps=2 >"$tmp/out" 2>&1 &&
+	! grep -q "test accuracy" "$tmp/out"; then
+	ok "npy: eval = no trains without test_images and test_labels"
+else
+	not_ok "npy: eval = no without test files: $(tail -2 "$tmp/out")"
+fi
+expect_error "npy: eval = no, test_labels named without test_images" \
+	"^pipehost: npy: \[data\] test_images is not set; give the .npy file$" \
+	-c "$tiny" --set data.source=npy --set "data.train_images=$tmp/tx.npy" --set "data.train_labels=$tmp/tl.npy" \
+	--set "data.test_labels=$tmp/vl.npy" --set run.eval=no --set run.steps=2
+expect_error "npy: eval = yes without test files" \
+	"^pipehost: npy: \[data\] test_images is not set; give the .npy file$" \
+	-c "$tiny" --set data.source=npy --set "data.train_images=$tmp/tx.npy" --set "data.train_labels=$tmp/tl.npy" \
+	--set run.eval=yes --set run.steps=2
 npy "$tmp/fort.npy" '|u1' '(256, 1, 8, 8)' True; images 256 >>"$tmp/fort.npy"
 npy "$tmp/short.npy" '|u1' '(256,)'; labels 255 >>"$tmp/short.npy"
 mkfifo "$tmp/fifo.npy"
