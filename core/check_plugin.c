@@ -196,8 +196,8 @@ static int exit_status(int status)
 /* (core/loader.c), so a plugin named like a built-in (relu, 1f1b) would */
 /* pass every check here and then be refused by every run.              */
 
-/* Another file on the path every run searches ($PIPEHOST_PLUGIN_PATH and
- * the compiled-in directory) that provides a plugin of this kind and
+/* Another file on the path every run searches (--plugin-dir,
+ * $PIPEHOST_PLUGIN_PATH and the compiled-in directory) that provides a plugin of this kind and
  * name: its path in *other, and 1.  The file checked is not "another",
  * whatever path names it.  Files that fail to load are a run's business
  * (it names them); here they provide nothing. */
@@ -208,7 +208,7 @@ static int provided_elsewhere(const ph_registry_entry *en, const ph_check_opts *
 		return 0;
 	const char *env = getenv("PIPEHOST_PLUGIN_PATH");
 	char path[8192];
-	snprintf(path, sizeof path, "%s:%s", env ? env : "", PH_PLUGIN_DIR);
+	snprintf(path, sizeof path, "%s:%s:%s", o->plugin_dirs ? o->plugin_dirs : "", env ? env : "", PH_PLUGIN_DIR);
 	char *save = NULL;
 	int found = 0;
 	for (char *dir = strtok_r(path, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {

@@ -17,6 +17,7 @@ typedef struct {
 	const char *const *sets;         /* --set NAME.KEY=VALUE: a plugin's option (NAME: its name) */
 	int nsets;
 	int allow_writable;              /* --allow-writable-plugins */
+	const char *plugin_dirs;         /* --plugin-dir DIR:DIR: searched first for another provider of a name */
 	int timeout_s;                   /* per plugin entry; 0 = 600 */
 } ph_check_opts;
 

@@ -55,6 +55,7 @@ void ph_cli_usage(FILE *f)
 		"      --load-weights FILE  --generate: the weights, pipehost's or a Hugging Face GPT-2 file (default:\n"
 		"                           the newest checkpoint, else [run] save_weights if it exists, else [run] init)\n"
 		"      --logits FILE        --generate: write the prompt's logits [L, vocab] (safetensors)\n"
+		"  -h, --help               print this summary\n"
 		"  -V, --version            print the version\n"
 		"plugins are searched in --plugin-dir, [run] plugin_path, $PIPEHOST_PLUGIN_PATH and %s\n",
 		PH_PLUGIN_DIR);
@@ -111,6 +112,44 @@ void ph_cli_print_version(void)
 	);
 }
 
+/* The long option "--NAME" or "--NAME=..." names, exactly or as the unique
+ * prefix getopt_long takes, or NULL. */
+static const char *long_option_named(const struct option *longopts, const char *arg)
+{
+	if (strncmp(arg, "--", 2) || !arg[2])
+		return NULL;
+	size_t n = strcspn(arg + 2, "=");
+	const char *hit = NULL;
+	for (const struct option *o = longopts; o->name; o++) {
+		if (strncmp(o->name, arg + 2, n))
+			continue;
+		if (!o->name[n])
+			return o->name; /* exact */
+		if (hit)
+			return NULL; /* ambiguous: getopt_long would refuse it too */
+		hit = o->name;
+	}
+	return hit;
+}
+
+/* The options "--ARG" may be short for, joined by ", ", when more than one
+ * (getopt_long refuses such a prefix as it does an unknown option). */
+static int ambiguous_prefix(const struct option *longopts, const char *arg, char *buf, size_t len)
+{
+	if (strncmp(arg, "--", 2) || !arg[2])
+		return 0;
+	size_t n = strcspn(arg + 2, "="), used = 0;
+	int count = 0;
+	buf[0] = 0;
+	for (const struct option *o = longopts; o->name; o++)
+		if (!strncmp(o->name, arg + 2, n) && o->name[n]) {
+			count++;
+			if (used < len)
+				used += (size_t)snprintf(buf + used, len - used, "%s--%s", count > 1 ? ", " : "", o->name);
+		}
+	return count > 1;
+}
+
 int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 {
 	static const struct option longopts[] = {
@@ -147,6 +186,29 @@ int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 		if (optarg && !*optarg && is_path_option(ch))
 			return ph_fail(err, PH_EINVAL, "%s%s: the path is empty; give a file or directory name, or leave "
 				       "the option out", ch == 'c' ? "-" : "--", ch == 'c' ? "c" : longopts[li].name);
+		/* "--trace --simulate": the value is the next word, and that word is
+		 * one of our options, so the option was given without its value
+		 * (it trained, and wrote the trace to a file named --simulate).
+		 * A path that starts with "-" goes after "./"; "--opt=VALUE"
+		 * takes VALUE as given. */
+		if (optarg && optarg == argv[optind - 1] && ch != OPT_PLAN) {
+			const char *other = long_option_named(longopts, optarg);
+			int path_dash = is_path_option(ch) && optarg[0] == '-' && optarg[1];
+			if (other || path_dash) {
+				char name[64];
+				if (li >= 0)
+					snprintf(name, sizeof name, "--%s", longopts[li].name);
+				else
+					snprintf(name, sizeof name, "-%c", ch);
+				if (other)
+					return ph_fail(err, PH_EINVAL, "%s needs a value, and the word after it is the option "
+						       "--%s; give %s its value first%s%s%s", name, other, name,
+						       is_path_option(ch) ? " (a file of that name: ./" : "",
+						       is_path_option(ch) ? optarg : "", is_path_option(ch) ? ")" : "");
+				return ph_fail(err, PH_EINVAL, "%s %s: a path that starts with '-' reads as an option; "
+					       "write ./%s", name, optarg, optarg);
+			}
+		}
 		if (optarg && ch > 0 && ch <= OPT_PROGRESS && ch != 's' && ch != OPT_PDIR && ch != OPT_PLAN) {
 			if (given[ch] && ch == 'c')
 				return ph_fail(err, PH_EINVAL, "-c given twice (%s, then %s); give one config, and --set for "
@@ -267,7 +329,13 @@ int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 		case 'h': cli->help = 1; break;
 		case 'V': cli->version = 1; break;
 		case ':': return ph_fail(err, PH_EINVAL, "%s needs a value; see pipehost --help", argv[optind - 1]);
-		default: return ph_fail(err, PH_EINVAL, "unknown option %s; see pipehost --help", argv[optind - 1]);
+		default: {
+			char which[512];
+			if (ambiguous_prefix(longopts, argv[optind - 1], which, sizeof which))
+				return ph_fail(err, PH_EINVAL, "ambiguous option %s: it could be %s; write more of it",
+					       argv[optind - 1], which);
+			return ph_fail(err, PH_EINVAL, "unknown option %s; see pipehost --help", argv[optind - 1]);
+		}
 		}
 	}
 	if (optind < argc && (!strcmp(argv[optind], "json") || !strcmp(argv[optind], "text")))
@@ -337,7 +405,7 @@ int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 	 * cannot take, so a usage error (the same line as for an INI's output
 	 * key, core/outputs.c, which exits 1 as a config's errors do) */
 	const char *const dash[][2] = { { "--save-weights", cli->save_weights }, { "--trace", cli->trace },
-				       { "--svg", cli->svg } };
+				       { "--svg", cli->svg }, { "--logits", cli->gen.logits_path } };
 	for (size_t i = 0; i < sizeof dash / sizeof dash[0]; i++)
 		if (dash[i][1] && !strcmp(dash[i][1], "-"))
 			return ph_fail(err, PH_EINVAL, "%s -: only --plan-json writes to standard output; give a file name "

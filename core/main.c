@@ -286,7 +286,8 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 	int rc;
 	if (cli->check_plugin) {
 		ph_check_opts co = { .file = cli->check_plugin, .shape = cli->shape, .batch = cli->batch,
-				     .sets = cli->overrides, .nsets = cli->noverrides, .allow_writable = cli->allow_writable };
+				     .sets = cli->overrides, .nsets = cli->noverrides, .allow_writable = cli->allow_writable,
+				     .plugin_dirs = cli->plugin_dirs };
 		return ph_check_plugin(&co, stdout, err);
 	}
 	if (!cli->config) {

@@ -100,6 +100,14 @@ EOF
 # "[run]" and "  key  type  default VALUE  RANGE  help" (core/options.c)
 awk '
 /^\[/ { printf "SS%s%s\n", FS_, $0; next }
+# "  source = NAME  text": a value of the key above, not a key
+/^  [^ ]+ = [^ ]/ {
+	line = $0
+	sub(/^ +/, "", line)
+	what = line; sub(/^[^ ]+ = [^ ]+/, "", what); sub(/^ +/, "", what)
+	printf "VAL%s%s = %s%s%s\n", FS_, $1, $3, FS_, what
+	next
+}
 /^  [^ ]/ {
 	line = $0
 	sub(/^ +/, "", line)
@@ -119,6 +127,7 @@ awk '
 ' FS_="$us" "$tmp/options" | while IFS="$us" read -r kind name type def range help; do
 	case "$kind" in
 	SS) printf '.SS %s\n' "$name" ;;
+	VAL) printf '.TP\n.B %s\n%s\n' "$(printf '%s\n' "$name" | esc)" "$(printf '%s\n' "$type" | esc)" ;;
 	KEY)
 		printf '.TP\n.B %s\n' "$(printf '%s\n' "$name" | esc)"
 		what="$type, default $def"
@@ -156,9 +165,35 @@ the CUDA backend module to load instead of the installed one.
 .TP
 .B PIPEHOST_MPI_MODULE
 the MPI module to load under mpirun instead of the installed one.
+.PP
+The others (the GPU's fast paths, the profile cache, test fixtures) are
+listed in docs/reference.md, section "Environment variables".
 .SH EXIT STATUS
-0 on success; 1 with one line on standard error saying what went wrong,
-where, and what to do.
+.TP
+.B 0
+done: every step trained, every output written (also
+.BR \-\-help ", " \-\-version ", " \-\-plan ).
+.TP
+.B 1
+a failure: a bad INI, a missing file, a diverged run, an output that could
+not be written; one line on standard error says what went wrong, where,
+and what to do.
+.TP
+.B 2
+a usage error: an unknown or ambiguous option, an option without its value
+or with a bad one, no
+.BR "\-c FILE" ;
+nothing was read or run.
+.TP
+.B 130, 143
+stopped by SIGINT or SIGTERM after writing a checkpoint (resume with
+.BR "\-\-resume DIR" ),
+or after finishing the final outputs (128 + the signal).
+.TP
+.B 132, 134, 135, 136, 139
+a crash (SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGSEGV: 128 + the signal), after
+one line on standard error naming the signal and, where known, the
+plugin's file.
 .SH SEE ALSO
 .BR mpirun (1),
 .BR pkg\-config (1)

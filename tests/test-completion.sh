@@ -32,6 +32,16 @@ expect "partitioner plugins" "$PIPEHOST --set partition.type=d" "dp"
 expect "the -c file's layers" "$PIPEHOST -c $ini --set layer\\ fc" 'layer\ fc1. layer\ fc2.'
 expect "a layer's keys and its plugin's options" "$PIPEHOST -c $ini --set layer\\ fc1.u" 'layer\ fc1.units='
 expect "layer plugins" "$PIPEHOST -c $ini --set layer\\ fc1.type=li" "linear"
+expect "a core choice named type is not a plugin" "$PIPEHOST --set optimizer.type=" "sgd adamw lion"
+expect "the data sources" "$PIPEHOST --set data.source=" "fashion-mnist synthetic text npy tokens"
+expect "the sources are values, not keys" "$PIPEHOST --set data.so" "data.source="
+expect "--progress's modes" "$PIPEHOST --progress " "auto tty lines none"
+expect "--plan=FORM" "$PIPEHOST --plan=" "text json"
+expect "--help" "$PIPEHOST --he" "--help"
+expect "--set=KEY as one word" "$PIPEHOST --set=run.st" "run.stages= run.steps="
+expect "a layer written with a dot" "$PIPEHOST -c $ini --set layer.fc1.u" "layer.fc1.units="
+printf '[schedule]\ntype = pipedream\n' >"$tmp/pd.ini"
+expect "the -c file's schedule's own keys" "$PIPEHOST -c $tmp/pd.ini --set schedule." "schedule.type= schedule.delay="
 # a plugin only --plugin-dir finds
 mkdir -p "$tmp/more"
 cp "$TEST_PLUGIN_DIR/check-deadlock.so" "$tmp/more/"

@@ -25,6 +25,21 @@ status "an unknown option is a usage error" 2 -c "$tiny" --no-such-flag
 status "no -c is a usage error" 2 --set run.steps=1
 status "an option without its value is a usage error" 2 -c
 status "a bad --plan value is a usage error" 2 -c "$tiny" --plan=yaml
+# an option whose value is missing took the next option as its value: the
+# run trained and wrote its trace to a file named --simulate
+(cd "$tmp" && status "--trace followed by another option is a usage error" 2 -c "$tiny" --trace --simulate)
+[ -e "$tmp/--simulate" ] && not_ok "--trace --simulate wrote a file named --simulate"
+status "--save-weights followed by another option is a usage error" 2 --save-weights --plan -c "$tiny"
+status "-c followed by another option is a usage error" 2 -c --plan
+status "a path that starts with - is a usage error" 2 -c "$tiny" --resume -x
+status "--logits - is a usage error, as --trace - is" 2 -c "$tiny" --generate hi --logits -
+status "an ambiguous option prefix is a usage error" 2 -c "$tiny" --pl
+if grep -q "ambiguous option --pl: it could be --plan, --plan-json, --plugin-dir" "$tmp/err"; then
+	ok "an ambiguous prefix names the options it could be"
+else
+	not_ok "an ambiguous prefix: $(cat "$tmp/err")"
+fi
+if "$PIPEHOST" --help | grep -q -- "-h, --help"; then ok "--help lists itself"; else not_ok "--help does not list -h, --help"; fi
 status "a missing config file is a failure, not a usage error" 1 -c "$tmp/none.ini"
 status "a bad key is a failure, not a usage error" 1 -c "$tiny" --set run.stepz=1
 

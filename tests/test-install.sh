@@ -55,6 +55,18 @@ else
 	done
 	[ -z "$missing" ] && ok "the page has every option of --help, every section and key of --list-options" ||
 		not_ok "the man page lacks:$missing"
+	# each data source as a value of source (they once read as keys named
+	# "source =,"), and the exit statuses of docs/conventions.md
+	missing=
+	for src in $("$bin" --list-options | sed -n 's/^  source = \([a-z-]*\) .*/\1/p'); do
+		grep -Eq "^ +source = $src$" "$tmp/man" || missing="$missing source=$src"
+	done
+	grep -q "source =," "$tmp/man" && missing="$missing (a garbled 'source =,')"
+	for st in 0 1 2 "130, 143"; do
+		awk '/^EXIT STATUS/ { on = 1 } on' "$tmp/man" | grep -Eq "^ +$st( |$)" || missing="$missing exit-$st"
+	done
+	[ -z "$missing" ] && ok "the page lists every data source and the exit statuses 0, 1, 2, 130, 143" ||
+		not_ok "the man page lacks:$missing"
 fi
 
 # The bash completion.

@@ -99,6 +99,15 @@ if grep -q "^PASS layer audit_scale: name: no other plugin on the plugin path pr
 else
 	not_ok "a unique name: $(grep ': name:' "$tmp/out")"
 fi
+# the same name in a --plugin-dir: the run given that --plugin-dir refuses
+# it, so the check given it fails (it once searched only the path)
+mkdir -p "$tmp/dup" && cp "$AD/flops_neg.so" "$tmp/dup/copy.so"
+"$PIPEHOST" --check-plugin "$AD/flops_neg.so" --plugin-dir "$tmp/dup" >"$tmp/out" 2>&1
+if grep -q "^FAIL layer audit_scale: name: $tmp/dup/copy.so provides a layer named audit_scale too" "$tmp/out"; then
+	ok "--check-plugin with --plugin-dir searches it for the name too"
+else
+	not_ok "--check-plugin --plugin-dir: $(grep ': name:' "$tmp/out")"
+fi
 expect_error "a layer named relu: the run refuses it (what the check predicts)" "layer 'relu' is provided by both " \
 	--plugin-dir "$tmp/name_relu" --list-plugins
 # ... and a delayed update with one weight version, as every run refuses it.
