@@ -310,6 +310,36 @@ out:
 	return rc;
 }
 
+int ph_start_agree(const ph_comm *cm, char *mine, const char *subject, const char *advice, ph_err *err)
+{
+	if (cm->size <= 1 || !cm->ops) {
+		free(mine);
+		return PH_OK;
+	}
+	if (!mine)
+		return ph_fail(err, PH_ENOMEM, "out of memory for the %s digest", subject);
+	return agree_on_text(cm, mine, subject, advice, err);
+}
+
+int ph_setup_agree(const ph_comm *cm, int rc, ph_err *err)
+{
+	if (cm->size <= 1 || !cm->ops)
+		return rc;
+	ph_err e2;
+	/* the lowest failing rank, as size - rank: the largest wins */
+	int first = rc ? cm->size - cm->rank : 0;
+	int rc2 = cm->ops->max_int(&first, &e2);
+	if (rc2)
+		return rc ? rc : (*err = e2, rc2);
+	if (!first)
+		return PH_OK;
+	first = cm->size - first;
+	if (cm->rank == first)
+		return rc;
+	sleep_through(PH_AGREE_WAIT_S);
+	return ph_fail(err, PH_EINVAL, "process %d failed before training (its own line says why)", first);
+}
+
 int ph_config_agree(const ph_config *c, const ph_agree_cli *cli, ph_err *err)
 {
 	const ph_comm *cm = &c->comm;

@@ -70,6 +70,21 @@ char *ph_data_agree_text(const ph_dataset *train, const ph_dataset *test, const 
 int ph_data_agree(const ph_comm *cm, const ph_dataset *train, const ph_dataset *test, const ph_shape *in,
 		  ph_err *err);
 
+/* The same for what the processes read to start from: mine is this
+ * process's text (malloc'd; taken), e.g. "[run] init weights (XXH3-64) =
+ * ..." or the resumed checkpoint's step and manifest.  A node with a stale
+ * copy of a checkpoint directory (only process 0 writes them) would
+ * otherwise train from other weights, and could hang the job. */
+int ph_start_agree(const ph_comm *cm, char *mine, const char *subject, const char *advice, ph_err *err);
+
+/* Setup that fails in some processes only (process 0's checkpoint
+ * directory checks): every process calls it with its own rc.  The first
+ * failing process returns its rc (its line is the job's); the others wait
+ * for the abort main() then makes, without a line of their own (a stop
+ * line from the abort's SIGTERM read as if someone had interrupted the
+ * run).  All succeeded: PH_OK. */
+int ph_setup_agree(const ph_comm *cm, int rc, ph_err *err);
+
 /* An option's value in cfg as an INI file would say it, the canonical
  * form the checkpoint identity (checkpoint-id.c) and this check share: an
  * integer in decimal, a float in the fewest of 15..17 significant digits

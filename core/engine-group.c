@@ -560,6 +560,53 @@ static int by_name(const void *a, const void *b)
 	return strcmp(((const ph_report *)a)->name, ((const ph_report *)b)->name);
 }
 
+/* The figures of every process, by name: replicas in several processes
+ * report the same keys (their sums and counts add, in process order), the
+ * stages of a pipeline split over processes each their own layers' (the
+ * union).  *r (k entries, sorted by name) is replaced. */
+static int merge_processes(const ph_comm *cm, ph_report **r, int *k, ph_err *err)
+{
+	int most = *k;
+	int rc = cm->ops->max_int(&most, err);
+	if (rc || !most)
+		return rc;
+	const int P = cm->size;
+	ph_report *mine = calloc((size_t)most, sizeof *mine), *all = calloc((size_t)most * P, sizeof *all),
+		  *out = calloc((size_t)most * P, sizeof *out);
+	if (!mine || !all || !out) {
+		free(mine), free(all), free(out);
+		return ph_fail(err, PH_ENOMEM, "out of memory");
+	}
+	if (*k)
+		memcpy(mine, *r, (size_t)*k * sizeof *mine); /* the rest: empty names, count 0 */
+	rc = cm->ops->allgather(mine, all, (size_t)most * sizeof *mine, err);
+	int n = 0;
+	for (int p = 0; !rc && p < P; p++)
+		for (int i = 0; i < most; i++) {
+			const ph_report *a = &all[(size_t)most * p + i];
+			if (!a->name[0])
+				continue;
+			int j = 0;
+			while (j < n && strcmp(out[j].name, a->name))
+				j++;
+			if (j == n)
+				memcpy(out[n++].name, a->name, sizeof a->name); /* out is calloc'd: sum, count 0 */
+			out[j].sum += a->sum;
+			out[j].count += a->count;
+		}
+	free(mine);
+	free(all);
+	if (rc) {
+		free(out);
+		return rc;
+	}
+	qsort(out, (size_t)n, sizeof *out, by_name);
+	free(*r);
+	*r = out;
+	*k = n;
+	return PH_OK;
+}
+
 int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err)
 {
 	shared_t *S = e->grp;
@@ -582,34 +629,7 @@ int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err)
 		qsort(r, (size_t)k, sizeof *r, by_name);
 	const ph_comm *cm = &e->cfg->comm;
 	if (cm->size > 1) {
-		/* every process reports the same keys (the same calls): add
-		 * their sums and counts, in process order */
-		int most = k;
-		int rc = cm->ops->max_int(&most, err);
-		if (rc) {
-			free(r);
-			return rc;
-		}
-		if (most != k) {
-			free(r);
-			return ph_fail(err, PH_EINTERNAL, "the processes report different figures (%d here, %d elsewhere)",
-				       k, most);
-		}
-		double *mine = calloc((size_t)2 * (k ? k : 1), sizeof *mine),
-		       *all = calloc((size_t)2 * (k ? k : 1) * cm->size, sizeof *all);
-		if (!mine || !all)
-			rc = ph_fail(err, PH_ENOMEM, "out of memory");
-		for (int i = 0; !rc && i < k; i++)
-			mine[2 * i] = r[i].sum, mine[2 * i + 1] = r[i].count;
-		if (!rc && k)
-			rc = cm->ops->allgather(mine, all, (size_t)2 * k * sizeof *mine, err);
-		for (int i = 0; !rc && i < k; i++) {
-			r[i].sum = r[i].count = 0;
-			for (int p = 0; p < cm->size; p++)
-				r[i].sum += all[(size_t)2 * k * p + 2 * i], r[i].count += all[(size_t)2 * k * p + 2 * i + 1];
-		}
-		free(mine);
-		free(all);
+		int rc = merge_processes(cm, &r, &k, err);
 		if (rc) {
 			free(r);
 			return rc;

@@ -31,6 +31,10 @@ static void fill_ctx(const ph_engine *e, ph_ctx *ctx, int mb, int layer, const c
 	 * micro-batch's own */
 	ctx->loss_scale = e->per_mb ? (float)(1.0 / ((double)e->mbsize * e->tps))
 				    : (float)(1.0 / ((double)e->mbsize * e->m * e->cfg->run.replicas * e->tps));
+	/* ABI 1.9: the samples behind that mean (an auxiliary loss per token
+	 * scales by 1 / (these x its tokens), whatever the loss's targets) */
+	ctx->objective_samples = e->per_mb ? (int64_t)e->mbsize
+					   : (int64_t)e->mbsize * e->m * e->cfg->run.replicas;
 	if (layer == e->model->n - 1)
 		ctx->targets = e->d_data_y + (size_t)mb * e->mbsize * e->tps;
 }

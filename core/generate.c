@@ -402,7 +402,7 @@ static int gen_forward(const gen_model *g, const ph_config *c, const int32_t *id
 			break;
 		}
 		if ((rc = lay->ops->meta(state, &meta, &e)))
-			ph_fail(err, rc, "--generate: layer %s (%s): %s", name, type, e.msg);
+			ph_fail(err, rc, "--generate: layer %s (%s): %s", name, type, ph_plugin_words(type, e.msg));
 		else if (meta.nparams != lay->meta.nparams)
 			rc = ph_fail(err, PH_EINVAL, "--generate: layer %s (%s) has %d parameters for %d tokens, %d for %d",
 				     name, type, meta.nparams, L, lay->meta.nparams, g->T);

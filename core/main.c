@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "check_plugin.h"
 #include "cli.h"
@@ -267,6 +268,25 @@ static int stopped_after(const char *what)
 	return 1;
 }
 
+/* What the processes compare after reading [run] init (ph_start_agree):
+ * the XXH3-64 of every tensor as read, in layer order.  NULL: out of
+ * memory. */
+static char *init_text(const ph_tensor_ref *t, int n)
+{
+	XXH3_state_t *st = XXH3_createState();
+	char *text = malloc(96);
+	if (!st || !text || XXH3_64bits_reset(st) != XXH_OK) {
+		XXH3_freeState(st);
+		free(text);
+		return NULL;
+	}
+	for (int i = 0; i < n; i++)
+		XXH3_64bits_update(st, t[i].data, (size_t)ph_shape_numel(&t[i].shape) * sizeof *t[i].data);
+	snprintf(text, 96, "[run] init weights (XXH3-64)=%016llx\n", (unsigned long long)XXH3_64bits_digest(st));
+	XXH3_freeState(st);
+	return text;
+}
+
 /* stdout as it was before run() set it aside (*fd, closed and -1 after):
  * what went to it meanwhile is flushed to stderr first */
 static void stdout_back(int *fd)
@@ -493,8 +513,17 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 			rc = ph_fail(err, PH_EINVAL, "[run] init %s: %s holds %s at element %lld; give weights that are "
 				     "all finite", cfg.run.init, t[bad].name, isnan(t[bad].data[at]) ? "NaN" : "an infinity",
 				     (long long)at);
+		char *digest = rc || cfg.comm.size <= 1 ? NULL : init_text(t, nt);
 		free(t);
-		if (rc || (rc = ph_engine_upload_tensors(engine, err)))
+		if (rc || (rc = ph_engine_upload_tensors(engine, err))) {
+			free(digest);
+			goto out;
+		}
+		/* every process read the same weights: the paths may differ from
+		 * node to node, the contents may not */
+		if (cfg.comm.size > 1 &&
+		    (rc = ph_start_agree(&cfg.comm, digest, "initial weights differ",
+					 "give every process the same [run] init file", err)))
 			goto out;
 		printf("initial weights read from %s%s\n", cfg.run.init, hf ? " (Hugging Face GPT-2)" : "");
 	}

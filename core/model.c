@@ -208,6 +208,13 @@ static int shard_rows(ph_layer *l, const ph_config *c, ph_err *err)
 				       l->cfg->name, l->ops->head.name, R, d->shape.ndim ? (long long)d->shape.d[0] : 0LL,
 				       d->name, d->shape.ndim ? (long long)d->shape.d[0] : 0LL);
 	}
+	/* One replica holds every row: nothing is sharded, so a pipeline
+	 * split over processes runs it as any dense layer (the bits stay set
+	 * elsewhere, where the sharded paths give the same result) */
+	if (R == 1 && ph_config_split(c) > 1) {
+		l->meta.sharded_params = 0;
+		return PH_OK;
+	}
 	if (ph_config_split(c) > 1)
 		return ph_fail(err, PH_EUNSUPPORTED,
 			       "layer %s (%s) shards its parameters over the replicas, which a pipeline split over "
@@ -215,6 +222,12 @@ static int shard_rows(ph_layer *l, const ph_config *c, ph_err *err)
 			       l->cfg->name, l->ops->head.name);
 	l->shards = R;
 	return PH_OK;
+}
+
+const char *ph_plugin_words(const char *type, const char *msg)
+{
+	size_t n = strlen(type);
+	return !strncmp(msg, type, n) && msg[n] == ':' && msg[n + 1] == ' ' && msg[n + 2] ? msg + n + 2 : msg;
 }
 
 int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int max_batch, ph_err *err)
@@ -244,15 +257,18 @@ int ph_model_build(ph_model *m, const ph_config *c, const ph_shape *input, int m
 			 * not read as a shape mismatch */
 			if (i == 0)
 				return ph_fail(err, rc, "layer %s (%s): %s (its input: the data's samples %s, micro-batches "
-					       "of %d)", lc->name, l->ops->head.name, e2.msg, s_in, max_batch);
+					       "of %d)", lc->name, l->ops->head.name, ph_plugin_words(l->ops->head.name, e2.msg), s_in,
+					       max_batch);
 			return ph_fail(err, rc, "layer %s (%s): %s (its input: layer %s's (%s) output %s, micro-batches "
-				       "of %d)", lc->name, l->ops->head.name, e2.msg, c->layers[i - 1].name,
+				       "of %d)", lc->name, l->ops->head.name, ph_plugin_words(l->ops->head.name, e2.msg),
+				       c->layers[i - 1].name,
 				       c->layers[i - 1].ops->head.name, s_in, max_batch);
 		}
 		m->n = i + 1;
 		memset(&l->meta, 0, sizeof l->meta);
 		if ((rc = l->ops->meta(l->state, &l->meta, &e2)))
-			return ph_fail(err, rc, "layer %s (%s): %s", lc->name, l->ops->head.name, e2.msg);
+			return ph_fail(err, rc, "layer %s (%s): %s", lc->name, l->ops->head.name,
+				       ph_plugin_words(l->ops->head.name, e2.msg));
 		if ((rc = check_meta(l, max_batch, err)))
 			return rc;
 		l->gpu_saved_bytes = gpu_saved_bytes(l, c);

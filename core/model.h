@@ -69,4 +69,10 @@ void ph_model_mark_ties(const ph_model *m, ph_tensor_ref *t, int n);
 /* "[1,28,28]" */
 void ph_shape_str(const ph_shape *s, char *buf, size_t len);
 
+/* A plugin's message past its own "TYPE: " (plugins start their messages
+ * with their name, for use on their own), for a line that names the layer
+ * and its type already: "layer moe (moe): top_k = 2 ...", not
+ * "layer moe (moe): moe: top_k = 2 ...". */
+const char *ph_plugin_words(const char *type, const char *msg);
+
 #endif

@@ -15,8 +15,10 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "checkpoint.h"
+#include "config_agree.h"
 #include "errline.h"
 #include "data_source.h"
 #include "outputs.h"
@@ -278,6 +280,34 @@ int ph_train_check_data(const ph_config *c, const ph_dataset *train, ph_err *err
 	return PH_OK;
 }
 
+/* What the processes compare after a resume (ph_start_agree): the step,
+ * the run and the XXH3-64 of the step's manifest.txt, which holds the
+ * size and hash of every file of the step.  NULL: out of memory. */
+static char *resume_text(const char *stepdir, int64_t step, const char *run)
+{
+	char path[4200];
+	unsigned long long h = 0;
+	snprintf(path, sizeof path, "%s/manifest.txt", stepdir);
+	FILE *f = fopen(path, "rb");
+	if (f) {
+		XXH3_state_t *st = XXH3_createState();
+		char buf[4096];
+		size_t r;
+		if (st && XXH3_64bits_reset(st) == XXH_OK) {
+			while ((r = fread(buf, 1, sizeof buf, f)) > 0)
+				XXH3_64bits_update(st, buf, r);
+			h = XXH3_64bits_digest(st);
+		}
+		XXH3_freeState(st);
+		fclose(f);
+	}
+	char *t = malloc(256);
+	if (t)
+		snprintf(t, 256, "resumed at step=%lld\ncheckpoint run=%s\ncheckpoint manifest (XXH3-64)=%016llx\n",
+			 (long long)step, run, h);
+	return t;
+}
+
 int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,
 		const ph_train_ckpt *ck, ph_train_result *res, ph_err *err)
 {
@@ -325,11 +355,22 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		ckdir = ckdir_buf;
 		derived = 1;
 	}
+	/* a no-flush schedule's steps run in windows of up to W steps, its
+	 * pipeline drained only at a window's end (ph_engine_train_steps);
+	 * windows end where the loop needs the weights of that step: at an
+	 * evaluation (the epoch's end), a checkpoint and the run's end, and a
+	 * signal waits for the window's end */
+	const int W = ph_engine_window(e);
 	/* Before step 1: the directory exists, can be written, and is this
 	 * run's alone (locked while it runs; claimed below). */
 	struct stat dsb;
 	if (ckdir && writer && (!derived || (!stat(ckdir, &dsb) && S_ISDIR(dsb.st_mode))) &&
-	    ((rc = ph_checkpoint_prepare(ckdir, err)) || (rc = ph_runlock_acquire(ckdir, &lockfd, err))))
+	    !(rc = ph_checkpoint_prepare(ckdir, err)))
+		rc = ph_runlock_acquire(ckdir, &lockfd, err);
+	/* process 0 alone checks the directory: its failure is the job's
+	 * line, and the others end quietly (core/config_agree.h), not in
+	 * the abort's SIGTERM read as a stop */
+	if ((rc = ph_setup_agree(&c->comm, rc, err)))
 		goto out;
 	if ((ckdir || resume) && (rc = ph_checkpoint_identity(c, e, n, total, &id, err)))
 		goto out;
@@ -339,6 +380,13 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		int aside = writer && lockfd >= 0 && (derived || same_dir(ckdir, resume));
 		if ((rc = ph_checkpoint_load(resume, e, &id, aside, &start, id.run, res->checkpoint,
 					     sizeof res->checkpoint, err)))
+			goto out;
+		/* every process resumed from the same checkpoint: a node's
+		 * stale copy of the directory would train other weights, or
+		 * hang the job */
+		if ((rc = ph_start_agree(&c->comm, resume_text(res->checkpoint, start, id.run), "checkpoint differs",
+					 "give every process the same checkpoint (only process 0 writes them: copy its "
+					 "directory to the other nodes)", err)))
 			goto out;
 		if (start > total) {
 			rc = ph_fail(err, PH_EINVAL, "checkpoint %s is at step %lld, past this run's %lld steps; raise [run] "
@@ -360,13 +408,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		fflush(stdout);
 	}
 	if (ckdir && writer && (rc = ph_checkpoint_claim(ckdir, id.run, !resume, c->checkpoint.overwrite, err)))
-		goto out;
-	/* a no-flush schedule's steps run in windows of up to W steps, its
-	 * pipeline drained only at a window's end (ph_engine_train_steps);
-	 * windows end where the loop needs the weights of that step: at an
-	 * evaluation (the epoch's end), a checkpoint and the run's end, and a
-	 * signal waits for the window's end */
-	const int W = ph_engine_window(e);
+		goto setup_end;
 	x = malloc((size_t)(B * numel) * W * sizeof *x);
 	y = malloc((size_t)(B * tps) * W * sizeof *y);
 	perm = malloc((size_t)n * sizeof *perm);
@@ -374,13 +416,17 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	wlr = calloc((size_t)W, sizeof *wlr);
 	if (!x || !y || !perm || !wst || !wlr) {
 		rc = ph_fail(err, PH_ENOMEM, "out of memory for the batch");
-		goto out;
+		goto setup_end;
 	}
 	/* A resumed run continues its metrics file. */
 	if (c->run.metrics[0] && writer && !(metrics = fopen(c->run.metrics, start > 0 ? "a" : "w"))) {
 		rc = ph_fail(err, PH_EIO, "cannot write metrics file %s; check [run] metrics", c->run.metrics);
-		goto out;
+		goto setup_end;
 	}
+setup_end:
+	/* the claim and the metrics file are process 0's too */
+	if ((rc = ph_setup_agree(&c->comm, rc, err)))
+		goto out;
 	if (ckdir)
 		ph_stop_catch();
 	double t0 = now_s(), last_print = 0;

@@ -3,8 +3,8 @@
 # mpirun (test-mpi.sh skips, 77, without Open MPI or the MPI module); the
 # plan's memory estimate against the engine's, in one process and split
 # over two (test-plan-memory.sh).
-TESTS += tests/test-replicas.sh tests/test-mpi.sh tests/test-plan-memory.sh
-EXTRA_DIST += tests/test-replicas.sh tests/test-mpi.sh tests/test-plan-memory.sh tests/parallel.mk
+TESTS += tests/test-replicas.sh tests/test-mpi.sh tests/test-mpi-start.sh tests/test-plan-memory.sh
+EXTRA_DIST += tests/test-replicas.sh tests/test-mpi.sh tests/test-mpi-start.sh tests/test-plan-memory.sh tests/parallel.mk
 
 # Expert parallelism (plugin ABI 1.5 replica groups, sharded parameters):
 # ep_linear, a test layer with its experts split over the replicas.

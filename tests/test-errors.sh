@@ -58,7 +58,7 @@ expect_error "CUDA hooks split unlike the layer" "plugin $tmp/bad_twin_split/bad
 
 # flatten before the convolution: conv2d gets a vector
 awk '/^\[layer conv1\]/{print "[layer flat0]\ntype = flatten"} {print}' "$tiny" >"$tmp/shape.ini"
-expect_error "shape mismatch" "^pipehost: layer conv1 \\(conv2d\\): conv2d: .* \\(its input: layer flat0's \\(flatten\\) output \\[64\\], micro-batches of [0-9]+\\)$" -c "$tmp/shape.ini"
+expect_error "shape mismatch" "^pipehost: layer conv1 \\(conv2d\\): input has .* \\(its input: layer flat0's \\(flatten\\) output \\[64\\], micro-batches of [0-9]+\\)$" -c "$tmp/shape.ini"
 
 # the chunk limit of a schedule that interleaves already: its limit, no
 # advice to switch to the schedule the run uses
@@ -307,9 +307,9 @@ expect_error "more partition bounds than an int list holds" "^pipehost: --set: \
 expect_error "a partition bound of 70 digits" "^pipehost: --set: \[partition\] bounds: value too long$" \
 	-c "$tiny" --plan --set partition.type=explicit --set "partition.bounds=0,$(printf '1%.0s' $(seq 70))"
 expect_error "moe: fewer experts than experts per token" \
-	"gpt_block: moe_experts = 1, moe_top_k = 2; need 1 or 2 experts per token and at least that many experts" \
+	"^pipehost: layer block0 \\(gpt_block\\): moe_experts = 1, moe_top_k = 2; need 1 or 2 experts per token and at least that many experts" \
 	-c "$fixtures/tiny-lm.ini" --plan --set layer.block.mlp=moe --set layer.block.moe_experts=1
-expect_error "an embedding past float-exact ids" "embedding: vocab = 20000000; ids travel as floats, exact only up to 2\^24" \
+expect_error "an embedding past float-exact ids" "^pipehost: layer embed \\(embedding\\): vocab = 20000000; ids travel as floats, exact only up to 2\^24" \
 	-c "$fixtures/tiny-lm.ini" --plan --set layer.embed.vocab=20000000
 
 # --- numbers, blank values and bytes in values -----------------------------

@@ -57,6 +57,30 @@ if ph_have_mpi; then
 	else
 		not_ok "moe, mpirun -np 2 with R = 2: differs or failed: $(tail -3 "$tmp/m2.log")"
 	fi
+	# one replica split over the processes: nothing is sharded, and each
+	# process's router figures join the other's (they were "different
+	# figures", and the run was refused)
+	if "$PIPEHOST" -c "$ep_ini" --set run.replicas=1 --set run.stages=2 --set run.log_every=1 \
+		--set "run.metrics=$tmp/s1.jsonl" --save-weights "$tmp/s1.st" >"$tmp/s1.log" 2>&1 &&
+		ph_mpirun 2 "$PIPEHOST" -c "$ep_ini" --set run.replicas=1 --set run.stages=2 --set run.log_every=1 \
+			--set "run.metrics=$tmp/s2.jsonl" --save-weights "$tmp/s2.st" >"$tmp/s2.log" 2>&1 &&
+		cmp -s "$tmp/s1.st" "$tmp/s2.st" &&
+		sed -E 's/"(samples_per_s|tokens_per_s|elapsed_s)":[0-9.e+-]+,?//g' "$tmp/s1.jsonl" >"$tmp/s1.m" &&
+		sed -E 's/"(samples_per_s|tokens_per_s|elapsed_s)":[0-9.e+-]+,?//g' "$tmp/s2.jsonl" >"$tmp/s2.m" &&
+		cmp -s "$tmp/s1.m" "$tmp/s2.m" && grep -q '"block1.aux_loss"' "$tmp/s2.m"; then
+		ok "moe, R = 1 split over 2 processes: weights and router figures byte-identical to one process"
+	else
+		not_ok "moe, R = 1 split over 2 processes: $(tail -3 "$tmp/s2.log")"
+	fi
+	if ph_mpirun 4 "$PIPEHOST" -c "$ep_ini" --set run.replicas=2 --set run.micro_batches=2 --set run.stages=2 \
+		--set run.steps=1 >"$tmp/s4.log" 2>&1; then
+		not_ok "moe, R = 2 with each pipeline split over 2 processes: ran; its experts are sharded"
+	elif grep -q "shards its parameters over the replicas, which a pipeline split over processes does not support" \
+		"$tmp/s4.log"; then
+		ok "moe, R = 2 with each pipeline split over 2 processes: refused in one line"
+	else
+		not_ok "moe, R = 2 split over processes: $(tail -3 "$tmp/s4.log")"
+	fi
 else
 	ok "# SKIP mpirun: $ph_mpi_why"
 fi

@@ -7,7 +7,8 @@
  *    residual = no; the harness's objective is sum(y r), so these run with
  *    aux_coef = 0;
  *  - the auxiliary loss's gradient by finite differences of the objective
- *    sum(y r) + loss_scale coef N aux (aux as the layer reports it);
+ *    sum(y r) + ts coef N aux (aux as the layer reports it; ts = 1 / the
+ *    step's tokens, from objective_samples, whatever the loss's targets);
  *  - drops: a dropped token's output is x (residual) or 0, and the reported
  *    drop fraction counts them;
  *  - meta: sharded expert tensors, FLOPs at capacity;
@@ -92,8 +93,9 @@ START_TEST(test_moe_grad_dropless_random_noresidual)
 }
 END_TEST
 
-/* The objective with the auxiliary loss: sum(y r) + loss_scale coef N aux. */
-static double objective(inst *L, double coef)
+/* The objective with the auxiliary loss: sum(y r) + ts coef N aux, ts =
+ * d(objective)/d(a loss per token). */
+static double objective(inst *L, double coef, double ts)
 {
 	rep_aux = NAN;
 	fwd(L);
@@ -101,20 +103,25 @@ static double objective(inst *L, double coef)
 	for (int64_t i = 0; i < L->ny; i++)
 		s += (double)L->y[i] * L->r[i];
 	const int64_t N = L->nx / L->in.d[L->in.ndim - 1];
-	return s + (double)L->ctx.loss_scale * coef * (double)N * rep_aux;
+	return s + ts * coef * (double)N * rep_aux;
 }
 
-START_TEST(test_moe_grad_aux)
+/* The auxiliary loss's gradient against finite differences of the
+ * objective, with the host's scales: loss_scale (per target of the loss;
+ * dy carries it) and objective_samples (0: a caller that gives none, and
+ * the layer takes loss_scale per token). */
+static void aux_fd(float loss_scale, int64_t objective_samples, double token_scale)
 {
 	rng_seed(2705);
 	inst L;
 	open_moe(&L, KV("experts", "4", "hidden", "3", "aux_coef", "0.7", "group_size", "3",
 			"second_expert", "always", "capacity_factor", "1"),
 		 SHAPE(6, 4), 2, 1);
-	L.ctx.loss_scale = 0.25f;
+	L.ctx.loss_scale = loss_scale;
+	L.ctx.objective_samples = objective_samples;
 	/* dL/dr weights the outputs by loss_scale as the host's dy would */
 	for (int64_t i = 0; i < L.ny; i++)
-		L.r[i] *= 0.25f;
+		L.r[i] *= loss_scale;
 	fwd(&L);
 	for (int p = 0; p < L.meta.nparams; p++)
 		memset(L.grads[p], 0, (size_t)L.pn[p] * sizeof(float));
@@ -129,20 +136,34 @@ START_TEST(test_moe_grad_aux)
 		for (int64_t i = 0; i < ns[t]; i++) {
 			const float v = vs[t][i];
 			vs[t][i] = v + eps;
-			const double lp = objective(&L, 0.7);
+			const double lp = objective(&L, 0.7, token_scale);
 			vs[t][i] = v - eps;
-			const double lm = objective(&L, 0.7);
+			const double lm = objective(&L, 0.7, token_scale);
 			vs[t][i] = v;
 			const double num = (lp - lm) / (2.0 * eps), a = an[t][i];
 			const double err = fabs(a - num) / fmax(fmax(fabs(a), fabs(num)), 1e-3);
 			worst = fmax(worst, err);
-			ck_assert_msg(err < 1e-2, "%s[%lld]: analytic %g, numeric %g",
-				      t ? "x" : "gate_weight", (long long)i, a, num);
+			ck_assert_msg(err < 1e-2, "%s[%lld]: analytic %g, numeric %g (loss_scale %g, samples %lld)",
+				      t ? "x" : "gate_weight", (long long)i, a, num, (double)loss_scale,
+				      (long long)objective_samples);
 		}
 	ck_assert(isfinite(rep_aux) && rep_aux > 0);
 	if (getenv("PH_TEST_VERBOSE"))
 		fprintf(stderr, "moe aux: worst gradient error %.3g, aux %g\n", worst, rep_aux);
 	inst_close(&L);
+}
+
+START_TEST(test_moe_grad_aux)
+{
+	/* a language model's loss: a target per token, 2 samples of 6 tokens
+	 * in a step of 2 micro-batches (24 tokens): loss_scale 1/24 is per token */
+	aux_fd(1.0f / 24, 4, 1.0 / 24);
+	/* a harness that sets no objective_samples: loss_scale per token */
+	aux_fd(0.25f, 0, 0.25);
+	/* a classifier's loss after the mixture: a target per sample, 4 samples
+	 * in the step, so loss_scale 1/4; the auxiliary loss is still a mean
+	 * over the step's 24 tokens (it once took 1/4 per token: 6x too heavy) */
+	aux_fd(0.25f, 4, 1.0 / 24);
 }
 END_TEST
 

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define PH_ABI_MAJOR 1
-#define PH_ABI_MINOR 8 /* 1.1: optional split backward (backward_input/weight)
+#define PH_ABI_MINOR 9 /* 1.1: optional split backward (backward_input/weight)
                        * 1.2: CUDA: ph_ctx gains gpu, dnn, precision; ph_layer_meta
                        *      gains device_scratch_bytes (see device.h)
                        * 1.3: ph_gpu_api gains reuse_operand (device.h)
@@ -61,7 +61,10 @@ extern "C" {
                        *      layer its input as dx (a loss writes the
                        *      logits' gradient over the logits)
                        * 1.8: ph_group gains report_device, a figure in
-                       *      device memory */
+                       *      device memory
+                       * 1.9: ph_ctx gains objective_samples, what an
+                       *      auxiliary loss per token or per sample scales
+                       *      by (loss_scale is per target of the loss) */
 
 #define PH_MAX_DIMS 4   /* per-sample dimensions; the batch dimension is implicit */
 #define PH_MAX_PARAMS 8 /* parameter tensors per layer */
@@ -236,6 +239,14 @@ typedef struct {
 	 * the host; size 1 when the stage has one replica.  (A plugin built
 	 * for 1.5 is refused by older hosts, so it may rely on this.) */
 	const struct ph_group *group;
+	/* ---- ABI 1.9 ----
+	 * backward: the samples the objective's mean runs over (the step's,
+	 * or the micro-batch's under per-micro-batch updates).  loss_scale is
+	 * per target of the loss layer, which may have one target per sample
+	 * or one per token; a layer with a loss of its own per token scales
+	 * it by 1 / (objective_samples x its tokens per sample).  0 from a
+	 * caller that does not set it (a test harness): take loss_scale. */
+	int64_t objective_samples;
 } ph_ctx;
 
 /* [run] precision.  bf16: matrix products in bf16 on tensor cores with fp32

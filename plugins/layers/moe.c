@@ -16,7 +16,8 @@
  *   3 biases          [E h + E d]  zeros, no decay: b1 [E, h], b2 [E, d]
  *
  * The auxiliary load-balancing loss (coefficient aux_coef) is part of the
- * objective: backward adds its gradient, scaled by ctx->loss_scale.  The
+ * objective: backward adds its gradient, scaled by 1 / the step's tokens
+ * (moe_token_scale: ctx->objective_samples, ABI 1.9).  The
  * exchanges over the stage's replicas (expert parallelism) are in
  * moe_mlp.c.  The CUDA twin is moe_cuda.cu (moe_cuda.cuh).
  */

@@ -77,6 +77,18 @@ typedef struct {
 #define MOE_MULD(a, b) ((a) * (b))
 #endif
 
+/* d(objective)/d(a loss per token): 1 / (the step's tokens), the
+ * auxiliary loss's scale.  loss_scale is per target of the loss layer,
+ * which is this per token only when the loss has one target per token (a
+ * language model's); a classifier's softmax_xent has one per sample.  A
+ * host older than ABI 1.9 (or a test harness) gives no objective_samples:
+ * loss_scale then.  The product in double as the host's loss_scale, so a
+ * language model's scale is the same float. */
+MOE_FN float moe_token_scale(const moe_geom *g, const ph_ctx *ctx)
+{
+	return ctx->objective_samples > 0 ? (float)(1.0 / ((double)ctx->objective_samples * g->T)) : ctx->loss_scale;
+}
+
 /* Expert slots per sample: E C for each of its T / S groups. */
 MOE_FN size_t moe_slots(const moe_geom *g)
 {

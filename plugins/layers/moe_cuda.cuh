@@ -468,7 +468,7 @@ static inline int moe_d_mlp_backward(const moe_geom *g, const ph_ctx *ctx, const
 		return rc;
 	if ((rc = moe_d_all_to_all(ctx, s.A, s.Bf, Q * d, err)))
 		return rc;
-	moe_gate_f_kernel<<<ph_blocks(G, 64), 64, 0, st>>>(*g, G, ctx->loss_scale * g->aux_coef * (float)E, v.route,
+	moe_gate_f_kernel<<<ph_blocks(G, 64), 64, 0, st>>>(*g, G, moe_token_scale(g, ctx) * g->aux_coef * (float)E, v.route,
 							   f);
 	PH_CUDA_CHECK_LAUNCH(err, "moe: gate backward");
 	moe_gate_bwd_kernel<<<ph_blocks(N, 128), 128, 0, st>>>(*g, N, v.probs, v.route, s.dc, f, s.dlog);

@@ -103,17 +103,17 @@ void moe_gate_forward(const moe_geom *g, const ph_ctx *ctx, const float *x, cons
  * The combine weights: top-1 c1 = p1; top-2 c1 = p1 / s, c2 = p2 / s with
  * s = p1 + p2 (a dropped or skipped choice has weight 0 whatever p, so its
  * dc is 0 and nothing flows).  The auxiliary loss adds to the objective
- * loss_scale S coef l_g per group (coef l_g per token, as the loss
- * layer's loss is per token), so d/dp[n, e] += loss_scale coef E f_e,
- * f_e = the fraction of the group's tokens whose first choice is e.
- * Then the softmax: dlogit = p (dp - sum p dp).
+ * coef x the mean of l_g over the step's groups: ts S coef l_g per group,
+ * ts = 1 / (the step's tokens) (moe_token_scale), so d/dp[n, e] +=
+ * ts coef E f_e, f_e = the fraction of the group's tokens whose first
+ * choice is e.  Then the softmax: dlogit = p (dp - sum p dp).
  */
 void moe_gate_backward(const moe_geom *g, const ph_ctx *ctx, const float *probs,
 		       const float *route, const float *dc, float *dlogits)
 {
 	const int E = g->E, S = g->S;
 	const int N = ctx->batch * g->T, G = N / S;
-	const float aux_scale = ctx->loss_scale * g->aux_coef * (float)E;
+	const float aux_scale = moe_token_scale(g, ctx) * g->aux_coef * (float)E;
 	float f[MOE_MAX_E];
 	for (int gi = 0; gi < G; gi++) {
 		memset(f, 0, (size_t)E * sizeof *f);
