@@ -74,7 +74,8 @@ void ph_ck_set_aside(const char *dir, const char *name, char *to, size_t len);
 /* checkpoint-state.c */
 
 /* state.json's text for a step, malloc'd; NULL when out of memory. */
-char *ph_ck_state_json(int64_t step, const ph_ckpt_id *id, int64_t seed, int64_t total_steps, const char *optimizer);
+char *ph_ck_state_json(int64_t step, const ph_ckpt_id *id, int64_t seed, int64_t total_steps, const char *optimizer,
+			int eval_pending);
 int ph_ck_read_state_file(const char *path, ph_ckpt_state *st, ph_err *err);
 
 /* checkpoint-manifest.c */

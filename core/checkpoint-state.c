@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 char *ph_ck_state_json(int64_t step, const ph_ckpt_id *id, int64_t seed, int64_t total_steps,
-			const char *optimizer)
+			const char *optimizer, int eval_pending)
 {
 	cJSON *root = cJSON_CreateObject();
 	if (!root)
@@ -29,6 +29,9 @@ char *ph_ck_state_json(int64_t step, const ph_ckpt_id *id, int64_t seed, int64_t
 		 cJSON_AddStringToObject(root, "optimizer", optimizer) &&
 		 cJSON_AddStringToObject(root, "config_digest", id->digest) &&
 		 cJSON_AddStringToObject(root, "producer", "pipehost " PACKAGE_VERSION);
+	/* only when set: a reader that predates it sees the file as before */
+	if (ok && eval_pending)
+		ok = cJSON_AddTrueToObject(root, "eval_pending") != NULL;
 	cJSON *lines = ok ? cJSON_AddArrayToObject(root, "identity") : NULL;
 	ok = ok && lines;
 	for (const char *p = id->text; ok && p && *p;) {
@@ -138,6 +141,12 @@ int ph_checkpoint_parse_state(const char *text, size_t len, const char *where, p
 		goto done;
 	}
 	snprintf(st->optimizer, sizeof st->optimizer, "%s", op->valuestring);
+	const cJSON *ep = cJSON_GetObjectItemCaseSensitive(root, "eval_pending");
+	if (ep && !cJSON_IsBool(ep)) {
+		rc = ph_fail(err, PH_EINVAL, "%s: \"eval_pending\" is not true or false: corrupt checkpoint", where);
+		goto done;
+	}
+	st->eval_pending = cJSON_IsTrue(ep);
 	const cJSON *idl = cJSON_GetObjectItemCaseSensitive(root, "identity");
 	if (idl) {
 		const cJSON *it;

@@ -33,7 +33,8 @@ static int write_tensors(const char *dir, const char *file, ph_tensor_ref *t, in
 }
 
 int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckpt_id *id,
-		       int64_t seed, int64_t total_steps, int keep, char *path, size_t len, ph_err *err)
+		       int64_t seed, int64_t total_steps, int keep, int eval_pending, char *path, size_t len,
+		       ph_err *err)
 {
 	if (!dir || !*dir)
 		return ph_fail(err, PH_EINVAL, "no checkpoint dir given; set [checkpoint] dir");
@@ -83,7 +84,7 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 	const char *itext = id->text ? id->text : "";
 	const char *opt = ns > 0 ? (strstr(s[0].name, ".momentum") ? "sgd" : strstr(s[0].name, ".lion_m") ? "lion" : "adamw")
 				 : (strstr(itext, "optimizer.type=sgd") ? "sgd" : strstr(itext, "optimizer.type=lion") ? "lion" : "adamw");
-	json = ph_ck_state_json(step, id, seed, total_steps, opt);
+	json = ph_ck_state_json(step, id, seed, total_steps, opt, eval_pending);
 	if (!json) {
 		rc = ph_fail(err, PH_ENOMEM, "out of memory for %s", STATE_FILE);
 		goto fail;
@@ -229,6 +230,18 @@ static int load_step(const char *sdir, ph_engine *e, const ph_ckpt_id *id, int64
 done:
 	ph_ckpt_state_free(&st);
 	return rc;
+}
+
+int ph_checkpoint_eval_pending(const char *stepdir)
+{
+	char p[PATH_MAX];
+	ph_ckpt_state st;
+	ph_err e2;
+	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, stepdir) >= sizeof p || ph_ck_read_state_file(p, &st, &e2))
+		return 0;
+	int pending = st.eval_pending;
+	ph_ckpt_state_free(&st);
+	return pending;
 }
 
 int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *id, int aside, int64_t *step,

@@ -61,6 +61,8 @@ typedef struct {
 	char digest[17];
 	char optimizer[16];  /* "sgd" | "adamw" | "lion" */
 	char *identity;      /* the writer's identity text, or NULL if absent */
+	int eval_pending;    /* the step's evaluation was cut short by a stop
+			      * (SIGINT/SIGTERM): a resume runs it first */
 } ph_ckpt_state;
 
 /* The identity of a run: [run] seed, batch, micro_batches; every [data] key
@@ -87,8 +89,12 @@ int ph_checkpoint_prepare(const char *dir, ph_err *err);
  * before anything is written, so the last finite checkpoint stays.  path (len bytes, may be NULL) gets the
  * step directory written. */
 int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckpt_id *id,
-		       int64_t seed, int64_t total_steps, int keep, char *path, size_t len,
+		       int64_t seed, int64_t total_steps, int keep, int eval_pending, char *path, size_t len,
 		       ph_err *err);
+
+/* 1 when the step directory's state.json says its evaluation was cut
+ * short (ph_checkpoint_save's eval_pending); 0 otherwise, or unreadable. */
+int ph_checkpoint_eval_pending(const char *stepdir);
 
 /* Resolve path_or_dir: a step directory (holds state.json) is taken as is;
  * otherwise it is a checkpoint DIR and its highest complete step is used.

@@ -203,8 +203,9 @@ int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 				if (other)
 					return ph_fail(err, PH_EINVAL, "%s needs a value, and the word after it is the option "
 						       "--%s; give %s its value first%s%s%s", name, other, name,
-						       is_path_option(ch) ? " (a file of that name: ./" : "",
-						       is_path_option(ch) ? optarg : "", is_path_option(ch) ? ")" : "");
+						       is_path_option(ch) ? " (a file of that name: ./" : " (or that very text: ",
+						       is_path_option(ch) ? optarg : name,
+						       is_path_option(ch) ? ")" : "=VALUE)");
 				return ph_fail(err, PH_EINVAL, "%s %s: a path that starts with '-' reads as an option; "
 					       "write ./%s", name, optarg, optarg);
 			}

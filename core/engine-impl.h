@@ -208,6 +208,8 @@ struct ph_engine {
 	double t_origin;
 	ph_trace_event **ev;
 	int *nev, *ev_cap;
+	int64_t *ev_dropped;         /* per rank: events past ev_max (or a failed realloc) */
+	int ev_max;                  /* events kept per rank (PIPEHOST_TRACE_EVENTS, else 2^20) */
 
 	/* Data parallelism (`[run] replicas`): this process's copies of the
 	 * pipeline, each a whole engine with its own threads, layer states and

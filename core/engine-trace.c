@@ -3,12 +3,13 @@
  * rank (each worker writes only its own), written as Chrome trace JSON.
  * Under mpirun every process records its own ranks and process 0 gathers
  * them all into the one file (a pid per process). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "engine-impl.h"
 
-#define PH_TRACE_MAX_EVENTS (1 << 20) /* per rank; later events are dropped */
+#define PH_TRACE_MAX_EVENTS (1 << 20) /* per rank; later events are dropped, and counted */
 
 double ph_eng_now(void)
 {
@@ -23,11 +24,13 @@ void ph_eng_trace_record(ph_engine *e, int rank, const ph_op *o, double t0, doub
 		return; /* a counter, not work */
 	if (e->nev[rank] == e->ev_cap[rank]) {
 		int cap = e->ev_cap[rank] ? e->ev_cap[rank] * 2 : 1024;
-		if (cap > PH_TRACE_MAX_EVENTS)
+		if (cap > e->ev_max && e->ev_cap[rank] < e->ev_max)
+			cap = e->ev_max;
+		ph_trace_event *n = cap > e->ev_max ? NULL : realloc(e->ev[rank], (size_t)cap * sizeof *n);
+		if (!n) {
+			e->ev_dropped[rank]++; /* said when the trace is written */
 			return;
-		ph_trace_event *n = realloc(e->ev[rank], (size_t)cap * sizeof *n);
-		if (!n)
-			return;
+		}
 		e->ev[rank] = n;
 		e->ev_cap[rank] = cap;
 	}
@@ -46,8 +49,20 @@ int ph_engine_trace(ph_engine *e, ph_err *err)
 	e->ev = calloc((size_t)P, sizeof *e->ev);
 	e->nev = calloc((size_t)P, sizeof *e->nev);
 	e->ev_cap = calloc((size_t)P, sizeof *e->ev_cap);
-	if (!e->ev || !e->nev || !e->ev_cap)
+	e->ev_dropped = calloc((size_t)P, sizeof *e->ev_dropped);
+	if (!e->ev || !e->nev || !e->ev_cap || !e->ev_dropped)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	/* PIPEHOST_TRACE_EVENTS lowers the cap (the tests' long run in short) */
+	e->ev_max = PH_TRACE_MAX_EVENTS;
+	const char *cap = getenv("PIPEHOST_TRACE_EVENTS");
+	if (cap && *cap) {
+		char *end;
+		long v = strtol(cap, &end, 10);
+		if (*end || v < 16 || v > PH_TRACE_MAX_EVENTS)
+			return ph_fail(err, PH_EINVAL, "PIPEHOST_TRACE_EVENTS=%.40s: not a count of events from 16 to %d; unset "
+				       "it", cap, PH_TRACE_MAX_EVENTS);
+		e->ev_max = (int)v;
+	}
 	/* the processes start their clocks together (as near as a collective
 	 * gets them), so their timelines line up in the one trace */
 	const ph_comm *cm = &e->cfg->comm;
@@ -127,6 +142,24 @@ int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err)
 	if (!rc && ph_comm_writer(cm))
 		rc = ph_trace_write_chrome(path, all, total, e->plan->ranks, e->plan->v, err);
 	free(all);
+	/* a long run's trace keeps its beginning: say where it ends */
+	int64_t dropped = 0, upto = -1;
+	for (int r = 0; e->tracing && r < e->plan->ranks; r++)
+		if (e->ev_dropped[r]) {
+			dropped += e->ev_dropped[r];
+			int64_t last = e->nev[r] ? e->ev[r][e->nev[r] - 1].step : -1;
+			if (upto < 0 || (last >= 0 && last < upto))
+				upto = last;
+		}
+	if (!rc && dropped && ph_comm_writer(cm)) {
+		printf("note: --trace %s keeps the first %d events of each rank: %lld later ones were dropped", path,
+		       e->ev_max, (long long)dropped);
+		if (upto > 0) /* the last event kept is in step upto + 1 (1-based), which may be cut */
+			printf(" (every rank is whole up to step %lld)", (long long)upto);
+		printf("%s; trace a shorter run (--set run.steps=N) or resume from a checkpoint near the steps to see\n",
+		       cm->size > 1 ? " in this process" : "");
+		fflush(stdout);
+	}
 	return rc;
 }
 
@@ -138,4 +171,5 @@ void ph_eng_trace_free(ph_engine *e)
 	free(e->ev);
 	free(e->nev);
 	free(e->ev_cap);
+	free(e->ev_dropped);
 }

@@ -211,9 +211,14 @@ static void progress_redraw(int64_t epoch, int64_t epochs, int64_t step, int64_t
 	printf("\r%.*s\033[K", room > 0 ? room : 0, line);
 }
 
+/* *cut (may be NULL): 1 when a stop (SIGINT/SIGTERM) cut it short, with
+ * no figures; the step's checkpoint then says so (eval_pending) and a
+ * resume runs it first. */
 static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, int64_t epoch, int64_t step,
-		    FILE **metrics, ph_train_result *res, ph_err *err)
+		    FILE **metrics, ph_train_result *res, int *cut, ph_err *err)
 {
+	if (cut)
+		*cut = 0;
 	int64_t count = c->data.test_limit ? c->data.test_limit : test->n;
 	if (count > test->n)
 		count = test->n;
@@ -223,6 +228,8 @@ static int evaluate(const ph_config *c, ph_engine *e, const ph_dataset *test, in
 		return rc;
 	if (ph_stop_agreed()) { /* SIGINT/SIGTERM cut it short: no figures */
 		res->test_loss = -1;
+		if (cut)
+			*cut = 1;
 		return PH_OK;
 	}
 	res->test_loss = st.targets ? st.loss_sum / st.targets : 0;
@@ -432,7 +439,24 @@ setup_end:
 	double t0 = now_s(), last_print = 0;
 	int64_t epochs = (total + spe - 1) / spe;
 	win_start = win_end = start;
-	for (int64_t s = start; s < total; s++) {
+	/* the evaluation a stop cut short at the checkpoint's step: run it
+	 * before training on (or at all, when that step was the last), so a
+	 * preempted run still reports it */
+	int eval_cut = 0, skip = 0;
+	const int evaluates = c->run.eval && test && (writer || ph_config_split(c) > 1 || ph_engine_eval_together(e));
+	if (resume && start > 0 && ph_checkpoint_eval_pending(res->checkpoint) && c->run.eval && test) {
+		if (evaluates && (rc = evaluate(c, e, test, (start - 1) / spe + 1, start, &metrics, res, &eval_cut, err)))
+			goto out;
+		/* every process learns of a stop during it (ph_stop_agreed) */
+		if (eval_cut) {
+			printf("interrupted at step %lld again, during its evaluation: checkpoint %s unchanged; resume with "
+			       "--resume %s\n", (long long)start, res->checkpoint, res->checkpoint);
+			fflush(stdout);
+			res->interrupted = 1;
+			skip = 1;
+		}
+	}
+	for (int64_t s = start; s < total && !skip; s++) {
 		int64_t epoch = s / spe, pos = s % spe;
 		if (pos == 0 || s == start) {
 			if (c->data.shuffle)
@@ -518,11 +542,11 @@ setup_end:
 		/* under mpirun only process 0 reports, so only it evaluates,
 		 * unless its pipeline is split over processes, which then all
 		 * take part, or its experts are in other processes too */
-		if (c->run.eval && test && (pos == spe - 1 || last) &&
-		    (writer || ph_config_split(c) > 1 || ph_engine_eval_together(e))) {
+		eval_cut = 0;
+		if (evaluates && (pos == spe - 1 || last)) {
 			if (tty)
 				printf("\n");
-			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, &metrics, res, err)))
+			if ((rc = evaluate(c, e, test, epoch + 1, s + 1, &metrics, res, &eval_cut, err)))
 				goto out;
 		}
 		/* a signal stops every process at the same step (mpirun sends
@@ -538,7 +562,7 @@ setup_end:
 			 * its weights together first */
 			if ((rc = ph_engine_gather(e, err)))
 				goto out;
-			if (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
+			if (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep, eval_cut,
 							       res->checkpoint, sizeof res->checkpoint, err))) {
 				/* the final one: the other outputs are still written
 				 * (ph_train_write_outputs), and the exit is 1 */
@@ -549,6 +573,7 @@ setup_end:
 			} else {
 				saved_at = s + 1;
 			}
+			res->eval_pending = saved_at == s + 1 && eval_cut;
 			if (!stop && saved_at == s + 1) {
 				printf("%scheckpoint: step %lld written to %s\n", tty ? "\n" : "", (long long)s + 1,
 				       res->checkpoint);
@@ -561,14 +586,15 @@ setup_end:
 		if (ckdir && signalled && !last) {
 			if (saved_at != s + 1 &&
 			    ((rc = ph_engine_gather(e, err)) ||
-			     (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep,
+			     (writer && (rc = ph_checkpoint_save(ckdir, s + 1, e, &id, c->run.seed, total, keep, eval_cut,
 								 res->checkpoint, sizeof res->checkpoint, err)))))
 				goto out;
 			/* DIR may still hold a resumed run's abandoned later steps,
 			 * which --resume DIR would take: then name this step */
-			printf("%sinterrupted at step %lld: checkpoint written to %s; resume with --resume %s\n",
+			printf("%sinterrupted at step %lld: checkpoint written to %s; resume with --resume %s%s\n",
 			       tty ? "\n" : "", (long long)s + 1, res->checkpoint,
-			       ph_checkpoint_newest_step(ckdir) > s + 1 ? res->checkpoint : ckdir);
+			       ph_checkpoint_newest_step(ckdir) > s + 1 ? res->checkpoint : ckdir,
+			       eval_cut ? " (its evaluation was cut short: the resumed run evaluates first)" : "");
 			fflush(stdout);
 			res->interrupted = 1;
 			break;
@@ -706,8 +732,11 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 	if (!failed && sig) {
 		/* main then exits 128 + the signal, as after a checkpointed stop
 		 * (a failure above is exit 1) */
-		printf("interrupted by %s as the run ended: every output was written in full first; stopping with exit "
-		       "status %d\n", sig == SIGINT ? "SIGINT" : "SIGTERM", ph_stop_exit_status());
+		printf("interrupted by %s as the run ended: every output was written in full first%s%s%s; stopping with "
+		       "exit status %d\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+		       res->eval_pending ? ", but the final evaluation was cut short (--resume " : "",
+		       res->eval_pending ? res->checkpoint : "", res->eval_pending ? " evaluates it)" : "",
+		       ph_stop_exit_status());
 		fflush(stdout);
 	}
 	if (!failed)

@@ -13,6 +13,8 @@ typedef struct {
 	char checkpoint[4096];    /* the last checkpoint written or resumed from, or "" */
 	double final_loss;        /* mean loss of the last step */
 	double test_loss;         /* -1 when not evaluated */
+	int eval_pending;         /* the last step's evaluation was cut short by a stop: its
+				   * checkpoint says so and a resume runs it */
 	double test_accuracy;
 	int64_t test_samples;
 	double seconds;

@@ -46,7 +46,7 @@ static void make_step(int64_t step, int nlisted)
 	ck_assert_int_eq(mkdir(sdir, 0755), 0);
 	ph_ckpt_id id = { .digest = "0123456789abcdef", .text = (char *)"layer fc1 dense\n",
 			  .run = "00112233445566778899aabbccddeeff" };
-	char *json = ph_ck_state_json(step, &id, 1, 40, "adamw");
+	char *json = ph_ck_state_json(step, &id, 1, 40, "adamw", 0);
 	ck_assert_ptr_nonnull(json);
 	const char *names[] = { STATE_FILE, WEIGHTS_FILE, OPTIM_FILE };
 	const char *texts[] = { json, "weights", "optimizer" };

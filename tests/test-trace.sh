@@ -87,4 +87,34 @@ for how in "a replica each:run.replicas=2:0:0,0:1,1:0,1:1" "a pipeline split ove
 		not_ok "mpirun -np 2 ($what) --trace failed: $(tail -3 "$tmp/mpi.err")"
 	fi
 done
+
+# A long run: each rank keeps its first N events, and the run says how many
+# it dropped and up to which step every rank is whole (it dropped them
+# without a word past 2^20 events a rank).  N lowered from 2^20 to 200.
+if PIPEHOST_TRACE_EVENTS=200 "$PIPEHOST" -c "$fixtures/tiny.ini" --set run.steps=30 --trace "$tmp/long.json" \
+	>"$tmp/long.out" 2>&1 &&
+	grep -q "^note: --trace $tmp/long.json keeps the first 200 events of each rank: [0-9]* later ones were dropped (every rank is whole up to step [0-9]*)" "$tmp/long.out"; then
+	whole=$(sed -n 's/.*whole up to step \([0-9]*\).*/\1/p' "$tmp/long.out")
+	got=$(python3 - "$tmp/long.json" "$whole" <<'PY'
+import json, sys
+ev = [x for x in json.load(open(sys.argv[1]))["traceEvents"] if x.get("ph") == "X"]
+whole = int(sys.argv[2])
+per = {}
+for x in ev:
+    per.setdefault(x["tid"], []).append(x["args"]["step"])
+# steps are 0-based in the trace: every rank holds steps 0 .. whole - 1 and
+# as many events in each of them as in step 0
+ok = all(len(v) == 200 and all(v.count(s) == v.count(0) for s in range(whole)) for v in per.values())
+print("ok" if ok and len(per) == 2 else "bad %s" % {k: len(v) for k, v in per.items()})
+PY
+)
+	if [ "$got" = ok ]; then ok "a long run's trace: $(grep -o 'keeps.*whole up to step [0-9]*' "$tmp/long.out")"
+	else not_ok "a long run's trace: $got"; fi
+else
+	not_ok "a long run's trace: $(grep -i trace "$tmp/long.out")"
+fi
+export PIPEHOST_TRACE_EVENTS=5
+expect_error "PIPEHOST_TRACE_EVENTS out of range" "^pipehost: PIPEHOST_TRACE_EVENTS=5: not a count of events from 16 to 1048576; unset it$" \
+	-c "$fixtures/tiny.ini" --set run.steps=2 --trace "$tmp/x.json"
+unset PIPEHOST_TRACE_EVENTS
 finish

@@ -266,7 +266,7 @@ typedef struct {
 void moe_gate_forward(const moe_geom *g, const ph_ctx *ctx, const float *x, const float *gate,
 		      float *probs, float *route, moe_stats *st);
 /* dlogits [N, E] from dc [N, 2] (d objective / d combine weights) and the
- * auxiliary loss scaled by ctx->loss_scale. */
+ * auxiliary loss scaled by moe_token_scale (1 / the step's tokens). */
 void moe_gate_backward(const moe_geom *g, const ph_ctx *ctx, const float *probs,
 		       const float *route, const float *dc, float *dlogits);
 
