@@ -175,8 +175,8 @@ static int read_state_tensors(const char *path, ph_tensor_ref *s, int ns, ph_err
 /* Load one step directory.  *damaged: the failure is damage (a file
  * unreadable, malformed or not what the manifest says), not a checkpoint
  * of another config. */
-static int load_step(const char *sdir, ph_engine *e, const ph_ckpt_id *id, int64_t *step, char run[33],
-		     int *damaged, ph_err *err)
+static int load_step(const char *sdir, ph_engine *e, const ph_ckpt_id *id, int64_t *step, int *eval_pending,
+		     char run[33], int *damaged, ph_err *err)
 {
 	*damaged = 1;
 	run[0] = 0;
@@ -224,6 +224,7 @@ static int load_step(const char *sdir, ph_engine *e, const ph_ckpt_id *id, int64
 	free(s);
 	if (!rc) {
 		*step = st.step;
+		*eval_pending = st.eval_pending;
 		if (!missing)
 			memcpy(run, m.run, 33);
 	}
@@ -232,20 +233,8 @@ done:
 	return rc;
 }
 
-int ph_checkpoint_eval_pending(const char *stepdir)
-{
-	char p[PATH_MAX];
-	ph_ckpt_state st;
-	ph_err e2;
-	if ((size_t)snprintf(p, sizeof p, "%s/" STATE_FILE, stepdir) >= sizeof p || ph_ck_read_state_file(p, &st, &e2))
-		return 0;
-	int pending = st.eval_pending;
-	ph_ckpt_state_free(&st);
-	return pending;
-}
-
 int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *id, int aside, int64_t *step,
-		       char run[33], char *path, size_t len, ph_err *err)
+		       int *eval_pending, char run[33], char *path, size_t len, ph_err *err)
 {
 	if (!path_or_dir || !*path_or_dir)
 		return ph_fail(err, PH_EINVAL, "no checkpoint given to resume from");
@@ -255,14 +244,16 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 	if (!S_ISDIR(sb.st_mode))
 		return ph_fail(err, PH_EINVAL, "cannot resume from %s: not a directory; give the checkpoint dir or "
 			       "one of its step-* directories", path_or_dir);
-	int damaged, rc;
+	int damaged, rc, pending = 0;
 	int64_t st = 0;
 	if (ph_checkpoint_is_step(path_or_dir)) {
 		/* a step named by the user: that one or none */
-		if ((rc = load_step(path_or_dir, e, id, &st, run, &damaged, err)))
+		if ((rc = load_step(path_or_dir, e, id, &st, &pending, run, &damaged, err)))
 			return rc;
 		if (step)
 			*step = st;
+		if (eval_pending)
+			*eval_pending = pending;
 		if (path)
 			snprintf(path, len, "%s", path_or_dir);
 		return PH_OK;
@@ -306,7 +297,7 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 			rc = ph_fail(err, PH_EINVAL, "checkpoint path %s/%s too long", path_or_dir, v[i].name);
 			break;
 		}
-		rc = load_step(sdir, e, id, &st, run, &damaged, &why[i]);
+		rc = load_step(sdir, e, id, &st, &pending, run, &damaged, &why[i]);
 		if (!rc) {
 			if (path)
 				snprintf(path, len, "%s", sdir);
@@ -339,6 +330,8 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 	free(v);
 	if (step)
 		*step = st;
+	if (eval_pending)
+		*eval_pending = pending;
 	return PH_OK;
 }
 

@@ -92,19 +92,16 @@ int ph_checkpoint_save(const char *dir, int64_t step, ph_engine *e, const ph_ckp
 		       int64_t seed, int64_t total_steps, int keep, int eval_pending, char *path, size_t len,
 		       ph_err *err);
 
-/* 1 when the step directory's state.json says its evaluation was cut
- * short (ph_checkpoint_save's eval_pending); 0 otherwise, or unreadable. */
-int ph_checkpoint_eval_pending(const char *stepdir);
-
 /* Resolve path_or_dir: a step directory (holds state.json) is taken as is;
  * otherwise it is a checkpoint DIR and its highest complete step is used.
  * Then validate state.json against id, and read the weights and the
  * optimizer state into the engine (every file is validated before any byte
  * is copied; after a failure the engine's contents are unspecified and it
- * must not be trained).  *step gets the completed steps, path the step
- * directory used. */
+ * must not be trained).  *step gets the completed steps, *eval_pending
+ * (may be NULL) whether that step's evaluation was cut short by a stop
+ * (ph_checkpoint_save's eval_pending), path the step directory used. */
 int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *id, int aside, int64_t *step,
-		       char run[33], char *path, size_t len, ph_err *err);
+		       int *eval_pending, char run[33], char *path, size_t len, ph_err *err);
 
 /* With path_or_dir a checkpoint DIR, a damaged step (any file unreadable,
  * malformed, or not what manifest.txt says) is passed over for the next

@@ -112,42 +112,34 @@ void ph_cli_print_version(void)
 	);
 }
 
-/* The long option "--NAME" or "--NAME=..." names, exactly or as the unique
- * prefix getopt_long takes, or NULL. */
-static const char *long_option_named(const struct option *longopts, const char *arg)
+/* The long options "--ARG" (or "--ARG=...") names, as getopt_long reads
+ * it: one when ARG is an option's whole name (*hit) or the prefix of one
+ * alone (*hit), more when it is the prefix of several (ambiguous; buf,
+ * may be NULL, lists them joined by ", "), 0 when none or not "--". */
+static int options_named(const struct option *longopts, const char *arg, const char **hit, char *buf, size_t len)
 {
-	if (strncmp(arg, "--", 2) || !arg[2])
-		return NULL;
-	size_t n = strcspn(arg + 2, "=");
-	const char *hit = NULL;
-	for (const struct option *o = longopts; o->name; o++) {
-		if (strncmp(o->name, arg + 2, n))
-			continue;
-		if (!o->name[n])
-			return o->name; /* exact */
-		if (hit)
-			return NULL; /* ambiguous: getopt_long would refuse it too */
-		hit = o->name;
-	}
-	return hit;
-}
-
-/* The options "--ARG" may be short for, joined by ", ", when more than one
- * (getopt_long refuses such a prefix as it does an unknown option). */
-static int ambiguous_prefix(const struct option *longopts, const char *arg, char *buf, size_t len)
-{
+	*hit = NULL;
+	if (buf && len)
+		buf[0] = 0;
 	if (strncmp(arg, "--", 2) || !arg[2])
 		return 0;
 	size_t n = strcspn(arg + 2, "="), used = 0;
 	int count = 0;
-	buf[0] = 0;
-	for (const struct option *o = longopts; o->name; o++)
-		if (!strncmp(o->name, arg + 2, n) && o->name[n]) {
-			count++;
-			if (used < len)
-				used += (size_t)snprintf(buf + used, len - used, "%s--%s", count > 1 ? ", " : "", o->name);
+	for (const struct option *o = longopts; o->name; o++) {
+		if (strncmp(o->name, arg + 2, n))
+			continue;
+		if (!o->name[n]) {
+			*hit = o->name; /* exact: never ambiguous */
+			return 1;
 		}
-	return count > 1;
+		*hit = o->name;
+		if (buf && used < len)
+			used += (size_t)snprintf(buf + used, len - used, "%s--%s", count ? ", " : "", o->name);
+		count++;
+	}
+	if (count > 1)
+		*hit = NULL;
+	return count;
 }
 
 int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
@@ -192,7 +184,8 @@ int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 		 * A path that starts with "-" goes after "./"; "--opt=VALUE"
 		 * takes VALUE as given. */
 		if (optarg && optarg == argv[optind - 1] && ch != OPT_PLAN) {
-			const char *other = long_option_named(longopts, optarg);
+			const char *other;
+			options_named(longopts, optarg, &other, NULL, 0);
 			int path_dash = is_path_option(ch) && optarg[0] == '-' && optarg[1];
 			if (other || path_dash) {
 				char name[64];
@@ -332,7 +325,8 @@ int ph_cli_parse(int argc, char **argv, ph_cli *cli, ph_err *err)
 		case ':': return ph_fail(err, PH_EINVAL, "%s needs a value; see pipehost --help", argv[optind - 1]);
 		default: {
 			char which[512];
-			if (ambiguous_prefix(longopts, argv[optind - 1], which, sizeof which))
+			const char *one;
+			if (options_named(longopts, argv[optind - 1], &one, which, sizeof which) > 1)
 				return ph_fail(err, PH_EINVAL, "ambiguous option %s: it could be %s; write more of it",
 					       argv[optind - 1], which);
 			return ph_fail(err, PH_EINVAL, "unknown option %s; see pipehost --help", argv[optind - 1]);

@@ -337,6 +337,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 	ph_ckpt_id id;
 	memset(&id, 0, sizeof id);
 	int64_t start = 0, saved_at = -1;
+	int eval_pending = 0; /* the resumed step's evaluation was cut short: run it first */
 	char ckdir_buf[4096];
 	int lockfd = -1;
 	int tps = train->targets_per_sample;
@@ -385,7 +386,7 @@ int ph_train_ck(const ph_config *c, ph_engine *e, const ph_dataset *train, const
 		/* a damaged step is moved aside only in the directory this
 		 * process writes and has locked */
 		int aside = writer && lockfd >= 0 && (derived || same_dir(ckdir, resume));
-		if ((rc = ph_checkpoint_load(resume, e, &id, aside, &start, id.run, res->checkpoint,
+		if ((rc = ph_checkpoint_load(resume, e, &id, aside, &start, &eval_pending, id.run, res->checkpoint,
 					     sizeof res->checkpoint, err)))
 			goto out;
 		/* every process resumed from the same checkpoint: a node's
@@ -444,7 +445,7 @@ setup_end:
 	 * preempted run still reports it */
 	int eval_cut = 0, skip = 0;
 	const int evaluates = c->run.eval && test && (writer || ph_config_split(c) > 1 || ph_engine_eval_together(e));
-	if (resume && start > 0 && ph_checkpoint_eval_pending(res->checkpoint) && c->run.eval && test) {
+	if (eval_pending && start > 0 && c->run.eval && test) {
 		if (evaluates && (rc = evaluate(c, e, test, (start - 1) / spe + 1, start, &metrics, res, &eval_cut, err)))
 			goto out;
 		/* every process learns of a stop during it (ph_stop_agreed) */

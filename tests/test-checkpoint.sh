@@ -298,18 +298,25 @@ expect_error "[checkpoint] key misspelt" "unknown key 'evry' in \[checkpoint\]; 
 # at the last step, a preempted run resubmitted ended "complete" without
 # its result).  A test set of 200000 samples through 128 filters takes
 # about a second.
-ev="$tmp/ev"
 big="--set data.test_samples=200000 --set layer.conv1.filters=128 --set run.eval=yes --set run.log_every=1"
-# shellcheck disable=SC2086 # $big splits on purpose
-"$PIPEHOST" -c "$tiny" $big --set run.steps=64 --set "checkpoint.dir=$ev" --set "run.metrics=$tmp/ev.jsonl" \
-	>"$tmp/ev1.out" 2>"$tmp/ev1.err" &
-pid=$!
-i=0
-while ! grep -q '"step":32,' "$tmp/ev.jsonl" 2>/dev/null && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done
-sleep 0.2
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
+# stop_in_eval STEPS DIR OUT ERR: train STEPS steps with checkpoints in DIR,
+# SIGTERM once step 32 (epoch 1's end) is logged, that is during its
+# evaluation; rc gets the exit status
+stop_in_eval() {
+	rm -f "$tmp/ev.jsonl"
+	# shellcheck disable=SC2086 # $big splits on purpose
+	"$PIPEHOST" -c "$tiny" $big --set run.steps="$1" --set "checkpoint.dir=$2" --set "run.metrics=$tmp/ev.jsonl" \
+		>"$3" 2>"$4" &
+	pid=$!
+	i=0
+	while ! grep -q '"step":32,' "$tmp/ev.jsonl" 2>/dev/null && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done
+	sleep 0.2
+	kill -TERM "$pid"
+	wait "$pid"
+	rc=$?
+}
+ev="$tmp/ev"
+stop_in_eval 64 "$ev" "$tmp/ev1.out" "$tmp/ev1.err"
 if [ "$rc" -eq 143 ] && ! grep -q "test loss" "$tmp/ev1.out" &&
 	grep -q "^interrupted at step 32: .*(its evaluation was cut short: the resumed run evaluates first)" "$tmp/ev1.out" &&
 	grep -q '"eval_pending":[[:space:]]*true' "$ev/step-00000032/state.json"; then
@@ -331,17 +338,7 @@ fi
 # the same at the last step: the run says so, and --resume of the complete
 # run evaluates
 ev="$tmp/evlast"
-rm -f "$tmp/ev.jsonl"
-# shellcheck disable=SC2086
-"$PIPEHOST" -c "$tiny" $big --set run.steps=32 --set "checkpoint.dir=$ev" --set "run.metrics=$tmp/ev.jsonl" \
-	>"$tmp/ev3.out" 2>&1 &
-pid=$!
-i=0
-while ! grep -q '"step":32,' "$tmp/ev.jsonl" 2>/dev/null && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done
-sleep 0.2
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
+stop_in_eval 32 "$ev" "$tmp/ev3.out" "$tmp/ev3.err"
 # shellcheck disable=SC2086
 if [ "$rc" -eq 143 ] && grep -q "but the final evaluation was cut short (--resume $ev/step-00000032 evaluates it)" "$tmp/ev3.out" &&
 	"$PIPEHOST" -c "$tiny" $big --set run.steps=32 --resume "$ev" >"$tmp/ev4.out" 2>&1 &&
