@@ -193,6 +193,28 @@ static int terminal_width(void)
 	return w > 0 ? w : 80;
 }
 
+/* The tokens/s (when tokps > 0) and the layers' figures of a progress
+ * line, as the redrawn line ("  21050 tokens/s  moe0.aux 1.02") or a
+ * logged one (" tokens/s 21050 moe0.aux 1.02") shows them; malloc'd, NULL
+ * when out of memory. */
+static char *figures_text(double tokps, const ph_report *rp, int n, int tty)
+{
+	const char *sep = tty ? "  " : " ";
+	size_t cap = 64;
+	for (int i = 0; i < n; i++)
+		cap += strlen(rp[i].name) + 40;
+	char *t = malloc(cap);
+	if (!t)
+		return NULL;
+	size_t len = 0;
+	t[0] = 0;
+	if (tokps > 0)
+		len += (size_t)snprintf(t, cap, tty ? "  %.0f tokens/s" : " tokens/s %.0f", tokps);
+	for (int i = 0; i < n && len < cap; i++)
+		len += (size_t)snprintf(t + len, cap - len, "%s%s %.4g", sep, rp[i].name, rp[i].sum / rp[i].count);
+	return t;
+}
+
 /* The redrawn line: the longest of its forms that fits the width less one
  * column (a line that filled it would wrap on some terminals, and every
  * redraw would then start a new line), cut if even the shortest does not;
@@ -200,14 +222,16 @@ static int terminal_width(void)
 static void progress_redraw(int64_t epoch, int64_t epochs, int64_t step, int64_t total, double loss, double lr,
 			    double sps, const char *tok, const char *eta)
 {
-	char full[256], mid[256], small[256];
-	snprintf(full, sizeof full, "epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.3g  %.0f samples/s%s  ETA %s",
-		 (long long)epoch, (long long)epochs, (long long)step, (long long)total, loss, lr, sps, tok, eta);
+	char full[1024], mid[256], small[256];
+	int nfull = snprintf(full, sizeof full,
+			     "epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.3g  %.0f samples/s%s  ETA %s",
+			     (long long)epoch, (long long)epochs, (long long)step, (long long)total, loss, lr, sps, tok,
+			     eta);
 	snprintf(mid, sizeof mid, "step %lld/%lld loss %.4f lr %.3g %.0f/s ETA %s", (long long)step, (long long)total,
 		 loss, lr, sps, eta);
 	snprintf(small, sizeof small, "%lld/%lld loss %.4f lr %.3g", (long long)step, (long long)total, loss, lr);
 	int room = terminal_width() - 1;
-	const char *line = (int)strlen(full) <= room ? full : (int)strlen(mid) <= room ? mid : small;
+	const char *line = nfull < (int)sizeof full && nfull <= room ? full : (int)strlen(mid) <= room ? mid : small;
 	printf("\r%.*s\033[K", room > 0 ? room : 0, line);
 }
 
@@ -508,21 +532,20 @@ setup_end:
 		double sps = (double)here * B / (t > 0 ? t : 1e-9);
 		/* sequence data (text, tokens): T tokens a sample, each a target */
 		double tokps = train->targets_per_sample > 1 ? sps * train->targets_per_sample : 0;
-		char tok_tty[512] = "", tok_log[512] = "";
-		if (tokps > 0) {
-			snprintf(tok_tty, sizeof tok_tty, "  %.0f tokens/s", tokps);
-			snprintf(tok_log, sizeof tok_log, " tokens/s %.0f", tokps);
-		}
 		/* figures the layers reported this step (every process takes part) */
 		ph_report *rp = NULL;
 		int nrp = 0;
 		if (at_end && (rc = ph_engine_reports(e, &rp, &nrp, err)))
 			goto out;
-		for (int i = 0; i < nrp; i++) {
-			size_t a = strlen(tok_tty), b = strlen(tok_log);
-			double v = rp[i].sum / rp[i].count;
-			snprintf(tok_tty + a, sizeof tok_tty - a, "  %s %.4g", rp[i].name, v);
-			snprintf(tok_log + b, sizeof tok_log - b, " %s %.4g", rp[i].name, v);
+		/* every figure, however many layers report: the line is as long
+		 * as it needs (a fixed buffer once cut a MoE model's tail) */
+		char *tok_tty = figures_text(tokps, rp, nrp, 1), *tok_log = figures_text(tokps, rp, nrp, 0);
+		if (!tok_tty || !tok_log) {
+			free(tok_tty);
+			free(tok_log);
+			free(rp);
+			rc = ph_fail(err, PH_ENOMEM, "out of memory for the progress line");
+			goto out;
 		}
 		char eta[32];
 		fmt_eta(t / here * (total - win_end), eta, sizeof eta);
@@ -536,6 +559,8 @@ setup_end:
 			       (long long)epochs, (long long)s + 1, (long long)total, loss, lr, sps, tok_log, eta);
 			fflush(stdout);
 		}
+		free(tok_tty);
+		free(tok_log);
 		ph_stdout_check();
 		if (metrics && ((s + 1) % c->run.log_every == 0 || last || s == start))
 			metrics_step(&metrics, c->run.metrics, res, s + 1, epoch + 1, loss, lr, sps, tokps, t, rp, nrp);

@@ -392,4 +392,32 @@ if ph --resume "$tmp/done" >"$tmp/out" 2>"$tmp/err" &&
 else
 	not_ok "finished run: $(grep trained "$tmp/out") $(cat "$tmp/err")"
 fi
+# --- every layer's figure reaches the progress line -------------------------
+# Six MoE blocks report three figures each: about 1,000 bytes of figures,
+# which a fixed 512-byte buffer once cut short without a word.
+{
+	sed -n '/^\[run\]/,/^\[layer block0\]/p' "$fixtures/moe-lm.ini" | sed '$d'
+	for i in 0 1 2 3 4 5; do
+		printf '[layer a_block_with_a_rather_long_name_%s]\ntype = gpt_block\nheads = 2\nmlp = moe\n' "$i"
+		printf 'moe_experts = 2\nmoe_top_k = 1\nmoe_hidden = 8\n'
+	done
+	printf '[layer lnf]\ntype = layernorm\n[layer head]\ntype = linear\nunits = 256\n[layer loss]\ntype = seq_xent\n'
+} >"$tmp/moe6.ini"
+if "$PIPEHOST" -c "$tmp/moe6.ini" --set run.steps=2 --set run.log_every=1 --progress=lines >"$tmp/out" 2>"$tmp/err"; then
+	line=$(grep "^epoch 1/1 step 2/2 " "$tmp/out")
+	have=0
+	for i in 0 1 2 3 4 5; do
+		for k in aux_loss load_max_over_mean drop_frac; do
+			case $line in *" a_block_with_a_rather_long_name_$i.$k "*) have=$((have + 1)) ;; esac
+		done
+	done
+	case $line in *" ETA "*) ;; *) have=0 ;; esac
+	if [ "$have" = 18 ]; then
+		ok "progress line with 18 layer figures (${#line} bytes): every figure, then the ETA"
+	else
+		not_ok "progress line has $have of 18 figures: $line"
+	fi
+else
+	not_ok "six MoE blocks: $(cat "$tmp/err")"
+fi
 finish
