@@ -12,6 +12,7 @@
 
 #include "bpe.h"
 #include "bpe_unicode.h"
+#include "json.h"
 
 #define BPE_MAX_VOCAB (1 << 24)
 #define BPE_MAX_FILE (1 << 30)
@@ -301,9 +302,14 @@ static int load_vocab(ph_bpe *b, const char *path, const int16_t u2b[512], ph_er
 	int rc = read_file(path, "vocab", &txt, &len, err);
 	if (rc)
 		return rc;
-	cJSON *root = cJSON_ParseWithLength(txt, len);
+	const char *at = NULL;
+	int oom;
+	cJSON *root = ph_json_parse(txt, len, &at, &oom);
+	if (!root && oom) {
+		free(txt);
+		return ph_fail(err, PH_ENOMEM, "bpe: %s: out of memory parsing it", path);
+	}
 	if (!root) {
-		const char *at = cJSON_GetErrorPtr();
 		int line = 1;
 		for (const char *p = txt; at && p < at && *p; p++)
 			line += *p == '\n';

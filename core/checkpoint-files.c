@@ -307,8 +307,13 @@ void ph_ck_apply_keep(const char *dir, int keep, int64_t just)
 	ph_ck_step *v;
 	int n;
 	ph_err e2;
-	if (keep <= 0 || ph_ck_list_steps(dir, &v, &n, &e2))
+	if (keep <= 0)
 		return;
+	if (ph_ck_list_steps(dir, &v, &n, &e2)) { /* nothing lost (old steps stay), but said */
+		fprintf(stderr, "pipehost: warning: old checkpoints in %s not pruned ([checkpoint] keep = %d): %s\n", dir,
+			keep, e2.msg);
+		return;
+	}
 	int others = keep - 1; /* `just` takes one place */
 	for (int i = 0; i < n; i++) {
 		/* steps past `just` are an earlier continuation of a run resumed

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE /* strndup */
 #include "build-config.h"
 #include "checkpoint-impl.h"
+#include "json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -76,7 +77,10 @@ int ph_checkpoint_parse_state(const char *text, size_t len, const char *where, p
 		return ph_fail(err, PH_EINVAL, "%s: %zu bytes, over the %d-byte limit: not a checkpoint state", where,
 			       len, PH_CKPT_STATE_MAX);
 	const char *end = NULL;
-	cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+	int oom;
+	cJSON *root = ph_json_parse(text, len, &end, &oom);
+	if (!root && oom)
+		return ph_fail(err, PH_ENOMEM, "%s: out of memory parsing it", where);
 	if (!root)
 		return ph_fail(err, PH_EINVAL, "%s: not valid JSON (error near byte %lld of %zu): corrupt checkpoint",
 			       where, end ? (long long)(end - text) : -1LL, len);

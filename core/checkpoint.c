@@ -303,6 +303,12 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 				snprintf(path, len, "%s", sdir);
 			break;
 		}
+		if (rc == PH_ENOMEM) { /* this machine's want, not the step's damage: nothing set aside */
+			*err = why[i];
+			free(why);
+			free(v);
+			return rc;
+		}
 		if (!first_rc)
 			first_rc = rc;
 		if (!damaged)

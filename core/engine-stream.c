@@ -86,7 +86,8 @@ static void free_lists(ph_engine *e)
 	for (int r = 0; e->sops && r < e->plan->ranks; r++) {
 		free(e->sops[r]);
 		e->sops[r] = NULL;
-		e->snops[r] = 0;
+		if (e->snops) /* its calloc may have failed where sops's did not */
+			e->snops[r] = 0;
 	}
 	e->sk = 0;
 }

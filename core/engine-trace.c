@@ -130,9 +130,11 @@ int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err)
 	/* a long run's trace keeps its beginning: where it ends, read before
 	 * the ranks' lists go */
 	int64_t dropped = 0, upto = -1;
+	int oom = 0; /* a rank short of its cap dropped events for want of memory: gaps, not a cut end */
 	for (int r = 0; e->tracing && r < e->plan->ranks; r++)
 		if (e->ev_dropped[r]) {
 			dropped += e->ev_dropped[r];
+			oom |= e->nev[r] < e->ev_max;
 			int64_t last = e->nev[r] ? e->ev[r][e->nev[r] - 1].step : -1;
 			if (upto < 0 || (last >= 0 && last < upto))
 				upto = last;
@@ -158,7 +160,12 @@ int ph_engine_write_trace(ph_engine *e, const char *path, ph_err *err)
 	if (!rc && ph_comm_writer(cm))
 		rc = ph_trace_write_chrome(path, all, total, e->plan->ranks, e->plan->v, err);
 	free(all);
-	if (!rc && dropped && ph_comm_writer(cm)) {
+	if (!rc && oom && ph_comm_writer(cm)) {
+		printf("note: --trace %s lacks %lld events that found no memory to be kept in: the trace has gaps%s; "
+		       "trace a shorter run (--set run.steps=N)\n", path, (long long)dropped,
+		       cm->size > 1 ? " in this process" : "");
+		fflush(stdout);
+	} else if (!rc && dropped && ph_comm_writer(cm)) {
 		printf("note: --trace %s keeps the first %d events of each rank: %lld later ones were dropped", path,
 		       e->ev_max, (long long)dropped);
 		if (upto > 0) /* the last event kept is in step upto + 1 (1-based), which may be cut */

@@ -561,14 +561,16 @@ int ph_generate(const ph_config *c, const ph_shape *in, const ph_gen_opts *o, FI
 	}
 	if ((rc = gen_model_alloc(&g, err)) || (rc = gen_model_load(&g, wpath, err)))
 		goto out;
+	/* ids moved by a realloc that worked is the one out: frees */
 	int32_t *grown = realloc(ids, (size_t)(n + o->max_new_tokens) * sizeof *ids);
+	if (grown)
+		ids = grown;
 	logits = malloc((size_t)g.T * (size_t)g.V * sizeof *logits);
 	order = malloc((size_t)g.V * sizeof *order);
 	if (!grown || !logits || !order) {
 		rc = ph_fail(err, PH_ENOMEM, "out of memory for %lld new tokens", (long long)o->max_new_tokens);
 		goto out;
 	}
-	ids = grown;
 	/* BLAS results depend on the thread count: [run] threads, one by default */
 	openblas_set_num_threads(c->run.threads > 0 ? (int)c->run.threads : 1);
 	/* the prompt is echoed once the first logits are known to be finite:

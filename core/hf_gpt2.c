@@ -9,6 +9,7 @@
  * [in, out]; pipehost's gpt_block as PyTorch's Linear, [out, in]: the four
  * matrices of a block are transposed. */
 #include "hf_gpt2.h"
+#include "json.h"
 #include "readfile.h"
 #include "weights.h"
 
@@ -126,8 +127,12 @@ static int hf_open(hf_file *f, const char *path, ph_err *err)
 		return ph_fail(err, PH_EIO, "%s: cannot read the header", path);
 	}
 	text[hlen] = 0;
-	f->json = cJSON_Parse(text);
+	int oom;
+	f->json = ph_json_parse(text, hlen, NULL, &oom);
 	free(text);
+	if (oom)
+		return ph_fail(err, PH_ENOMEM, "%s: out of memory parsing its %llu-byte header", path,
+			       (unsigned long long)hlen);
 	f->data_off = 8 + hlen;
 	f->data_len = (uint64_t)st.st_size - f->data_off;
 	if (!cJSON_IsObject(f->json))
@@ -365,8 +370,11 @@ static int check_config_json(const char *path, const ph_model *m, int nblocks, p
 		return ph_fail(err, PH_EIO, "%s: %s while reading; read it again when nothing writes it", cpath,
 			       rerr ? "a read error" : "the file grew");
 	}
-	cJSON *j = cJSON_ParseWithLength(text, len);
+	int oom;
+	cJSON *j = ph_json_parse(text, len, NULL, &oom);
 	free(text);
+	if (oom)
+		return ph_fail(err, PH_ENOMEM, "%s: out of memory parsing it", cpath);
 	if (!cJSON_IsObject(j)) {
 		cJSON_Delete(j);
 		return ph_fail(err, PH_EINVAL, "%s: not a JSON object; give Hugging Face's config.json of these weights "

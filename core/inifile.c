@@ -81,8 +81,13 @@ static int add_section(reader_state *st, const char *name)
 				       "give every section a unique name",
 				       ini->path, st->line, name, ini->sections[i].line);
 		}
-	if (grow((void **)&ini->sections, ini->nsections, &ini->sections_cap, sizeof *ini->sections))
-		return ph_fail(st->err, PH_ENOMEM, "out of memory reading %s", ini->path);
+	if (grow((void **)&ini->sections, ini->nsections, &ini->sections_cap, sizeof *ini->sections)) {
+		/* the reader then stops, and the load fails: inih takes its NULL
+		 * for the end of the file, which once left a config without its
+		 * last sections */
+		st->fail_line = st->line;
+		return ph_fail(st->err, PH_ENOMEM, "%s:%d: out of memory reading it", ini->path, st->line);
+	}
 	ph_ini_section *s = &ini->sections[ini->nsections++];
 	snprintf(s->name, sizeof s->name, "%s", name);
 	s->line = st->line;

@@ -358,9 +358,14 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 	if (stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
 		return ph_fail(err, PH_EINVAL, "plugin %s is an empty file, not a shared library; rebuild it or "
 			       "remove it from the plugin path", file);
-	if (grow((void **)&r->files, r->nfiles, &r->files_cap, sizeof *r->files) ||
-	    !(r->handles = realloc(r->handles, (size_t)r->files_cap * sizeof *r->handles)))
-		return ph_fail(err, PH_ENOMEM, "out of memory");
+	if (grow((void **)&r->files, r->nfiles, &r->files_cap, sizeof *r->files))
+		return ph_fail(err, PH_ENOMEM, "out of memory loading plugin %s", file);
+	/* into a temporary: a failed realloc keeps the handles the registry
+	 * must still close */
+	void **handles = realloc(r->handles, (size_t)r->files_cap * sizeof *r->handles);
+	if (!handles)
+		return ph_fail(err, PH_ENOMEM, "out of memory loading plugin %s", file);
+	r->handles = handles;
 	crash_guard g;
 	guard_on(&g, file);
 	void *dl = dlopen(file, RTLD_NOW | RTLD_LOCAL);

@@ -19,7 +19,7 @@ core_libphcore_la_SOURCES = \
 	core/optim.c core/optim.h \
 	core/data.c core/data.h core/data_source.h core/data_sources.c core/readfile.c core/readfile.h \
 	core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c core/data_npy.c core/data_tokens.c \
-	core/bpe.c core/bpe.h core/bpe_unicode.h \
+	core/bpe.c core/bpe.h core/bpe_unicode.h core/json.c core/json.h \
 	core/weights.c core/weights.h \
 	core/train.c core/train.h core/signals.c core/signals.h \
 	core/checkpoint.c core/checkpoint.h core/checkpoint-impl.h core/checkpoint-id.c core/checkpoint-state.c \

@@ -131,7 +131,8 @@ double ph_mem_estimate(const ph_plan *p, const ph_model *m, const ph_config *c)
 			if (span > 1 && r / per_proc != q)
 				continue;
 			ph_chunk_mem mem;
-			ph_plan_chunk_mem(p, m, c, k, &mem);
+			if (ph_plan_chunk_mem(p, m, c, k, &mem))
+				return -1;
 			int gpu = c->place.ordinal && r < c->place.ranks && c->place.ordinal[r] >= 0;
 			if (gpu) /* the host keeps a copy of the weights and optimizer state */
 				sum += mem.params + mem.optimizer - mem.shared;
@@ -209,6 +210,8 @@ int ph_memcheck_run(const ph_plan *p, const ph_model *m, const ph_config *c, ph_
 	if (!ph_memcheck_enabled())
 		return PH_OK;
 	double have, need = ph_mem_estimate(p, m, c);
+	if (need < 0)
+		return ph_fail(err, PH_ENOMEM, "out of memory estimating the run's memory (--plan's est. MiB)");
 	char which[96], n[32], h[32];
 	if (ph_mem_available(&have, which, sizeof which) && need > have) {
 		human(need, n, sizeof n);

@@ -6,7 +6,7 @@
  * gradient buffer, which the table counted). */
 #include "plan-memory.h"
 
-void ph_plan_chunk_mem(const ph_plan *p, const ph_model *m, const ph_config *c, int k, ph_chunk_mem *out)
+int ph_plan_chunk_mem(const ph_plan *p, const ph_model *m, const ph_config *c, int k, ph_chunk_mem *out)
 {
 	double params = 0, scratch = 0;
 	for (int i = p->first[k]; i < p->first[k + 1]; i++) {
@@ -33,6 +33,11 @@ void ph_plan_chunk_mem(const ph_plan *p, const ph_model *m, const ph_config *c, 
 		.activations = ph_plan_activation_bytes(p, m, c, k),
 		.scratch = scratch,
 	};
+	if (out->activations < 0) { /* out of memory: no total rather than one short of them */
+		out->total = -1;
+		return PH_ENOMEM;
+	}
 	out->total = out->params + out->grads + out->optimizer + out->older_versions + out->second_grads - out->shared +
 		     out->activations + out->scratch;
+	return PH_OK;
 }

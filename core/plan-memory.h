@@ -18,7 +18,10 @@ typedef struct {
 	double total;          /* the sum: --plan's est. MiB */
 } ph_chunk_mem;
 
-/* Chunk k of p (built: bounds, slots and streams decided). */
-void ph_plan_chunk_mem(const ph_plan *p, const ph_model *m, const ph_config *c, int k, ph_chunk_mem *out);
+/* Chunk k of p (built: bounds, slots and streams decided).  PH_ENOMEM
+ * when the engine's buffer table could not be made to count the
+ * activations (out->activations and out->total are then -1): never a
+ * figure short of them. */
+int ph_plan_chunk_mem(const ph_plan *p, const ph_model *m, const ph_config *c, int k, ph_chunk_mem *out);
 
 #endif

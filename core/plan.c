@@ -512,7 +512,9 @@ int ph_plan_check_bounds(const char *partitioner, const ph_partition_problem *pb
 /* Will the engine run this plan's steps as streams of [run] window steps?
  * When not, and the schedule is a no-flush one, *why says what stops it.
  * (ph_plan_stream is below; the check builds a whole window's lists.) */
-static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why)
+/* 1: the run is a stream (a window of steps as one list); 0: not, with
+ * *why; -1: out of memory, in *err. */
+static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why, ph_err *err)
 {
 	uint32_t fl = ph_schedule_flags(c->schedule);
 	int split = 0;
@@ -538,8 +540,14 @@ static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c
 	/* a whole window's lists keep no more micro-batches in flight than
 	 * one step's, which the chunks' slots are made for */
 	ph_plan sp;
-	ph_err ignored;
-	int fits = !ph_plan_stream(p, c, (int)c->run.window, &sp, &ignored);
+	ph_err why_not;
+	int rc = ph_plan_stream(p, c, (int)c->run.window, &sp, &why_not);
+	if (rc == PH_ENOMEM) { /* no room to plan it is no answer: said, not taken for "does not fit" */
+		*err = why_not;
+		ph_plan_free(&sp);
+		return -1;
+	}
+	int fits = !rc;
 	for (int k = 0; fits && k < p->nchunks; k++)
 		fits = sp.slots[k] <= p->slots[k];
 	ph_plan_free(&sp);
@@ -560,7 +568,8 @@ static int check_memory_limit(const ph_plan *p, const ph_model *m, const ph_conf
 		return PH_OK;
 	for (int k = 0; k < p->nchunks; k++) {
 		ph_chunk_mem mem;
-		ph_plan_chunk_mem(p, m, c, k, &mem);
+		if (ph_plan_chunk_mem(p, m, c, k, &mem))
+			return ph_fail(err, PH_ENOMEM, "out of memory counting chunk %d's memory for [partition] memory", k);
 		if (mem.total <= limit)
 			continue;
 		char where[PH_STR_MAX + 16];
@@ -586,7 +595,10 @@ int ph_plan_build(ph_plan *p, const ph_model *m, const ph_config *c, const doubl
 	if (rc || (rc = make_partition(p, m, c, cost_fwd, cost_bwd, err)))
 		return rc;
 	/* once, for --plan and for every replica's engine */
-	p->streams = decide_stream(p, m, c, &p->stream_why);
+	if ((p->streams = decide_stream(p, m, c, &p->stream_why, err)) < 0) {
+		p->streams = 0;
+		return PH_ENOMEM;
+	}
 	return check_memory_limit(p, m, c, err);
 }
 
@@ -670,11 +682,13 @@ void ph_plan_print(FILE *f, const ph_plan *p, const ph_model *m, const ph_config
 		else
 			snprintf(range, sizeof range, "%s..%s (%d-%d)", m->layers[a].cfg->name, m->layers[b].cfg->name, a, b);
 		ph_chunk_mem mem;
-		ph_plan_chunk_mem(p, m, c, k, &mem);
+		char est[32] = "?"; /* out of memory to count it: no figure rather than a wrong one */
+		if (!ph_plan_chunk_mem(p, m, c, k, &mem))
+			snprintf(est, sizeof est, "%.1f", mem.total / (1024.0 * 1024.0));
 		char dev[16];
 		ph_placement_name(&c->place, k % p->ranks, dev, sizeof dev);
-		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10.1f\n", k, k % p->ranks, dev, range,
-			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], mem.total / (1024.0 * 1024.0));
+		fprintf(f, "  %-5d %-4d %-6s %-34s %10lld %5.1f%% %9d %10s\n", k, k % p->ranks, dev, range,
+			(long long)params, total > 0 ? 100.0 * cost / total : 0.0, p->slots[k], est);
 	}
 	/* an asynchronous schedule: the weight versions each rank holds */
 	ph_schedule_shape shape = { p->ranks, p->v, p->m };

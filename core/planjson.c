@@ -155,11 +155,11 @@ static cJSON *build(const ph_plan *p, const ph_model *m, const ph_config *c, con
 		if (share > max_cost)
 			max_cost = share;
 		ph_chunk_mem mem;
-		ph_plan_chunk_mem(p, m, c, k, &mem);
+		ok = !ph_plan_chunk_mem(p, m, c, k, &mem); /* else NULL: out of memory */
 		if (mem.total > peak)
 			peak = mem.total;
 		sum_mem += mem.total;
-		ok = add_int(st, "params", params) && add_num(st, "fwd_flops", f) && add_num(st, "bwd_flops", bw) &&
+		ok = ok && add_int(st, "params", params) && add_num(st, "fwd_flops", f) && add_num(st, "bwd_flops", bw) &&
 		     add_num(st, "cost_share", share) && add_int(st, "in_flight", p->slots[k]);
 		if (ts > 0 && (sf + sb) / ts > max_meas)
 			max_meas = (sf + sb) / ts;

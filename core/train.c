@@ -659,8 +659,13 @@ int ph_run_check_outputs(const ph_config *c, const char *config_path, const char
 	char latest[4096] = "";
 	if (resume && resume[0] && !ph_checkpoint_is_step(resume)) {
 		struct stat sb;
-		ph_err ignored;
-		if (ph_checkpoint_latest(resume, latest, sizeof latest, NULL, &ignored) != 1)
+		ph_err why;
+		int found = ph_checkpoint_latest(resume, latest, sizeof latest, NULL, &why);
+		if (found == -PH_ENOMEM) { /* the newest step unknown: no check rather than one without it */
+			*err = why;
+			return PH_ENOMEM;
+		}
+		if (found != 1)
 			latest[0] = 0;
 		if (!stat(resume, &sb) && S_ISDIR(sb.st_mode))
 			resume = NULL;

@@ -4,6 +4,7 @@
  * file's real size before it copies a byte, and refuses with one line that
  * names the file.  The writer never leaves a half-written file behind. */
 #include "weights.h"
+#include "json.h"
 #include "readfile.h"
 
 #include <cjson/cJSON.h>
@@ -577,7 +578,13 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 	hdr[hlen] = 0;
 
 	const char *end = NULL;
-	root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
+	int oom;
+	root = ph_json_parse(hdr, hlen, &end, &oom);
+	if (!root && oom) {
+		rc = ph_fail(err, PH_ENOMEM, "%s: out of memory parsing its %llu-byte header", path,
+			     (unsigned long long)hlen);
+		goto done;
+	}
 	if (!root) {
 		rc = ph_fail(err, PH_EINVAL, "%s: header is not valid JSON (error near "
 			     "byte %lld of %llu): corrupt or not safetensors", path,

@@ -32,15 +32,15 @@ FUZZ_RUN_FLAGS = -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
 FUZZ_DIR = tests/fuzz/build
 
 FUZZ_DATA_SRC = core/data.c core/data_sources.c core/data_fashion_mnist.c core/data_synthetic.c core/data_text.c \
-	core/readfile.c core/data_npy.c core/data_tokens.c core/bpe.c
+	core/readfile.c core/data_npy.c core/data_tokens.c core/bpe.c core/json.c
 FUZZ_CONFIG_SRC = tests/fuzz/fuzz-config.c core/config.c core/inifile.c core/options.c core/loader.c core/device.c \
 	core/loader-trust.c $(FUZZ_DATA_SRC)
-FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c core/outputs.c core/signals.c core/readfile.c
+FUZZ_SAFETENSORS_SRC = tests/fuzz/fuzz-safetensors.c core/weights.c core/json.c core/outputs.c core/signals.c core/readfile.c
 FUZZ_STATE_SRC = tests/fuzz/fuzz-state.c core/checkpoint.c core/checkpoint-id.c core/config_agree.c core/checkpoint-state.c \
 	core/checkpoint-manifest.c core/checkpoint-files.c core/checkpoint-sbuf.c core/weights.c core/outputs.c core/signals.c core/runlock.c core/config.c \
 	core/inifile.c core/options.c core/loader.c core/device.c core/loader-trust.c $(FUZZ_DATA_SRC)
 FUZZ_IDX_SRC = tests/fuzz/fuzz-idx.c $(FUZZ_DATA_SRC)
-FUZZ_BPE_SRC = tests/fuzz/fuzz-bpe.c core/bpe.c
+FUZZ_BPE_SRC = tests/fuzz/fuzz-bpe.c core/bpe.c core/json.c
 FUZZ_NPY_SRC = tests/fuzz/fuzz-npy.c $(FUZZ_DATA_SRC)
 FUZZ_TOKENS_SRC = tests/fuzz/fuzz-tokens.c $(FUZZ_DATA_SRC)
 # plan.c's memory estimates reach engine-layout.c; the harness stands in

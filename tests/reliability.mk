@@ -21,4 +21,13 @@ tests_faultfs_la_SOURCES = tests/faultfs.c
 tests_faultfs_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
 tests_faultfs_la_LIBADD = -ldl
 
+# Out of memory at every allocation in turn (test-oom.sh, through the
+# LD_PRELOAD shim tests/oomshim.c): one line and exit 1, or the same run.
+TESTS += tests/test-oom.sh
+EXTRA_DIST += tests/test-oom.sh
+check_LTLIBRARIES += tests/oomshim.la
+tests_oomshim_la_SOURCES = tests/oomshim.c
+tests_oomshim_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_oomshim_la_LIBADD = -ldl
+
 include $(srcdir)/tests/fuzz.mk

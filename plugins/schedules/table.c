@@ -124,7 +124,7 @@ static int read_table(const table_cfg *cfg, const ph_schedule_shape *sh, int ran
 	size_t linecap = 0;
 	ssize_t got;
 	int lineno = 0, row = 0, rc = PH_OK, count = 0;
-	while ((got = getline(&line, &linecap, f)) >= 0) {
+	while ((errno = 0, got = getline(&line, &linecap, f)) >= 0) {
 		lineno++;
 		if ((size_t)got != strlen(line)) {
 			rc = ph_fail(err, PH_EINVAL, "%s:%d: a NUL byte; a schedule table is a text file", file, lineno);
@@ -181,8 +181,14 @@ static int read_table(const table_cfg *cfg, const ph_schedule_shape *sh, int ran
 		if (actions)
 			row++;
 	}
-	if (!rc && ferror(f))
-		rc = ph_fail(err, PH_EIO, "cannot read schedule table %s: %s; check [schedule] file", file, strerror(errno));
+	/* getline's -1 short of the end: glibc's ENOMEM sets no error flag,
+	 * and a table read as far as memory went was once taken as whole */
+	int read_errno = errno;
+	if (!rc && got < 0 && !feof(f) && read_errno == ENOMEM)
+		rc = ph_fail(err, PH_ENOMEM, "out of memory reading schedule table %s at line %d", file, lineno + 1);
+	else if (!rc && (ferror(f) || (got < 0 && !feof(f))))
+		rc = ph_fail(err, PH_EIO, "cannot read schedule table %s: %s; check [schedule] file", file,
+			     strerror(read_errno));
 	free(line);
 	fclose(f);
 	if (rc)

@@ -1,0 +1,94 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Out of memory at every allocation in turn (the LD_PRELOAD shim
+# tests/oomshim.c fails the Nth malloc, calloc, realloc, ... made by
+# pipehost or its plugins): each time the run either ends as the run
+# without the failure does (the same weights, byte for byte) or says so in
+# one stderr line naming memory and exits 1; never a crash, never a run that
+# goes on with less (a config without its last sections, a checkpoint set
+# aside as damaged). docs/changes.md lists what an audit found this way.
+. "$top_srcdir/tests/lib.sh"
+tiny="$fixtures/tiny.ini"
+shim="$top_builddir/tests/.libs/oomshim.so"
+
+if [ ! -f "$shim" ]; then
+	echo "SKIP: $shim not built"
+	exit 77
+fi
+if [ -n "${ASAN_OPTIONS:-}" ]; then
+	# a malloc interposed in front of ASan's own: nothing left to check
+	echo "SKIP: under ASan (its allocator is the one checked there)"
+	exit 77
+fi
+
+# sweep NAME REF CMD...: CMD under the shim with the Nth allocation failing,
+# for every N the run makes, or the first $upto (PH_OOM_* from the caller's
+# environment too);
+# REF: the weights file the run without a failure writes (compared where a
+# trial exits 0), or - for none.  Counts the bad trials; says each kind once.
+sweep() {
+	name=$1 ref=$2
+	shift 2
+	rm -f "$tmp/count"
+	PH_OOM_COUNT="$tmp/count" LD_PRELOAD="$shim" "$@" >/dev/null 2>"$tmp/err"
+	calls=$(cat "$tmp/count" 2>/dev/null || echo 0)
+	[ -z "${upto:-}" ] || [ "$calls" -le "$upto" ] || calls=$upto
+	bad=0 fails=0 first=
+	i=1
+	while [ "$i" -le "$calls" ]; do
+		rm -f "$tmp/w.st"
+		PH_OOM_N=$i LD_PRELOAD="$shim" "$@" >"$tmp/out" 2>"$tmp/err"
+		rc=$?
+		why=
+		if [ $rc -eq 0 ]; then
+			if [ "$ref" != - ] && ! cmp -s "$ref" "$tmp/w.st"; then
+				why="exit 0 with other weights"
+			elif [ -s "$tmp/err" ] && ! grep -q "warning" "$tmp/err"; then
+				why="exit 0 with stderr: $(head -c 200 "$tmp/err")"
+			fi
+		else
+			fails=$((fails + 1))
+			if [ $rc -ne 1 ]; then
+				why="exit $rc: $(head -c 200 "$tmp/err")"
+			elif [ "$(grep -vc "warning" "$tmp/err")" -ne 1 ] || ! grep -q "memory" "$tmp/err"; then
+				why="not one line about memory: $(head -c 300 "$tmp/err")"
+			fi
+		fi
+		if [ -z "$why" ] && [ -n "${aside_dir:-}" ] && ls "$aside_dir" | grep -q damaged; then
+			why="a checkpoint set aside: $(ls "$aside_dir" | tr '\n' ' ')"
+		fi
+		if [ -n "$why" ]; then
+			bad=$((bad + 1))
+			[ -n "$first" ] || first="N=$i: $why"
+		fi
+		[ -z "${reset:-}" ] || eval "$reset"
+		i=$((i + 1))
+	done
+	if [ "$calls" -gt 20 ] && [ "$bad" = 0 ]; then
+		ok "$name: each of its ${upto:+first }$calls allocations failed in turn: $fails said out of memory in one line, exit 1; $((calls - fails)) ended as the run without it"
+	else
+		not_ok "$name: $calls allocations, $bad bad trial(s); the first $first"
+	fi
+}
+
+app="$top_builddir/"
+# training, 2bw (its stream of steps) with recompute, every output written
+"$PIPEHOST" -c "$tiny" --set run.steps=2 --set schedule.type=2bw --set run.recompute=yes --set run.threads=1 \
+	--progress=none --save-weights "$tmp/ref.st" >/dev/null 2>"$tmp/err" || not_ok "reference run: $(cat "$tmp/err")"
+PH_OOM_APP=$app sweep "a 2bw run with recompute" "$tmp/ref.st" "$PIPEHOST" -c "$tiny" --set run.steps=2 \
+	--set schedule.type=2bw --set run.recompute=yes --set run.threads=1 --progress=none --save-weights "$tmp/w.st"
+
+# a resume: the load of the newest step out of memory (the first 250
+# allocations from its first file on, libcjson's included) is no damage:
+# nothing is set aside, the run says so
+"$PIPEHOST" -c "$tiny" --set run.steps=6 --set run.threads=1 --set checkpoint.dir="$tmp/ck0" --set checkpoint.every=2 \
+	--set checkpoint.keep=3 --progress=none --save-weights "$tmp/ref6.st" >/dev/null 2>"$tmp/err" ||
+	not_ok "checkpointed run: $(cat "$tmp/err")"
+rm -rf "$tmp/ck0/step-00000006"
+cp -r "$tmp/ck0" "$tmp/ck"
+aside_dir="$tmp/ck" reset='rm -rf "$tmp/ck"; cp -r "$tmp/ck0" "$tmp/ck"' upto=250 PH_OOM_AFTER=step-00000004 \
+	PH_OOM_APP="$app:libcjson" \
+	sweep "a resume from step 4, out of memory reading it" "$tmp/ref6.st" "$PIPEHOST" -c "$tiny" --set run.steps=6 \
+	--set run.threads=1 --set checkpoint.dir="$tmp/ck" --set checkpoint.every=2 --set checkpoint.keep=3 \
+	--progress=none --resume "$tmp/ck" --save-weights "$tmp/w.st"
+finish
