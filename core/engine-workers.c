@@ -3,6 +3,7 @@
  * running its rank's lowered list (a training pass), its forward-only list
  * (evaluation) or its update, one job at a time as the main thread starts
  * them; and a training pass's batch in and losses out. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,10 +71,15 @@ static void *worker_main(void *arg)
 			rc = rc3;
 			err = e3;
 		}
-		if (rc && err.msg[0])
+		if (rc && err.msg[0]) {
 			ph_eng_set_error(e, &err);
-		else if (rc)
+		} else if (rc) {
+			pthread_mutex_lock(&e->mu);
 			__atomic_store_n(&e->abort, 1, __ATOMIC_RELEASE);
+			pthread_cond_broadcast(&e->cv_prep);
+			pthread_mutex_unlock(&e->mu);
+			ph_eng_links_wake(e); /* as ph_eng_set_error does: no rank waits forever */
+		}
 		pthread_mutex_lock(&e->mu);
 		if (--e->pending == 0)
 			pthread_cond_signal(&e->cv_done);
@@ -88,14 +94,24 @@ int ph_eng_start_workers(ph_engine *e, ph_err *err)
 	e->workers = calloc((size_t)e->plan->ranks, sizeof *e->workers);
 	if (!e->threads || !e->workers)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
-	for (int r = e->rank_lo; r < e->rank_hi; r++) {
+	/* the workers never take SIGINT or SIGTERM: the main thread's step
+	 * loop is where a stop is seen (signals.c) */
+	sigset_t stops, old;
+	sigemptyset(&stops);
+	sigaddset(&stops, SIGINT);
+	sigaddset(&stops, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &stops, &old);
+	int rc = PH_OK;
+	for (int r = e->rank_lo; r < e->rank_hi && !rc; r++) {
 		int k = r - e->rank_lo;
 		e->workers[k] = (worker_t){ e, r };
 		if (pthread_create(&e->threads[k], NULL, worker_main, &e->workers[k]))
-			return ph_fail(err, PH_ENOMEM, "cannot start the worker thread of rank %d", r);
-		e->nthreads_started++;
+			rc = ph_fail(err, PH_ENOMEM, "cannot start the worker thread of rank %d", r);
+		else
+			e->nthreads_started++;
 	}
-	return PH_OK;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }
 
 void ph_eng_stop_workers(ph_engine *e)
@@ -119,7 +135,8 @@ void ph_eng_dispatch_start(ph_engine *e, int job)
 	pthread_mutex_lock(&e->mu);
 	e->job = job;
 	e->pending = e->rank_hi - e->rank_lo; /* this process's ranks */
-	e->abort = 0;
+	/* atomic: another replica's workers poll this flag (any_abort) */
+	__atomic_store_n(&e->abort, 0, __ATOMIC_RELEASE);
 	e->err_set = 0;
 	e->generation++;
 	pthread_cond_broadcast(&e->cv_job);
@@ -132,7 +149,7 @@ int ph_eng_dispatch_wait(ph_engine *e, ph_err *err)
 	while (e->pending > 0)
 		pthread_cond_wait(&e->cv_done, &e->mu);
 	pthread_mutex_unlock(&e->mu);
-	if (e->abort) {
+	if (__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE)) {
 		if (e->err_set)
 			*err = e->err;
 		else

@@ -4,6 +4,7 @@
  * library call) and re-raise: everything else happens at the loop's
  * decision points. */
 #define _GNU_SOURCE /* REG_RIP, _dl_find_object, dl_iterate_phdr, on_exit */
+#include <errno.h>
 #include <link.h>
 #include <signal.h>
 #include <stdint.h>
@@ -30,10 +31,12 @@ static struct sigaction old_int, old_term;
 static char stop_msg[512], stop_msg_mpirun[1024];
 static pid_t parent_pid;
 /* The output being written (ph_stop_tmp): its temporary file, removed by a
- * stop at once, and the line said then.  tmp_set is written last and
- * cleared first, so a handler (on any thread) sees whole strings. */
+ * stop at once, and the line said then.  Two slots: ph_stop_tmp writes the
+ * one no handler was given, then publishes it in tmp_set (slot + 1; 0:
+ * none), so a handler (on any thread, while the main thread names the next
+ * file) reads whole strings. */
 static int tmp_set;
-static char tmp_path[4096], tmp_msg[8192];
+static char tmp_path[2][4096], tmp_msg[2][8192];
 
 void ph_signals_init(void)
 {
@@ -59,29 +62,42 @@ static long now_s(void)
 	return (long)ts.tv_sec;
 }
 
+/* The handler may run on any thread (OpenBLAS's threads do not block the
+ * signals), twice at once (a terminal's ^C and mpirun's SIGTERM): the
+ * first signal is claimed atomically, its time stored before the claim,
+ * so a second one never reads a claim without its time. */
 static void on_stop_signal(int sig, siginfo_t *si, void *uc)
 {
 	(void)uc;
-	if (stop_signal) {
-		/* the same ^C delivered twice (terminal and mpirun) is one request */
-		if (now_s() - stop_at_s < 2)
-			return;
-		if (__atomic_load_n(&tmp_set, __ATOMIC_SEQ_CST)) {
-			/* unlink and write are async-signal-safe */
-			unlink(tmp_path);
-			ssize_t w = write(STDERR_FILENO, tmp_msg, strlen(tmp_msg));
-			(void)w;
-		}
-		signal(sig, SIG_DFL);
-		raise(sig);
+	const int saved_errno = errno;
+	const sig_atomic_t now = (sig_atomic_t)now_s();
+	int none = 0;
+	if (!__atomic_load_n(&stop_signal, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&stop_at_s, now, __ATOMIC_SEQ_CST);
+	if (__atomic_compare_exchange_n(&stop_signal, &none, sig, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+		const char *m = stop_msg_mpirun[0] && si && si->si_code == SI_USER && si->si_pid == parent_pid
+					? stop_msg_mpirun
+					: stop_msg;
+		ssize_t w = write(STDERR_FILENO, m, strlen(m));
+		(void)w;
+		errno = saved_errno;
 		return;
 	}
-	stop_signal = sig;
-	stop_at_s = (sig_atomic_t)now_s();
-	const char *m = stop_msg_mpirun[0] && si && si->si_code == SI_USER && si->si_pid == parent_pid ? stop_msg_mpirun
-														: stop_msg;
-	ssize_t w = write(STDERR_FILENO, m, strlen(m));
-	(void)w;
+	/* the same ^C delivered twice (terminal and mpirun) is one request */
+	if (now - __atomic_load_n(&stop_at_s, __ATOMIC_SEQ_CST) < 2) {
+		errno = saved_errno;
+		return;
+	}
+	int slot = __atomic_load_n(&tmp_set, __ATOMIC_SEQ_CST);
+	if (slot) {
+		/* unlink and write are async-signal-safe */
+		unlink(tmp_path[slot - 1]);
+		ssize_t w = write(STDERR_FILENO, tmp_msg[slot - 1], strlen(tmp_msg[slot - 1]));
+		(void)w;
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+	errno = saved_errno;
 }
 
 /* The lines the first stop signal prints.  Open MPI's mpirun (4.1) does
@@ -126,7 +142,7 @@ void ph_stop_catch(void)
 {
 	prepare_stop_msg("\npipehost: interrupted: finishing this step, then writing a checkpoint "
 			 "(interrupt again to stop at once)");
-	stop_signal = 0;
+	__atomic_store_n(&stop_signal, 0, __ATOMIC_SEQ_CST);
 	agreed = 0;
 	install();
 	catching = 1;
@@ -154,12 +170,16 @@ void ph_stop_release(void)
 
 void ph_stop_tmp(const char *tmp, const char *what, const char *path)
 {
+	/* the slot no handler was given: the other one than the last */
+	static int last = 1;
+	const int s = 1 - last;
 	__atomic_store_n(&tmp_set, 0, __ATOMIC_SEQ_CST);
-	if (!tmp || !tmp[0] || (size_t)snprintf(tmp_path, sizeof tmp_path, "%s", tmp) >= sizeof tmp_path)
+	if (!tmp || !tmp[0] || (size_t)snprintf(tmp_path[s], sizeof tmp_path[s], "%s", tmp) >= sizeof tmp_path[s])
 		return;
-	snprintf(tmp_msg, sizeof tmp_msg, "pipehost: stopped at once while writing %s %s: its temporary file %s "
-		 "is removed: nothing half-written is left\n", what, path, tmp);
-	__atomic_store_n(&tmp_set, 1, __ATOMIC_SEQ_CST);
+	snprintf(tmp_msg[s], sizeof tmp_msg[s], "pipehost: stopped at once while writing %s %s: its temporary file "
+		 "%s is removed: nothing half-written is left\n", what, path, tmp);
+	last = s;
+	__atomic_store_n(&tmp_set, s + 1, __ATOMIC_SEQ_CST);
 }
 
 int ph_stop_tmp_offer(const char *tmp, const char *what, const char *path)
