@@ -111,8 +111,13 @@ static int alloc_sumsq_slots(ph_engine *e, ph_err *err)
 	const int P = e->plan->ranks;
 	e->ss_dev = calloc((size_t)P, sizeof *e->ss_dev);
 	e->ss_host = calloc((size_t)P, sizeof *e->ss_host);
-	if (!e->ss_dev || !e->ss_host)
+	if (!e->ss_dev || !e->ss_host) { /* both or neither: the next call's guard reads ss_dev */
+		free(e->ss_dev);
+		free(e->ss_host);
+		e->ss_dev = NULL;
+		e->ss_host = NULL;
 		return ph_fail(err, PH_ENOMEM, "out of memory");
+	}
 	for (int r = 0; r < P; r++) {
 		size_t k = 0;
 		for (int l = 0; l < e->model->n; l++)

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -350,7 +351,8 @@ int ph_registry_load_file(ph_registry *r, const char *file, ph_err *err)
 		if (strcmp(r->files[i], file) == 0)
 			return PH_OK;
 	if (strlen(file) >= sizeof r->files[0])
-		return ph_fail(err, PH_EINVAL, "plugin path too long: %s", file);
+		return ph_fail(err, PH_EINVAL, "plugin path too long (%zu bytes, at most %zu): %.200s...; move the "
+			       "plugin to a shorter path", strlen(file), sizeof r->files[0] - 1, file);
 	int rc = r->allow_writable ? PH_OK : ph_plugin_trust(file, 0, err);
 	if (rc)
 		return rc;
@@ -473,9 +475,11 @@ static int load_dir(ph_registry *r, const char *dir, const char *name, ph_err *e
 		qsort(names, (size_t)n, sizeof *names, cmp_str);
 	for (int i = 0; i < n; i++) {
 		if (!rc) {
-			char file[1024];
-			snprintf(file, sizeof file, "%s/%s", dir, names[i]);
-			if (!name || ph_file_mentions(file, name, 1)) /* an unreadable one: let the load report it */
+			char file[PATH_MAX];
+			if ((size_t)snprintf(file, sizeof file, "%s/%s", dir, names[i]) >= sizeof file)
+				rc = ph_fail(err, PH_EINVAL, "plugin directory %.200s...: the path of %s in it is longer than "
+					     "%d bytes; move the plugins to a shorter path", dir, names[i], PATH_MAX - 1);
+			else if (!name || ph_file_mentions(file, name, 1)) /* an unreadable one: let the load report it */
 				rc = ph_registry_load_file(r, file, err);
 		}
 		free(names[i]);

@@ -7,6 +7,8 @@
 #ifndef PH_CORE_LOADER_H
 #define PH_CORE_LOADER_H
 
+#include <limits.h>
+
 #include <pipehost/plugin.h>
 
 #include "inifile.h"
@@ -21,7 +23,7 @@ typedef struct {
 } ph_registry_entry;
 
 typedef struct {
-	char (*files)[1024];
+	char (*files)[PATH_MAX];   /* a plugin directory's path may be long (1,024 once cut it) */
 	void **handles;
 	int nfiles, files_cap;
 	ph_registry_entry *entries;

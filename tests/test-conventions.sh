@@ -194,4 +194,21 @@ else
 	not_ok "configure: exit $rc, $said 'cannot remove' lines, $(ls "$tmp/build" | grep -c confdefs) confdefs.h left; $(grep -v 'cannot remove' "$tmp/conf.err" | head -c 300)"
 fi
 
+# --- 7. another compiler than GCC: one line from configure -----------------
+# The layer plugins are GCC's (vector extensions, vectoriser flags, the
+# bits the tests compare); clang failed in make's errors before.
+if command -v clang >/dev/null 2>&1; then
+	mkdir -p "$tmp/clang"
+	(cd "$tmp/clang" && "$tmp/src/configure" --without-cuda CC=clang >"$tmp/cc.out" 2>"$tmp/cc.err")
+	rc=$?
+	if [ "$rc" -ne 0 ] && grep -q "^configure: error: clang is not GCC: .*; configure with CC=gcc$" "$tmp/cc.err" &&
+		[ "$(grep -c "error" "$tmp/cc.err")" -eq 1 ]; then
+		ok "configure CC=clang: refused in one line (exit $rc)"
+	else
+		not_ok "configure CC=clang: exit $rc, $(tail -c 300 "$tmp/cc.err")"
+	fi
+else
+	ok "# SKIP configure CC=clang: no clang"
+fi
+
 finish

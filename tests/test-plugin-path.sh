@@ -25,6 +25,19 @@ else
 		-c "$tmp/t.ini" --plugin-dir "$tmp/e"
 fi
 
+# A plugin directory whose path is over 1,200 bytes: its plugins load (a
+# 1,024-byte buffer once cut their paths, and the load named a file that
+# does not exist).
+long=$tmp
+for i in 1 2 3 4 5 6; do long="$long/$(printf '%0200d' "$i")"; done
+mkdir -p "$long" && cp "$PH_LAYER_DIR/relu.so" "$long/"
+if PIPEHOST_PLUGIN_PATH="$long" "$PIPEHOST" --list-plugins >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "from $long/relu.so$" "$tmp/out"; then
+	ok "a plugin directory of ${#long} bytes: relu.so loads from it"
+else
+	not_ok "plugin directory of ${#long} bytes: $(head -c 300 "$tmp/err")"
+fi
+
 # The compiled-in directories are the configured prefix's, and follow it:
 # they live in build-config.h, which config.status rewrites when configure
 # runs with another --prefix, and pipehost is rebuilt from it (a dry run,
