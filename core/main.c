@@ -297,6 +297,9 @@ static void stdout_back(int *fd)
 	*fd = -1;
 }
 
+/* What run() was doing, for a bare "out of memory" (oom_line) */
+static const char *phase;
+
 static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err)
 {
 	ph_registry reg;
@@ -347,6 +350,7 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 	memset(&plan, 0, sizeof plan);
 	memset(&train, 0, sizeof train);
 	memset(&test, 0, sizeof test);
+	phase = "reading the config";
 	if ((rc = ph_config_read(&cfg, cli->config, cli->overrides, cli->noverrides, err)))
 		goto out;
 	cfg.comm = *comm;
@@ -357,6 +361,7 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 	plugin_path(cli, ph_config_plugin_path(&cfg), path, sizeof path);
 	/* every .so of a --plugin-dir is loaded and checked; of the rest of
 	 * the path, only those that may hold a plugin the INI names */
+	phase = "loading the plugins";
 	if ((rc = ph_registry_load_path(&reg, cli->list_plugins ? path : cli->plugin_dirs, err)))
 		goto out;
 	ph_registry_search_path(&reg, path);
@@ -401,12 +406,14 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 				goto out;
 			go.tok = &bpe;
 		}
+		phase = "generating";
 		rc = ph_generate(&cfg, &in, &go, stdout, stderr, err);
 		if (go.tok)
 			ph_tokenizer_bpe_free(&bpe);
 		goto out;
 	}
 	int mbsize = (int)(cfg.run.batch / (cfg.run.micro_batches * cfg.run.replicas));
+	phase = "building the model";
 	if ((rc = ph_model_build(&model, &cfg, &in, mbsize, err)) || (rc = ph_plan_check_cuttable(&model, &cfg, err)) ||
 	    (rc = ph_plan_check_per_mb(&model, &cfg, err)))
 		goto out; /* a job that cannot run: before the profiler measures it */
@@ -414,6 +421,7 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 	 * and before --plan-json is written: data that cannot train this
 	 * model fail the run before it has done or left anything. */
 	if (!cli->plan_only && !cli->simulate) {
+		phase = "loading the data";
 		if ((rc = source->load(&cfg, &in, &train, &test, err)) || (rc = check_data(&cfg, &model, &in, &train, &test, err)))
 			goto out;
 		data_loaded = 1;
@@ -450,6 +458,7 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 			cost_f = cost_b = NULL;
 		}
 	}
+	phase = "planning";
 	if ((rc = ph_plan_build(&plan, &model, &cfg, cost_f, cost_b, err)))
 		goto out;
 	/* a SIGINT/SIGTERM while these files are written waits until they are
@@ -490,6 +499,7 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 	if ((rc = ph_memcheck_run(&plan, &model, &cfg, err)))
 		goto out;
 	const char *wpath = cli->save_weights ? cli->save_weights : cfg.run.save_weights;
+	phase = "setting up the engine";
 	if ((rc = ph_engine_create(&engine, &model, &plan, &cfg, err)))
 		goto out;
 	if (ph_comm_writer(&cfg.comm)) {
@@ -534,6 +544,7 @@ static int run(const ph_cli *cli, const ph_comm *comm, int *stopped, ph_err *err
 	ph_train_result res;
 	if ((rc = ph_layer_times_from_env(model.n, err))) /* bench/profile-vs-step.sh */
 		goto out;
+	phase = "training";
 	if ((rc = ph_train_ck(&cfg, engine, &train, &test, &ck, &res, err)) || (rc = ph_layer_times_finish(&model, err)))
 		goto out;
 	if (res.interrupted) {
@@ -626,6 +637,20 @@ static int refuse_foreign_launcher(ph_err *err)
 		       "launch it with mpirun -np %ld pipehost ... (or srun --mpi=pmix)", n, who, n);
 }
 
+/* A failure for want of memory says where and what to do: most of the
+ * places that find it know no more than "out of memory". */
+static void oom_line(ph_err *err)
+{
+	if (strchr(err->msg, ';') || strstr(err->msg, "free memory"))
+		return; /* it already says what to do */
+	char line[PH_ERR_MAX];
+	snprintf(line, sizeof line, "%s%s%s; free memory, or make the job smaller ([run] batch, micro_batches, replicas, "
+		 "the model's sizes): --plan estimates what a run needs", err->msg,
+		 phase && !strcmp(err->msg, "out of memory") ? " while " : "",
+		 phase && !strcmp(err->msg, "out of memory") ? phase : "");
+	snprintf(err->msg, sizeof err->msg, "%s", line);
+}
+
 int main(int argc, char **argv)
 {
 	ph_cli cli;
@@ -670,6 +695,8 @@ int main(int argc, char **argv)
 		 * process alone is printed after it */
 		if (comm.size > 1 && comm.rank != 0)
 			sleep(1);
+		if (rc == PH_ENOMEM || strstr(err.msg, "out of memory") || strstr(err.msg, "no memory")) /* passed on under another code */
+			oom_line(&err);
 		char prefix[64] = "pipehost: ";
 		if (comm.size > 1)
 			snprintf(prefix, sizeof prefix, "pipehost: process %d of %d: ", comm.rank, comm.size);
