@@ -78,8 +78,14 @@ enum { RING = 1024 };
 typedef struct {
 	stage_t *stages;     /* [ranks] */
 	pthread_mutex_t mu;  /* reports */
-	ph_report *rep;
+	ph_report *rep;      /* the names; their sums are made at ph_engine_reports */
 	int nrep, cap;
+	/* [cap][nloc]: each local replica's sum and count of an entry, added in
+	 * replica order at ph_engine_reports, so that the figures do not take
+	 * the order in which the replicas' threads came (a layer reports from
+	 * one rank of a replica, in its micro-batches' order) */
+	int nloc;
+	double *lsum, *lcount;
 } shared_t;
 
 /* ---- Where the replicas are ------------------------------------------- */
@@ -422,12 +428,20 @@ static int report_entry(shared_t *S, const char *name)
 	if (S->nrep == S->cap) {
 		int cap = S->cap ? 2 * S->cap : 8;
 		ph_report *n = realloc(S->rep, (size_t)cap * sizeof *n);
-		if (!n)
-			return -1;
-		S->rep = n;
+		if (n)
+			S->rep = n;
+		double *ls = n ? realloc(S->lsum, (size_t)cap * S->nloc * sizeof *ls) : NULL;
+		if (ls)
+			S->lsum = ls;
+		double *lc = ls ? realloc(S->lcount, (size_t)cap * S->nloc * sizeof *lc) : NULL;
+		if (!lc)
+			return -1; /* what grew stays, the larger for next time; cap says the room of all three */
+		S->lcount = lc;
 		S->cap = cap;
 	}
 	memset(&S->rep[i], 0, sizeof S->rep[i]);
+	memset(S->lsum + (size_t)i * S->nloc, 0, (size_t)S->nloc * sizeof *S->lsum);
+	memset(S->lcount + (size_t)i * S->nloc, 0, (size_t)S->nloc * sizeof *S->lcount);
 	snprintf(S->rep[i].name, sizeof S->rep[i].name, "%s", name);
 	S->nrep++;
 	return i;
@@ -444,8 +458,8 @@ static void g_report(const ph_group *g, const ph_ctx *ctx, const char *key, doub
 	pthread_mutex_lock(&S->mu);
 	int i = report_entry(S, name);
 	if (i >= 0) { /* else a figure lost, never a failure */
-		S->rep[i].sum += value;
-		S->rep[i].count += 1;
+		S->lsum[(size_t)i * S->nloc + G->local] += value;
+		S->lcount[(size_t)i * S->nloc + G->local] += 1;
 	}
 	pthread_mutex_unlock(&S->mu);
 }
@@ -465,8 +479,8 @@ static void flush_ring(struct ph_eng_group *G)
 		return;
 	pthread_mutex_lock(&S->mu);
 	for (int j = 0; j < n; j++) {
-		S->rep[G->ring_rep[j]].sum += G->ring_h[j];
-		S->rep[G->ring_rep[j]].count += 1;
+		S->lsum[(size_t)G->ring_rep[j] * S->nloc + G->local] += G->ring_h[j];
+		S->lcount[(size_t)G->ring_rep[j] * S->nloc + G->local] += 1;
 	}
 	pthread_mutex_unlock(&S->mu);
 }
@@ -619,7 +633,14 @@ int ph_engine_reports(ph_engine *e, ph_report **out, int *n, ph_err *err)
 	int k = S->nrep;
 	ph_report *r = k ? malloc((size_t)k * sizeof *r) : NULL;
 	if (r)
-		memcpy(r, S->rep, (size_t)k * sizeof *r);
+		for (int i = 0; i < k; i++) {
+			r[i] = S->rep[i];
+			r[i].sum = r[i].count = 0;
+			for (int q = 0; q < S->nloc; q++) { /* replica order */
+				r[i].sum += S->lsum[(size_t)i * S->nloc + q];
+				r[i].count += S->lcount[(size_t)i * S->nloc + q];
+			}
+		}
 	S->nrep = 0;
 	pthread_mutex_unlock(&S->mu);
 	if (k && !r)
@@ -651,6 +672,7 @@ int ph_eng_groups_create(ph_engine *e, ph_err *err)
 		return ph_fail(err, PH_ENOMEM, "out of memory");
 	}
 	pthread_mutex_init(&S->mu, NULL);
+	S->nloc = nl;
 	e->grp = S;
 	for (int k = 0; k < P; k++) {
 		stage_t *sh = &S->stages[k];
@@ -716,6 +738,8 @@ void ph_eng_groups_destroy(ph_engine *e)
 	pthread_mutex_destroy(&S->mu);
 	free(S->stages);
 	free(S->rep);
+	free(S->lsum);
+	free(S->lcount);
 	free(S);
 	e->grp = NULL;
 }

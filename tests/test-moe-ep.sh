@@ -8,6 +8,7 @@
 #    losses to 1e-6 and weights to 5e-4 relative after 20 steps;
 #  - the router's figures (drop fraction, load, auxiliary loss) are the
 #    same for every R, and reach the progress line and the metrics file;
+#    the same R twice gives the same bytes;
 #  - one process and mpirun give the same bits for R = 2 (skipped without
 #    Open MPI).
 . "$top_srcdir/tests/lib.sh"
@@ -48,6 +49,17 @@ for R in 2 4; do
 		not_ok "R = $R: router figures differ from R = 1's: $(head -1 "$tmp/f1") vs $(head -1 "$tmp/f$R")"
 	fi
 done
+
+# The same R twice: the figures byte for byte, whatever order the four
+# replicas' threads came in (each replica's sums are added in replica
+# order; they were added as the threads arrived)
+ep_run r4b 4 || not_ok "R = 4 again: run failed: $(tail -2 "$tmp/r4b.log")"
+figures r4b >"$tmp/f4b"
+if [ -s "$tmp/f4" ] && cmp -s "$tmp/f4" "$tmp/f4b"; then
+	ok "R = 4 twice: the router's figures byte-identical at every step"
+else
+	not_ok "R = 4 twice: figures differ: $(diff "$tmp/f4" "$tmp/f4b" | head -3)"
+fi
 
 . "$top_srcdir/tests/mpi-lib.sh"
 if ph_have_mpi; then
