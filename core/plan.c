@@ -511,9 +511,8 @@ int ph_plan_check_bounds(const char *partitioner, const ph_partition_problem *pb
 
 /* Will the engine run this plan's steps as streams of [run] window steps?
  * When not, and the schedule is a no-flush one, *why says what stops it.
- * (ph_plan_stream is below; the check builds a whole window's lists.) */
-/* 1: the run is a stream (a window of steps as one list); 0: not, with
- * *why; -1: out of memory, in *err. */
+ * (ph_plan_stream is below; the check builds a whole window's lists.)
+ * 1: a stream; 0: not, with *why; -1: out of memory, in *err. */
 static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c, const char **why, ph_err *err)
 {
 	uint32_t fl = ph_schedule_flags(c->schedule);
