@@ -78,7 +78,9 @@ int ph_ck_open_read(const char *path, int *fd_out, struct stat *st, int *missing
 		/* a socket answers ENXIO: say what it is rather than that */
 		if (e != ENOENT && stat(path, st) == 0 && !S_ISREG(st->st_mode))
 			goto not_regular;
-		return ph_fail(err, PH_EIO, "%s: cannot open: %s", path, strerror(e));
+		/* a file of the step missing is damage; another errno (EACCES,
+		 * EIO) is this machine's, and no reason to pass the step over */
+		return ph_fail(err, e == ENOENT ? PH_EINVAL : PH_EIO, "%s: cannot open: %s", path, strerror(e));
 	}
 	if (fstat(fd, st)) {
 		int e = errno;

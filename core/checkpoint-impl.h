@@ -40,6 +40,16 @@ void ph_ck_printf(ph_ck_sbuf *b, const char *fmt, ...) __attribute__((format(pri
  * The descriptor is blocking again on return; *st is its fstat.
  * *missing (may be NULL) is set when there is no such file at all. */
 int ph_ck_open_read(const char *path, int *fd, struct stat *st, int *missing, ph_err *err);
+
+/* Is a step's load failing with rc damage to the step (a file missing,
+ * malformed, or not what its manifest says: PH_EINVAL and the like), for
+ * which a resume passes it over to an older step and sets it aside?  Not
+ * PH_EIO (a read the system failed, a file changing while read) nor
+ * PH_ENOMEM: the step may be sound, and the run stops instead. */
+static inline int ph_ck_is_damage(int rc)
+{
+	return rc != PH_EIO && rc != PH_ENOMEM;
+}
 /* Every DIR/step-N entry is a directory: a file, a FIFO, a socket or a
  * device under a step's name is refused (a save would fail on it after
  * training, and it is no checkpoint). */

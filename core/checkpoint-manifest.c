@@ -67,7 +67,12 @@ int ph_ck_read_manifest(const char *sdir, ph_ck_manifest *m, int *missing, ph_er
 		ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0)
+		if (r < 0) { /* the system's failure, not a manifest cut short */
+			int e = errno;
+			close(fd);
+			return ph_fail(err, PH_EIO, "%s: read error: %s", p, strerror(e));
+		}
+		if (r == 0)
 			break;
 		len += (size_t)r;
 		if (len == sizeof buf - 1)

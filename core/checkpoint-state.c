@@ -207,16 +207,24 @@ int ph_ck_read_state_file(const char *path, ph_ckpt_state *st, ph_err *err)
 		return ph_fail(err, PH_ENOMEM, "%s: out of memory", path);
 	}
 	size_t got = 0;
+	int read_errno = 0;
 	while (got < n) {
 		ssize_t r = read(fd, buf + got, n - got);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r < 0)
+			read_errno = errno;
 		if (r <= 0)
 			break;
 		got += (size_t)r;
 	}
 	close(fd);
-	rc = got == n ? ph_checkpoint_parse_state(buf, n, path, st, err) : ph_fail(err, PH_EIO, "%s: short read", path);
+	if (got == n)
+		rc = ph_checkpoint_parse_state(buf, n, path, st, err);
+	else if (read_errno)
+		rc = ph_fail(err, PH_EIO, "%s: read error: %s", path, strerror(read_errno));
+	else
+		rc = ph_fail(err, PH_EIO, "%s: shrank while being read (%zu of %zu bytes)", path, got, n);
 	free(buf);
 	return rc;
 }

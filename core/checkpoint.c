@@ -303,8 +303,13 @@ int ph_checkpoint_load(const char *path_or_dir, ph_engine *e, const ph_ckpt_id *
 				snprintf(path, len, "%s", sdir);
 			break;
 		}
-		if (rc == PH_ENOMEM) { /* this machine's want, not the step's damage: nothing set aside */
-			*err = why[i];
+		if (!ph_ck_is_damage(rc)) {
+			/* out of memory, or a read the system failed: the step may be
+			 * sound, so nothing is set aside and no older step taken */
+			if (rc == PH_EIO)
+				ph_fail(err, rc, "%s; nothing was set aside or skipped: run again once it reads", why[i].msg);
+			else
+				*err = why[i];
 			free(why);
 			free(v);
 			return rc;

@@ -205,7 +205,18 @@ static int verified_step(const ph_config *c, const char *dir, char *path, size_t
 			rc = ph_fail(err, PH_EINVAL, "checkpoint path %s/%s too long", dir, v[i].name);
 			goto out;
 		}
-		if (!(rc = check_step(sdir, ours, &damaged, &why[i])) || !damaged)
+		rc = check_step(sdir, ours, &damaged, &why[i]);
+		if (rc && !ph_ck_is_damage(rc)) {
+			/* out of memory, or a read the system failed: the step may be
+			 * sound, so no older one is taken in its place */
+			if (rc == PH_EIO)
+				ph_fail(err, rc, "%s; no older checkpoint was taken in its place: run again once it reads",
+					why[i].msg);
+			else
+				*err = why[i];
+			goto out;
+		}
+		if (!rc || !damaged)
 			break;
 	}
 	if (rc) {

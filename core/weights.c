@@ -537,16 +537,21 @@ int ph_safetensors_read(const char *path, ph_tensor_ref *t, int n, ph_err *err)
 		goto done;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = ph_fail(err, PH_EIO, "%s: not a regular file but %s; give a safetensors file", path,
+		rc = ph_fail(err, PH_EINVAL, "%s: not a regular file but %s; give a safetensors file", path,
 			     ph_file_kind(st.st_mode));
 		goto done;
 	}
 	uint64_t fsize = (uint64_t)st.st_size;
 	unsigned char lenb[8];
-	if (fsize < 8 || read_all_at(fd, lenb, 8, 0)) {
+	if (fsize < 8) {
 		rc = ph_fail(err, PH_EINVAL, "%s: %llu bytes, too short for the 8-byte "
 			     "header length: truncated or not safetensors", path,
 			     (unsigned long long)fsize);
+		goto done;
+	}
+	if (read_all_at(fd, lenb, 8, 0)) { /* the system's failure, or a file cut while read: not its format */
+		rc = ph_fail(err, PH_EIO, "%s: reading the header length: %s", path,
+			     errno ? strerror(errno) : "file shrank while being read");
 		goto done;
 	}
 	uint64_t hlen = 0;

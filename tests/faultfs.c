@@ -6,11 +6,13 @@
  *
  *   FAULTFS_DIR=path    only calls on files whose path starts with it count
  *   FAULTFS_N=N         the Nth counted call fails (0 or unset: none)
- *   FAULTFS_MODE=eio | enospc | short
+ *   FAULTFS_MODE=eio | enospc | short | readeio
  *                       eio/enospc: the call returns -1 with that errno;
  *                       short: a write writes half its bytes (at least 1)
  *                       and says so, as the kernel may; fsync and rename
- *                       are then not failed
+ *                       are then not failed; readeio: read and pread are
+ *                       counted instead (writes, fsyncs and renames pass),
+ *                       and the Nth returns -1 with EIO
  *   FAULTFS_COUNT=file  at exit, the number of counted calls is written there
  *   FAULTFS_NOSYNC=1    fsync does nothing (and succeeds): the test checks
  *                       what a failure leaves, not durability (test-crash.sh
@@ -47,6 +49,13 @@ static int fd_under_dir(int fd)
 	return under_dir(path);
 }
 
+/* FAULTFS_MODE=readeio: reads are counted and failed, nothing else */
+static int reading(void)
+{
+	const char *m = getenv("FAULTFS_MODE");
+	return m && !strcmp(m, "readeio");
+}
+
 /* Count one call; 1 if this one must fail. */
 static int hit(void)
 {
@@ -78,7 +87,36 @@ static int path_hit(const char *a, const char *b)
 		else if ((size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, p[i]) < sizeof abs)
 			in = under_dir(abs);
 	}
-	return in && hit();
+	return in && !reading() && hit();
+}
+
+ssize_t read(int fd, void *buf, size_t len)
+{
+	static ssize_t (*real)(int, void *, size_t);
+	if (!real)
+		real = (ssize_t(*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
+	if (reading() && fd > 2 && fd_under_dir(fd) && hit()) {
+		errno = EIO;
+		return -1;
+	}
+	return real(fd, buf, len);
+}
+
+ssize_t pread(int fd, void *buf, size_t len, off_t off)
+{
+	static ssize_t (*real)(int, void *, size_t, off_t);
+	if (!real)
+		real = (ssize_t(*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+	if (reading() && fd > 2 && fd_under_dir(fd) && hit()) {
+		errno = EIO;
+		return -1;
+	}
+	return real(fd, buf, len, off);
+}
+
+ssize_t pread64(int fd, void *buf, size_t len, off_t off)
+{
+	return pread(fd, buf, len, off);
 }
 
 ssize_t write(int fd, const void *buf, size_t len)
@@ -86,7 +124,7 @@ ssize_t write(int fd, const void *buf, size_t len)
 	static ssize_t (*real)(int, const void *, size_t);
 	if (!real)
 		real = (ssize_t(*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
-	if (fd > 2 && fd_under_dir(fd) && hit()) {
+	if (!reading() && fd > 2 && fd_under_dir(fd) && hit()) {
 		int e = fault_errno();
 		if (!e && len > 0)
 			return real(fd, buf, len > 1 ? len / 2 : 1);
@@ -103,7 +141,7 @@ int fsync(int fd)
 	static int (*real)(int);
 	if (!real)
 		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-	if (fd_under_dir(fd) && hit() && fault_errno()) {
+	if (!reading() && fd_under_dir(fd) && hit() && fault_errno()) {
 		errno = fault_errno();
 		return -1;
 	}

@@ -90,4 +90,57 @@ for mode in short eio enospc; do
 		not_ok "$mode:$bad"
 	fi
 done
+
+# --- reads: an EIO while loading a step is not damage ----------------------
+# Every read of the checkpoint dir's files in turn fails with EIO, during a
+# resume and during --generate from the dir: the run stops in one line
+# naming the error, nothing is set aside and no older step is taken (a
+# read error once moved a sound step to damaged-step-N and resumed from
+# the one before, exit 0).
+read_trial() { # N CMD...: the command under the shim failing read N; $rc
+	rn=$1
+	shift
+	rm -rf "$tmp/t" && mkdir "$tmp/t" && cp -r "$base" "$tmp/t/run"
+	FAULTFS_DIR="$tmp/t/run" FAULTFS_MODE=readeio FAULTFS_N=$rn FAULTFS_COUNT="$tmp/count" LD_PRELOAD="$shim" \
+		"$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+}
+# an LM's checkpoints (steps 2 and 4) for --generate; a corpus every tree has
+head -c 20000 "$top_srcdir/README.md" >"$tmp/corpus.txt"
+lm() { "$PIPEHOST" -c "$fixtures/tiny-lm.ini" --set "data.path=$tmp/corpus.txt" --set run.steps=4 "$@"; }
+lm --set "checkpoint.dir=$tmp/lmck" --set checkpoint.every=2 --set checkpoint.keep=2 >/dev/null 2>"$tmp/err" ||
+	not_ok "LM checkpoints: $(cat "$tmp/err")"
+for what in resume generate; do
+	if [ $what = resume ]; then
+		base=$tmp/base
+		set -- "$PIPEHOST" -c "$tiny" --set run.steps=$steps --resume "$tmp/t/run" --save-weights "$tmp/r.st"
+	else
+		base=$tmp/lmck
+		set -- "$PIPEHOST" -c "$fixtures/tiny-lm.ini" --set "data.path=$tmp/corpus.txt" --set run.steps=4 \
+			--set "checkpoint.dir=$tmp/t/run" --generate The --max-new-tokens 2
+	fi
+	read_trial 0 "$@"
+	calls=$(cat "$tmp/count" 2>/dev/null || echo 0)
+	bad=
+	i=1
+	while [ "$i" -le "$calls" ]; do
+		read_trial "$i" "$@"
+		if [ "$rc" -eq 0 ]; then
+			if [ $what = resume ] && ! cmp -s "$tmp/ref.st" "$tmp/r.st"; then
+				bad="$bad [read $i: exit 0 with other weights: $(head -c 200 "$tmp/err")]"
+			fi
+		elif [ "$rc" -ne 1 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -q "Input/output error" "$tmp/err"; then
+			bad="$bad [read $i: exit $rc: $(head -c 200 "$tmp/err")]"
+		fi
+		if ls "$tmp/t/run" | grep -q damaged || grep -q "WARNING" "$tmp/err"; then
+			bad="$bad [read $i: a step passed over: $(ls "$tmp/t/run" | tr '\n' ' ')]"
+		fi
+		i=$((i + 1))
+	done
+	if [ "$calls" -gt 3 ] && [ -z "$bad" ]; then
+		ok "$what: EIO at each of its $calls reads of the checkpoint dir: one line naming it, nothing set aside or skipped"
+	else
+		not_ok "$what, $calls reads:$bad"
+	fi
+done
 finish
