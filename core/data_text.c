@@ -49,6 +49,9 @@ static int append_file(const char *path, unsigned char **buf, size_t *len, size_
 	int rc = ph_fopen_regular(path, "text: [data] path", "set [data] path to a text file or directory", &f, err);
 	if (rc)
 		return rc;
+	struct stat sb;
+	const int fd = fileno(f); /* -1 for a stream of no descriptor (a test's): the path's */
+	const long long size = (fd >= 0 ? fstat(fd, &sb) : stat(path, &sb)) ? -1 : (long long)sb.st_size;
 	size_t start = *len;
 	for (;;) {
 		if (*cap - *len < 65536) {
@@ -75,6 +78,10 @@ static int append_file(const char *path, unsigned char **buf, size_t *len, size_
 	if (bad)
 		return ph_fail(err, PH_EIO, "text: error reading %s: %s; check the file or set [data] path to another",
 			       path, strerror(e));
+	/* cut while being read: a part of the corpus once trained, exit 0 */
+	if (size >= 0 && (long long)(*len - start) < size)
+		return ph_fail(err, PH_EIO, "text: %s shrank while being read (%zu of %lld bytes); run again once nothing "
+			       "writes it", path, *len - start, size);
 	if (memchr(*buf + start, 0, *len - start)) {
 		*len = start; /* binary (an index, an image): not part of the corpus */
 		skipped->nul++;

@@ -272,6 +272,11 @@ static int read_config(const char *path, char **out, size_t *outlen, ph_err *err
 		len += (size_t)got;
 	}
 	close(fd);
+	/* a regular file read short of its size was cut while being read:
+	 * its first sections alone once made the run, exit 0 */
+	if (!rc && S_ISREG(sb.st_mode) && (off_t)len < sb.st_size)
+		rc = ph_fail(err, PH_EIO, "config %s shrank while being read (%zu of %lld bytes); run again once nothing "
+			     "writes it", path, len, (long long)sb.st_size);
 	if (!rc && len == 0 && S_ISFIFO(sb.st_mode))
 		rc = ph_fail(err, PH_EIO, "config %s is a named pipe that nothing was written to; start the program "
 			     "that writes it first, or pass a regular file with -c", path);

@@ -12,7 +12,11 @@
  *                       and says so, as the kernel may; fsync and rename
  *                       are then not failed; readeio: read and pread are
  *                       counted instead (writes, fsyncs and renames pass),
- *                       and the Nth returns -1 with EIO
+ *                       and the Nth returns -1 with EIO; readeof: the same,
+ *                       but the Nth returns half its bytes and every later
+ *                       one 0, as for a file cut while being read.  A stream fdopen'ed on such
+ *                       a file reads through these too (stdio's own reads
+ *                       do not pass the PLT)
  *   FAULTFS_COUNT=file  at exit, the number of counted calls is written there
  *   FAULTFS_NOSYNC=1    fsync does nothing (and succeeds): the test checks
  *                       what a failure leaves, not durability (test-crash.sh
@@ -25,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +58,11 @@ static int fd_under_dir(int fd)
 static int reading(void)
 {
 	const char *m = getenv("FAULTFS_MODE");
-	return m && !strcmp(m, "readeio");
+	return m && (!strcmp(m, "readeio") || !strcmp(m, "readeof"));
 }
+
+/* readeof: past the Nth read, every read is at the end */
+static int cut_off;
 
 /* Count one call; 1 if this one must fail. */
 static int hit(void)
@@ -95,11 +103,40 @@ ssize_t read(int fd, void *buf, size_t len)
 	static ssize_t (*real)(int, void *, size_t);
 	if (!real)
 		real = (ssize_t(*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
-	if (reading() && fd > 2 && fd_under_dir(fd) && hit()) {
+	if (reading() && fd > 2 && fd_under_dir(fd) && (cut_off || hit())) {
+		if (!strcmp(getenv("FAULTFS_MODE"), "readeof")) {
+			if (cut_off)
+				return 0;
+			cut_off = 1;
+			ssize_t r = real(fd, buf, len);
+			return r > 1 ? r / 2 : r;
+		}
 		errno = EIO;
 		return -1;
 	}
 	return real(fd, buf, len);
+}
+
+static ssize_t cookie_read(void *c, char *buf, size_t len)
+{
+	return read((int)(intptr_t)c, buf, len);
+}
+
+static int cookie_close(void *c)
+{
+	return close((int)(intptr_t)c);
+}
+
+FILE *fdopen(int fd, const char *mode)
+{
+	static FILE *(*real)(int, const char *);
+	if (!real)
+		real = (FILE * (*)(int, const char *)) dlsym(RTLD_NEXT, "fdopen");
+	if (reading() && mode[0] == 'r' && fd > 2 && fd_under_dir(fd)) {
+		cookie_io_functions_t io = { cookie_read, NULL, NULL, cookie_close };
+		return fopencookie((void *)(intptr_t)fd, mode, io);
+	}
+	return real(fd, mode);
 }
 
 ssize_t pread(int fd, void *buf, size_t len, off_t off)
@@ -107,7 +144,14 @@ ssize_t pread(int fd, void *buf, size_t len, off_t off)
 	static ssize_t (*real)(int, void *, size_t, off_t);
 	if (!real)
 		real = (ssize_t(*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
-	if (reading() && fd > 2 && fd_under_dir(fd) && hit()) {
+	if (reading() && fd > 2 && fd_under_dir(fd) && (cut_off || hit())) {
+		if (!strcmp(getenv("FAULTFS_MODE"), "readeof")) {
+			if (cut_off)
+				return 0;
+			cut_off = 1;
+			ssize_t r = real(fd, buf, len, off);
+			return r > 1 ? r / 2 : r;
+		}
 		errno = EIO;
 		return -1;
 	}

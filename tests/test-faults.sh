@@ -143,4 +143,28 @@ for what in resume generate; do
 		not_ok "$what, $calls reads:$bad"
 	fi
 done
+
+# --- inputs cut while being read -------------------------------------------
+# The config and a text corpus, each cut in half by its first read (the
+# rest reads as the end of the file): the run says so and stops; it once
+# trained on the first half of the corpus, or the config's first sections,
+# with exit 0.
+mkdir -p "$tmp/in"
+cp "$tiny" "$tmp/in/run.ini"
+cp "$tmp/corpus.txt" "$tmp/in/corpus.txt"
+cut_run() { # DESC REGEX ARGS...
+	desc=$1 re=$2
+	shift 2
+	FAULTFS_DIR="$tmp/in" FAULTFS_MODE=readeof FAULTFS_N=1 LD_PRELOAD="$shim" "$PIPEHOST" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -Eq "$re" "$tmp/err"; then
+		ok "$desc cut while being read: $(cat "$tmp/err")"
+	else
+		not_ok "$desc cut while being read: exit $rc, $(head -c 300 "$tmp/err")"
+	fi
+}
+cut_run "the config" "config $tmp/in/run.ini shrank while being read \([0-9]+ of [0-9]+ bytes\); run again" \
+	-c "$tmp/in/run.ini" --set run.steps=2
+cut_run "a text corpus" "text: $tmp/in/corpus.txt shrank while being read \([0-9]+ of [0-9]+ bytes\); run again" \
+	-c "$fixtures/tiny-lm.ini" --set "data.path=$tmp/in/corpus.txt" --set run.steps=2
 finish
