@@ -261,10 +261,15 @@ static int read_file(const char *path, const char *what, char **out, size_t *len
 		return ph_fail(err, PH_ENOMEM, "bpe: out of memory reading %s", path);
 	}
 	size_t got = fread(buf, 1, (size_t)st.st_size, f);
+	int bad = ferror(f), e = errno;
 	fclose(f);
 	if (got != (size_t)st.st_size) {
 		free(buf);
-		return ph_fail(err, PH_EIO, "bpe: error reading %s", path);
+		if (bad)
+			return ph_fail(err, PH_EIO, "bpe: error reading %s: %s; check the disk and run again", path,
+				       strerror(e));
+		return ph_fail(err, PH_EIO, "bpe: %s shrank while being read (%zu of %lld bytes); run again once nothing "
+			       "writes it", path, got, (long long)st.st_size);
 	}
 	buf[got] = 0;
 	*out = buf;

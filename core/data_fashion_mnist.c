@@ -41,9 +41,10 @@ static int gz_read_all(gzFile f, const char *path, void *buf, size_t len,
 		int r = gzread(f, p + got, (unsigned)want);
 		if (r < 0) {
 			int zerr;
-			return ph_fail(err, PH_EIO, "fashion-mnist: %s: reading %s: %s; "
-				       "the file is damaged, reinstall it", path, what,
-				       gz_reason(f, path, &zerr));
+			const char *why = gz_reason(f, path, &zerr);
+			/* the system's read error is not damage to the file */
+			return ph_fail(err, PH_EIO, "fashion-mnist: %s: reading %s: %s; %s", path, what, why,
+				       zerr == Z_ERRNO ? "check the disk and run again" : "the file is damaged, reinstall it");
 		}
 		if (r == 0)
 			return ph_fail(err, PH_EIO, "fashion-mnist: %s: truncated: "
@@ -90,8 +91,9 @@ static int expect_eof(gzFile f, const char *path, ph_err *err)
 	int r = gzread(f, &extra, 1);
 	if (r < 0) {
 		int zerr;
-		return ph_fail(err, PH_EIO, "fashion-mnist: %s: after the last record: %s; "
-			       "the file is damaged, reinstall it", path, gz_reason(f, path, &zerr));
+		const char *why = gz_reason(f, path, &zerr);
+		return ph_fail(err, PH_EIO, "fashion-mnist: %s: after the last record: %s; %s", path, why,
+			       zerr == Z_ERRNO ? "check the disk and run again" : "the file is damaged, reinstall it");
 	}
 	if (r > 0)
 		return ph_fail(err, PH_EINVAL, "fashion-mnist: %s has bytes after the "

@@ -98,12 +98,25 @@ static void descr_text(const char *d, char *buf, size_t len)
 	buf[used] = 0;
 }
 
+/* A short fread of `path`: the system's read error (errno named), not the
+ * file's format, when the stream says so; else 0 and the caller says what
+ * the file lacks. */
+static int read_error(FILE *f, const char *path, ph_err *err)
+{
+	if (!ferror(f))
+		return PH_OK;
+	return ph_fail(err, PH_EIO, "npy: error reading %s: %s; check the disk and run again", path, strerror(errno));
+}
+
 /* Parse the header of `path` (which `what` names: "images"/"labels"). */
 static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 {
 	unsigned char pre[12];
 	memset(h, 0, sizeof *h);
 	size_t got = fread(pre, 1, 10, f);
+	int rc = got < 10 ? read_error(f, path, err) : PH_OK;
+	if (rc)
+		return rc;
 	if (got < 10 && got >= 1 && memcmp(pre, "\x93NUMPY", got < 6 ? got : 6) == 0)
 		return ph_fail(err, PH_EINVAL, "npy: %s is truncated: %zu bytes, inside the .npy magic and version", path,
 			       got);
@@ -121,8 +134,10 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 		hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8;
 		start = 10;
 	} else if (major == 2 || major == 3) {
-		if (fread(pre + 10, 1, 2, f) != 2)
-			return ph_fail(err, PH_EINVAL, "npy: %s: header cut short; the file is truncated", path);
+		if (fread(pre + 10, 1, 2, f) != 2) {
+			rc = read_error(f, path, err);
+			return rc ? rc : ph_fail(err, PH_EINVAL, "npy: %s: header cut short; the file is truncated", path);
+		}
 		hlen = (uint32_t)pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
 		start = 12;
 	} else {
@@ -136,10 +151,11 @@ static int read_header(FILE *f, const char *path, npy_header *h, ph_err *err)
 		return ph_fail(err, PH_ENOMEM, "npy: out of memory reading %s", path);
 	if (fread(txt, 1, hlen, f) != hlen) {
 		free(txt);
-		return ph_fail(err, PH_EINVAL, "npy: %s: header cut short; the file is truncated", path);
+		rc = read_error(f, path, err);
+		return rc ? rc : ph_fail(err, PH_EINVAL, "npy: %s: header cut short; the file is truncated", path);
 	}
 	txt[hlen] = 0;
-	int rc = PH_OK;
+	rc = PH_OK;
 	const char *descr = dict_value(txt, "descr"), *fo = dict_value(txt, "fortran_order"),
 		   *shape = dict_value(txt, "shape");
 	if (!descr || !fo || !shape) {
@@ -268,7 +284,10 @@ static int read_payload(FILE *f, const char *path, const npy_header *h, void **b
 	if (fseek(f, h->data_offset, SEEK_SET) != 0 || fread(*buf, (size_t)h->size, (size_t)h->count, f) != (size_t)h->count) {
 		free(*buf);
 		*buf = NULL;
-		return ph_fail(err, PH_EIO, "npy: error reading %s", path);
+		int rc = read_error(f, path, err);
+		return rc ? rc
+			  : ph_fail(err, PH_EIO, "npy: %s ends before its data (%lld values): it is truncated, or shrank "
+				    "while being read; save it again with numpy.save", path, (long long)h->count);
 	}
 	return PH_OK;
 }

@@ -62,10 +62,14 @@ int ph_data_read_tokens(const char *path, int token_bytes, int64_t vocab, uint32
 		return ph_fail(err, PH_ENOMEM, "tokens: out of memory reading %s", path);
 	}
 	size_t got = fread(raw, 1, size, f);
+	int bad = ferror(f), e = errno;
 	fclose(f);
 	int rc = PH_OK;
 	if (got != size) {
-		rc = ph_fail(err, PH_EIO, "tokens: error reading %s", path);
+		rc = bad ? ph_fail(err, PH_EIO, "tokens: error reading %s: %s; check the disk and run again", path,
+				   strerror(e))
+			 : ph_fail(err, PH_EIO, "tokens: %s shrank while being read (%zu of %zu bytes); run again once "
+				   "nothing writes it", path, got, size);
 		goto out;
 	}
 	size_t off = 0, count;

@@ -14,9 +14,9 @@
  *                       counted instead (writes, fsyncs and renames pass),
  *                       and the Nth returns -1 with EIO; readeof: the same,
  *                       but the Nth returns half its bytes and every later
- *                       one 0, as for a file cut while being read.  A stream fdopen'ed on such
- *                       a file reads through these too (stdio's own reads
- *                       do not pass the PLT)
+ *                       one 0, as for a file cut while being read.  A stream
+ *                       fopen'ed or fdopen'ed on such a file reads through
+ *                       these too (stdio's own reads do not pass the PLT)
  *   FAULTFS_COUNT=file  at exit, the number of counted calls is written there
  *   FAULTFS_NOSYNC=1    fsync does nothing (and succeeds): the test checks
  *                       what a failure leaves, not durability (test-crash.sh
@@ -137,6 +137,23 @@ FILE *fdopen(int fd, const char *mode)
 		return fopencookie((void *)(intptr_t)fd, mode, io);
 	}
 	return real(fd, mode);
+}
+
+FILE *fopen(const char *path, const char *mode)
+{
+	static FILE *(*real)(const char *, const char *);
+	if (!real)
+		real = (FILE * (*)(const char *, const char *)) dlsym(RTLD_NEXT, "fopen");
+	if (reading() && mode[0] == 'r' && !strchr(mode, '+') && under_dir(path)) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return NULL;
+		FILE *f = fdopen(fd, mode);
+		if (!f)
+			close(fd);
+		return f;
+	}
+	return real(path, mode);
 }
 
 ssize_t pread(int fd, void *buf, size_t len, off_t off)

@@ -225,4 +225,32 @@ expect_error "tokens: 500 MB (sparse), past 10^8 tokens" \
 	"^pipehost: tokens: $tmp/huge.bin holds more than 100000000 tokens; use a smaller file$" \
 	-c "$lm" "$@" --set "data.tokens=$tmp/huge.bin"
 rm -f "$tmp/huge.bin"
+# --- a read error: the system's, named, not the file's format --------------
+# Each file's first read fails with EIO (the LD_PRELOAD shim
+# tests/faultfs.c): one line naming the error and what to do; it once read
+# "not a .npy file", "header cut short", or "error reading X" with no cause.
+shim="$top_builddir/tests/.libs/faultfs.so"
+if [ -f "$shim" ]; then
+	mkdir -p "$tmp/eio"
+	cp "$tmp/tx.npy" "$tmp/tl.npy" "$tmp/train.bin" "$tmp/eio/"
+	eio() { # DESC ARGS...
+		desc=$1
+		shift
+		FAULTFS_DIR="$tmp/eio" FAULTFS_MODE=readeio FAULTFS_N=1 LD_PRELOAD="$shim" "$PIPEHOST" "$@" \
+			--set run.steps=2 >"$tmp/out" 2>"$tmp/err"
+		rc=$?
+		if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+			grep -q "Input/output error; check the disk and run again" "$tmp/err"; then
+			ok "$desc, EIO on the first read: $(cat "$tmp/err")"
+		else
+			not_ok "$desc, EIO on the first read: exit $rc, $(head -c 300 "$tmp/err")"
+		fi
+	}
+	eio "npy" -c "$tiny" --set data.source=npy --set "data.train_images=$tmp/eio/tx.npy" \
+		--set "data.train_labels=$tmp/eio/tl.npy" --set run.eval=no
+	eio "tokens" -c "$lm" --set data.source=tokens --set data.vocab_size=256 --set "data.tokens=$tmp/eio/train.bin" \
+		--set run.eval=no
+else
+	echo "# skip: $shim not built"
+fi
 finish
