@@ -64,6 +64,7 @@ static void hf_close(hf_file *f)
 	f->e = NULL;
 }
 
+/* -1 with errno the system's error, or 0 at the end of the file */
 static int read_at(int fd, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf;
@@ -71,11 +72,19 @@ static int read_at(int fd, void *buf, size_t len, uint64_t off)
 		ssize_t r = pread(fd, p, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r == 0)
+			errno = 0;
 		if (r <= 0)
 			return -1;
 		p += r, len -= (size_t)r, off += (uint64_t)r;
 	}
 	return 0;
+}
+
+/* What a failed read_at says: the system's error, or a file cut short */
+static const char *read_why(void)
+{
+	return errno ? strerror(errno) : "the file ends before it (truncated, or shrank while being read)";
 }
 
 static int dtype_size(int dt)
@@ -111,8 +120,11 @@ static int hf_open(hf_file *f, const char *path, ph_err *err)
 	}
 	struct stat st;
 	unsigned char h8[8];
-	if (fstat(f->fd, &st) || st.st_size < 8 || read_at(f->fd, h8, 8, 0))
+	if (fstat(f->fd, &st) || st.st_size < 8)
 		return ph_fail(err, PH_EINVAL, "%s: too short for a safetensors file", path);
+	if (read_at(f->fd, h8, 8, 0))
+		return ph_fail(err, PH_EIO, "%s: reading the header length: %s; check the disk and run again", path,
+			       read_why());
 	uint64_t hlen = 0;
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | h8[i];
@@ -124,7 +136,8 @@ static int hf_open(hf_file *f, const char *path, ph_err *err)
 		return ph_fail(err, PH_ENOMEM, "%s: out of memory for the header", path);
 	if (read_at(f->fd, text, hlen, 8)) {
 		free(text);
-		return ph_fail(err, PH_EIO, "%s: cannot read the header", path);
+		return ph_fail(err, PH_EIO, "%s: reading the header: %s; check the disk and run again", path,
+			       read_why());
 	}
 	text[hlen] = 0;
 	int oom;
@@ -287,7 +300,8 @@ static int hf_get(const hf_file *f, const char *name, int64_t rows, int64_t cols
 		return ph_fail(err, PH_ENOMEM, "%s: out of memory for %s", f->path, name);
 	if (read_at(f->fd, raw, nb, f->data_off + e->begin)) {
 		free(raw);
-		return ph_fail(err, PH_EIO, "%s: cannot read %s%s", f->path, f->prefix, name);
+		return ph_fail(err, PH_EIO, "%s: reading %s%s: %s; check the disk and run again", f->path, f->prefix,
+			       name, read_why());
 	}
 	for (int64_t i = 0; i < r; i++)
 		for (int64_t j = 0; j < c; j++) {
@@ -361,14 +375,18 @@ static int check_config_json(const char *path, const ph_model *m, int nblocks, p
 	}
 	char *text = malloc((size_t)st.st_size + 1);
 	size_t len = text ? fread(text, 1, (size_t)st.st_size + 1, fp) : 0;
-	int rerr = ferror(fp);
+	int rerr = ferror(fp), e = errno;
 	fclose(fp);
 	if (!text)
 		return ph_fail(err, PH_ENOMEM, "%s: out of memory", cpath);
-	if (rerr || len > (size_t)st.st_size) {
+	if (rerr) {
 		free(text);
-		return ph_fail(err, PH_EIO, "%s: %s while reading; read it again when nothing writes it", cpath,
-			       rerr ? "a read error" : "the file grew");
+		return ph_fail(err, PH_EIO, "%s: read error: %s; check the disk and run again", cpath, strerror(e));
+	}
+	if (len != (size_t)st.st_size) {
+		free(text);
+		return ph_fail(err, PH_EIO, "%s: the file %s while being read; read it again when nothing writes it",
+			       cpath, len > (size_t)st.st_size ? "grew" : "shrank");
 	}
 	int oom;
 	cJSON *j = ph_json_parse(text, len, NULL, &oom);
@@ -527,7 +545,15 @@ int ph_hf_gpt2_read(const char *path, const ph_model *m, ph_tensor_ref *t, int n
 int ph_weights_read_any(const char *path, const ph_model *m, ph_tensor_ref *t, int n, int *hf, ph_err *err)
 {
 	hf_file f;
-	*hf = !hf_open(&f, path, NULL) && hf_is_gpt2(&f, t, n);
+	ph_err why;
+	int orc = hf_open(&f, path, &why);
+	if (orc == PH_EIO || orc == PH_ENOMEM) { /* a read that failed is no answer to "which format?" */
+		hf_close(&f);
+		*hf = 0;
+		*err = why;
+		return orc;
+	}
+	*hf = !orc && hf_is_gpt2(&f, t, n);
 	int rc = *hf ? hf_read_open(&f, m, t, n, err) : PH_OK;
 	hf_close(&f);
 	return *hf ? rc : ph_safetensors_read(path, t, n, err);
