@@ -596,10 +596,17 @@ static int resolve_layer(ph_config *c, const ph_registry *reg, const ph_ini_sect
 }
 
 /* Whether the schedule orders m micro-batches of the run's shape. */
-static int schedule_takes(const ph_config *c, int64_t m, ph_err *e)
+/* 1 when the schedule takes m micro-batches; 0 when it refuses them;
+ * *io set (and *e says why) when it could not tell: a table schedule's
+ * file that failed to read, or out of memory (once reported as a count
+ * it does not take, with the nearest it would). */
+static int schedule_takes(const ph_config *c, int64_t m, ph_err *e, int *io)
 {
 	ph_schedule_shape sh = { (int)c->run.stages, (int)c->run.chunks, (int)m };
-	return c->schedule->check(c->schedule_config, &sh, e) == PH_OK;
+	int rc = c->schedule->check(c->schedule_config, &sh, e);
+	if ((rc == PH_EIO || rc == PH_ENOMEM) && !*io)
+		*io = rc;
+	return rc == PH_OK;
 }
 
 /* [optimizer] keys that are each in range but mean nothing together, which
@@ -636,23 +643,32 @@ static int check_schedule_shape(ph_config *c, ph_err *err)
 {
 	const ph_schedule_ops *s = c->schedule;
 	int64_t m = c->run.micro_batches, R = c->run.replicas, B = c->run.batch, per = B / R;
-	ph_err e2 = { { 0 } }, ignored;
-	if (!s || !s->check || c->run.chunks > s->max_chunks_per_rank || schedule_takes(c, m, &e2))
+	ph_err e2 = { { 0 } }, other;
+	int io = 0;
+	if (!s || !s->check || c->run.chunks > s->max_chunks_per_rank || schedule_takes(c, m, &e2, &io))
 		return PH_OK;
+	if (io) { /* no answer, so no count to suggest */
+		*err = e2;
+		return io;
+	}
 	int64_t lo = 0, hi = 0, near = 0, top = per < 4096 ? per : 4096;
-	for (int64_t k = m - 1; k >= 1 && !lo; k--)
-		if (per % k == 0 && schedule_takes(c, k, &ignored))
+	for (int64_t k = m - 1; k >= 1 && !lo && !io; k--)
+		if (per % k == 0 && schedule_takes(c, k, &other, &io))
 			lo = k;
-	for (int64_t k = m + 1; k <= top && !hi; k++)
-		if (per % k == 0 && schedule_takes(c, k, &ignored))
+	for (int64_t k = m + 1; k <= top && !hi && !io; k++)
+		if (per % k == 0 && schedule_takes(c, k, &other, &io))
 			hi = k;
 	/* none splits the batch: the nearest count taken at all (within
 	 * reach: a table schedule reads its file at each try) */
-	for (int64_t d = 1; !lo && !hi && !near && d <= 256; d++) {
-		if (m - d >= 1 && schedule_takes(c, m - d, &ignored))
+	for (int64_t d = 1; !lo && !hi && !near && !io && d <= 256; d++) {
+		if (m - d >= 1 && schedule_takes(c, m - d, &other, &io))
 			near = m - d;
-		else if (m + d <= 4096 && schedule_takes(c, m + d, &ignored))
+		else if (m + d <= 4096 && schedule_takes(c, m + d, &other, &io))
 			near = m + d;
+	}
+	if (io) {
+		*err = other;
+		return io;
 	}
 	/* no count helps (a table that does not parse): the plan says so, in
 	 * the schedule's words */
