@@ -547,7 +547,9 @@ int ph_weights_read_any(const char *path, const ph_model *m, ph_tensor_ref *t, i
 	hf_file f;
 	ph_err why;
 	int orc = hf_open(&f, path, &why);
-	if (orc == PH_EIO || orc == PH_ENOMEM) { /* a read that failed is no answer to "which format?" */
+	/* a read that failed is no answer to "which format?" (a file that
+	 * does not open is left to the safetensors reader's words) */
+	if ((orc == PH_EIO || orc == PH_ENOMEM) && f.fd >= 0) {
 		hf_close(&f);
 		*hf = 0;
 		*err = why;
