@@ -19,9 +19,8 @@ int ph_data_synthetic(int64_t n, const ph_shape *shape, int nclasses, uint64_t s
 	if (n <= 0 || n > PH_DATA_MAX_ELEMS)
 		return ph_fail(err, PH_EINVAL, "synthetic data: %lld samples; use 1..%lld",
 			       (long long)n, PH_DATA_MAX_ELEMS);
-	if (nclasses < 1 || nclasses > 1000000)
-		return ph_fail(err, PH_EINVAL, "synthetic data: %d classes; use 1..1000000",
-			       nclasses);
+	if (nclasses < 2 || nclasses > (1 << 20)) /* [data] classes' range (config.c) */
+		return ph_fail(err, PH_EINVAL, "synthetic data: %d classes; set [data] classes to 2..%d", nclasses, 1 << 20);
 	if (!shape || shape->ndim < 1 || shape->ndim > PH_MAX_DIMS)
 		return ph_fail(err, PH_EINVAL, "synthetic data: a sample needs 1..%d "
 			       "dimensions", PH_MAX_DIMS);

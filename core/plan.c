@@ -533,7 +533,11 @@ static int decide_stream(const ph_plan *p, const ph_model *m, const ph_config *c
 	       : p->v != 1 || split ? "chunks or a split backward"
 	       : shards && c->run.replicas > 1 ? "parameters sharded over replicas (their clip norm is not in the stream)"
 	       : (int64_t)p->m * c->run.window > (1 << 20) ? "micro_batches x window is over 1048576; lower [run] window"
-					       : NULL;
+	       /* the window's lists, built below to count their slots: about
+		* 90 bytes an op (64 stages x 4096 x 256 once took 5 GB) */
+	       : (int64_t)p->ranks * p->m * c->run.window > (1 << 22)
+		       ? "stages x micro_batches x window is over 4194304; lower [run] window"
+		       : NULL;
 	if (*why)
 		return 0;
 	/* a whole window's lists keep no more micro-batches in flight than

@@ -271,4 +271,15 @@ C="--set optimizer.lr_schedule=constant"
 expect_error "a 1f1b checkpoint resumed under 2bw" \
 	"^pipehost: $tmp/sync-ck/step-00000004/optimizer.safetensors: no [a-z0-9]+\.[a-z]+\.prev: written under a schedule that keeps one weight version, and this one resumes from two; resume under the checkpoint's schedule, or start fresh\$" \
 	-c "$tiny" $C --set run.steps=6 --set schedule.type=2bw --resume "$tmp/sync-ck"
+# A window whose lists would be too large to build (stages x micro_batches
+# x window over 2^22: 64 x 4096 x 256 once took 5 GB to plan): the stream
+# is not built, and the run says why
+if "$PIPEHOST" -c "$tiny" --set schedule.type=2bw --set run.stages=8 --set run.batch=1024 --set run.micro_batches=1024 \
+	--set run.window=1024 --set run.steps=1 --set run.eval=no >"$tmp/out" 2>"$tmp/err" &&
+	grep -q "^2bw: the pipeline drains every step: stages x micro_batches x window is over 4194304; lower \[run\] window" \
+		"$tmp/out"; then
+	ok "8 stages x 1024 micro-batches x window 1024: no stream, said"
+else
+	not_ok "8 x 1024 x 1024: $(grep -i drains "$tmp/out") $(head -c 300 "$tmp/err")"
+fi
 finish

@@ -31,7 +31,7 @@ typedef struct {
 
 static const ph_option embedding_options[] = {
 	PH_OPT_INT_(embedding_config, vocab, "vocab", NULL, 1, INT_MAX,
-		    "number of token ids (ids run 0 .. vocab-1)"),
+		    "number of token ids (ids run 0 .. vocab-1); at most 2^24 (ids travel as floats)"),
 	PH_OPT_INT_(embedding_config, dim, "dim", NULL, 1, INT_MAX,
 		    "embedding width (the model dimension)"),
 	PH_OPT_END

@@ -30,6 +30,18 @@ static int uniform_partition(const void *config, const ph_partition_problem *pb,
 	if (!target)
 		return ph_fail(err, PH_ENOMEM, "uniform: out of memory");
 	cuts_uniform_target(pb->n, K, target);
+	/* every even boundary allowed (the common case): the split itself,
+	 * which the nearest-allowed search would find at O(K n^2) (a minute
+	 * at 10,000 layers in 512 chunks) */
+	int all_allowed = 1;
+	for (int s = 1; s < K && all_allowed; s++)
+		all_allowed = target[s] > target[s - 1] && cuts_can_end(pb, target[s]);
+	if (all_allowed) {
+		for (int s = 0; s <= K; s++)
+			first[s] = target[s];
+		free(target);
+		return PH_OK;
+	}
 	rc = cuts_nearest_allowed(pb, target, first, "uniform", err);
 	if (rc == PH_OK) {
 		for (int s = 1; s < K; s++)
