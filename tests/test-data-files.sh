@@ -230,6 +230,8 @@ rm -f "$tmp/huge.bin"
 # tests/faultfs.c): one line naming the error and what to do; it once read
 # "not a .npy file", "header cut short", or "error reading X" with no cause.
 shim="$top_builddir/tests/.libs/faultfs.so"
+# under ASan the shim comes before the ASan runtime: let it
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 if [ -f "$shim" ]; then
 	mkdir -p "$tmp/eio"
 	cp "$tmp/tx.npy" "$tmp/tl.npy" "$tmp/train.bin" "$tmp/eio/"
