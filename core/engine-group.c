@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "blas_gate.h"
 #include "engine-impl.h"
 #include "layer_call.h"
 
@@ -246,8 +247,8 @@ static int remote_ok(const struct ph_eng_group *G, ph_err *err)
 
 /* ---- The collectives -------------------------------------------------- */
 
-static int g_all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send, float *recv, size_t count,
-			ph_err *err)
+static int all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send, float *recv, size_t count,
+		      ph_err *err)
 {
 	struct ph_eng_group *G = g->host;
 	ph_engine *e = G->e;
@@ -310,7 +311,7 @@ static int room(struct ph_eng_group *G, size_t n, ph_err *err)
 	return PH_OK;
 }
 
-static int g_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, size_t count, ph_err *err)
+static int all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, size_t count, ph_err *err)
 {
 	struct ph_eng_group *G = g->host;
 	ph_engine *e = G->e;
@@ -392,6 +393,26 @@ static int g_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, si
 	(void)me;
 out:
 	free(req);
+	return rc;
+}
+
+/* What a layer calls.  It holds a BLAS seat (blas_gate.h) while it runs;
+ * the wait for its peers gives the seat back, or a peer still waiting for
+ * one would never arrive. */
+static int g_all_to_all(const ph_group *g, const ph_ctx *ctx, const float *send, float *recv, size_t count,
+			ph_err *err)
+{
+	int held = ph_blas_gate_pause();
+	int rc = all_to_all(g, ctx, send, recv, count, err);
+	ph_blas_gate_resume(held);
+	return rc;
+}
+
+static int g_all_reduce_sum(const ph_group *g, const ph_ctx *ctx, float *buf, size_t count, ph_err *err)
+{
+	int held = ph_blas_gate_pause();
+	int rc = all_reduce_sum(g, ctx, buf, count, err);
+	ph_blas_gate_resume(held);
 	return rc;
 }
 

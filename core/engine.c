@@ -11,6 +11,7 @@
 
 #include <cblas.h>
 
+#include "blas_gate.h"
 #include "engine-impl.h"
 #include "optim.h"
 
@@ -343,8 +344,11 @@ int ph_eng_create_one(ph_engine **out, ph_model *m, ph_plan *p, const ph_config 
 		return rc;
 	ph_eng_stream_mode(e);
 
-	/* BLAS threads: share the cores among the ranks of every replica. */
-	openblas_set_num_threads(ph_config_blas_threads(c, sysconf(_SC_NPROCESSORS_ONLN), ph_config_busy(c, p->ranks)));
+	/* BLAS threads: share the cores among the ranks of every replica; more
+	 * ranks than the BLAS has buffers for take turns (blas_gate.h). */
+	long busy = ph_config_busy(c, p->ranks);
+	openblas_set_num_threads(ph_config_blas_threads(c, sysconf(_SC_NPROCESSORS_ONLN), busy));
+	ph_blas_gate_setup(busy);
 
 	if ((rc = note_memory(e, 0, err)) || (rc = alloc_params(e, err)) || (rc = ph_eng_versions_alloc(e, err)) ||
 	    (rc = ph_eng_stream_alloc(e, err)) || (rc = note_memory(e, 1, err)))

@@ -3,6 +3,7 @@
  * of the micro-batch size every call gets (layer_call.h). */
 #include <stddef.h>
 
+#include "blas_gate.h"
 #include "layer_call.h"
 #include "layer_times.h"
 
@@ -87,15 +88,24 @@ static int call_backward_weight(const ph_layer_ops *ops, void *state, int max_ba
 	return no_split(ops, err);
 }
 
-/* PIPEHOST_LAYER_TIMES (layer_times.h): time the hook, else just call it. */
+/* PIPEHOST_LAYER_TIMES (layer_times.h): time the hook, else just call it.
+ * A CPU hook runs in one of the BLAS gate's seats (blas_gate.h), taken
+ * before the clock starts so that a wait for a seat is not the layer's. */
 #define TIMED(kind, call)                                                 \
 	do {                                                              \
-		if (!ph_layer_times_active)                               \
-			return call;                                      \
-		double t0_ = ph_layer_times_now(), c0_ = ph_layer_times_cpu(); \
-		int rc_ = call;                                           \
-		ph_layer_times_add(ctx, kind, ph_layer_times_now() - t0_,  \
-				   ph_layer_times_cpu() - c0_);           \
+		int cpu_ = ctx->device != PH_DEV_CUDA, rc_;               \
+		if (cpu_)                                                 \
+			ph_blas_gate_enter();                             \
+		if (!ph_layer_times_active) {                             \
+			rc_ = call;                                       \
+		} else {                                                  \
+			double t0_ = ph_layer_times_now(), c0_ = ph_layer_times_cpu(); \
+			rc_ = call;                                       \
+			ph_layer_times_add(ctx, kind, ph_layer_times_now() - t0_, \
+					   ph_layer_times_cpu() - c0_);   \
+		}                                                         \
+		if (cpu_)                                                 \
+			ph_blas_gate_leave();                             \
 		return rc_;                                               \
 	} while (0)
 

@@ -7,7 +7,7 @@ core_libphcore_la_SOURCES = \
 	core/loader.c core/loader.h core/loader-trust.c core/loader-needs.c \
 	core/config.c core/config.h core/config_agree.c core/config_agree.h core/gpu_switches.c core/gpu_switches.h \
 	core/model.c core/model.h \
-	core/layer_call.c core/layer_call.h core/layer_times.c core/layer_times.h \
+	core/layer_call.c core/layer_call.h core/layer_times.c core/layer_times.h core/blas_gate.c core/blas_gate.h \
 	core/plan.c core/plan.h core/plan-memory.c core/plan-memory.h core/memcheck.c core/memcheck.h \
 	core/profile.c core/profile.h core/planjson.c core/planjson.h \
 	core/engine.c core/engine.h core/engine-impl.h core/engine-layout.c core/engine-layout.h \

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "blas_gate.h"
 #include "check_plugin.h"
 #include "cli.h"
 #include "comm.h"
@@ -118,6 +119,9 @@ static void print_threads(const ph_config *c)
 	if (ranks > cores)
 		printf("note: %ld ranks share %ld cores, so they take turns; fewer stages (or more cores) run faster\n",
 		       ranks, cores);
+	if (ranks > ph_blas_build_threads()) /* blas_gate.h */
+		printf("note: this OpenBLAS was built for %d threads: at most %d of the %ld ranks are inside it at once\n",
+		       ph_blas_build_threads(), ph_blas_build_threads(), ranks);
 }
 
 /* ph_profile_input for the run: its first `batch` training samples,

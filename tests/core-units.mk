@@ -36,9 +36,10 @@ tests_test_weights_SOURCES = tests/test-weights.c tests/unit-harness.h \
 tests_test_weights_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(CJSON_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_weights_LDADD = $(CHECK_LIBS) $(CJSON_LIBS) $(XXHASH_LIBS) -lm
 
-tests_test_layer_call_SOURCES = tests/test-layer-call.c core/layer_call.c core/layer_call.h core/layer_times.c core/layer_times.h
+tests_test_layer_call_SOURCES = tests/test-layer-call.c core/layer_call.c core/layer_call.h core/layer_times.c core/layer_times.h \
+	core/blas_gate.c core/blas_gate.h
 tests_test_layer_call_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_layer_call_LDADD = $(CHECK_LIBS)
+tests_test_layer_call_LDADD = $(CHECK_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS)
 endif
 
 # The BPE tool of tests/test-bpe.sh: trains a vocabulary, encodes, round-trips.

@@ -22,3 +22,13 @@ endif
 TESTS += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/test-moe-ep.sh tests/test-moe-gpu.sh
 EXTRA_DIST += tests/test-expert-parallel.sh tests/test-expert-parallel-gpu.sh tests/fixtures/ep.ini tests/st-diff.py \
 	tests/test-moe-ep.sh tests/test-moe-gpu.sh tests/fixtures/moe-lm.ini tests/ep-lib.sh
+
+# More rank threads than the process's OpenBLAS was built for take turns
+# (core/blas_gate.h); the shim tests/blasshim.c plays a small build and
+# counts the threads inside sgemm at once.
+TESTS += tests/test-blas-gate.sh
+EXTRA_DIST += tests/test-blas-gate.sh
+check_LTLIBRARIES += tests/blasshim.la
+tests_blasshim_la_SOURCES = tests/blasshim.c
+tests_blasshim_la_LDFLAGS = $(TEST_PLUGIN_LDFLAGS)
+tests_blasshim_la_LIBADD = -ldl
