@@ -215,8 +215,9 @@ int ph_sdpa_backward(cudaStream_t st, int B, int T, int H, int hd, const float *
 				  0 };
 	void *at[NBLOCKS];
 	/* Samples a run: all of them where the workspace fits.  On Hopper
-	 * below cuDNN 9.25 the deterministic backward keeps dP in its
-	 * workspace (cudnn-frontend 1.32: B*H*T*T*2 bytes, 192 MiB at GPT-2's
+	 * the deterministic backward keeps dP in its workspace (cudnn-frontend
+	 * 1.32, at every cuDNN unless CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT
+	 * says otherwise: B*H*T*T*2 bytes, 192 MiB at GPT-2's
 	 * 8 x 1024, more than the layer's free scratch), so it runs over
 	 * groups of samples, as ph_flash_backward does: the largest group,
 	 * halving from B, whose workspace fits beside the copies.  A group's

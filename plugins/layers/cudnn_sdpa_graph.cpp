@@ -29,6 +29,8 @@
 #include "build-config.h" /* PH_WITH_CUDNN_FE */
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "cudnn_sdpa.h"
 
@@ -106,15 +108,31 @@ int handle_for(cudaStream_t st, ph_err *err)
 }
 
 /* One step of a graph's build or run; a failure names the step, the shape
- * and cuDNN's words. */
+ * and cuDNN's words.  A build step that fails is cuDNN declining the graph
+ * (PH_EUNSUPPORTED); a failed execute is a fault (PH_EINTERNAL).  The
+ * reasons cuDNN gives for each plan it refused run past what ph_err holds
+ * (255 characters, "No valid engine configs for ..." and little more), so
+ * a long message goes whole to stderr first, on one line:
+ * a failure on a GPU, where each run is scarce, then explains itself.
+ * (CUDNN_FRONTEND_LOG_INFO=1 would too, but it also logs every execute,
+ * inside the timed steps.) */
 int fe_step(fe::error_t e, const char *step, int bwd, int B, int T, int H, int hd, ph_err *err)
 {
 	if (e.is_good())
 		return PH_OK;
+	std::string whole = e.get_message();
+	if (whole.size() > 120) {
+		for (char &c : whole)
+			if (c == '\n' || c == '\r')
+				c = ' ';
+		fprintf(stderr, "note: cuDNN SDPA %s, %s, cuDNN's whole message: %s\n", bwd ? "bwd" : "fwd", step,
+			whole.c_str());
+	}
 	/* short: ph_err holds 255 characters, and cuDNN's words are the
 	 * part that tells what went wrong */
-	return ph_fail(err, PH_EUNSUPPORTED, "cuDNN SDPA %s B=%d T=%d H=%d hd=%d, %s (unset PIPEHOST_ATTN_CUDNN): %s",
-		       bwd ? "bwd" : "fwd", B, T, H, hd, step, e.get_message().c_str());
+	return ph_fail(err, strcmp(step, "execute") ? PH_EUNSUPPORTED : PH_EINTERNAL,
+		       "cuDNN SDPA %s B=%d T=%d H=%d hd=%d, %s (unset PIPEHOST_ATTN_CUDNN): %s", bwd ? "bwd" : "fwd", B,
+		       T, H, hd, step, e.get_message().c_str());
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> qkv_tensor(fe::graph::Graph &g, const char *name, int64_t uid, int B,

@@ -6,8 +6,8 @@
  * so tests/test-transformer checks it on the CPU.
  *
  * Why a placement and not a cut from the front: the deterministic backward's
- * workspace is by far the largest block (on Hopper below cuDNN 9.25, dP:
- * B*H*T*T*2 bytes), and it fits only the largest span; cut in call order,
+ * workspace is by far the largest block (on Hopper, dP: B*H*T*T*2 bytes,
+ * cudnn-frontend 1.32's default for the deterministic algorithm), and it fits only the largest span; cut in call order,
  * the copies took that span's front first and the backward ran over groups
  * of 2 samples where 4 fit (GPT-2 small, 8 x 1024: half the blocks a launch
  * on 132 SMs).
