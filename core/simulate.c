@@ -333,6 +333,19 @@ static int step_too_long(const ph_config *c, double step, double link_total, dou
 		       "step may last; %s", step, PH_SIM_MAX_S, cause);
 }
 
+/* A timeline of more than PH_SVG_MAX_BOXES boxes is refused before its
+ * file is opened; hint says what to lower.  The bytes are an estimate:
+ * a box is about PH_SVG_BOX_BYTES of SVG (154 to 160 measured). */
+#define PH_SVG_BOX_BYTES 160.0
+static int svg_size_check(const char *path, long long boxes, const char *hint, ph_err *err)
+{
+	if (boxes <= PH_SVG_MAX_BOXES)
+		return PH_OK;
+	return ph_fail(err, PH_EINVAL, "--svg %s: the timeline would draw %lld boxes (about %.0f MB of SVG), past the "
+		       "limit of %d; %s, or use --trace FILE (Chrome trace JSON, for Perfetto)", path, boxes,
+		       boxes * PH_SVG_BOX_BYTES / 1e6, PH_SVG_MAX_BOXES, hint);
+}
+
 int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
 		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
 		       const char *trace_path, FILE *out, ph_err *err)
@@ -340,6 +353,22 @@ int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, 
 	int C = p->nchunks, rc = PH_OK;
 	if (!p->first)
 		return ph_fail(err, PH_EINTERNAL, "simulate: the plan has no partition");
+	/* a timeline too big to draw: said before the simulation runs, and
+	 * before anything is printed or written (one box per compute op; a
+	 * schedule without a flush draws STREAM_STEPS steps) */
+	if (svg_path && p->ops && p->nops) {
+		long long boxes = 0;
+		for (int k = 0; k < p->ranks; k++)
+			for (int j = 0; j < p->nops[k]; j++)
+				boxes += is_compute(p->ops[k][j].kind);
+		if (ph_schedule_flags(c->schedule) & PH_SCHED_NO_FLUSH)
+			boxes *= STREAM_STEPS;
+		char hint[160];
+		snprintf(hint, sizeof hint, "lower [run] micro_batches (%d) or stages (%d)%s", p->m, p->ranks,
+			 p->v > 1 ? " or chunks" : "");
+		if ((rc = svg_size_check(svg_path, boxes, hint, err)))
+			return rc;
+	}
 	double *buf = calloc((size_t)C * 8, sizeof *buf);
 	unsigned char *lean = calloc((size_t)STREAM_STEPS * p->m, 1);
 	ph_sim_result r, rs;
@@ -586,6 +615,13 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 		width = 900;
 	if (width > 2400) /* narrower boxes go unlabelled; their tooltips remain */
 		width = 2400;
+	/* the boxes drawn (a caller with other events than a plan's) */
+	long long boxes = 0;
+	for (int k = 0; k < n; k++)
+		boxes += is_compute(ev[k].kind) && ev[k].rank >= 0 && ev[k].rank < ranks;
+	int rc = svg_size_check(path, boxes, "draw fewer ops (fewer micro-batches or ranks)", err);
+	if (rc)
+		return rc;
 	const double left = 70, right = 20, top = title ? 46 : 20, row_h = 28, gap = 6;
 	double plot_bottom = top + ranks * (row_h + gap);
 	double height = plot_bottom + 30 + 30;
@@ -599,8 +635,7 @@ int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, i
 	 * replaced the device with the drawing), a file replaced atomically */
 	ph_outfile o;
 	FILE *f;
-	int rc = ph_outstream_open(&o, &f, path, "--svg", err);
-	if (rc)
+	if ((rc = ph_outstream_open(&o, &f, path, "--svg", err)))
 		return rc;
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		   "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "

@@ -106,16 +106,25 @@ void ph_sim_free(ph_sim_result *r);
  * chunks' slots: the run's "activation memory per rank"), to out.  A layer
  * cost that is negative or not finite, a step longer than PH_SIM_MAX_S, or
  * a PIPEHOST_SIM_CORES that is no count: PH_EINVAL, nothing printed or
- * written. */
+ * written.  An svg_path for a plan of more than PH_SVG_MAX_BOXES compute
+ * ops (times the steps drawn, for a schedule without a flush): PH_EINVAL
+ * before the simulation, nothing printed or written. */
 int ph_simulate_report(const ph_plan *p, const ph_model *m, const ph_config *c, const double *layer_fwd,
 		       const double *layer_bwd, double link_bytes_per_s, const char *svg_path,
 		       const char *trace_path, FILE *out, ph_err *err);
+
+/* The most boxes (compute ops) an SVG timeline draws: about 32 MB of SVG.
+ * Past it a browser stalls on the file, and its boxes are slivers of a
+ * pixel in the drawing's 2400 px (64 ranks x 8 chunks x 4096 micro-batches
+ * once wrote 671 MB); the Chrome trace (--trace) has no such limit. */
+#define PH_SVG_MAX_BOXES 200000
 
 /* SVG 1.1 timeline of the compute events (F, B, I, W; other kinds are
  * skipped): one row per rank, one box per op coloured by kind, labelled "F3"
  * (or "2F3", chunk first, when v > 1), a time axis and a legend.  Works for
  * simulated and recorded (--trace) events alike.  title may be NULL.
- * Temp file + rename. */
+ * Temp file + rename.  More than PH_SVG_MAX_BOXES boxes: PH_EINVAL, one
+ * line saying how many and what to do, before the file is opened. */
 int ph_svg_write(const char *path, const ph_trace_event *ev, int n, int ranks, int v, const char *title,
 		 ph_err *err);
 

@@ -3,7 +3,8 @@
 # (plans built from the real schedule plugins in $PH_SCHEDULE_DIR) and a
 # shell test of bad schedule tables through the command line; one of the
 # files --simulate writes (none unless asked); --trace slices that never
-# overlap, one pid per process under mpirun.
+# overlap, one pid per process under mpirun; --svg's size limit; a table
+# read once for a plan.
 if HAVE_CHECK
 check_PROGRAMS += tests/test-simulate
 TESTS += tests/test-simulate
@@ -15,3 +16,8 @@ endif
 
 TESTS += tests/test-bad-schedules.sh tests/test-simulate-cli.sh tests/test-trace.sh
 EXTRA_DIST += tests/test-bad-schedules.sh tests/test-simulate-cli.sh tests/test-trace.sh
+
+# --svg's limit of 200000 boxes; a table read once for a plan (its reads
+# counted through tests/faultfs.c)
+TESTS += tests/test-svg-limit.sh tests/test-table-reads.sh
+EXTRA_DIST += tests/test-svg-limit.sh tests/test-table-reads.sh
