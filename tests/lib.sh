@@ -41,6 +41,37 @@ expect_error_t() {
 	PIPEHOST=$_et_real
 }
 
+# preload_shim NAME: the LD_PRELOAD shim tests/NAME.c (make check builds
+# it), its path in $shim; returns 1, with a "# skip" line, where it was not
+# built.  Under ASan a shim comes before the ASan runtime: ASAN_OPTIONS
+# lets it.
+preload_shim() {
+	shim="$top_builddir/tests/.libs/$1.so"
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+	[ -f "$shim" ] && return 0
+	echo "# skip: $shim not built"
+	return 1
+}
+
+# expect_fault DESC DIR MODE N REGEX NOT ARGS...: pipehost ARGS with the
+# Nth read of a file under DIR failing as MODE (tests/faultfs.c: readeio,
+# readeof; $shim from preload_shim faultfs) must exit 1 (a failed run: not
+# a usage error, not a crash) with one stderr line that matches REGEX
+# (extended) and not NOT (nothing is refused when NOT is empty).
+expect_fault() {
+	desc=$1 dir=$2 mode=$3 nth=$4 re=$5 not=$6
+	shift 6
+	FAULTFS_DIR="$dir" FAULTFS_MODE=$mode FAULTFS_N=$nth LD_PRELOAD="$shim" "$PIPEHOST" "$@" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	lines=$(wc -l <"$tmp/err")
+	if [ "$rc" -eq 1 ] && [ "$lines" -eq 1 ] && grep -Eq -- "$re" "$tmp/err" &&
+		{ [ -z "$not" ] || ! grep -Eq -- "$not" "$tmp/err"; }; then
+		ok "$desc: $(cat "$tmp/err")"
+	else
+		not_ok "$desc: exit $rc, $lines stderr line(s): $(head -c 300 "$tmp/err")"
+	fi
+}
+
 finish() {
 	echo "$((n - failed)) passed, $failed failed"
 	[ "$failed" -eq 0 ]

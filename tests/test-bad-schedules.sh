@@ -101,21 +101,11 @@ fi
 # tests/faultfs.c) at a micro_batches it does not take: the read error, in
 # one line, not "set micro_batches to one of ..." (each count tried read
 # the file again, and the failure read as a count refused)
-shim="$top_builddir/tests/.libs/faultfs.so"
-# under ASan the shim comes before the ASan runtime: let it
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
-if [ -f "$shim" ]; then
+if preload_shim faultfs; then
 	mkdir -p "$tmp/eio"
 	cp "$fixtures/schedules/1f1b-p2-m4.csv" "$tmp/eio/t.csv"
-	FAULTFS_DIR="$tmp/eio" FAULTFS_MODE=readeio FAULTFS_N=1 LD_PRELOAD="$shim" "$PIPEHOST" -c "$tiny" \
-		--set schedule.type=table --set "schedule.file=$tmp/eio/t.csv" --set run.micro_batches=8 \
-		--set run.steps=1 >"$tmp/out" 2>"$tmp/err"
-	rc=$?
-	if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "Input/output error" "$tmp/err" &&
-		! grep -q "micro_batches" "$tmp/err"; then
-		ok "a table that fails to read: $(cat "$tmp/err")"
-	else
-		not_ok "a table that fails to read: exit $rc, $(head -c 300 "$tmp/err")"
-	fi
+	expect_fault "a table that fails to read" "$tmp/eio" readeio 1 "Input/output error" "micro_batches" \
+		-c "$tiny" --set schedule.type=table --set "schedule.file=$tmp/eio/t.csv" --set run.micro_batches=8 \
+		--set run.steps=1
 fi
 finish

@@ -14,15 +14,11 @@
 #    back while it waits, so the run ends (no deadlock) with the bytes of
 #    the run with no gate.
 . "$top_srcdir/tests/lib.sh"
-shim="$top_builddir/tests/.libs/blasshim.so"
-if [ ! -f "$shim" ]; then
-	echo "SKIP: $shim not built"
-	exit 77
-fi
 if [ -n "${ASAN_OPTIONS:-}${TSAN_OPTIONS:-}" ]; then
 	echo "SKIP: under a sanitizer (a preloaded shim goes before its runtime)"
 	exit 77
 fi
+preload_shim blasshim || exit 77
 
 cat >"$tmp/deep.ini" <<'INI'
 [run]

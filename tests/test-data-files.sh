@@ -229,30 +229,18 @@ rm -f "$tmp/huge.bin"
 # Each file's first read fails with EIO (the LD_PRELOAD shim
 # tests/faultfs.c): one line naming the error and what to do; it once read
 # "not a .npy file", "header cut short", or "error reading X" with no cause.
-shim="$top_builddir/tests/.libs/faultfs.so"
-# under ASan the shim comes before the ASan runtime: let it
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
-if [ -f "$shim" ]; then
+if preload_shim faultfs; then
 	mkdir -p "$tmp/eio"
 	cp "$tmp/tx.npy" "$tmp/tl.npy" "$tmp/train.bin" "$tmp/eio/"
 	eio() { # DESC ARGS...
 		desc=$1
 		shift
-		FAULTFS_DIR="$tmp/eio" FAULTFS_MODE=readeio FAULTFS_N=1 LD_PRELOAD="$shim" "$PIPEHOST" "$@" \
-			--set run.steps=2 >"$tmp/out" 2>"$tmp/err"
-		rc=$?
-		if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
-			grep -q "Input/output error; check the disk and run again" "$tmp/err"; then
-			ok "$desc, EIO on the first read: $(cat "$tmp/err")"
-		else
-			not_ok "$desc, EIO on the first read: exit $rc, $(head -c 300 "$tmp/err")"
-		fi
+		expect_fault "$desc, EIO on the first read" "$tmp/eio" readeio 1 \
+			"Input/output error; check the disk and run again" "" "$@" --set run.steps=2
 	}
 	eio "npy" -c "$tiny" --set data.source=npy --set "data.train_images=$tmp/eio/tx.npy" \
 		--set "data.train_labels=$tmp/eio/tl.npy" --set run.eval=no
 	eio "tokens" -c "$lm" --set data.source=tokens --set data.vocab_size=256 --set "data.tokens=$tmp/eio/train.bin" \
 		--set run.eval=no
-else
-	echo "# skip: $shim not built"
 fi
 finish

@@ -183,21 +183,12 @@ expect_error "a layer GPT-2 has no tensors for" \
 # A read error in a GPT-2 file: the system's error, named; it once made the
 # format check read "not GPT-2", and the file was then blamed for missing
 # pipehost's names ("tensor embed.tokens missing")
-shim="$top_builddir/tests/.libs/faultfs.so"
-# under ASan the shim comes before the ASan runtime: let it
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 mkdir -p "$tmp/eio"
-if [ -f "$shim" ] && layout "$tmp/w.st" "$tmp/eio/hf.st" --dtype f32; then
+if preload_shim faultfs && layout "$tmp/w.st" "$tmp/eio/hf.st" --dtype f32; then
 	for rn in 1 2 3; do
-		FAULTFS_DIR="$tmp/eio" FAULTFS_MODE=readeio FAULTFS_N=$rn LD_PRELOAD="$shim" \
-			run --load-weights "$tmp/eio/hf.st" --generate "Weights" --max-new-tokens 1 >"$tmp/out" 2>"$tmp/err"
-		rc=$?
-		if [ "$rc" -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "Input/output error" "$tmp/err" &&
-			! grep -q "missing" "$tmp/err"; then
-			ok "a GPT-2 file, EIO on read $rn: $(cat "$tmp/err")"
-		else
-			not_ok "a GPT-2 file, EIO on read $rn: exit $rc, $(head -c 300 "$tmp/err")"
-		fi
+		expect_fault "a GPT-2 file, EIO on read $rn" "$tmp/eio" readeio "$rn" "Input/output error" "missing" \
+			-c "$lm" --set "data.path=$tmp/corpus.txt" --load-weights "$tmp/eio/hf.st" --generate "Weights" \
+			--max-new-tokens 1
 	done
 fi
 finish

@@ -10,17 +10,13 @@
 # run was doing, where the place that ran out knew no more). docs/changes.md lists what an audit found this way.
 . "$top_srcdir/tests/lib.sh"
 tiny="$fixtures/tiny.ini"
-shim="$top_builddir/tests/.libs/oomshim.so"
 
-if [ ! -f "$shim" ]; then
-	echo "SKIP: $shim not built"
-	exit 77
-fi
 if [ -n "${ASAN_OPTIONS:-}" ]; then
 	# a malloc interposed in front of ASan's own: nothing left to check
 	echo "SKIP: under ASan (its allocator is the one checked there)"
 	exit 77
 fi
+preload_shim oomshim || exit 77
 
 # sweep NAME REF CMD...: CMD under the shim with the Nth allocation failing,
 # for every N the run makes, or the first $upto (PH_OOM_* from the caller's

@@ -9,10 +9,7 @@
 # messages are test-bad-schedules.sh's and test-simulate's.
 . "$top_srcdir/tests/lib.sh"
 tiny="$fixtures/tiny.ini"   # 9 layers, 4 micro-batches
-shim="$top_builddir/tests/.libs/faultfs.so"
-[ -f "$shim" ] || { echo "SKIP: no $shim (make check builds it)"; exit 77; }
-# under ASan the shim comes before the ASan runtime: let it
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+preload_shim faultfs || exit 77
 
 # reads DIR ARGS...: pipehost ARGS with the reads of files under DIR
 # counted; the count in $reads, the exit status in $rc
