@@ -472,6 +472,34 @@ START_TEST(test_svg)
 }
 END_TEST
 
+/* ph_svg_write's own guard (the CLI refuses earlier, from the plan's op
+ * count: test-svg-limit.sh): one box past PH_SVG_MAX_BOXES is refused
+ * before the file is opened, and a file already there keeps its bytes
+ * (196,608 boxes drawn: test-svg-limit.sh). */
+START_TEST(test_svg_limit)
+{
+	int n = PH_SVG_MAX_BOXES + 1;
+	ph_trace_event *ev = calloc((size_t)n, sizeof *ev);
+	ck_assert_ptr_nonnull(ev);
+	for (int k = 0; k < n; k++)
+		ev[k] = (ph_trace_event){ .t0 = k, .t1 = k + 0.5, .rank = k % 4, .kind = PH_OP_F, .mb = k / 4 };
+	char path[512];
+	snprintf(path, sizeof path, "%s/limit.svg", tmpdir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("before\n", f);
+	fclose(f);
+	ph_err err = { "" };
+	ck_assert_int_eq(ph_svg_write(path, ev, n, 4, 1, NULL, &err), PH_EINVAL);
+	REQUIRE(strstr(err.msg, "200001 boxes") && strstr(err.msg, "--trace"), "%s", err.msg);
+	char *s = slurp(path);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_str_eq(s, "before\n");
+	free(s);
+	free(ev);
+}
+END_TEST
+
 /* --simulate's report on the tiny model, built as the CLI builds it. */
 START_TEST(test_report)
 {
@@ -699,6 +727,7 @@ static Suite *suite(void)
 	TCase *o = tcase_create("outputs");
 	tcase_add_test(o, test_chrome_trace);
 	tcase_add_test(o, test_svg);
+	tcase_add_test(o, test_svg_limit);
 	tcase_add_test(o, test_report);
 	suite_add_tcase(s, o);
 	TCase *tb = tcase_create("table");
