@@ -119,9 +119,10 @@ static void print_threads(const ph_config *c)
 	if (ranks > cores)
 		printf("note: %ld ranks share %ld cores, so they take turns; fewer stages (or more cores) run faster\n",
 		       ranks, cores);
-	if (ranks > ph_blas_build_threads()) /* blas_gate.h */
+	int built = ph_blas_build_threads(); /* blas_gate.h */
+	if (ranks > built)
 		printf("note: this OpenBLAS was built for %d threads: at most %d of the %ld ranks are inside it at once\n",
-		       ph_blas_build_threads(), ph_blas_build_threads(), ranks);
+		       built, built, ranks);
 }
 
 /* ph_profile_input for the run: its first `batch` training samples,
