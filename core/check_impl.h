@@ -27,6 +27,9 @@ void ph_chk_hook(const char *name);
 
 #define PASS(...) ph_chk_verdict("PASS", __VA_ARGS__)
 #define FAIL(...) ph_chk_verdict("FAIL", __VA_ARGS__)
+/* FAIL for a check that ended with status rc; PH_ENOMEM is a SKIP instead */
+void ph_chk_failed(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define FAIL_RC(rc, ...) ph_chk_failed((rc), __VA_ARGS__)
 #define SKIP(...) ph_chk_verdict("SKIP", __VA_ARGS__)
 
 /* A config for the plugin `h`: its defaults, the --set given for it, and

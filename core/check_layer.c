@@ -280,7 +280,7 @@ static void gradients(const layer_plan *lp, int batch)
 	c.x_ids = lp->ids;
 	int rc = open_inst(&L, lp, batch, 77 + (uint64_t)batch, &e);
 	if (rc) {
-		FAIL("%s", e.msg);
+		FAIL_RC(rc, "%s", e.msg);
 		return;
 	}
 	if (!(rc = ph_fd_analytic(&L, &a, &e)) && (c.sample = fd_sample(&L, L.meta.nparams + !lp->ids, &e)) < 0)
@@ -288,7 +288,7 @@ static void gradients(const layer_plan *lp, int batch)
 	if (!rc)
 		rc = ph_fd_check_numeric(&L, &a, &c, &worst, &e);
 	if (rc) {
-		FAIL("%s", e.msg);
+		FAIL_RC(rc, "%s", e.msg);
 	} else {
 		int64_t n = lp->ids ? 0 : L.nx, probed = lp->ids ? 0 : ph_fd_probes(&c, L.nx);
 		for (int p = 0; p < L.meta.nparams; p++)
@@ -311,6 +311,7 @@ static void twin(const layer_plan *lp)
 {
 	const char *name = lp->ops->head.name;
 	ph_err e = { { 0 } };
+	int rc;
 	ph_chk_begin("layer %s: cuda twin", name);
 	if (!(ph_layer_devices(lp->ops) & PH_DEV_CUDA)) {
 		SKIP("the layer has no CUDA twin (devices: cpu)");
@@ -322,20 +323,20 @@ static void twin(const layer_plan *lp)
 	}
 	/* one CPU run, the reference for both precisions */
 	ph_layer_inst L;
-	if (open_inst(&L, lp, lp->batch, 91, &e)) {
-		FAIL("%s", e.msg);
+	if ((rc = open_inst(&L, lp, lp->batch, 91, &e))) {
+		FAIL_RC(rc, "%s", e.msg);
 		return;
 	}
-	if (ph_layer_inst_forward(&L, &e) || ph_layer_inst_backward(&L, L.dx, &e)) {
-		FAIL("the CPU run it is compared with: %s", e.msg);
+	if ((rc = ph_layer_inst_forward(&L, &e)) || (rc = ph_layer_inst_backward(&L, L.dx, &e))) {
+		FAIL_RC(rc, "the CPU run it is compared with: %s", e.msg);
 		ph_layer_inst_close(&L);
 		return;
 	}
 	for (int k = 0; k < 2; k++) {
 		char detail[512];
 		ph_chk_begin("layer %s: cuda twin (%s, batch %d)", name, k ? "bf16" : "fp32", lp->batch);
-		if (ph_check_twin(&L, k ? PH_PREC_BF16 : PH_PREC_FP32, detail, sizeof detail, &e))
-			FAIL("%s", e.msg);
+		if ((rc = ph_check_twin(&L, k ? PH_PREC_BF16 : PH_PREC_FP32, detail, sizeof detail, &e)))
+			FAIL_RC(rc, "%s", e.msg);
 		else
 			PASS("%s", detail);
 	}
@@ -432,6 +433,7 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	const ph_layer_ops named = named_hooks(layer), *ops = &named;
 	const char *name = ops->head.name;
 	ph_err e = { { 0 } };
+	int rc;
 	ph_chk_begin("layer %s: cpu", name);
 	if (!(ops->devices & PH_DEV_CPU)) {
 		SKIP("the layer has no CPU code (devices lacks PH_DEV_CPU); the checker runs the CPU code only");
@@ -440,8 +442,8 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	ph_chk_begin("layer %s: options", name);
 	layer_plan lp = { .ops = ops, .batch = o->batch };
 	char notes[256];
-	if (ph_chk_build_config(&ops->head, o, &lp.cfg, notes, sizeof notes, &e)) {
-		FAIL("%s", e.msg);
+	if ((rc = ph_chk_build_config(&ops->head, o, &lp.cfg, notes, sizeof notes, &e))) {
+		FAIL_RC(rc, "%s", e.msg);
 		return;
 	}
 	if (notes[0])
@@ -466,7 +468,7 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	}
 	ph_layer_inst big;
 	char refused[768] = "";
-	int rc = PH_EINVAL;
+	rc = PH_EINVAL;
 	for (int i = 0; i < ntried && rc; i++) {
 		char s[64];
 		shape_str(&tried[i], s, sizeof s);
@@ -482,14 +484,14 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 		if (!(rc = ph_layer_inst_create(&big, ops, lp.cfg, lp.in, lp.batch, train_ctx(lp.batch), &e)))
 			break;
 		if (accepted) {
-			FAIL("create accepts input %s, but %s; fix the plugin's meta", s, e.msg);
+			FAIL_RC(rc, "create accepts input %s, but %s; fix the plugin's meta", s, e.msg);
 			goto out;
 		}
 		size_t used = strlen(refused);
 		snprintf(refused + used, sizeof refused - used, "%s%s: %s", used ? "; " : "", s, e.msg);
 	}
 	if (rc) {
-		FAIL("refused every input tried (%s); give one it accepts with --shape", refused);
+		FAIL_RC(rc, "refused every input tried (%s); give one it accepts with --shape", refused);
 		goto out;
 	}
 	/* What x holds: reals, or (if forward refuses those) token ids. */
@@ -504,7 +506,7 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	shape_str(&lp.in, s, sizeof s);
 	for (lp.ids = 0; lp.ids < 2; lp.ids++) {
 		if ((rc = open_inst(&big, &lp, lp.batch, 11, &e))) {
-			FAIL("%s", e.msg);
+			FAIL_RC(rc, "%s", e.msg);
 			goto out;
 		}
 		rc = ph_layer_inst_forward(&big, lp.ids ? &e : &e_real);
@@ -513,7 +515,7 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 			break;
 	}
 	if (rc) {
-		FAIL("input %s: %s", s, e_real.msg);
+		FAIL_RC(rc, "input %s: %s", s, e_real.msg);
 		goto out;
 	}
 	PASS("input %s of %s%s, batches 1 and %d", s, lp.ids ? "token ids (0, 1)" : "reals U(-1, 1)",
@@ -523,7 +525,7 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	for (int k = 0; k < (lp.batch > 1 ? 2 : 1); k++) {
 		ph_chk_begin("layer %s: meta matches forward and backward (batch %d)", name, batches[k]);
 		if ((rc = open_inst(&big, &lp, batches[k], 21, &e)) || (rc = meta_matches(&big, &e)))
-			FAIL("%s", e.msg);
+			FAIL_RC(rc, "%s", e.msg);
 		else
 			PASS("every output float written, every dx float written, nothing past a buffer, x and parameters "
 			     "untouched");
@@ -533,12 +535,12 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	ph_chk_begin("layer %s: determinism (batch %d)", name, lp.batch);
 	ph_fd_grads a = { 0 };
 	if ((rc = open_inst(&big, &lp, lp.batch, 31, &e))) {
-		FAIL("%s", e.msg);
+		FAIL_RC(rc, "%s", e.msg);
 		goto out;
 	}
 	if ((rc = ph_fd_analytic(&big, &a, &e)) || (rc = ph_fd_check_repeat(&big, &a, &e)) ||
 	    (rc = same_from_fresh(&big, &lp, &e)))
-		FAIL("%s", e.msg);
+		FAIL_RC(rc, "%s", e.msg);
 	else
 		PASS("forward and backward give the same bits twice, from a fresh instance, and with dx = NULL");
 
@@ -548,7 +550,7 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	else if (!a.dx)
 		SKIP("backward failed above");
 	else if ((rc = ph_fd_check_split(&big, &a, &e)))
-		FAIL("%s", e.msg);
+		FAIL_RC(rc, "%s", e.msg);
 	else
 		PASS("backward_input then backward_weight give backward()'s bits");
 
@@ -559,7 +561,7 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 	else if (!a.dx)
 		SKIP("backward failed above");
 	else if ((rc = ph_fd_check_in_place(&big, &a, &e)))
-		FAIL("%s", e.msg);
+		FAIL_RC(rc, "%s", e.msg);
 	else
 		PASS("backward's bits %s%s%s", claims & PH_LAYER_BACKWARD_NO_Y ? "with y all NaN (PH_LAYER_BACKWARD_NO_Y)" : "",
 		     claims == (PH_LAYER_BACKWARD_NO_Y | PH_LAYER_DX_OVER_X) ? " and " : "",

@@ -37,6 +37,7 @@ typedef struct {
 	char current[192]; /* "layer linear: gradients (batch 4)": the check under way */
 	char hook[64];     /* "forward": the plugin hook running in the child, "" between hooks */
 	int passed, failed, skipped;
+	int oom;           /* checks that ran out of memory: SKIPs, not judged */
 	int done;          /* the child finished its checks (did not exit inside a plugin) */
 } tally;
 
@@ -72,6 +73,25 @@ void ph_chk_verdict(const char *v, const char *fmt, ...)
 		tl->failed++;
 	else
 		tl->skipped++;
+}
+
+/* A check that ended with status rc: a FAIL, except where it ran out of
+ * memory (the checker's or the plugin's allocation, alike): a machine
+ * short of memory says nothing about the plugin, so that check is a SKIP
+ * and the whole check ends as out of memory (ph_check_plugin). */
+void ph_chk_failed(int rc, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (rc == PH_ENOMEM) {
+		tl->oom++;
+		ph_chk_verdict("SKIP", "not judged, out of memory: %s", msg);
+	} else {
+		ph_chk_verdict("FAIL", "%s", msg);
+	}
 }
 
 
@@ -443,7 +463,7 @@ int ph_check_plugin(const ph_check_opts *opts, FILE *f, ph_err *err)
 		rc = ph_fail(&e, PH_EINVAL, "%s lists no layer, partitioner or schedule", file);
 	if (rc) {
 		if (e.msg[0])
-			FAIL("%s", e.msg);
+			FAIL_RC(rc, "%s", e.msg);
 	} else if ((rc = check_sets(&reg, &o, err))) {
 		ph_registry_free(&reg);
 		munmap(tl, sizeof *tl);
@@ -459,10 +479,16 @@ int ph_check_plugin(const ph_check_opts *opts, FILE *f, ph_err *err)
 			run_isolated(&reg.entries[i], &o);
 	}
 	ph_registry_free(&reg);
-	int failed = tl->failed, total = tl->passed + tl->failed + tl->skipped;
+	int failed = tl->failed, oom = tl->oom, total = tl->passed + tl->failed + tl->skipped;
 	fprintf(f, "%d check(s): %d passed, %d failed, %d skipped\n", total, tl->passed, tl->failed, tl->skipped);
 	fflush(f);
 	munmap(tl, sizeof *tl);
+	if (oom && failed)
+		return ph_fail(err, PH_ENOMEM, "%s: out of memory in %d of %d checks (SKIP lines above), and %d failed (FAIL "
+			       "lines); free memory and check again", file, oom, total, failed);
+	if (oom)
+		return ph_fail(err, PH_ENOMEM, "%s: out of memory in %d of %d checks, which were not judged (SKIP lines "
+			       "above); free memory and check again", file, oom, total);
 	if (failed)
 		return ph_fail(err, PH_EINVAL, "%s: %d of %d checks failed (the FAIL lines above say which)", file, failed,
 			       total);

@@ -28,9 +28,10 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 	ph_err e = { { 0 } };
 	void *cfg;
 	char notes[256];
+	int rc0;
 	ph_chk_begin("schedule %s: options", name);
-	if (ph_chk_build_config(&s->head, o, &cfg, notes, sizeof notes, &e)) {
-		FAIL("%s", e.msg);
+	if ((rc0 = ph_chk_build_config(&s->head, o, &cfg, notes, sizeof notes, &e))) {
+		FAIL_RC(rc0, "%s", e.msg);
 		return;
 	}
 	PASS("defaults%s%s", notes[0] ? "; the checker's choice for the required: " : "", notes);
@@ -40,7 +41,7 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 		free(cfg);
 		return;
 	}
-	int accepted = 0;
+	int accepted = 0, oomed = 0; /* oomed: checks out of memory, not judged */
 	for (size_t i = 0; i < sizeof sched_shapes / sizeof sched_shapes[0]; i++) {
 		ph_schedule_shape sh = sched_shapes[i];
 		if (sh.chunks_per_rank > s->max_chunks_per_rank)
@@ -48,8 +49,13 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 		ph_chk_begin("schedule %s: p=%d v=%d m=%d", name, sh.ranks, sh.chunks_per_rank, sh.microbatches);
 		e.msg[0] = 0;
 		ph_chk_hook("check");
-		int refused = s->check && s->check(cfg, &sh, &e);
+		int refused = s->check ? s->check(cfg, &sh, &e) : PH_OK;
 		ph_chk_hook(NULL);
+		if (refused == PH_ENOMEM) { /* no memory: not a refusal, and not judged */
+			FAIL_RC(PH_ENOMEM, "%s", e.msg);
+			oomed++;
+			continue;
+		}
 		if (refused) {
 			SKIP("refused by its check: %s", reason(e.msg));
 			continue;
@@ -108,7 +114,7 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 					     "weight versions on rank %d; 1 to 4096 make sense", nv, r);
 		}
 		if (rc) {
-			FAIL("%s", e.msg);
+			FAIL_RC(rc, "%s", e.msg);
 		} else {
 			int peak = 0;
 			for (int c = 0; c < p.nchunks; c++)
@@ -118,7 +124,7 @@ void ph_chk_schedule(const ph_schedule_ops *s, const ph_check_opts *o)
 		}
 		ph_plan_free(&p);
 	}
-	if (!accepted) {
+	if (!accepted && !oomed) {
 		ph_chk_begin("schedule %s: shapes", name);
 		FAIL("its check refused every shape tried; it must accept some (1 rank, 1 micro-batch at least)");
 	}
@@ -178,13 +184,14 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 	ph_err e = { { 0 } };
 	void *cfg;
 	char notes[256];
+	int rc0;
 	ph_chk_begin("partitioner %s: options", name);
-	if (ph_chk_build_config(&pt->head, o, &cfg, notes, sizeof notes, &e)) {
-		FAIL("%s", e.msg);
+	if ((rc0 = ph_chk_build_config(&pt->head, o, &cfg, notes, sizeof notes, &e))) {
+		FAIL_RC(rc0, "%s", e.msg);
 		return;
 	}
 	PASS("defaults%s%s", notes[0] ? "; the checker's choice for the required: " : "", notes);
-	int accepted = 0;
+	int accepted = 0, oomed = 0; /* oomed: checks out of memory, not judged */
 	for (size_t i = 0; i < sizeof profiles / sizeof profiles[0]; i++) {
 		const profile *pf = &profiles[i];
 		int n = pf->n, K = pf->stages;
@@ -217,6 +224,11 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 		ph_chk_begin("partitioner %s: %s", name, pf->what);
 		ph_err warn = { { 0 } }, warn2 = { { 0 } };
 		int refused = 0, rc = partition_guarded(pt, cfg, &pb, first, &warn, &refused, &e);
+		if (!rc && refused == PH_ENOMEM) { /* no memory: not a refusal, and not judged */
+			FAIL_RC(PH_ENOMEM, "%s", e.msg);
+			oomed++;
+			continue;
+		}
 		if (!rc && refused) {
 			SKIP("refused: %s", reason(e.msg));
 			continue;
@@ -224,7 +236,9 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 		accepted += !refused;
 		if (!rc)
 			rc = ph_plan_check_bounds(name, &pb, first, &e);
-		if (!rc && !(rc = partition_guarded(pt, cfg, &pb, again, &warn2, &refused, &e)) && refused) {
+		if (!rc && !(rc = partition_guarded(pt, cfg, &pb, again, &warn2, &refused, &e)) && refused == PH_ENOMEM)
+			rc = PH_ENOMEM; /* e says so */
+		else if (!rc && refused) {
 			char why[sizeof e.msg];
 			snprintf(why, sizeof why, "%s", reason(e.msg)); /* e.msg is ph_fail's destination */
 			rc = ph_fail(&e, PH_EINVAL, "the same problem a second time is refused: %s", why);
@@ -232,7 +246,7 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 		if (!rc && memcmp(first, again, (size_t)(K + 1) * sizeof(int)))
 			rc = ph_fail(&e, PH_EINVAL, "the same problem a second time gives other bounds");
 		if (rc) {
-			FAIL("%s", e.msg);
+			FAIL_RC(rc, "%s", e.msg);
 			continue;
 		}
 		char b[128] = "";
@@ -243,7 +257,7 @@ void ph_chk_partitioner(const ph_partitioner_ops *pt, const ph_check_opts *o)
 		PASS("bounds %s: cover the layers, no stage empty, cuts where allowed, the same twice%s%s", b,
 		     warn.msg[0] ? "; its note: " : "", warn.msg);
 	}
-	if (!accepted) {
+	if (!accepted && !oomed) {
 		ph_chk_begin("partitioner %s: profiles", name);
 		FAIL("refused every profile tried; it must split some");
 	}

@@ -42,6 +42,10 @@ static int gz_read_all(gzFile f, const char *path, void *buf, size_t len,
 		if (r < 0) {
 			int zerr;
 			const char *why = gz_reason(f, path, &zerr);
+			/* zlib's inflate state is allocated at the first read: no
+			 * memory then is not damage to the file either */
+			if (zerr == Z_MEM_ERROR)
+				return ph_fail(err, PH_ENOMEM, "fashion-mnist: %s: out of memory reading %s", path, what);
 			/* the system's read error is not damage to the file */
 			return ph_fail(err, PH_EIO, "fashion-mnist: %s: reading %s: %s; %s", path, what, why,
 				       zerr == Z_ERRNO ? "check the disk and run again" : "the file is damaged, reinstall it");
@@ -74,10 +78,12 @@ static int open_idx(const char *path, gzFile *out, ph_err *err)
 		return ph_fail(err, PH_EIO, "fashion-mnist: %s is not a regular file; "
 			       "point [data] path at the directory holding the .gz files",
 			       path);
+	errno = 0;
 	gzFile f = gzopen(path, "rb");
+	if (!f && (!errno || errno == ENOMEM)) /* zlib's state or buffers: no errno of open's */
+		return ph_fail(err, PH_ENOMEM, "fashion-mnist: out of memory opening %s", path);
 	if (!f)
-		return ph_fail(err, PH_EIO, "fashion-mnist: cannot open %s: %s",
-			       path, errno ? strerror(errno) : "out of memory");
+		return ph_fail(err, PH_EIO, "fashion-mnist: cannot open %s: %s", path, strerror(errno));
 	/* The default 8 KiB buffer makes a 26 MB file take many small reads. */
 	gzbuffer(f, 1u << 17);
 	*out = f;
@@ -92,6 +98,8 @@ static int expect_eof(gzFile f, const char *path, ph_err *err)
 	if (r < 0) {
 		int zerr;
 		const char *why = gz_reason(f, path, &zerr);
+		if (zerr == Z_MEM_ERROR)
+			return ph_fail(err, PH_ENOMEM, "fashion-mnist: %s: out of memory after the last record", path);
 		return ph_fail(err, PH_EIO, "fashion-mnist: %s: after the last record: %s; %s", path, why,
 			       zerr == Z_ERRNO ? "check the disk and run again" : "the file is damaged, reinstall it");
 	}

@@ -198,6 +198,7 @@ struct ph_engine {
 	double lr, clip_scale;
 	int abort;           /* a rank failed: every rank stops */
 	ph_err err;          /* the first failure's words */
+	int err_code;        /* and its status code (PH_ENOMEM stays PH_ENOMEM) */
 	int err_set;
 	pthread_t *threads;  /* one per rank this process runs */
 	worker_t *workers;
@@ -399,7 +400,7 @@ int ph_eng_start_workers(ph_engine *e, ph_err *err);
 void ph_eng_stop_workers(ph_engine *e);
 
 /* The first error of a job wins; every rank waiting on a link wakes. */
-void ph_eng_set_error(ph_engine *e, const ph_err *err);
+void ph_eng_set_error(ph_engine *e, int code, const ph_err *err);
 
 /* Start a job on every rank; ph_eng_dispatch_wait waits for it.  Replicas
  * run their jobs at the same time: start all, then wait for all. */

@@ -9,11 +9,12 @@
 
 #include "engine-impl.h"
 
-void ph_eng_set_error(ph_engine *e, const ph_err *err)
+void ph_eng_set_error(ph_engine *e, int code, const ph_err *err)
 {
 	pthread_mutex_lock(&e->mu);
 	if (!e->err_set) {
 		e->err = *err;
+		e->err_code = code;
 		e->err_set = 1;
 	}
 	__atomic_store_n(&e->abort, 1, __ATOMIC_RELEASE);
@@ -72,7 +73,7 @@ static void *worker_main(void *arg)
 			err = e3;
 		}
 		if (rc && err.msg[0]) {
-			ph_eng_set_error(e, &err);
+			ph_eng_set_error(e, rc, &err);
 		} else if (rc) {
 			pthread_mutex_lock(&e->mu);
 			__atomic_store_n(&e->abort, 1, __ATOMIC_RELEASE);
@@ -150,11 +151,13 @@ int ph_eng_dispatch_wait(ph_engine *e, ph_err *err)
 		pthread_cond_wait(&e->cv_done, &e->mu);
 	pthread_mutex_unlock(&e->mu);
 	if (__atomic_load_n(&e->abort, __ATOMIC_ACQUIRE)) {
-		if (e->err_set)
+		/* the rank's own code: main tells a run out of memory what to do
+		 * by PH_ENOMEM, whichever rank ran out */
+		if (e->err_set && e->err_code) {
 			*err = e->err;
-		else
-			ph_fail(err, PH_EINTERNAL, "a pipeline rank stopped without saying why");
-		return PH_EINTERNAL;
+			return e->err_code;
+		}
+		return ph_fail(err, PH_EINTERNAL, "%s", e->err_set ? e->err.msg : "a pipeline rank stopped without saying why");
 	}
 	return PH_OK;
 }

@@ -22,6 +22,7 @@ void *ph_eng_balloc(ph_engine *e, int rank, size_t bytes)
 	if (e->dev->alloc(e->rs[rank], bytes, &p, &err)) {
 		if (!e->err_set) {
 			e->err = err; /* the device's own words, for the caller to pass on */
+			e->err_code = PH_ENOMEM;
 			e->err_set = 1;
 		}
 		return NULL;

@@ -346,7 +346,7 @@ static int gen_model_alloc(gen_model *g, ph_err *err)
 				for (int j = 0; j < g->m.n; j++)
 					total += param_bytes(&g->m.layers[j]);
 				return ph_fail(err, PH_ENOMEM, "--generate: out of memory for layer %s's parameters (%.1f "
-					       "MiB of the model's %.1f MiB): free memory, or make the model smaller (its "
+					       "MiB of the model's %.1f MiB); free memory, or make the model smaller (its "
 					       "layers' dim, units or vocab)", g->m.layers[i].cfg->name,
 					       param_bytes(&g->m.layers[i]) / 1048576, total / 1048576);
 			}

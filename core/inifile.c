@@ -26,6 +26,7 @@ typedef struct {
 	int line;           /* line most recently handed to inih */
 	int too_long;       /* line number of an over-long line, or 0 */
 	int fail_line;      /* first handler failure */
+	int fail_code;      /* its code where not PH_EINVAL (PH_ENOMEM) */
 	ph_err *err;
 } reader_state;
 
@@ -86,6 +87,7 @@ static int add_section(reader_state *st, const char *name)
 		 * for the end of the file, which once left a config without its
 		 * last sections */
 		st->fail_line = st->line;
+		st->fail_code = PH_ENOMEM;
 		return ph_fail(st->err, PH_ENOMEM, "%s:%d: out of memory reading it", ini->path, st->line);
 	}
 	ph_ini_section *s = &ini->sections[ini->nsections++];
@@ -209,6 +211,7 @@ static int handler(void *user, const char *section, const char *name, const char
 	}
 	if (grow((void **)&ini->entries, ini->nentries, &ini->entries_cap, sizeof *ini->entries)) {
 		st->fail_line = st->line;
+		st->fail_code = PH_ENOMEM;
 		ph_fail(st->err, PH_ENOMEM, "out of memory reading %s", ini->path);
 		return 0;
 	}
@@ -334,7 +337,7 @@ int ph_ini_load(const char *path, ph_ini *ini, ph_err *err)
 		return ph_fail(err, PH_EINVAL, "%s:%d: line longer than %d characters (the system inih's limit); shorten it",
 			       path, st.too_long, ini_max_line - 2); /* inih's buffer: the line, its newline, a NUL */
 	if (st.fail_line)
-		return PH_EINVAL; /* err already says what */
+		return st.fail_code ? st.fail_code : PH_EINVAL; /* err already says what */
 	if (rc > 0)
 		return ph_fail(err, PH_EINVAL, "%s:%d: cannot parse this line; expected [section] or key = value",
 			       path, rc);

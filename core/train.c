@@ -28,13 +28,14 @@
 
 /* An output failed but training goes on: remember it (say it now when
  * training goes on for a while), and fail at the end. */
-static void output_failed(ph_train_result *res, const char *msg, int say_now)
+static void output_failed(ph_train_result *res, int code, const char *msg, int say_now)
 {
 	if (say_now)
 		ph_err_line(stderr, "pipehost: ", msg);
 	if (res->nfailed < 4) {
 		snprintf(res->failed[res->nfailed], sizeof res->failed[0], "%s", msg);
 		res->said[res->nfailed] = say_now;
+		res->codes[res->nfailed] = code;
 	}
 	res->nfailed++;
 }
@@ -63,7 +64,7 @@ static void metrics_check(FILE **m, const char *path, ph_train_result *res)
 		 "status will be 1", path, e ? strerror(e) : "I/O error");
 	fclose(*m);
 	*m = NULL;
-	output_failed(res, msg, 1);
+	output_failed(res, PH_EIO, msg, 1);
 }
 
 /* One metrics line: OBJ (freed here) as one line of JSON any parser reads:
@@ -79,7 +80,7 @@ static void metrics_write(FILE **m, const char *path, ph_train_result *res, cJSO
 			 "the exit status will be 1", path);
 		fclose(*m);
 		*m = NULL;
-		output_failed(res, msg, 1);
+		output_failed(res, PH_ENOMEM, msg, 1);
 		return;
 	}
 	errno = 0;
@@ -594,7 +595,7 @@ setup_end:
 				 * (ph_train_write_outputs), and the exit is 1 */
 				if (!last || stop)
 					goto out;
-				output_failed(res, err->msg, 0);
+				output_failed(res, rc, err->msg, 0);
 				rc = PH_OK;
 			} else {
 				saved_at = s + 1;
@@ -638,7 +639,7 @@ out:
 	if (metrics && fclose(metrics) && !rc) {
 		char msg[PH_ERR_MAX];
 		snprintf(msg, sizeof msg, "metrics file %.150s: closing failed: %s", c->run.metrics, strerror(errno));
-		output_failed(res, msg, 0);
+		output_failed(res, PH_EIO, msg, 0);
 	}
 	free(x);
 	free(y);
@@ -725,10 +726,11 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 	ph_stop_hold();
 	/* every failure, and whether it was printed during training */
 	char msg[6][PH_ERR_MAX];
-	int said[6], n = 0, rc;
+	int said[6], code[6], n = 0, rc;
 	for (int i = 0; i < res->nfailed && i < 4; i++, n++) {
 		snprintf(msg[n], sizeof msg[n], "%s", res->failed[i]);
 		said[n] = res->said[i];
+		code[n] = res->codes[i];
 	}
 	/* each output whatever became of the others */
 	ph_err one;
@@ -740,6 +742,7 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 		ph_stop_tmp(NULL, NULL, NULL);
 		if (rc) {
 			snprintf(msg[n], sizeof msg[n], "%s", one.msg);
+			code[n] = rc;
 			said[n++] = 0;
 		} else if (writer) {
 			printf("trace written to %s\n", trace_path);
@@ -752,6 +755,7 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 			note_tmp("the weights", weights_path);
 		if ((rc = ph_engine_gather(e, &one)) || (writer && (rc = write_weights(e, weights_path, &one)))) {
 			snprintf(msg[n], sizeof msg[n], "%s", one.msg);
+			code[n] = rc;
 			said[n++] = 0;
 		}
 		ph_stop_tmp(NULL, NULL, NULL);
@@ -773,7 +777,7 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 	if (!failed)
 		return PH_OK;
 	if (failed == 1 && !said[0])
-		return ph_fail(err, PH_EIO, "%s", msg[0]); /* one failure: its line alone */
+		return ph_fail(err, code[0] ? code[0] : PH_EIO, "%s", msg[0]); /* one failure: its line alone, its code */
 	for (int i = 0; i < n; i++)
 		if (!said[i])
 			ph_err_line(stderr, "pipehost: ", msg[i]);

@@ -24,6 +24,7 @@ typedef struct {
 	int nfailed;
 	char failed[4][PH_ERR_MAX];
 	int said[4];              /* printed already (during training) */
+	int codes[4];             /* their status codes (PH_EIO, PH_ENOMEM, ...) */
 } ph_train_result;
 
 /* Checkpointing and resume ([checkpoint] dir/every/keep, --resume). */

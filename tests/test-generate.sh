@@ -218,7 +218,7 @@ if [ -z "${ASAN_OPTIONS:-}" ] && (ulimit -v 3000000) 2>/dev/null; then
 		-c "$lm" --set "layer embed.vocab=1000000" --set "layer head.units=1000000" --set "layer embed.dim=1024" \
 		--load-weights "$tmp/w.st" --generate "x"
 	expect_error "a model larger than memory: its size in MiB" \
-		"^pipehost: --generate: out of memory for layer block0's parameters \([0-9.]+ MiB of the model's [0-9.]+ MiB\): free memory, or make the model smaller" \
+		"^pipehost: --generate: out of memory for layer block0's parameters \([0-9.]+ MiB of the model's [0-9.]+ MiB\); free memory, or make the model smaller" \
 		-c "$lm" --set "layer embed.dim=100000" --load-weights "$tmp/w.st" --generate "x"
 	PIPEHOST=$real
 fi

@@ -19,8 +19,8 @@ fi
 preload_shim oomshim || exit 77
 
 # sweep NAME REF CMD...: CMD under the shim with the Nth allocation failing,
-# for every N the run makes, or the first $upto (PH_OOM_* from the caller's
-# environment too);
+# for every N the run makes, or the first $upto, or every $step-th of them
+# (PH_OOM_* from the caller's environment too);
 # REF: the weights file the run without a failure writes (compared where a
 # trial exits 0), or - for none.  Counts the bad trials; says each kind once.
 sweep() {
@@ -59,10 +59,11 @@ sweep() {
 			[ -n "$first" ] || first="N=$i: $why"
 		fi
 		[ -z "${reset:-}" ] || eval "$reset"
-		i=$((i + 1))
+		i=$((i + ${step:-1}))
 	done
+	tried=$(((calls + ${step:-1} - 1) / ${step:-1}))
 	if [ "$calls" -gt 20 ] && [ "$bad" = 0 ]; then
-		ok "$name: each of its ${upto:+first }$calls allocations failed in turn: $fails said out of memory in one line, exit 1; $((calls - fails)) ended as the run without it"
+		ok "$name: ${step:+one in $step of }${upto:+the first }$calls allocations failed in turn: $fails said out of memory in one line, exit 1; $((tried - fails)) ended as the run without it"
 	else
 		not_ok "$name: $calls allocations, $bad bad trial(s); the first $first"
 	fi
@@ -88,4 +89,57 @@ aside_dir="$tmp/ck" reset='rm -rf "$tmp/ck"; cp -r "$tmp/ck0" "$tmp/ck"' upto=25
 	sweep "a resume from step 4, out of memory reading it" "$tmp/ref6.st" "$PIPEHOST" -c "$tiny" --set run.steps=6 \
 	--set run.threads=1 --set checkpoint.dir="$tmp/ck" --set checkpoint.every=2 --set checkpoint.keep=3 \
 	--progress=none --resume "$tmp/ck" --save-weights "$tmp/w.st"
+
+# --generate from saved weights (one allocation in 5: the model's load,
+# the prompt, the sampler, the logits file)
+lm="$fixtures/tiny-lm.ini"
+head -c 4000 "$top_srcdir/README.md" >"$tmp/text.txt"
+"$PIPEHOST" -c "$lm" --set "data.path=$tmp/text.txt" --set run.steps=1 --progress=none --save-weights "$tmp/lm.st" \
+	>/dev/null 2>"$tmp/err" || not_ok "language model run: $(cat "$tmp/err")"
+PH_OOM_APP=$app step=5 sweep "--generate" - "$PIPEHOST" -c "$lm" --set "data.path=$tmp/text.txt" \
+	--load-weights "$tmp/lm.st" --generate "Hello" --max-new-tokens 3 --logits "$tmp/lg.st"
+
+# Fashion-MNIST's gzip files: zlib's allocations count too (its inflate
+# state comes at the first read, and once said "the file is damaged")
+mkdir -p "$tmp/fm"
+for s in train t10k; do
+	printf '\000\000\010\001\000\000\000\003\001\002\003' | gzip -c >"$tmp/fm/$s-labels-idx1-ubyte.gz"
+	{ printf '\000\000\010\003\000\000\000\003\000\000\000\034\000\000\000\034'; head -c 2352 /dev/zero; } |
+		gzip -c >"$tmp/fm/$s-images-idx3-ubyte.gz"
+done
+fmrun() { "$PIPEHOST" -c "$tiny" --set data.source=fashion-mnist --set "data.path=$tmp/fm" --set run.batch=2 \
+	--set run.micro_batches=1 --set run.steps=1 --progress=none --save-weights "$1"; }
+fmrun "$tmp/fm.st" >/dev/null 2>"$tmp/err" || not_ok "fashion-mnist run: $(cat "$tmp/err")"
+PH_OOM_APP="$app:libz" PH_OOM_AFTER=idx sweep "fashion-mnist's files" "$tmp/fm.st" fmrun "$tmp/w.st"
+
+# --check-plugin: an allocation that fails, in the checker or in the
+# plugin, in the parent or in a check's child, says nothing about the
+# plugin: that check is a SKIP "not judged, out of memory", never a FAIL,
+# and the whole check ends out of memory (exit 1, one line)
+so="$top_builddir/plugins/layers/.libs/layernorm.so"
+bad=0 first= oom=0
+for k in 1 2 3 4 5 6 8 12 20 30 45 60 80 120 160 240 320 480 640; do
+	PH_OOM_APP=$app PH_OOM_N=$k LD_PRELOAD="$shim" "$PIPEHOST" --check-plugin "$so" >"$tmp/out" 2>"$tmp/err"
+	rc=$?
+	why=
+	if grep -q "^FAIL" "$tmp/out"; then
+		why="a FAIL: $(grep -m1 "^FAIL" "$tmp/out")"
+	elif [ $rc -eq 1 ]; then
+		oom=$((oom + 1))
+		grep -q "not judged, out of memory" "$tmp/out" && [ "$(wc -l <"$tmp/err")" -eq 1 ] &&
+			grep -q "out of memory in [0-9]* of [0-9]* checks.*; free memory and check again" "$tmp/err" ||
+			why="exit 1 without the SKIP and the one line: $(head -c 300 "$tmp/err")"
+	elif [ $rc -ne 0 ]; then
+		why="exit $rc: $(head -c 300 "$tmp/err")"
+	fi
+	if [ -n "$why" ]; then
+		bad=$((bad + 1))
+		[ -n "$first" ] || first="N=$k: $why"
+	fi
+done
+if [ "$bad" = 0 ] && [ "$oom" -ge 10 ]; then
+	ok "--check-plugin layernorm.so with one of 19 allocations failing: $oom ran out of memory, each a SKIP and one line, no FAIL"
+else
+	not_ok "--check-plugin out of memory: $bad bad trial(s), $oom out of memory; the first $first"
+fi
 finish
