@@ -208,10 +208,7 @@ static int where_fail(ph_config *c, int line, int code, ph_err *err, const char 
 static int apply_section(ph_config *c, const char *section, const ph_option *const *tables,
 			 void *const *cfgs, const char *plugin, ph_err *err)
 {
-	for (int i = 0; i < c->ini.nentries; i++) {
-		ph_ini_entry *e = &c->ini.entries[i];
-		if (strcmp(e->section, section) != 0)
-			continue;
+	for (ph_ini_entry *e = ph_ini_next_in(&c->ini, section, NULL); e; e = ph_ini_next_in(&c->ini, section, e)) {
 		e->used = 1;
 		int t;
 		for (t = 0; tables[t]; t++)

@@ -43,6 +43,91 @@ static int grow(void **p, int n, int *cap, size_t size)
 	return 0;
 }
 
+/* ---- sections by name, and each section's entries as a list ---- */
+
+static unsigned name_hash(const char *s)
+{
+	unsigned h = 2166136261u; /* FNV-1a */
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 16777619u;
+	return h;
+}
+
+/* The index of [name] in ini->sections, or -1. */
+static int section_index(const ph_ini *ini, const char *name)
+{
+	if (!ini->by_name_cap)
+		return -1;
+	const unsigned mask = (unsigned)ini->by_name_cap - 1;
+	for (unsigned k = name_hash(name) & mask;; k = (k + 1) & mask) {
+		const int v = ini->by_name[k];
+		if (!v)
+			return -1;
+		if (!strcmp(ini->sections[v - 1].name, name))
+			return v - 1;
+	}
+}
+
+/* Puts section idx in the table, which grows to keep it at most half full. */
+static int index_section(ph_ini *ini, int idx)
+{
+	if (2 * (idx + 1) > ini->by_name_cap) {
+		int cap = ini->by_name_cap ? 2 * ini->by_name_cap : 64;
+		while (2 * (idx + 1) > cap)
+			cap *= 2;
+		int *t = calloc((size_t)cap, sizeof *t);
+		if (!t)
+			return -1;
+		free(ini->by_name);
+		ini->by_name = t;
+		ini->by_name_cap = cap;
+		for (int i = 0; i < idx; i++) /* the others again, at their places in the larger table */
+			if (index_section(ini, i))
+				return -1; /* cannot happen: the table has room */
+	}
+	const unsigned mask = (unsigned)ini->by_name_cap - 1;
+	unsigned k = name_hash(ini->sections[idx].name) & mask;
+	while (ini->by_name[k])
+		k = (k + 1) & mask;
+	ini->by_name[k] = idx + 1;
+	return 0;
+}
+
+/* A new section [name] at `line` (0: --set): its index, or -1 out of memory. */
+static int new_section(ph_ini *ini, const char *name, int line)
+{
+	if (grow((void **)&ini->sections, ini->nsections, &ini->sections_cap, sizeof *ini->sections))
+		return -1;
+	const int idx = ini->nsections;
+	ph_ini_section *s = &ini->sections[idx];
+	snprintf(s->name, sizeof s->name, "%s", name);
+	s->line = line;
+	s->first = s->last = -1;
+	if (index_section(ini, idx))
+		return -1; /* not counted: the table is the one it was */
+	ini->nsections++;
+	return idx;
+}
+
+/* A new, empty entry at the end of section sidx's list, or NULL out of memory. */
+static ph_ini_entry *new_entry(ph_ini *ini, int sidx)
+{
+	if (grow((void **)&ini->entries, ini->nentries, &ini->entries_cap, sizeof *ini->entries))
+		return NULL;
+	const int idx = ini->nentries++;
+	ph_ini_entry *e = &ini->entries[idx];
+	memset(e, 0, sizeof *e);
+	e->next = -1;
+	ph_ini_section *s = &ini->sections[sidx];
+	snprintf(e->section, sizeof e->section, "%s", s->name);
+	if (s->last >= 0)
+		ini->entries[s->last].next = idx;
+	else
+		s->first = idx;
+	s->last = idx;
+	return e;
+}
+
 /* Names and a layer's values end up in JSON files (the safetensors
  * header, --plan-json, a checkpoint's state.json, the metrics), which
  * must be UTF-8: a stray byte (Latin-1's \xe9) is refused where it is
@@ -74,15 +159,15 @@ static int check_utf8(const char *where, const char *section, const char *key, c
 static int add_section(reader_state *st, const char *name)
 {
 	ph_ini *ini = st->ini;
-	for (int i = 0; i < ini->nsections; i++)
-		if (strcmp(ini->sections[i].name, name) == 0) {
-			st->fail_line = st->line;
-			return ph_fail(st->err, PH_EINVAL,
-				       "%s:%d: section [%s] appears twice (first at line %d); "
-				       "give every section a unique name",
-				       ini->path, st->line, name, ini->sections[i].line);
-		}
-	if (grow((void **)&ini->sections, ini->nsections, &ini->sections_cap, sizeof *ini->sections)) {
+	const int i = section_index(ini, name);
+	if (i >= 0) {
+		st->fail_line = st->line;
+		return ph_fail(st->err, PH_EINVAL,
+			       "%s:%d: section [%s] appears twice (first at line %d); "
+			       "give every section a unique name",
+			       ini->path, st->line, name, ini->sections[i].line);
+	}
+	if (new_section(ini, name, st->line) < 0) {
 		/* the reader then stops, and the load fails: inih takes its NULL
 		 * for the end of the file, which once left a config without its
 		 * last sections */
@@ -90,9 +175,6 @@ static int add_section(reader_state *st, const char *name)
 		st->fail_code = PH_ENOMEM;
 		return ph_fail(st->err, PH_ENOMEM, "%s:%d: out of memory reading it", ini->path, st->line);
 	}
-	ph_ini_section *s = &ini->sections[ini->nsections++];
-	snprintf(s->name, sizeof s->name, "%s", name);
-	s->line = st->line;
 	return PH_OK;
 }
 
@@ -181,14 +263,12 @@ static int handler(void *user, const char *section, const char *name, const char
 	ph_ini *ini = st->ini;
 	if (st->fail_line)
 		return 0;
-	for (int i = 0; i < ini->nentries; i++) {
-		ph_ini_entry *e = &ini->entries[i];
-		if (strcmp(e->section, section) == 0 && strcmp(e->key, name) == 0) {
-			st->fail_line = st->line;
-			ph_fail(st->err, PH_EINVAL, "%s:%d: %s is set twice in [%s] (first at line %d); keep one",
-				ini->path, st->line, name, section, e->line);
-			return 0;
-		}
+	const ph_ini_entry *twice = ph_ini_find(ini, section, name);
+	if (twice) {
+		st->fail_line = st->line;
+		ph_fail(st->err, PH_EINVAL, "%s:%d: %s is set twice in [%s] (first at line %d); keep one", ini->path,
+			st->line, name, section, twice->line);
+		return 0;
 	}
 	if (!section[0]) {
 		st->fail_line = st->line;
@@ -209,15 +289,19 @@ static int handler(void *user, const char *section, const char *name, const char
 			ini->path, st->line, sizeof ini->entries->key - 1, sizeof ini->entries->value - 1);
 		return 0;
 	}
-	if (grow((void **)&ini->entries, ini->nentries, &ini->entries_cap, sizeof *ini->entries)) {
+	/* the reader saw the header first (add_section); inih's name for it
+	 * is the same (both strip it, both keep 49 characters), but should
+	 * they ever differ the entry still gets a section of its own */
+	int sidx = section_index(ini, section);
+	if (sidx < 0)
+		sidx = new_section(ini, section, st->line);
+	ph_ini_entry *e = sidx < 0 ? NULL : new_entry(ini, sidx);
+	if (!e) {
 		st->fail_line = st->line;
 		st->fail_code = PH_ENOMEM;
 		ph_fail(st->err, PH_ENOMEM, "out of memory reading %s", ini->path);
 		return 0;
 	}
-	ph_ini_entry *e = &ini->entries[ini->nentries++];
-	memset(e, 0, sizeof *e);
-	strcpy(e->section, section);
 	strcpy(e->key, name);
 	strcpy(e->value, value);
 	e->line = st->line;
@@ -348,10 +432,22 @@ int ph_ini_load(const char *path, ph_ini *ini, ph_err *err)
 
 ph_ini_entry *ph_ini_find(ph_ini *ini, const char *section, const char *key)
 {
-	for (int i = ini->nentries - 1; i >= 0; i--)
-		if (strcmp(ini->entries[i].section, section) == 0 && strcmp(ini->entries[i].key, key) == 0)
-			return &ini->entries[i];
+	for (ph_ini_entry *e = ph_ini_next_in(ini, section, NULL); e; e = ph_ini_next_in(ini, section, e))
+		if (!strcmp(e->key, key))
+			return e; /* one at most: a --set replaces the file's value in place */
 	return NULL;
+}
+
+ph_ini_entry *ph_ini_next_in(ph_ini *ini, const char *section, const ph_ini_entry *prev)
+{
+	int i;
+	if (prev) {
+		i = prev->next;
+	} else {
+		const int s = section_index(ini, section);
+		i = s < 0 ? -1 : ini->sections[s].first;
+	}
+	return i < 0 ? NULL : &ini->entries[i];
 }
 
 int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
@@ -384,23 +480,13 @@ int ph_ini_override(ph_ini *ini, const char *a, ph_err *err)
 	int rc = check_utf8(where, section, key, value, err);
 	if (rc)
 		return rc;
-	int known = 0;
-	for (int i = 0; i < ini->nsections; i++)
-		known |= strcmp(ini->sections[i].name, section) == 0;
-	if (!known) {
-		if (grow((void **)&ini->sections, ini->nsections, &ini->sections_cap, sizeof *ini->sections))
-			return ph_fail(err, PH_ENOMEM, "out of memory");
-		ph_ini_section *s = &ini->sections[ini->nsections++];
-		snprintf(s->name, sizeof s->name, "%s", section);
-		s->line = 0;
-	}
+	int sidx = section_index(ini, section);
+	if (sidx < 0 && (sidx = new_section(ini, section, 0)) < 0)
+		return ph_fail(err, PH_ENOMEM, "out of memory");
 	ph_ini_entry *e = ph_ini_find(ini, section, key);
 	if (!e) {
-		if (grow((void **)&ini->entries, ini->nentries, &ini->entries_cap, sizeof *ini->entries))
+		if (!(e = new_entry(ini, sidx)))
 			return ph_fail(err, PH_ENOMEM, "out of memory");
-		e = &ini->entries[ini->nentries++];
-		memset(e, 0, sizeof *e);
-		snprintf(e->section, sizeof e->section, "%s", section);
 		snprintf(e->key, sizeof e->key, "%s", key);
 	}
 	/* white space at either end is dropped, as inih strips an INI file's
@@ -427,16 +513,16 @@ void ph_ini_where(const ph_ini *ini, int line, char *buf, size_t len)
 
 void ph_ini_where_key(const ph_ini *ini, const char *section, const char *key, char *buf, size_t len)
 {
-	for (int i = ini->nentries - 1; i >= 0; i--)
-		if (!strcmp(ini->entries[i].section, section) && !strcmp(ini->entries[i].key, key)) {
-			ph_ini_where(ini, ini->entries[i].line, buf, len);
-			return;
-		}
-	for (int i = 0; i < ini->nsections; i++)
-		if (!strcmp(ini->sections[i].name, section)) {
-			ph_ini_where(ini, ini->sections[i].line, buf, len);
-			return;
-		}
+	const ph_ini_entry *e = ph_ini_find((ph_ini *)ini, section, key); /* reads only */
+	if (e) {
+		ph_ini_where(ini, e->line, buf, len);
+		return;
+	}
+	const int s = section_index(ini, section);
+	if (s >= 0) {
+		ph_ini_where(ini, ini->sections[s].line, buf, len);
+		return;
+	}
 	snprintf(buf, len, "%s", ini->path[0] ? ini->path : "the config");
 }
 
@@ -444,5 +530,6 @@ void ph_ini_free(ph_ini *ini)
 {
 	free(ini->sections);
 	free(ini->entries);
+	free(ini->by_name);
 	memset(ini, 0, sizeof *ini);
 }

@@ -20,11 +20,13 @@ typedef struct {
 	char value[PH_STR_MAX];
 	int line;        /* 0: came from --set */
 	int used;        /* consumed by the config resolver */
+	int next;        /* the next entry of the same section, -1: none */
 } ph_ini_entry;
 
 typedef struct {
 	char name[128];
 	int line;
+	int first, last; /* its entries: a list through ph_ini_entry.next, -1: none */
 } ph_ini_section;
 
 typedef struct {
@@ -34,6 +36,10 @@ typedef struct {
 	ph_ini_entry *entries;      /* in file order, then --set additions */
 	int nentries;
 	int sections_cap, entries_cap;
+	/* sections by name (open addressing, index + 1, 0 free): a model of
+	 * 20,000 layers took 9.6 s to read when every lookup scanned */
+	int *by_name;
+	int by_name_cap;
 } ph_ini;
 
 int ph_ini_load(const char *path, ph_ini *ini, ph_err *err);
@@ -42,8 +48,12 @@ int ph_ini_load(const char *path, ph_ini *ini, ph_err *err);
  * "layer.NAME.key=value").  Replaces an existing entry or appends one. */
 int ph_ini_override(ph_ini *ini, const char *assignment, ph_err *err);
 
-/* The last entry for (section, key), or NULL. */
+/* The entry for (section, key), or NULL (a --set replaces the file's). */
 ph_ini_entry *ph_ini_find(ph_ini *ini, const char *section, const char *key);
+
+/* The entries of [section] in order (the file's, then --set's): the first
+ * where prev is NULL, then each after prev; NULL past the last. */
+ph_ini_entry *ph_ini_next_in(ph_ini *ini, const char *section, const ph_ini_entry *prev);
 
 /* "file:line" or "--set" for messages. */
 void ph_ini_where(const ph_ini *ini, int line, char *buf, size_t len);
