@@ -16,6 +16,8 @@
 #   ini    `--plan` of 20,002 layers (a section each) into 64 stages,
 #          partitioner = uniform: reading and resolving the INI (9.59 s
 #          before its sections were indexed by name, 0.94 s after)
+#   dp     the same with partitioner = dp (32.6 s before the INI's index
+#          and dp's narrower scans, 5.4 to 6.5 s after)
 #   svg    `--simulate --svg` of 602 layers on 64 stages x 8 chunks x 4096
 #          micro-batches (671 MB written in 51 s before the limit):
 #          refused (past 200,000 boxes), and how long the refusal took
@@ -25,7 +27,7 @@ set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top}
 [ $# -ge 1 ] && shift
-jobs=${*:-plan ini gate svg}
+jobs=${*:-plan ini dp gate svg}
 bin="$build/pipehost"
 rounds=${ROUNDS:-1}
 # shellcheck source=bench/args-lib.sh
@@ -80,6 +82,10 @@ for job in $jobs; do
 		mlp 20000 64 1 1 128 1 1f1b uniform >"$tmp/ini.ini"
 		timed ini "$bin" -c "$tmp/ini.ini" --plan
 		;;
+	dp)
+		mlp 20000 64 1 1 128 1 1f1b dp >"$tmp/dp.ini"
+		timed dp "$bin" -c "$tmp/dp.ini" --plan
+		;;
 	gate)
 		mlp 8000 64 1 16 256 1 1f1b dp >"$tmp/gate.ini"
 		timed gate "$bin" -c "$tmp/gate.ini"
@@ -92,7 +98,7 @@ for job in $jobs; do
 		echo "svg   $(tail -1 "$tmp/svg.out" | cut -c1-160)"
 		;;
 	*)
-		echo "scale.sh: unknown job '$job' (plan, ini, gate, svg)" >&2
+		echo "scale.sh: unknown job '$job' (plan, ini, dp, gate, svg)" >&2
 		exit 1
 		;;
 	esac

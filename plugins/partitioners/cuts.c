@@ -83,7 +83,8 @@ int cuts_dp_init(cuts_dp *dp, const ph_partition_problem *pb, const char *who, p
 	dp->pb = pb;
 	dp->bt = calloc(cells, sizeof *dp->bt);
 	dp->dist = calloc(cells, sizeof *dp->dist);
-	if (!dp->bt || !dp->dist) {
+	dp->floor = calloc((size_t)pb->n + 1, sizeof *dp->floor);
+	if (!dp->bt || !dp->dist || !dp->floor) {
 		cuts_dp_free(dp);
 		return ph_fail(err, PH_ENOMEM, "%s: out of memory for %d layers x %d stages", who, pb->n, pb->stages);
 	}
@@ -94,8 +95,10 @@ void cuts_dp_free(cuts_dp *dp)
 {
 	free(dp->bt);
 	free(dp->dist);
+	free(dp->floor);
 	dp->bt = NULL;
 	dp->dist = NULL;
+	dp->floor = NULL;
 }
 
 #define AT(tab, s, i) (dp->tab[(size_t)(s) * (size_t)(dp->pb->n + 1) + (size_t)(i)])
@@ -112,24 +115,73 @@ static int allowed(const cuts_dp *dp, int s, int i, int j)
 	return cuts_can_end(dp->pb, j) && (!dp->allowed || dp->allowed(dp->ctx, s, i, j));
 }
 
+/* The first j in [a, b] with floor[j] < best, or b + 1 (floor does not
+ * increase with j). */
+static int first_below(const double *floor, int a, int b, double best)
+{
+	int lo = a, hi = b + 1;
+	while (lo < hi) {
+		const int mid = lo + (hi - lo) / 2;
+		if (floor[mid] < best)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/*
+ * AT(bt, s, i) = min over ends j of max(value(s, i, j), AT(bt, s + 1, j)).
+ * The scan over j starts late and stops early, and the table is still
+ * that of every j tried (only a value strictly below the best so far
+ * changes it):
+ * - it starts with a value in hand, from the end the next start (i + 1)
+ *   took, which is usually at or near this one's;
+ * - it skips the ends j whose floor[j], the least AT(bt, s + 1, j') over
+ *   j' <= j, is not below that value: none of them can do better.  The
+ *   floor does not increase with j, so they are a prefix, found by
+ *   bisection;
+ * - it stops where dp->stop says no later end can do better.
+ * 20,002 layers into 64 stages: each pass scanned about n^2 / 2 ends;
+ * now it scans those between the two bounds, near the balanced cut.
+ */
 double cuts_bottleneck(cuts_dp *dp, cuts_value_fn value)
 {
 	int n = dp->pb->n, K = dp->pb->stages;
 	/* -inf: nothing left to take the max with; +inf: no way to finish. */
 	for (int i = 0; i <= n; i++)
 		AT(bt, K, i) = i == n ? -INFINITY : INFINITY;
-	for (int s = K - 1; s >= 0; s--)
-		for (int i = 0; i <= n; i++) {
+	for (int s = K - 1; s >= 0; s--) {
+		double low = INFINITY;
+		for (int j = 0; j <= n; j++) {
+			if (AT(bt, s + 1, j) < low)
+				low = AT(bt, s + 1, j);
+			dp->floor[j] = low;
+		}
+		int warm = -1; /* the end the previous start took */
+		for (int i = n; i >= 0; i--) {
 			double best = INFINITY;
-			if (may_start(dp, s, i))
-				for (int j = i + 1; j <= n && !(dp->stop && dp->stop(dp->ctx, value, s, i, j, best)); j++)
+			int took = -1;
+			if (may_start(dp, s, i)) {
+				if (warm > i && allowed(dp, s, i, warm) && AT(bt, s + 1, warm) < INFINITY) {
+					best = fmax(value(dp->ctx, s, i, warm), AT(bt, s + 1, warm));
+					took = warm;
+				}
+				for (int j = first_below(dp->floor, i + 1, n, best);
+				     j <= n && !(dp->stop && dp->stop(dp->ctx, value, s, i, j, best)); j++)
 					if (allowed(dp, s, i, j) && AT(bt, s + 1, j) < INFINITY) {
 						double here = fmax(value(dp->ctx, s, i, j), AT(bt, s + 1, j));
-						if (here < best)
+						if (here < best) {
 							best = here;
+							took = j;
+						}
 					}
+			}
 			AT(bt, s, i) = best;
+			if (took >= 0)
+				warm = took;
 		}
+	}
 	return AT(bt, 0, 0);
 }
 
@@ -152,13 +204,46 @@ int cuts_nearest(cuts_dp *dp, const int *target, int *first, const char *who, ph
 	/* AT(dist, s, i): least distance for stages s..K-1 when stage s starts at i. */
 	for (int i = 0; i <= n; i++)
 		AT(dist, K, i) = i == n ? 0 : LONG_MAX;
+	/* The ends j are tried outward from the next stage's target t, where
+	 * AT(dist, s + 1, j) >= |j - t| (its own term): each way stops once
+	 * that bound reaches the best so far.  They start below the first end
+	 * dp->stop rules out (found by bisection; any end it rules out would
+	 * do, so this holds even where stop() is not monotone), and rightward
+	 * stop() also ends the scan; leftward each end is checked alone (a
+	 * stop at j says nothing of the ends before j).  The last stage can
+	 * only end at n.  The table is the full scan's. */
 	for (int s = K - 1; s >= 0; s--)
 		for (int i = 0; i <= n; i++) {
 			long best = LONG_MAX;
-			if (may_start(dp, s, i))
-				for (int j = i + 1; j <= n && !(dp->stop && dp->stop(dp->ctx, NULL, s, i, j, INFINITY)); j++)
+			if (may_start(dp, s, i) && s + 1 == K) {
+				if (allowed(dp, s, i, n))
+					best = AT(dist, K, n);
+			} else if (may_start(dp, s, i)) {
+				int lo = i + 1, hi = n + 1; /* hi: an end stop() rules out, or n + 1 */
+				while (dp->stop && lo < hi) {
+					const int mid = lo + (hi - lo) / 2;
+					if (dp->stop(dp->ctx, NULL, s, i, mid, INFINITY))
+						hi = mid;
+					else
+						lo = mid + 1;
+				}
+				const long t = target[s + 1];
+				int j0 = t > hi - 1 ? hi - 1 : (int)t;
+				if (j0 < i + 1)
+					j0 = i + 1;
+				for (int j = j0; j <= n && !(dp->stop && dp->stop(dp->ctx, NULL, s, i, j, INFINITY)); j++) {
+					if (j - t >= best)
+						break;
 					if (allowed(dp, s, i, j) && AT(dist, s + 1, j) < best)
 						best = AT(dist, s + 1, j);
+				}
+				for (int j = j0 - 1; j >= i + 1; j--) {
+					if (t - j >= best)
+						break;
+					if (allowed(dp, s, i, j) && AT(dist, s + 1, j) < best)
+						best = AT(dist, s + 1, j);
+				}
+			}
 			AT(dist, s, i) = best == LONG_MAX ? LONG_MAX : best + labs((long)i - target[s]);
 		}
 	if (AT(dist, 0, 0) == LONG_MAX)

@@ -54,6 +54,7 @@ typedef struct {
 	const void *ctx;         /* passed to allowed() and the value functions */
 	double *bt;              /* (K+1) x (n+1): cuts_bottleneck's table */
 	long *dist;              /* (K+1) x (n+1): cuts_nearest's table */
+	double *floor;           /* n+1: cuts_bottleneck's lower bounds for a stage */
 } cuts_dp;
 
 /* Allocate the tables (PH_ENOMEM with "who: out of memory ..."). */
