@@ -17,7 +17,7 @@
 #          partitioner = uniform: reading and resolving the INI (9.59 s
 #          before its sections were indexed by name, 0.94 s after)
 #   dp     the same with partitioner = dp (32.6 s before the INI's index
-#          and dp's narrower scans, 5.4 to 6.5 s after)
+#          and dp's narrower scans, 3.5 s after)
 #   svg    `--simulate --svg` of 602 layers on 64 stages x 8 chunks x 4096
 #          micro-batches (671 MB written in 51 s before the limit):
 #          refused (past 200,000 boxes), and how long the refusal took

@@ -210,9 +210,18 @@ int cuts_nearest(cuts_dp *dp, const int *target, int *first, const char *who, ph
 	 * dp->stop rules out (found by bisection; any end it rules out would
 	 * do, so this holds even where stop() is not monotone), and rightward
 	 * stop() also ends the scan; leftward each end is checked alone (a
-	 * stop at j says nothing of the ends before j).  The last stage can
+	 * stop at j says nothing of the ends before j), and it also stops
+	 * once floor[j], the least AT(dist, s + 1, j') over j' <= j, reaches
+	 * the best: a start far left of its target has a long way to go
+	 * before the distance to the target alone does.  The last stage can
 	 * only end at n.  The table is the full scan's. */
-	for (int s = K - 1; s >= 0; s--)
+	for (int s = K - 1; s >= 0; s--) {
+		double low = INFINITY; /* the dist table's longs, exact in a double below 2^53 */
+		for (int j = 0; j <= n; j++) {
+			if (AT(dist, s + 1, j) != LONG_MAX && (double)AT(dist, s + 1, j) < low)
+				low = (double)AT(dist, s + 1, j);
+			dp->floor[j] = low;
+		}
 		for (int i = 0; i <= n; i++) {
 			long best = LONG_MAX;
 			if (may_start(dp, s, i) && s + 1 == K) {
@@ -238,7 +247,7 @@ int cuts_nearest(cuts_dp *dp, const int *target, int *first, const char *who, ph
 						best = AT(dist, s + 1, j);
 				}
 				for (int j = j0 - 1; j >= i + 1; j--) {
-					if (t - j >= best)
+					if (t - j >= best || dp->floor[j] >= (double)best)
 						break;
 					if (allowed(dp, s, i, j) && AT(dist, s + 1, j) < best)
 						best = AT(dist, s + 1, j);
@@ -246,6 +255,7 @@ int cuts_nearest(cuts_dp *dp, const int *target, int *first, const char *who, ph
 			}
 			AT(dist, s, i) = best == LONG_MAX ? LONG_MAX : best + labs((long)i - target[s]);
 		}
+	}
 	if (AT(dist, 0, 0) == LONG_MAX)
 		return ph_fail(err, PH_EINTERNAL, "%s: no split of %d layers into %d stages fits the cut points", who, n, K);
 	/* Walk forward taking the earliest boundary that stays optimal. */
