@@ -258,12 +258,14 @@ static double seconds(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The elements a tensor is checked at, from one timed forward of L. */
+/* The elements a tensor is checked at, from one timed forward of L; a
+ * failed forward's status negated. */
 static int64_t fd_sample(ph_layer_inst *L, int tensors, ph_err *err)
 {
 	double t0 = seconds();
-	if (ph_layer_inst_forward(L, err))
-		return -1;
+	int rc = ph_layer_inst_forward(L, err);
+	if (rc)
+		return -rc;
 	double each = 2.0 * (seconds() - t0) * (tensors > 0 ? tensors : 1);
 	double fit = each > 0 ? PH_CHECK_FD_BUDGET_S / each : PH_CHECK_FD_SAMPLE;
 	return fit >= PH_CHECK_FD_SAMPLE ? PH_CHECK_FD_SAMPLE : fit <= PH_CHECK_FD_LEAST ? PH_CHECK_FD_LEAST : (int64_t)fit;
@@ -284,7 +286,7 @@ static void gradients(const layer_plan *lp, int batch)
 		return;
 	}
 	if (!(rc = ph_fd_analytic(&L, &a, &e)) && (c.sample = fd_sample(&L, L.meta.nparams + !lp->ids, &e)) < 0)
-		rc = PH_EINVAL;
+		rc = (int)-c.sample;
 	if (!rc)
 		rc = ph_fd_check_numeric(&L, &a, &c, &worst, &e);
 	if (rc) {
@@ -478,12 +480,16 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 		 * plugin's bug, and no --shape fixes it */
 		void *state = NULL;
 		ph_err e2 = { { 0 } };
-		int accepted = !ops->create(lp.cfg, &lp.in, lp.batch, &state, &e2);
+		const int rc_alone = ops->create(lp.cfg, &lp.in, lp.batch, &state, &e2), accepted = !rc_alone;
 		if (accepted && state)
 			ops->destroy(state);
+		if (rc_alone == PH_ENOMEM) { /* no memory is no refusal of this shape */
+			FAIL_RC(rc_alone, "create, input %s: %s", s, e2.msg);
+			goto out;
+		}
 		if (!(rc = ph_layer_inst_create(&big, ops, lp.cfg, lp.in, lp.batch, train_ctx(lp.batch), &e)))
 			break;
-		if (accepted) {
+		if (accepted || rc == PH_ENOMEM) {
 			FAIL_RC(rc, "create accepts input %s, but %s; fix the plugin's meta", s, e.msg);
 			goto out;
 		}
@@ -511,11 +517,12 @@ void ph_chk_layer(const ph_layer_ops *layer, const ph_check_opts *o)
 		}
 		rc = ph_layer_inst_forward(&big, lp.ids ? &e : &e_real);
 		ph_layer_inst_close(&big);
-		if (!rc)
+		if (!rc || rc == PH_ENOMEM) /* no memory is no refusal of reals */
 			break;
 	}
 	if (rc) {
-		FAIL_RC(rc, "input %s: %s", s, e_real.msg);
+		/* lp.ids 1: token ids ran out of memory; else the reals' refusal */
+		FAIL_RC(rc, "input %s: %s", s, lp.ids == 1 ? e.msg : e_real.msg);
 		goto out;
 	}
 	PASS("input %s of %s%s, batches 1 and %d", s, lp.ids ? "token ids (0, 1)" : "reals U(-1, 1)",

@@ -300,7 +300,10 @@ static void run_isolated(const ph_registry_entry *en, const ph_check_opts *o)
 		snprintf(who, sizeof who, "the plugin's %s", tl->hook);
 	switch (end) {
 	case CHILD_DONE: break;
-	case CHILD_NOT_STARTED: FAIL("cannot start a process to check it in: %s", strerror(fork_errno)); break;
+	case CHILD_NOT_STARTED: /* fork: no memory or no process slot, not the plugin's doing */
+		FAIL_RC(fork_errno == ENOMEM || fork_errno == EAGAIN ? PH_ENOMEM : PH_EINTERNAL,
+			"cannot start a process to check it in: %s", strerror(fork_errno));
+		break;
 	case CHILD_HUNG:
 		FAIL("still running after %d s%s%s; a check of these small inputs takes seconds",
 		     o->timeout_s > 0 ? o->timeout_s : 600, tl->hook[0] ? ", in " : "", tl->hook[0] ? who : "");
@@ -378,7 +381,10 @@ static int trial_load(const ph_check_opts *o)
 		snprintf(tail, sizeof tail, " (on stderr: \"%s\")", said);
 	switch (end) {
 	case CHILD_DONE: return 0;
-	case CHILD_NOT_STARTED: FAIL("cannot start a process to load it in: %s", strerror(fork_errno)); break;
+	case CHILD_NOT_STARTED:
+		FAIL_RC(fork_errno == ENOMEM || fork_errno == EAGAIN ? PH_ENOMEM : PH_EINTERNAL,
+			"cannot start a process to load it in: %s", strerror(fork_errno));
+		break;
 	case CHILD_HUNG:
 		FAIL("%s is still loading after %d s: a constructor or its descriptor function hangs; fix the plugin%s",
 		     o->file, o->timeout_s > 0 ? o->timeout_s : 600, tail);

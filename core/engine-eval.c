@@ -113,7 +113,6 @@ static void free_eval_slots(ph_engine *q)
 static int eval_all_replicas(ph_engine *e, int64_t n, ph_err *err)
 {
 	int rc = PH_OK, started = 0;
-	ph_err later = { { 0 } };
 	for (; started < e->nrep && !rc; started++) {
 		ph_engine *q = e->rep[started];
 		if (q != e) {
@@ -128,10 +127,10 @@ static int eval_all_replicas(ph_engine *e, int64_t n, ph_err *err)
 			break;
 		ph_eng_dispatch_start(q, JOB_EVAL);
 	}
+	int echo = 0; /* ph_eng_tell */
 	for (int r = 0; r < started; r++) {
-		int rc2 = ph_eng_dispatch_wait(e->rep[r], rc ? &later : err);
-		if (!rc)
-			rc = rc2;
+		ph_err one = { { 0 } };
+		ph_eng_tell(&rc, err, &echo, ph_eng_dispatch_wait(e->rep[r], &one), &one);
 	}
 	if (!rc)
 		rc = ph_eng_gather_losses(e, e->active_mbs, err);

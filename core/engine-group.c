@@ -133,7 +133,7 @@ static int any_abort(const stage_t *sh)
 
 static int stopped(ph_err *err)
 {
-	return ph_fail(err, PH_EINTERNAL, "another replica of this stage stopped");
+	return ph_fail(err, PH_EINTERNAL, PH_ENG_ECHO_GROUP);
 }
 
 static inline void cpu_relax(void)

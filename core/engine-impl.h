@@ -407,6 +407,28 @@ void ph_eng_set_error(ph_engine *e, int code, const ph_err *err);
 void ph_eng_dispatch_start(ph_engine *e, int job);
 int ph_eng_dispatch_wait(ph_engine *e, ph_err *err);
 
+/* Words a replica stops with when another replica failed first: an echo,
+ * never the failure to tell (ph_eng_tell). */
+#define PH_ENG_ECHO_GROUP "another replica of this stage stopped"
+#define PH_ENG_ECHO_STREAM "another replica's pipeline stopped"
+
+/* Replicas waited for in order: keeps in (*rc, *err) the first failure
+ * that is not an echo of another's, so that the replica that ran out of
+ * memory is the one told (and its PH_ENOMEM), not replica 0 saying that
+ * another stopped.  *echo: whether the failure kept is an echo (start
+ * with it 0, or with what a failure before the waits says). */
+static inline void ph_eng_tell(int *rc, ph_err *err, int *echo, int rc2, const ph_err *one)
+{
+	if (!rc2 || (*rc && !*echo))
+		return;
+	const int is_echo = strstr(one->msg, PH_ENG_ECHO_GROUP) || strstr(one->msg, PH_ENG_ECHO_STREAM); /* a layer may name itself first */
+	if (*rc && is_echo)
+		return;
+	*rc = rc2;
+	*err = *one;
+	*echo = is_echo;
+}
+
 /* The first `samples` of the host batch to the devices of the first rank
  * (inputs) and the last (targets). */
 int ph_eng_upload_batch(ph_engine *e, size_t samples, ph_err *err);

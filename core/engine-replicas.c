@@ -202,7 +202,6 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 {
 	int R = e->nrep, started = 0, rc = PH_OK;
 	size_t per = (size_t)e->mbsize * e->m; /* samples per replica */
-	ph_err later = { { 0 } };
 	for (; started < R && !rc; started++) {
 		ph_engine *q = e->rep[started];
 		size_t off = (size_t)q->replica * per;
@@ -210,10 +209,10 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 		if ((rc = ph_eng_train_begin(q, step, x + off * e->in_numel, y + off * e->tps, err)))
 			break;
 	}
+	int echo = 0; /* ph_eng_tell */
 	for (int r = 0; r < started; r++) {
-		int rc2 = ph_eng_train_wait(e->rep[r], rc ? &later : err);
-		if (!rc)
-			rc = rc2;
+		ph_err one = { { 0 } };
+		ph_eng_tell(&rc, err, &echo, ph_eng_train_wait(e->rep[r], &one), &one);
 	}
 	if (rc || (rc = replica_stats(e, st, err)))
 		return rc;
@@ -233,10 +232,10 @@ int ph_engine_train_step(ph_engine *e, int64_t step, const float *x, const int32
 		return rc;
 	for (int r = 0; r < R; r++)
 		ph_eng_dispatch_start(e->rep[r], JOB_UPDATE);
+	echo = 0;
 	for (int r = 0; r < R; r++) {
-		int rc2 = ph_eng_dispatch_wait(e->rep[r], rc ? &later : err);
-		if (!rc)
-			rc = rc2;
+		ph_err one = { { 0 } };
+		ph_eng_tell(&rc, err, &echo, ph_eng_dispatch_wait(e->rep[r], &one), &one);
 	}
 	return rc;
 }

@@ -251,7 +251,7 @@ static int any_abort(const ph_engine *d)
 	return 0;
 }
 
-static const char stopped_msg[] = "another replica's pipeline stopped";
+static const char stopped_msg[] = PH_ENG_ECHO_STREAM;
 
 int ph_eng_stream_step_done(ph_engine *e, int rank, int s, ph_err *err)
 {
@@ -368,14 +368,7 @@ int ph_engine_train_steps(ph_engine *e, int64_t step, int k, const float *x, con
 		int rc2 = ph_eng_dispatch_wait(e->rep[r], &one);
 		if (!rc2)
 			rc2 = ph_eng_gather_losses(e->rep[r], k * e->m, &one);
-		if (rc2 && (!rc || echo)) {
-			int is_echo = !strcmp(one.msg, stopped_msg);
-			if (!rc || !is_echo) {
-				rc = rc2;
-				*err = one;
-				echo = is_echo;
-			}
-		}
+		ph_eng_tell(&rc, err, &echo, rc2, &one);
 	}
 	if (rc)
 		return rc;

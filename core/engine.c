@@ -19,12 +19,17 @@ void *ph_eng_balloc(ph_engine *e, int rank, size_t bytes)
 {
 	void *p = NULL;
 	ph_err err = { { 0 } };
-	if (e->dev->alloc(e->rs[rank], bytes, &p, &err)) {
+	const int rc = e->dev->alloc(e->rs[rank], bytes, &p, &err);
+	if (rc) {
+		/* a replica group's worker allocates too (engine-group.c),
+		 * beside ph_eng_set_error */
+		pthread_mutex_lock(&e->mu);
 		if (!e->err_set) {
-			e->err = err; /* the device's own words, for the caller to pass on */
-			e->err_code = PH_ENOMEM;
+			e->err = err; /* the device's own words and code, for the caller to pass on */
+			e->err_code = rc;
 			e->err_set = 1;
 		}
+		pthread_mutex_unlock(&e->mu);
 		return NULL;
 	}
 	return p;

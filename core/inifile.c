@@ -224,7 +224,7 @@ static char *reader(char *str, int num, void *stream)
 				n = sizeof name - 1;
 			memcpy(name, p + 1, n);
 			name[n] = 0;
-			/* trim and collapse the name the way inih does (it strips) */
+			/* trim the name (handler() trims inih's the same way) */
 			char *a = name;
 			while (isspace((unsigned char)*a))
 				a++;
@@ -257,12 +257,22 @@ static char *reader(char *str, int num, void *stream)
 	return r;
 }
 
-static int handler(void *user, const char *section, const char *name, const char *value)
+static int handler(void *user, const char *raw_section, const char *name, const char *value)
 {
 	reader_state *st = user;
 	ph_ini *ini = st->ini;
 	if (st->fail_line)
 		return 0;
+	/* inih (r55) keeps the spaces inside the brackets, "[ run ]" as
+	 * " run "; the reader trimmed them (add_section), and so does this:
+	 * the keys of [ run ] are [run]'s (they were once dropped unread) */
+	char section[sizeof ini->entries->section];
+	const char *a = raw_section;
+	while (isspace((unsigned char)*a))
+		a++;
+	snprintf(section, sizeof section, "%s", a);
+	for (size_t z = strlen(section); z && isspace((unsigned char)section[z - 1]);)
+		section[--z] = 0;
 	const ph_ini_entry *twice = ph_ini_find(ini, section, name);
 	if (twice) {
 		st->fail_line = st->line;
@@ -289,8 +299,8 @@ static int handler(void *user, const char *section, const char *name, const char
 			ini->path, st->line, sizeof ini->entries->key - 1, sizeof ini->entries->value - 1);
 		return 0;
 	}
-	/* the reader saw the header first (add_section); inih's name for it
-	 * is the same (both strip it, both keep 49 characters), but should
+	/* the reader saw the header first (add_section); inih's name for it,
+	 * trimmed above, is the same (both keep 49 characters), but should
 	 * they ever differ the entry still gets a section of its own */
 	int sidx = section_index(ini, section);
 	if (sidx < 0)

@@ -778,10 +778,14 @@ int ph_train_write_outputs(const ph_config *c, ph_engine *e, const ph_train_resu
 		return PH_OK;
 	if (failed == 1 && !said[0])
 		return ph_fail(err, code[0] ? code[0] : PH_EIO, "%s", msg[0]); /* one failure: its line alone, its code */
-	for (int i = 0; i < n; i++)
+	int oom = 0; /* main's advice for memory, if any output lacked it */
+	for (int i = 0; i < n; i++) {
+		oom |= code[i] == PH_ENOMEM;
 		if (!said[i])
 			ph_err_line(stderr, "pipehost: ", msg[i]);
-	return ph_fail(err, PH_EIO, "the run trained, but %d of its outputs failed: each is named above", failed);
+	}
+	return ph_fail(err, oom ? PH_ENOMEM : PH_EIO, "the run trained, but %d of its outputs failed: each is named above",
+		       failed);
 }
 
 int ph_train(const ph_config *c, ph_engine *e, const ph_dataset *train, const ph_dataset *test,

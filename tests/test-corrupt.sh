@@ -18,6 +18,18 @@ expect_error "boolean that is not one" "--set: \[run\] eval = maybe is not a boo
 expect_error "choice not offered" "--set: \[optimizer\] type = adam is not one of sgd\|adamw\|lion" -c "$tiny" --set optimizer.type=adam
 printf '[run]\nstages = 1\n[run]\nseed = 2\n' >"$tmp/dups.ini"
 expect_error "section twice" "$tmp/dups.ini:3: section \[run\] appears twice \(first at line 1\)" -c "$tmp/dups.ini"
+# spaces inside the brackets: [ run ] is [run] (its keys were once
+# dropped unread, the run going on with the defaults)
+sed 's/^\[run\]/[  run ]/' "$tiny" >"$tmp/spaced.ini"
+"$PIPEHOST" -c "$tiny" --plan=json >"$tmp/plain.json" 2>&1
+if "$PIPEHOST" -c "$tmp/spaced.ini" --plan=json >"$tmp/spaced.json" 2>&1 && grep -q "^\[  run \]" "$tmp/spaced.ini" &&
+	cmp -s "$tmp/plain.json" "$tmp/spaced.json"; then
+	ok "[  run ] reads as [run]: the same plan"
+else
+	not_ok "[  run ] is not [run]: $(head -c 300 "$tmp/spaced.json")"
+fi
+printf '[run]\n[ run ]\n' >"$tmp/dups2.ini"
+expect_error "section twice, once with spaces" "$tmp/dups2.ini:2: section \[run\] appears twice \(first at line 1\)" -c "$tmp/dups2.ini"
 printf 'seed = 1\n[run]\n' >"$tmp/before.ini"
 expect_error "key before any section" "$tmp/before.ini:1: seed = ... comes before any \[section\]" -c "$tmp/before.ini"
 printf '[run]\nseed\n' >"$tmp/noeq.ini"

@@ -128,22 +128,28 @@ static int op_open(int ordinal, int precision, void **out, ph_err *err)
 	    (e = cudaMalloc(&r->partial, PH_K_SUMSQ_BLOCKS * sizeof(double))) != cudaSuccess ||
 	    (e = cudaMallocHost(&r->result_host, sizeof(double))) != cudaSuccess) {
 		op_close(r);
-		return ph_fail(err, PH_EINTERNAL, "cuda:%d: %s", ordinal, cudaGetErrorString(e));
+		return ph_fail(err, e == cudaErrorMemoryAllocation ? PH_ENOMEM : PH_EINTERNAL, "cuda:%d: %s", ordinal,
+			       cudaGetErrorString(e));
 	}
 	cublasStatus_t bs = cublasCreate(&r->blas);
 	if (bs == CUBLAS_STATUS_SUCCESS)
 		bs = cublasSetStream(r->blas, r->stream);
 	if (bs != CUBLAS_STATUS_SUCCESS) {
 		op_close(r);
-		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuBLAS handle: %s", ordinal, ph_blas_status(bs));
+		return ph_fail(err, bs == CUBLAS_STATUS_ALLOC_FAILED ? PH_ENOMEM : PH_EINTERNAL,
+			       "cuda:%d: cannot create a cuBLAS handle: %s", ordinal, ph_blas_status(bs));
 	}
 	cudnnStatus_t ds = cudnnCreate(&r->dnn);
 	if (ds == CUDNN_STATUS_SUCCESS)
 		ds = cudnnSetStream(r->dnn, r->stream);
 	if (ds != CUDNN_STATUS_SUCCESS) {
 		op_close(r);
-		return ph_fail(err, PH_EINTERNAL, "cuda:%d: cannot create a cuDNN handle: %s", ordinal,
-			       cudnnGetErrorString(ds));
+		return ph_fail(err,
+			       ds == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+					       ds == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED
+				       ? PH_ENOMEM
+				       : PH_EINTERNAL,
+			       "cuda:%d: cannot create a cuDNN handle: %s", ordinal, cudnnGetErrorString(ds));
 	}
 	int rc = ph_gemm_open(&r->gemm, err);
 	if (!rc)

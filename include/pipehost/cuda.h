@@ -46,20 +46,24 @@
 #define PH_CUBLAS(ctx) ((cublasHandle_t)(ctx)->blas)
 #define PH_CUDNN(ctx) ((cudnnHandle_t)(ctx)->dnn)
 
-/* After a launch: turn a CUDA error into a status and one line. */
+/* After a launch: turn a CUDA error into a status and one line (PH_ENOMEM
+ * where CUDA ran out of memory, so that the host says what to do). */
 #define PH_CUDA_CHECK_LAUNCH(err, what)                                                      \
 	do {                                                                                 \
 		cudaError_t ph_e_ = cudaGetLastError();                                      \
 		if (ph_e_ != cudaSuccess)                                                    \
-			return ph_fail((err), PH_EINTERNAL, "%s: %s", (what), cudaGetErrorString(ph_e_)); \
+			return ph_fail((err), ph_e_ == cudaErrorMemoryAllocation ? PH_ENOMEM : PH_EINTERNAL, \
+				       "%s: %s", (what), cudaGetErrorString(ph_e_));                 \
 	} while (0)
 
-/* Run a CUDA runtime call; on failure return PH_EINTERNAL naming it. */
+/* Run a CUDA runtime call; on failure return PH_EINTERNAL naming it
+ * (PH_ENOMEM where CUDA ran out of memory). */
 #define PH_CUDA_TRY(err, call)                                                               \
 	do {                                                                                 \
 		cudaError_t ph_e_ = (call);                                                  \
 		if (ph_e_ != cudaSuccess)                                                    \
-			return ph_fail((err), PH_EINTERNAL, "%s: %s", #call, cudaGetErrorString(ph_e_)); \
+			return ph_fail((err), ph_e_ == cudaErrorMemoryAllocation ? PH_ENOMEM : PH_EINTERNAL, \
+				       "%s: %s", #call, cudaGetErrorString(ph_e_));                  \
 	} while (0)
 
 #ifdef __cplusplus

@@ -75,7 +75,12 @@ static const struct {
 	do {                                                                                                \
 		cudnnStatus_t st_ = (call);                                                                 \
 		if (st_ != CUDNN_STATUS_SUCCESS)                                                            \
-			return ph_fail((err), PH_EINTERNAL, "conv2d: %s: %s", (what), cudnnGetErrorString(st_)); \
+			return ph_fail((err),                                                               \
+				       st_ == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||                   \
+						       st_ == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED    \
+					       ? PH_ENOMEM                                                    \
+					       : PH_EINTERNAL,                                                \
+				       "conv2d: %s: %s", (what), cudnnGetErrorString(st_));                   \
 	} while (0)
 
 /* ------------------------------------------------------------------ */

@@ -54,7 +54,8 @@ typedef struct {
 	const void *ctx;         /* passed to allowed() and the value functions */
 	double *bt;              /* (K+1) x (n+1): cuts_bottleneck's table */
 	long *dist;              /* (K+1) x (n+1): cuts_nearest's table */
-	double *floor;           /* n+1: cuts_bottleneck's lower bounds for a stage */
+	double *floor;           /* n+1: a stage's lower bounds, cuts_bottleneck's and cuts_nearest's
+				  * (distances are below n * K, exact in a double) */
 } cuts_dp;
 
 /* Allocate the tables (PH_ENOMEM with "who: out of memory ..."). */
